@@ -1,0 +1,913 @@
+/* Redis Cluster client; see cluster.h for the contract.
+ *
+ * Shape of one lb_cluster_exec call:
+ *
+ *   round:  for each pending request, pick its node (the ASK target, else the
+ *           slot's master), connect if needed, append its bytes to the node's
+ *           output buffer and its index to the node's queue.
+ *   I/O:    poll() every node with work: write what is unsent, read what
+ *           arrived, feed hiredis' reader, and match replies to the queue in
+ *           order (Redis answers a connection's commands in order).
+ *   settle: requests that met MOVED or ASK go to the next round (MOVED also
+ *           updates the slot map and schedules a full refresh); everything
+ *           else is final, success or failure.
+ *
+ * A connection that fails, or that is still owed replies at the deadline, is
+ * closed: after a lost reply we can no longer tell which reply answers which
+ * command. Its requests fail with the reason; since every write we send is
+ * idempotent, the caller can simply send them again.
+ */
+#include "cluster.h"
+#include "log.h"
+#include "resp.h"
+#include "slot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_ROUNDS 6
+
+struct node {
+    char *host;
+    int port;
+    char name[300]; /* host:port, for messages and lookups */
+    int fd;         /* -1: not connected */
+    redisReader *reader;
+    struct lb_buf out;
+    size_t sent;
+    uint32_t *queue; /* request indices awaiting replies, in send order */
+    size_t qhead, qlen, qcap;
+    uint32_t replies; /* replies already matched to queue[qhead] */
+};
+
+enum redirect { REDIRECT_NONE = 0, REDIRECT_MOVED, REDIRECT_ASK };
+
+/* Per-request state of one lb_cluster_exec call. */
+struct run {
+    int32_t node;
+    uint8_t asking; /* ASKING precedes the request in this round */
+    uint8_t done;
+    uint8_t redirect;
+    int32_t redirect_node;
+    char error[160];
+};
+
+struct lb_cluster {
+    struct node **nodes; /* individually allocated: pointers stay valid as nodes are added */
+    size_t nnodes, capnodes;
+    int32_t slots[LB_SLOTS]; /* node index, -1 when unknown */
+    size_t nseeds;
+    char *user, *password;
+    int64_t connect_timeout_ms, command_timeout_ms;
+    int standalone;
+    int need_refresh;
+    size_t last_good; /* node that answered the last refresh */
+    struct run *runs;
+    size_t capruns;
+    struct lb_request *requests;
+    struct lb_cluster_stats stats;
+    char errstr[640];
+    char readbuf[65536];
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_error(struct lb_cluster *cl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void set_error(struct lb_cluster *cl, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cl->errstr, sizeof(cl->errstr), fmt, ap);
+    va_end(ap);
+}
+
+/* ---- nodes ------------------------------------------------------------------ */
+
+static int32_t find_node(struct lb_cluster *cl, const char *host, int port)
+{
+    for (size_t i = 0; i < cl->nnodes; i++)
+        if (cl->nodes[i]->port == port && strcmp(cl->nodes[i]->host, host) == 0)
+            return (int32_t)i;
+    return -1;
+}
+
+static int32_t add_node(struct lb_cluster *cl, const char *host, int port)
+{
+    int32_t found = find_node(cl, host, port);
+    if (found >= 0)
+        return found;
+    if (cl->nnodes == cl->capnodes) {
+        size_t cap = cl->capnodes ? cl->capnodes * 2 : 8;
+        struct node **nodes = realloc(cl->nodes, cap * sizeof(*nodes));
+        if (!nodes)
+            return -1;
+        cl->nodes = nodes;
+        cl->capnodes = cap;
+    }
+    struct node *n = calloc(1, sizeof(*n));
+    if (!n || !(n->host = strdup(host))) {
+        free(n);
+        return -1;
+    }
+    cl->nodes[cl->nnodes] = n;
+    n->port = port;
+    n->fd = -1;
+    snprintf(n->name, sizeof(n->name), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    return (int32_t)cl->nnodes++;
+}
+
+static void node_close(struct lb_cluster *cl, struct node *n)
+{
+    (void)cl;
+    if (n->fd >= 0)
+        close(n->fd);
+    n->fd = -1;
+    if (n->reader)
+        redisReaderFree(n->reader);
+    n->reader = NULL;
+    n->out.len = 0;
+    n->sent = 0;
+    n->qhead = n->qlen = 0;
+    n->replies = 0;
+}
+
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            return 0;
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int rc = poll(&pfd, 1, (int)left);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        return rc;
+    }
+}
+
+static void tune_socket(int fd)
+{
+    int one = 1, idle = 30, interval = 10, count = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+}
+
+static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, size_t len,
+                     redisReply **reply);
+
+/* Opens a non-blocking connection within the connect timeout, then
+ * authenticates. Returns 0 or -1 with cl->errstr set. */
+static int node_connect(struct lb_cluster *cl, struct node *n)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
+    char port[16];
+    int64_t deadline = now_ms() + cl->connect_timeout_ms;
+    int err = 0;
+
+    if (n->fd >= 0)
+        return 0;
+    snprintf(port, sizeof(port), "%d", n->port);
+    int rc = getaddrinfo(n->host, port, &hints, &res);
+    if (rc != 0) {
+        set_error(cl, "cannot resolve %s: %s", n->name, gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai; ai = ai->ai_next) {
+        int fd =
+            socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+            err = errno;
+            close(fd);
+            continue;
+        }
+        socklen_t errlen = sizeof(err);
+        if (wait_fd(fd, POLLOUT, deadline) <= 0) {
+            err = ETIMEDOUT;
+            close(fd);
+            continue;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0 || err != 0) {
+            close(fd);
+            continue;
+        }
+        n->fd = fd;
+        break;
+    }
+    freeaddrinfo(res);
+    if (n->fd < 0) {
+        cl->stats.connection_errors++;
+        set_error(cl, "cannot connect to Redis %s: %s", n->name,
+                  strerror(err ? err : ECONNREFUSED));
+        return -1;
+    }
+    tune_socket(n->fd);
+    n->reader = redisReaderCreate();
+    if (!n->reader) {
+        node_close(cl, n);
+        set_error(cl, "out of memory");
+        return -1;
+    }
+    if (cl->password) {
+        const char *argv[3] = {"AUTH", cl->user ? cl->user : cl->password, cl->password};
+        int argc = cl->user ? 3 : 2;
+        char cmd[1024], *p = lb_resp_header(cmd, '*', (uint64_t)argc);
+        redisReply *reply = NULL;
+        for (int i = 0; i < argc; i++) {
+            size_t len = strlen(argv[i]);
+            if (len > 400) {
+                node_close(cl, n);
+                set_error(cl, "Redis user or password longer than 400 bytes");
+                return -1;
+            }
+            p = lb_resp_bulk(p, argv[i], len);
+        }
+        if (node_call(cl, n, cmd, (size_t)(p - cmd), &reply) != 0)
+            return -1;
+        if (reply->type == REDIS_REPLY_ERROR) {
+            /* The server's message never contains the password. */
+            set_error(cl, "AUTH on %s failed: %s", n->name, reply->str);
+            freeReplyObject(reply);
+            node_close(cl, n);
+            return -1;
+        }
+        freeReplyObject(reply);
+    }
+    LB_DEBUG("redis", "connected to %s", n->name);
+    return 0;
+}
+
+/* Feeds whatever the socket has into the reader. Returns bytes read, 0 on
+ * EOF, -1 on error (EAGAIN is reported as -2). */
+static ssize_t node_read(struct lb_cluster *cl, struct node *n)
+{
+    ssize_t got = read(n->fd, cl->readbuf, sizeof(cl->readbuf));
+    if (got < 0)
+        return errno == EAGAIN || errno == EINTR ? -2 : -1;
+    if (got > 0 && redisReaderFeed(n->reader, cl->readbuf, (size_t)got) != REDIS_OK)
+        return -1;
+    return got;
+}
+
+/* A blocking round trip on an idle connection, for AUTH and CLUSTER SLOTS.
+ * On failure closes the connection and returns -1 with cl->errstr set. */
+static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, size_t len,
+                     redisReply **reply)
+{
+    int64_t deadline = now_ms() + cl->command_timeout_ms;
+    size_t sent = 0;
+    void *r = NULL;
+
+    while (sent < len) {
+        ssize_t w = write(n->fd, bytes + sent, len - sent);
+        if (w > 0) {
+            sent += (size_t)w;
+        } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+            if (wait_fd(n->fd, POLLOUT, deadline) <= 0)
+                goto timeout;
+        } else {
+            goto broken;
+        }
+    }
+    for (;;) {
+        if (redisReaderGetReply(n->reader, &r) != REDIS_OK)
+            goto broken;
+        if (r) {
+            *reply = r;
+            return 0;
+        }
+        ssize_t got = node_read(cl, n);
+        if (got == -2) {
+            if (wait_fd(n->fd, POLLIN, deadline) <= 0)
+                goto timeout;
+        } else if (got <= 0) {
+            goto broken;
+        }
+    }
+timeout:
+    cl->stats.timeouts++;
+    set_error(cl, "Redis %s did not answer within %lld ms", n->name,
+              (long long)cl->command_timeout_ms);
+    node_close(cl, n);
+    return -1;
+broken:
+    cl->stats.connection_errors++;
+    set_error(cl, "connection to Redis %s lost: %s", n->name,
+              errno ? strerror(errno) : "closed by the server");
+    node_close(cl, n);
+    return -1;
+}
+
+/* ---- the slot map --------------------------------------------------------------- */
+
+static int reply_port(const redisReply *r, int *port)
+{
+    if (r->type == REDIS_REPLY_INTEGER && r->integer > 0 && r->integer < 65536) {
+        *port = (int)r->integer;
+        return 0;
+    }
+    return -1;
+}
+
+/* Parses a CLUSTER SLOTS reply into 'slots'. 'asked' is the node that
+ * answered: a master listed with an empty or unknown address is that node. */
+static int parse_cluster_slots(struct lb_cluster *cl, const redisReply *reply, int32_t asked,
+                               int32_t *slots)
+{
+    if (reply->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i < reply->elements; i++) {
+        const redisReply *range = reply->element[i];
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+            range->element[0]->type != REDIS_REPLY_INTEGER ||
+            range->element[1]->type != REDIS_REPLY_INTEGER ||
+            range->element[2]->type != REDIS_REPLY_ARRAY || range->element[2]->elements < 2)
+            return -1;
+        long long first = range->element[0]->integer, last = range->element[1]->integer;
+        const redisReply *master = range->element[2];
+        int port;
+        if (first < 0 || last >= LB_SLOTS || first > last ||
+            master->element[0]->type != REDIS_REPLY_STRING ||
+            reply_port(master->element[1], &port) != 0)
+            return -1;
+        const char *host = master->element[0]->str;
+        int32_t node = (!*host || strcmp(host, "?") == 0)
+                           ? add_node(cl, cl->nodes[asked]->host, port)
+                           : add_node(cl, host, port);
+        if (node < 0)
+            return -1;
+        for (long long s = first; s <= last; s++)
+            slots[s] = node;
+    }
+    return 0;
+}
+
+int lb_cluster_refresh(struct lb_cluster *cl)
+{
+    static const char cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+    int32_t fresh[LB_SLOTS];
+    char first_error[sizeof(cl->errstr)] = "";
+
+    cl->stats.refreshes++;
+    /* Try the node that answered last time first, then every known node. */
+    for (size_t k = 0; k < cl->nnodes; k++) {
+        size_t i = (cl->last_good + k) % cl->nnodes;
+        struct node *n = cl->nodes[i];
+        redisReply *reply = NULL;
+        if (n->qlen)
+            continue; /* busy inside an exec round; not used here */
+        if (node_connect(cl, n) != 0 || node_call(cl, n, cmd, sizeof(cmd) - 1, &reply) != 0) {
+            if (!first_error[0])
+                snprintf(first_error, sizeof(first_error), "%s", cl->errstr);
+            continue;
+        }
+        if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "cluster support disabled")) {
+            for (size_t s = 0; s < LB_SLOTS; s++)
+                cl->slots[s] = (int32_t)i;
+            if (!cl->standalone)
+                LB_INFO("redis",
+                        "%s is a standalone Redis (cluster support disabled); every "
+                        "slot goes to it",
+                        n->name);
+            cl->standalone = 1;
+            cl->need_refresh = 0;
+            cl->last_good = i;
+            freeReplyObject(reply);
+            return 0;
+        }
+        for (size_t s = 0; s < LB_SLOTS; s++)
+            fresh[s] = -1;
+        int rc = reply->type == REDIS_REPLY_ERROR
+                     ? -1
+                     : parse_cluster_slots(cl, reply, (int32_t)i, fresh);
+        if (rc != 0 && !first_error[0])
+            snprintf(first_error, sizeof(first_error), "unexpected CLUSTER SLOTS reply from %s%s%s",
+                     cl->nodes[i]->name, reply->type == REDIS_REPLY_ERROR ? ": " : "",
+                     reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+        freeReplyObject(reply);
+        if (rc != 0)
+            continue;
+        memcpy(cl->slots, fresh, sizeof(fresh));
+        cl->standalone = 0;
+        cl->need_refresh = 0;
+        cl->last_good = i;
+        return 0;
+    }
+    set_error(cl, "no Redis node could serve the slot map%s%s",
+              first_error[0] ? "; first error: " : "", first_error);
+    return -1;
+}
+
+/* ---- executing requests ------------------------------------------------------------ */
+
+static int queue_push(struct node *n, uint32_t request)
+{
+    if (n->qhead + n->qlen == n->qcap) {
+        if (n->qhead > 0) {
+            memmove(n->queue, n->queue + n->qhead, n->qlen * sizeof(*n->queue));
+            n->qhead = 0;
+        } else {
+            size_t cap = n->qcap ? n->qcap * 2 : 64;
+            uint32_t *q = realloc(n->queue, cap * sizeof(*q));
+            if (!q)
+                return -1;
+            n->queue = q;
+            n->qcap = cap;
+        }
+    }
+    n->queue[n->qhead + n->qlen++] = request;
+    return 0;
+}
+
+static void fail_run(struct run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void fail_run(struct run *run, const char *fmt, ...)
+{
+    va_list ap;
+    if (run->error[0])
+        return; /* keep the first reason */
+    va_start(ap, fmt);
+    vsnprintf(run->error, sizeof(run->error), fmt, ap);
+    va_end(ap);
+}
+
+/* Parses "MOVED 3999 127.0.0.1:6381" / "ASK ..." into a node index. */
+static int32_t redirect_target(struct lb_cluster *cl, const char *msg)
+{
+    const char *addr = strchr(msg, ' ');
+    addr = addr ? strchr(addr + 1, ' ') : NULL;
+    if (!addr)
+        return -1;
+    addr++;
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr)
+        return -1;
+    char host[256];
+    size_t hlen = (size_t)(colon - addr);
+    if (addr[0] == '[' && colon[-1] == ']') {
+        addr++;
+        hlen -= 2;
+    }
+    if (hlen >= sizeof(host))
+        return -1;
+    memcpy(host, addr, hlen);
+    host[hlen] = '\0';
+    int port = atoi(colon + 1);
+    if (port <= 0 || port > 65535)
+        return -1;
+    return add_node(cl, host, port);
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Classifies an error reply met by a request. */
+static void note_error(struct lb_cluster *cl, struct run *run, const struct node *n,
+                       const redisReply *r)
+{
+    const char *msg = r->str;
+    if (starts_with(msg, "MOVED ") || starts_with(msg, "ASK ")) {
+        if (run->redirect || run->error[0])
+            return;
+        int32_t target = redirect_target(cl, msg);
+        if (target < 0) {
+            fail_run(run, "unparsable redirection from %s: %.80s", n->name, msg);
+            return;
+        }
+        run->redirect = msg[0] == 'M' ? REDIRECT_MOVED : REDIRECT_ASK;
+        run->redirect_node = target;
+        return;
+    }
+    if (starts_with(msg, "EXECABORT") && (run->redirect || run->error[0]))
+        return; /* the consequence of an error already noted */
+    if (starts_with(msg, "TRYAGAIN") || starts_with(msg, "CLUSTERDOWN") ||
+        starts_with(msg, "LOADING") || starts_with(msg, "MASTERDOWN"))
+        cl->stats.retry_later++;
+    else
+        cl->stats.command_errors++;
+    fail_run(run, "%s: %.120s", n->name, msg);
+}
+
+static uint32_t replies_expected(const struct lb_request *req, const struct run *run)
+{
+    return run->asking + (req->is_txn ? req->ncommands + 2 : req->ncommands);
+}
+
+/* Matches one reply to the request at the head of the node's queue. Takes
+ * ownership of 'r'. */
+static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
+{
+    uint32_t index = n->queue[n->qhead];
+    struct lb_request *req = &cl->requests[index];
+    struct run *run = &cl->runs[index];
+    uint32_t k = n->replies++;
+    uint32_t total = replies_expected(req, run);
+    int keep = 0;
+
+    if (run->asking && k == 0) {
+        if (r->type == REDIS_REPLY_ERROR)
+            note_error(cl, run, n, r);
+    } else if (req->is_txn) {
+        uint32_t j = k - run->asking;
+        if (j <= req->ncommands) { /* MULTI's +OK, then +QUEUED each */
+            if (r->type == REDIS_REPLY_ERROR)
+                note_error(cl, run, n, r);
+            else if (r->type != REDIS_REPLY_STATUS)
+                fail_run(run, "%s: unexpected reply type %d inside MULTI", n->name, r->type);
+        } else if (r->type == REDIS_REPLY_ARRAY) { /* EXEC */
+            if (r->elements != req->ncommands)
+                fail_run(run, "%s: EXEC returned %zu replies for %u commands", n->name, r->elements,
+                         req->ncommands);
+            for (size_t e = 0; e < r->elements; e++)
+                if (r->element[e]->type == REDIS_REPLY_ERROR) {
+                    cl->stats.command_errors++;
+                    fail_run(run, "%s: command %zu of the transaction failed: %.100s", n->name,
+                             e + 1, r->element[e]->str);
+                }
+        } else if (r->type == REDIS_REPLY_ERROR) {
+            note_error(cl, run, n, r);
+        } else {
+            fail_run(run, "%s: the transaction was aborted (EXEC returned nil)", n->name);
+        }
+    } else {
+        if (r->type == REDIS_REPLY_ERROR)
+            note_error(cl, run, n, r);
+        if (k + 1 == total && !run->redirect) {
+            if (req->reply)
+                freeReplyObject(req->reply);
+            req->reply = r;
+            keep = 1;
+        }
+    }
+    if (!keep)
+        freeReplyObject(r);
+    if (n->replies == total) {
+        run->done = 1;
+        n->replies = 0;
+        n->qhead++;
+        n->qlen--;
+    }
+}
+
+/* Fails every request still queued on 'n' and closes it. */
+static void node_abort(struct lb_cluster *cl, struct node *n, const char *why)
+{
+    for (size_t i = 0; i < n->qlen; i++) {
+        struct run *run = &cl->runs[n->queue[n->qhead + i]];
+        run->redirect = REDIRECT_NONE;
+        fail_run(run, "%s", why);
+        run->done = 1;
+    }
+    LB_WARN("redis", "%s", why);
+    node_close(cl, n);
+    cl->need_refresh = 1;
+}
+
+/* Drives every node's I/O until all queues are empty or the deadline. */
+static void run_io(struct lb_cluster *cl, int64_t deadline)
+{
+    struct pollfd pfds[64];
+    int32_t which[64];
+
+    for (;;) {
+        nfds_t count = 0;
+        for (size_t i = 0; i < cl->nnodes && count < 64; i++) {
+            struct node *n = cl->nodes[i];
+            if (!n->qlen)
+                continue;
+            pfds[count] = (struct pollfd){
+                .fd = n->fd, .events = (short)(POLLIN | (n->sent < n->out.len ? POLLOUT : 0))};
+            which[count++] = (int32_t)i;
+        }
+        if (!count)
+            return;
+        int64_t left = deadline - now_ms();
+        int rc = left > 0 ? poll(pfds, count, (int)left) : 0;
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            for (nfds_t k = 0; k < count; k++) {
+                char why[400];
+                cl->stats.timeouts++;
+                snprintf(why, sizeof(why), "Redis %s did not answer within %lld ms",
+                         cl->nodes[which[k]]->name, (long long)cl->command_timeout_ms);
+                node_abort(cl, cl->nodes[which[k]], why);
+            }
+            return;
+        }
+        for (nfds_t k = 0; k < count; k++) {
+            struct node *n = cl->nodes[which[k]];
+            char why[400];
+            if (pfds[k].revents & POLLOUT) {
+                ssize_t w = write(n->fd, n->out.data + n->sent, n->out.len - n->sent);
+                if (w < 0 && errno != EAGAIN && errno != EINTR) {
+                    cl->stats.connection_errors++;
+                    snprintf(why, sizeof(why), "writing to Redis %s failed: %s", n->name,
+                             strerror(errno));
+                    node_abort(cl, n, why);
+                    continue;
+                }
+                if (w > 0)
+                    n->sent += (size_t)w;
+                if (n->sent == n->out.len)
+                    n->out.len = n->sent = 0;
+            }
+            if (!(pfds[k].revents & (POLLIN | POLLERR | POLLHUP)))
+                continue;
+            ssize_t got = node_read(cl, n);
+            if (got == -2)
+                continue;
+            if (got <= 0) {
+                cl->stats.connection_errors++;
+                snprintf(why, sizeof(why), "connection to Redis %s lost: %s", n->name,
+                         got == 0 ? "closed by the server" : strerror(errno));
+                node_abort(cl, n, why);
+                continue;
+            }
+            void *reply;
+            while (n->qlen) {
+                if (redisReaderGetReply(n->reader, &reply) != REDIS_OK) {
+                    cl->stats.connection_errors++;
+                    snprintf(why, sizeof(why), "protocol error from Redis %s", n->name);
+                    node_abort(cl, n, why);
+                    break;
+                }
+                if (!reply)
+                    break;
+                on_reply(cl, n, reply);
+            }
+        }
+    }
+}
+
+static int32_t target_node(struct lb_cluster *cl, const struct lb_request *req, struct run *run)
+{
+    if (run->redirect == REDIRECT_ASK) {
+        run->asking = 1;
+        return run->redirect_node;
+    }
+    run->asking = 0;
+    return cl->slots[req->slot];
+}
+
+/* Queues a request on its node. Returns 0, or -1 when it failed at once. */
+static int dispatch(struct lb_cluster *cl, uint32_t index)
+{
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    struct lb_request *req = &cl->requests[index];
+    struct run *run = &cl->runs[index];
+    int32_t node = target_node(cl, req, run);
+
+    run->redirect = REDIRECT_NONE;
+    run->done = 0;
+    if (node < 0) {
+        fail_run(run, "no Redis master serves slot %u", req->slot);
+        cl->need_refresh = 1;
+        return -1;
+    }
+    struct node *n = cl->nodes[node];
+    if (n->fd < 0 && node_connect(cl, n) != 0) {
+        fail_run(run, "%s", cl->errstr);
+        cl->need_refresh = 1;
+        return -1;
+    }
+    if ((run->asking && lb_buf_append(&n->out, asking, sizeof(asking) - 1) != 0) ||
+        lb_buf_append(&n->out, req->bytes, req->len) != 0 || queue_push(n, index) != 0) {
+        fail_run(run, "out of memory");
+        return -1;
+    }
+    run->node = node;
+    cl->stats.requests++;
+    return 0;
+}
+
+size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_t count)
+{
+    size_t failed = 0;
+
+    if (count > cl->capruns) {
+        struct run *runs = realloc(cl->runs, count * sizeof(*runs));
+        if (!runs) {
+            for (size_t i = 0; i < count; i++) {
+                requests[i].ok = 0;
+                snprintf(requests[i].error, sizeof(requests[i].error), "out of memory");
+            }
+            return count;
+        }
+        cl->runs = runs;
+        cl->capruns = count;
+    }
+    memset(cl->runs, 0, count * sizeof(*cl->runs));
+    cl->requests = requests;
+    for (size_t i = 0; i < count; i++) {
+        requests[i].ok = 0;
+        requests[i].error[0] = '\0';
+    }
+
+    for (int round = 0; round < MAX_ROUNDS; round++) {
+        size_t sent = 0;
+        if (cl->need_refresh && lb_cluster_refresh(cl) != 0)
+            LB_WARN("redis", "slot map refresh failed: %s", cl->errstr);
+        for (size_t i = 0; i < count; i++) {
+            struct run *run = &cl->runs[i];
+            if (run->error[0] || (round > 0 && !run->redirect))
+                continue;
+            if (requests[i].len == 0) {
+                run->done = 1;
+                continue;
+            }
+            if (dispatch(cl, (uint32_t)i) == 0)
+                sent++;
+        }
+        if (!sent)
+            break;
+        run_io(cl, now_ms() + cl->command_timeout_ms);
+        size_t redirected = 0;
+        for (size_t i = 0; i < count; i++) {
+            struct run *run = &cl->runs[i];
+            if (run->redirect == REDIRECT_MOVED) {
+                cl->stats.moved++;
+                cl->slots[requests[i].slot] = run->redirect_node;
+                cl->need_refresh = 1;
+                redirected++;
+            } else if (run->redirect == REDIRECT_ASK) {
+                cl->stats.ask++;
+                redirected++;
+            }
+        }
+        if (!redirected)
+            break;
+    }
+    for (size_t i = 0; i < count; i++) {
+        struct run *run = &cl->runs[i];
+        if (run->redirect && !run->error[0])
+            fail_run(run, "still redirected after %d rounds", MAX_ROUNDS);
+        requests[i].ok = run->done && !run->error[0];
+        if (!requests[i].ok) {
+            if (!run->error[0])
+                fail_run(run, "no reply");
+            snprintf(requests[i].error, sizeof(requests[i].error), "%s", run->error);
+            if (requests[i].reply) {
+                freeReplyObject(requests[i].reply);
+                requests[i].reply = NULL;
+            }
+            failed++;
+        }
+    }
+    cl->requests = NULL;
+    return failed;
+}
+
+/* ---- lifecycle and tools ------------------------------------------------------------- */
+
+struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options)
+{
+    struct lb_cluster *cl = calloc(1, sizeof(*cl));
+    if (!cl)
+        return NULL;
+    for (size_t s = 0; s < LB_SLOTS; s++)
+        cl->slots[s] = -1;
+    cl->connect_timeout_ms = options->connect_timeout_ms > 0 ? options->connect_timeout_ms : 1000;
+    cl->command_timeout_ms = options->command_timeout_ms > 0 ? options->command_timeout_ms : 5000;
+    cl->need_refresh = 1;
+    if ((options->user && !(cl->user = strdup(options->user))) ||
+        (options->password && !(cl->password = strdup(options->password))))
+        goto oom;
+    for (size_t i = 0; i < options->nseeds; i++)
+        if (add_node(cl, options->seeds[i].host, options->seeds[i].port) < 0)
+            goto oom;
+    cl->nseeds = options->nseeds;
+    return cl;
+oom:
+    lb_cluster_free(cl);
+    return NULL;
+}
+
+void lb_cluster_free(struct lb_cluster *cl)
+{
+    if (!cl)
+        return;
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        node_close(cl, cl->nodes[i]);
+        free(cl->nodes[i]->host);
+        free(cl->nodes[i]->queue);
+        lb_buf_free(&cl->nodes[i]->out);
+        free(cl->nodes[i]);
+    }
+    free(cl->nodes);
+    free(cl->runs);
+    if (cl->password)
+        memset(cl->password, 0, strlen(cl->password));
+    free(cl->password);
+    free(cl->user);
+    free(cl);
+}
+
+static int encode_argv(struct lb_buf *buf, int argc, const char **argv, const size_t *argvlen)
+{
+    size_t need = LB_RESP_HEADER_MAX;
+    for (int i = 0; i < argc; i++)
+        need += LB_RESP_HEADER_MAX + argvlen[i] + 2;
+    if (lb_buf_reserve(buf, need) != 0)
+        return -1;
+    char *p = lb_resp_header(buf->data + buf->len, '*', (uint64_t)argc);
+    for (int i = 0; i < argc; i++)
+        p = lb_resp_bulk(p, argv[i], argvlen[i]);
+    buf->len = (size_t)(p - buf->data);
+    return 0;
+}
+
+redisReply *lb_cluster_command(struct lb_cluster *cl, uint16_t slot, int argc, const char **argv,
+                               const size_t *argvlen)
+{
+    struct lb_buf buf = {0};
+    struct lb_request req = {.slot = slot, .ncommands = 1};
+    if (encode_argv(&buf, argc, argv, argvlen) != 0) {
+        set_error(cl, "out of memory");
+        return NULL;
+    }
+    req.bytes = buf.data;
+    req.len = buf.len;
+    lb_cluster_exec(cl, &req, 1);
+    lb_buf_free(&buf);
+    if (!req.ok)
+        set_error(cl, "%s", req.error);
+    return req.ok ? req.reply : NULL;
+}
+
+int lb_cluster_each_master(struct lb_cluster *cl, int argc, const char **argv,
+                           const size_t *argvlen,
+                           void (*each)(void *ctx, const char *node, const redisReply *reply),
+                           void *ctx)
+{
+    struct lb_buf buf = {0};
+    int rc = 0;
+
+    if ((cl->need_refresh && lb_cluster_refresh(cl) != 0) ||
+        encode_argv(&buf, argc, argv, argvlen) != 0)
+        return -1;
+    for (size_t i = 0; i < cl->nnodes && rc == 0; i++) {
+        int serves = 0;
+        for (size_t s = 0; s < LB_SLOTS && !serves; s++)
+            serves = cl->slots[s] == (int32_t)i;
+        if (!serves)
+            continue;
+        struct node *n = cl->nodes[i];
+        redisReply *reply = NULL;
+        if (node_connect(cl, n) != 0 || node_call(cl, n, buf.data, buf.len, &reply) != 0) {
+            rc = -1;
+            break;
+        }
+        each(ctx, cl->nodes[i]->name, reply);
+        freeReplyObject(reply);
+    }
+    lb_buf_free(&buf);
+    return rc;
+}
+
+const char *lb_cluster_slot_owner(const struct lb_cluster *cl, uint16_t slot)
+{
+    int32_t node = cl->slots[slot & (LB_SLOTS - 1)];
+    return node < 0 ? NULL : cl->nodes[node]->name;
+}
+
+int lb_cluster_is_standalone(const struct lb_cluster *cl)
+{
+    return cl->standalone;
+}
+
+const char *lb_cluster_error(const struct lb_cluster *cl)
+{
+    return cl->errstr;
+}
+
+const struct lb_cluster_stats *lb_cluster_stats(const struct lb_cluster *cl)
+{
+    return &cl->stats;
+}

@@ -1,0 +1,95 @@
+/* A Redis Cluster client for batches of single-slot transactions.
+ *
+ * hiredis 0.14 parses RESP for us (redisReader) but knows nothing of
+ * clusters, so the rest is here: the slot map (read from CLUSTER SLOTS, or
+ * every slot on one node for a standalone Redis), one non-blocking TCP
+ * connection per node, and an executor that writes every request of a batch
+ * to its slot's master, all nodes at once, then reads and checks every reply:
+ * MULTI's +OK, each +QUEUED, and every element of EXEC's array. A request
+ * redirected with MOVED is resent, whole, to the new owner in the next round.
+ *
+ * Requests are not retried forever here: what is still failing after a few
+ * rounds is reported to the caller, which owns the retry policy (back off,
+ * keep the consumer alive, never commit). The client is single-threaded:
+ * one thread owns an lb_cluster and everything it returns.
+ */
+#ifndef LB_CLUSTER_H
+#define LB_CLUSTER_H
+
+#include "config.h"
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct lb_cluster_options {
+    const struct lb_host *seeds; /* copied */
+    size_t nseeds;
+    const char *user;     /* copied; NULL: AUTH with password only */
+    const char *password; /* copied; NULL: no AUTH */
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+};
+
+/* One request: a run of RESP commands for one slot. A transaction
+ * (is_txn) is MULTI, 'ncommands' commands, EXEC; otherwise 'ncommands' plain
+ * commands whose replies are handed back. */
+struct lb_request {
+    uint16_t slot;
+    uint8_t is_txn;
+    uint32_t ncommands;
+    const char *bytes; /* not owned; must stay valid during lb_cluster_exec */
+    size_t len;
+    /* out: */
+    int ok;
+    redisReply *reply; /* plain requests: the last command's reply, owned by the caller */
+    char error[160];   /* why it failed, when !ok */
+};
+
+struct lb_cluster_stats {
+    uint64_t requests;       /* requests sent, resends included */
+    uint64_t moved;          /* MOVED redirections followed */
+    uint64_t ask;            /* ASK redirections followed */
+    uint64_t retry_later;    /* TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN */
+    uint64_t command_errors; /* errors inside a transaction or from a command */
+    uint64_t connection_errors;
+    uint64_t timeouts;
+    uint64_t refreshes; /* slot map reloads */
+};
+
+struct lb_cluster;
+
+/* Creates a client; does not connect. Returns NULL when out of memory. */
+struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options);
+/* Closes every connection. Accepts NULL. */
+void lb_cluster_free(struct lb_cluster *cluster);
+
+/* Reloads the slot map from any reachable node (seeds and every node seen
+ * so far). Returns 0, or -1 with the reason in lb_cluster_error(). */
+int lb_cluster_refresh(struct lb_cluster *cluster);
+
+/* Sends every request to its slot's master and checks every reply, following
+ * MOVED and ASK. Returns the number of requests that did not succeed; each
+ * request's 'ok' and 'error' say which and why. */
+size_t lb_cluster_exec(struct lb_cluster *cluster, struct lb_request *requests, size_t count);
+
+/* Runs one command (argv/argvlen as in hiredis) on the master of 'slot';
+ * returns its reply (caller frees with freeReplyObject) or NULL with the
+ * reason in lb_cluster_error(). For tools, not for the hot path. */
+redisReply *lb_cluster_command(struct lb_cluster *cluster, uint16_t slot, int argc,
+                               const char **argv, const size_t *argvlen);
+
+/* Runs one command on every master; calls 'each' with each reply (owned by
+ * the client, valid during the call). Returns 0 or -1. */
+int lb_cluster_each_master(struct lb_cluster *cluster, int argc, const char **argv,
+                           const size_t *argvlen,
+                           void (*each)(void *ctx, const char *node, const redisReply *reply),
+                           void *ctx);
+
+/* "host:port" of the master serving 'slot', or NULL when unknown. */
+const char *lb_cluster_slot_owner(const struct lb_cluster *cluster, uint16_t slot);
+int lb_cluster_is_standalone(const struct lb_cluster *cluster);
+const char *lb_cluster_error(const struct lb_cluster *cluster);
+const struct lb_cluster_stats *lb_cluster_stats(const struct lb_cluster *cluster);
+
+#endif

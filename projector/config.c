@@ -1,0 +1,1223 @@
+/* Configuration loading.
+ *
+ * libyaml's document API gives us a node tree with line numbers. The tree is
+ * walked against static tables of key definitions (struct key_def): one table
+ * per mapping, each row naming a key, its type, where it is stored, its
+ * default and its documentation. Unknown keys, wrong types, out-of-range
+ * numbers and missing required keys are all reported with the line they are
+ * on (or the line of the mapping that lacks them), and the first error stops
+ * the load: a half-valid configuration never starts a projector.
+ *
+ * Cross-field rules (a score range that does not fit the composite's 53 bits,
+ * a bare input without a writer schema, ...) are checked after the walk, with
+ * the line of the section they concern.
+ */
+#include "config.h"
+#include "log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+struct parser {
+    const char *name; /* for messages */
+    char *dir;        /* for relative paths */
+    yaml_document_t doc;
+    char *err;
+    size_t errlen;
+};
+
+static int fail(struct parser *p, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct parser *p, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int n = snprintf(p->err, p->errlen, "%s:%d: ", p->name, line);
+    if (n < 0 || (size_t)n >= p->errlen)
+        return -1;
+    va_start(ap, fmt);
+    vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int line_of(const yaml_node_t *node)
+{
+    return (int)node->start_mark.line + 1;
+}
+
+/* ---- scalars ------------------------------------------------------------ */
+
+/* Returns a malloc'd copy of a scalar with ${VAR} replaced from the
+ * environment, or NULL after reporting the error. */
+static char *expand(struct parser *p, int line, const char *text)
+{
+    size_t cap = strlen(text) + 1, len = 0;
+    char *out = malloc(cap);
+    if (!out) {
+        fail(p, line, "out of memory");
+        return NULL;
+    }
+    for (const char *s = text; *s;) {
+        const char *value = NULL;
+        size_t vlen = 1;
+        if (s[0] == '$' && s[1] == '{') {
+            const char *close = strchr(s, '}');
+            if (!close) {
+                fail(p, line, "unterminated ${ in \"%s\"", text);
+                goto error;
+            }
+            /* ${NAME} or ${NAME:-default} */
+            char name[128];
+            size_t nlen = (size_t)(close - s - 2);
+            if (nlen == 0 || nlen >= sizeof(name)) {
+                fail(p, line, "bad environment variable reference in \"%s\"", text);
+                goto error;
+            }
+            memcpy(name, s + 2, nlen);
+            name[nlen] = '\0';
+            char *fallback = strstr(name, ":-");
+            if (fallback) {
+                *fallback = '\0';
+                fallback += 2;
+            }
+            value = getenv(name);
+            if (!value || (fallback && !*value))
+                value = fallback;
+            if (!value) {
+                fail(p, line,
+                     "environment variable %s is not set (referenced as ${%s}; write "
+                     "${%s:-default} for a default)",
+                     name, name, name);
+                goto error;
+            }
+            vlen = strlen(value);
+            s = close + 1;
+        } else {
+            value = s++;
+        }
+        if (len + vlen + 1 > cap) {
+            cap = (len + vlen + 1) * 2;
+            char *grown = realloc(out, cap);
+            if (!grown) {
+                fail(p, line, "out of memory");
+                goto error;
+            }
+            out = grown;
+        }
+        memcpy(out + len, value, vlen);
+        len += vlen;
+    }
+    out[len] = '\0';
+    return out;
+error:
+    free(out);
+    return NULL;
+}
+
+static const char *scalar_text(const yaml_node_t *node)
+{
+    return (const char *)node->data.scalar.value;
+}
+
+static int parse_int(const char *text, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int64_t lb_duration_parse(const char *text)
+{
+    static const struct {
+        const char *suffix;
+        int64_t ms;
+    } units[] = {{"ms", 1},      {"s", 1000},     {"m", 60000},
+                 {"h", 3600000}, {"d", 86400000}, {"w", 7 * INT64_C(86400000)}};
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || v < 0 || !isdigit((unsigned char)text[0]))
+        return -1;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcmp(end, units[i].suffix) == 0)
+            return v > INT64_MAX / units[i].ms ? -1 : v * units[i].ms;
+    return -1;
+}
+
+static int digits(const char **s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++, (*s)++) {
+        if (!isdigit((unsigned char)**s))
+            return -1;
+        v = v * 10 + (**s - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+int lb_time_parse(const char *text, int64_t *ms)
+{
+    const char *s = text;
+    int year, month, day, hour = 0, minute = 0, second = 0, frac_ms = 0, offset_min = 0;
+
+    if (digits(&s, 4, &year) || *s++ != '-' || digits(&s, 2, &month) || *s++ != '-' ||
+        digits(&s, 2, &day))
+        return -1;
+    if (month < 1 || month > 12 || day < 1 || day > 31)
+        return -1;
+    if (*s == 'T' || *s == 't' || *s == ' ') {
+        s++;
+        if (digits(&s, 2, &hour) || *s++ != ':' || digits(&s, 2, &minute) || *s++ != ':' ||
+            digits(&s, 2, &second) || hour > 23 || minute > 59 || second > 60)
+            return -1;
+        if (*s == '.') {
+            int scale = 100;
+            for (s++; isdigit((unsigned char)*s); s++, scale /= 10)
+                frac_ms += (*s - '0') * scale;
+        }
+        if (*s == 'Z' || *s == 'z') {
+            s++;
+        } else if (*s == '+' || *s == '-') {
+            int sign = *s++ == '-' ? -1 : 1, oh, om;
+            if (digits(&s, 2, &oh) || *s++ != ':' || digits(&s, 2, &om))
+                return -1;
+            offset_min = sign * (oh * 60 + om);
+        } else {
+            return -1; /* a time without a zone is ambiguous */
+        }
+    }
+    if (*s)
+        return -1;
+    int64_t days = lb_days_from_civil(year, (unsigned)month, (unsigned)day);
+    *ms =
+        ((days * 24 + hour) * 60 + minute - offset_min) * INT64_C(60000) + second * 1000 + frac_ms;
+    return 0;
+}
+
+/* ---- key tables ---------------------------------------------------------- */
+
+enum key_type {
+    KT_STRING,
+    KT_SECRET, /* a string never printed */
+    KT_PATH,   /* a string resolved against the configuration's directory */
+    KT_INT,
+    KT_DURATION,
+    KT_TIME,
+    KT_CHOICE, /* stored as int: index into 'choices' */
+    KT_STRINGS,
+    KT_SECTION, /* a nested mapping filling the same object */
+    KT_CUSTOM,
+};
+
+#define F_REQUIRED    1u
+#define F_PASSTHROUGH 2u /* KT_SECTION: dotted keys are librdkafka properties */
+
+struct key_def {
+    const char *name;
+    enum key_type type;
+    size_t offset;
+    const char *def; /* default, in the same syntax as the file; NULL: none */
+    unsigned flags;
+    int64_t min, max;
+    const char *const *choices;
+    const struct key_def *section;
+    int (*custom)(struct parser *p, yaml_node_t *node, void *obj);
+    void (*print)(const void *obj, FILE *out, int indent);
+    const char *doc;
+};
+
+#define FIELD(type, member) offsetof(type, member)
+
+static int parse_node(struct parser *p, const struct key_def *def, yaml_node_t *node, void *obj);
+static int parse_mapping(struct parser *p, const struct key_def *table, yaml_node_t *node, int line,
+                         void *obj, const char *where, unsigned flags);
+
+/* Stores the scalar 'text' (already expanded) as 'def' says. */
+static int store_scalar(struct parser *p, const struct key_def *def, int line, const char *text,
+                        void *obj)
+{
+    char *field = (char *)obj + def->offset;
+    int64_t v;
+
+    switch (def->type) {
+    case KT_STRING:
+    case KT_SECRET:
+    case KT_PATH: {
+        char *copy;
+        if (def->type == KT_PATH && text[0] != '/' && p->dir) {
+            size_t n = strlen(p->dir) + strlen(text) + 2;
+            copy = malloc(n);
+            if (copy)
+                snprintf(copy, n, "%s/%s", p->dir, text);
+        } else {
+            copy = strdup(text);
+        }
+        if (!copy)
+            return fail(p, line, "out of memory");
+        free(*(char **)field);
+        *(char **)field = copy;
+        return 0;
+    }
+    case KT_INT:
+        if (parse_int(text, &v) != 0)
+            return fail(p, line, "%s: \"%s\" is not an integer", def->name, text);
+        goto range;
+    case KT_DURATION:
+        v = lb_duration_parse(text);
+        if (v < 0)
+            return fail(p, line,
+                        "%s: \"%s\" is not a duration (write a number and a unit: ms, s, m, h, "
+                        "d or w, e.g. 500ms or 7d)",
+                        def->name, text);
+        goto range;
+    case KT_TIME:
+        if (lb_time_parse(text, &v) != 0)
+            return fail(p, line, "%s: \"%s\" is not an RFC 3339 time such as 2025-01-01T00:00:00Z",
+                        def->name, text);
+        *(int64_t *)field = v;
+        return 0;
+    case KT_CHOICE:
+        for (int i = 0; def->choices[i]; i++) {
+            if (strcmp(text, def->choices[i]) == 0) {
+                *(int *)field = i;
+                return 0;
+            }
+        }
+        {
+            char known[256] = "";
+            for (int i = 0; def->choices[i]; i++) {
+                strncat(known, i ? ", " : "", sizeof(known) - strlen(known) - 1);
+                strncat(known, def->choices[i], sizeof(known) - strlen(known) - 1);
+            }
+            return fail(p, line, "%s: \"%s\" is not one of: %s", def->name, text, known);
+        }
+    default:
+        return fail(p, line, "%s: internal error: not a scalar key", def->name);
+    }
+range:
+    if (v < def->min || v > def->max)
+        return fail(p, line, "%s: %s is out of range [%" PRId64 ", %" PRId64 "]%s", def->name, text,
+                    def->min, def->max, def->type == KT_DURATION ? " (milliseconds)" : "");
+    *(int64_t *)field = v;
+    return 0;
+}
+
+static int parse_scalar_node(struct parser *p, const struct key_def *def, yaml_node_t *node,
+                             void *obj)
+{
+    if (node->type != YAML_SCALAR_NODE)
+        return fail(p, line_of(node), "%s: expected a single value, not a %s", def->name,
+                    node->type == YAML_MAPPING_NODE ? "mapping" : "list");
+    char *text = expand(p, line_of(node), scalar_text(node));
+    if (!text)
+        return -1;
+    int rc = store_scalar(p, def, line_of(node), text, obj);
+    free(text);
+    return rc;
+}
+
+/* A list of strings; a single scalar is accepted as a list of one. */
+static int parse_strings(struct parser *p, const struct key_def *def, yaml_node_t *node, void *obj)
+{
+    char ***list = (char ***)((char *)obj + def->offset);
+    size_t *count = (size_t *)((char *)obj + def->offset + sizeof(char **));
+    yaml_node_item_t *items = NULL;
+    size_t n;
+
+    if (node->type == YAML_MAPPING_NODE)
+        return fail(p, line_of(node), "%s: expected a list of values, not a mapping", def->name);
+    if (node->type == YAML_SCALAR_NODE) {
+        n = 1;
+    } else {
+        items = node->data.sequence.items.start;
+        n = (size_t)(node->data.sequence.items.top - items);
+    }
+    for (size_t i = 0; i < *count; i++)
+        free((*list)[i]);
+    free(*list);
+    *count = 0;
+    *list = calloc(n ? n : 1, sizeof(char *));
+    if (!*list)
+        return fail(p, line_of(node), "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = items ? yaml_document_get_node(&p->doc, items[i]) : node;
+        if (item->type != YAML_SCALAR_NODE)
+            return fail(p, line_of(item), "%s: every item must be a single value", def->name);
+        char *text = expand(p, line_of(item), scalar_text(item));
+        if (!text)
+            return -1;
+        (*list)[(*count)++] = text;
+    }
+    return 0;
+}
+
+static int parse_node(struct parser *p, const struct key_def *def, yaml_node_t *node, void *obj)
+{
+    switch (def->type) {
+    case KT_STRINGS:
+        return parse_strings(p, def, node, obj);
+    case KT_SECTION:
+        return parse_mapping(p, def->section, node, line_of(node), obj, def->name, def->flags);
+    case KT_CUSTOM:
+        return def->custom(p, node, obj);
+    default:
+        return parse_scalar_node(p, def, node, obj);
+    }
+}
+
+/* Applies the default of a key the file did not set. */
+static int apply_default(struct parser *p, const struct key_def *def, int line, void *obj,
+                         const char *where)
+{
+    if (def->flags & F_REQUIRED)
+        return fail(p, line, "%s%s'%s' is required: %s", where ? where : "", where ? " needs " : "",
+                    def->name, def->doc);
+    if (def->type == KT_SECTION)
+        return parse_mapping(p, def->section, NULL, line, obj, def->name, def->flags);
+    if (!def->def)
+        return 0;
+    if (def->type == KT_STRINGS) {
+        char ***list = (char ***)((char *)obj + def->offset);
+        size_t *count = (size_t *)((char *)obj + def->offset + sizeof(char **));
+        *list = calloc(1, sizeof(char *));
+        if (!*list || !((*list)[0] = strdup(def->def)))
+            return fail(p, line, "out of memory");
+        *count = 1;
+        return 0;
+    }
+    return store_scalar(p, def, line, def->def, obj);
+}
+
+/* Passthrough of librdkafka properties: any key with a dot in a section
+ * flagged F_PASSTHROUGH. librdkafka itself validates them at start. */
+static int add_kafka_property(struct parser *p, struct lb_config *config, const char *key,
+                              yaml_node_t *value)
+{
+    if (value->type != YAML_SCALAR_NODE)
+        return fail(p, line_of(value), "%s: librdkafka properties take a single value", key);
+    struct lb_kv *props = realloc(config->kafka_props, (config->nkafka_props + 1) * sizeof(*props));
+    if (!props)
+        return fail(p, line_of(value), "out of memory");
+    config->kafka_props = props;
+    struct lb_kv *kv = &props[config->nkafka_props];
+    kv->key = strdup(key);
+    kv->value = expand(p, line_of(value), scalar_text(value));
+    kv->line = line_of(value);
+    if (!kv->key || !kv->value) {
+        free(kv->key);
+        free(kv->value);
+        return kv->value ? fail(p, kv->line, "out of memory") : -1;
+    }
+    config->nkafka_props++;
+    return 0;
+}
+
+static int parse_mapping(struct parser *p, const struct key_def *table, yaml_node_t *node, int line,
+                         void *obj, const char *where, unsigned flags)
+{
+    unsigned seen = 0; /* tables have fewer than 32 rows */
+    size_t rows = 0;
+    while (table[rows].name)
+        rows++;
+
+    if (node && node->type != YAML_MAPPING_NODE)
+        return fail(p, line_of(node), "%s: expected a mapping of keys to values",
+                    where ? where : "top level");
+    if (node) {
+        for (yaml_node_pair_t *pair = node->data.mapping.pairs.start;
+             pair < node->data.mapping.pairs.top; pair++) {
+            yaml_node_t *key = yaml_document_get_node(&p->doc, pair->key);
+            yaml_node_t *value = yaml_document_get_node(&p->doc, pair->value);
+            if (key->type != YAML_SCALAR_NODE)
+                return fail(p, line_of(key), "keys must be plain names");
+            const char *name = scalar_text(key);
+            size_t i;
+            for (i = 0; i < rows; i++)
+                if (strcmp(table[i].name, name) == 0)
+                    break;
+            if (i == rows) {
+                if (strchr(name, '.') && (flags & F_PASSTHROUGH)) {
+                    if (add_kafka_property(p, obj, name, value) != 0)
+                        return -1;
+                    continue;
+                }
+                char known[512] = "";
+                for (size_t k = 0; k < rows; k++) {
+                    strncat(known, k ? ", " : "", sizeof(known) - strlen(known) - 1);
+                    strncat(known, table[k].name, sizeof(known) - strlen(known) - 1);
+                }
+                return fail(p, line_of(key), "unknown key '%s'%s%s (known keys: %s)", name,
+                            where ? " in " : "", where ? where : "", known);
+            }
+            if (seen & (1u << i))
+                return fail(p, line_of(key), "'%s' is set twice", name);
+            seen |= 1u << i;
+            if (parse_node(p, &table[i], value, obj) != 0)
+                return -1;
+        }
+    }
+    for (size_t i = 0; i < rows; i++)
+        if (!(seen & (1u << i)) && apply_default(p, &table[i], line, obj, where) != 0)
+            return -1;
+    return 0;
+}
+
+/* ---- the tables ------------------------------------------------------------ */
+
+static const char *const wire_choices[] = {"confluent", "bare", NULL};
+static const char *const order_choices[] = {"desc", "asc", NULL};
+static const char *const aggregation_choices[] = {"best", "latest", "sum", NULL};
+static const char *const tie_choices[] = {"earliest", "latest", "none", NULL};
+static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
+
+static int parse_schemas(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_hosts(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_windows(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj);
+
+#define C(member) FIELD(struct lb_config, member)
+
+static const struct key_def kafka_keys[] = {
+    {.name = "brokers",
+     .type = KT_STRING,
+     .offset = C(brokers),
+     .flags = F_REQUIRED,
+     .doc = "bootstrap servers, host:port[,host:port...]"},
+    {.name = "group",
+     .type = KT_STRING,
+     .offset = C(group),
+     .def = "leaderboard-projector",
+     .doc = "consumer group id shared by every projector pod"},
+    {.name = "topics",
+     .type = KT_STRINGS,
+     .offset = C(topics),
+     .flags = F_REQUIRED,
+     .doc = "topics carrying score events"},
+    {.name = "commit_interval",
+     .type = KT_DURATION,
+     .offset = C(commit_interval_ms),
+     .def = "1s",
+     .min = 0,
+     .max = 60000,
+     .doc = "how often durable offsets are committed (0: after every batch)"},
+    {0}};
+
+static const struct key_def input_keys[] = {
+    {.name = "format",
+     .type = KT_CHOICE,
+     .offset = C(wire_format),
+     .def = "confluent",
+     .choices = wire_choices,
+     .doc = "confluent (0x00 + schema id + Avro) or bare (Avro with writer_schema)"},
+    {.name = "schemas",
+     .type = KT_CUSTOM,
+     .custom = parse_schemas,
+     .doc = "confluent: mapping of schema id to writer schema file (.avsc)"},
+    {.name = "writer_schema",
+     .type = KT_CUSTOM,
+     .custom = parse_schemas,
+     .doc = "bare: the writer schema file (.avsc)"},
+    {0}};
+
+static const struct key_def redis_keys[] = {
+    {.name = "nodes",
+     .type = KT_CUSTOM,
+     .custom = parse_hosts,
+     .flags = F_REQUIRED,
+     .doc = "seed nodes, host:port; any subset of the cluster"},
+    {.name = "key_prefix",
+     .type = KT_STRING,
+     .offset = C(key_prefix),
+     .def = "lb:",
+     .doc = "prefix of every key written"},
+    {.name = "user",
+     .type = KT_STRING,
+     .offset = C(redis_user),
+     .doc = "ACL user for AUTH (with password)"},
+    {.name = "password",
+     .type = KT_SECRET,
+     .offset = C(redis_password),
+     .doc = "password for AUTH; use ${ENV_VAR}"},
+    {.name = "connect_timeout",
+     .type = KT_DURATION,
+     .offset = C(connect_timeout_ms),
+     .def = "1s",
+     .min = 1,
+     .max = 60000,
+     .doc = "TCP connect timeout"},
+    {.name = "command_timeout",
+     .type = KT_DURATION,
+     .offset = C(command_timeout_ms),
+     .def = "5s",
+     .min = 1,
+     .max = 600000,
+     .doc = "time allowed for a pipeline's replies"},
+    {0}};
+
+static const struct key_def batch_keys[] = {
+    {.name = "max_events",
+     .type = KT_INT,
+     .offset = C(batch_max_events),
+     .def = "5000",
+     .min = 1,
+     .max = 1000000,
+     .doc = "most events projected in one batch"},
+    {.name = "linger",
+     .type = KT_DURATION,
+     .offset = C(batch_linger_ms),
+     .def = "20ms",
+     .min = 0,
+     .max = 10000,
+     .doc = "how long a batch waits to fill before it is written"},
+    {0}};
+
+static const struct key_def log_keys[] = {{.name = "level",
+                                           .type = KT_CHOICE,
+                                           .offset = C(log_level),
+                                           .def = "info",
+                                           .choices = level_choices,
+                                           .doc = "error, warn, info or debug"},
+                                          {0}};
+
+static const struct key_def top_keys[] = {
+    {.name = "kafka",
+     .type = KT_SECTION,
+     .section = kafka_keys,
+     .flags = F_REQUIRED | F_PASSTHROUGH,
+     .doc = "the source topics and consumer group"},
+    {.name = "input",
+     .type = KT_SECTION,
+     .section = input_keys,
+     .doc = "the wire format of the events"},
+    {.name = "redis",
+     .type = KT_SECTION,
+     .section = redis_keys,
+     .flags = F_REQUIRED,
+     .doc = "the Redis Cluster (or standalone Redis) written to"},
+    {.name = "batch", .type = KT_SECTION, .section = batch_keys, .doc = "batching"},
+    {.name = "log", .type = KT_SECTION, .section = log_keys, .doc = "logging"},
+    {.name = "profiles",
+     .type = KT_CUSTOM,
+     .custom = parse_profiles,
+     .doc = "board profiles: scoring and windows, matched by board id"},
+    {0}};
+
+#define P(member) FIELD(struct lb_profile, member)
+
+static const struct key_def profile_keys[] = {
+    {.name = "name",
+     .type = KT_STRING,
+     .offset = P(name),
+     .flags = F_REQUIRED,
+     .doc = "the profile's name, used in messages"},
+    {.name = "match",
+     .type = KT_STRINGS,
+     .offset = P(match),
+     .def = "*",
+     .doc = "board id patterns (shell wildcards); the first matching profile wins"},
+    {.name = "order",
+     .type = KT_CHOICE,
+     .offset = P(scoring.order),
+     .def = "desc",
+     .choices = order_choices,
+     .doc = "desc: higher is better; asc: lower is better"},
+    {.name = "aggregation",
+     .type = KT_CHOICE,
+     .offset = P(aggregation),
+     .def = "best",
+     .choices = aggregation_choices,
+     .doc = "best: keep each player's best score"},
+    {.name = "tie_break",
+     .type = KT_CHOICE,
+     .offset = P(scoring.tie_break),
+     .def = "earliest",
+     .choices = tie_choices,
+     .doc = "who ranks first among equal scores"},
+    {.name = "tie_resolution",
+     .type = KT_CUSTOM,
+     .custom = parse_resolution,
+     .doc = "tick of the tie-breaker: ms, s, min, h or d (default s)"},
+    {.name = "epoch",
+     .type = KT_TIME,
+     .offset = P(scoring.epoch_ms),
+     .def = "2025-01-01T00:00:00Z",
+     .doc = "earliest accepted event time"},
+    {.name = "horizon",
+     .type = KT_TIME,
+     .offset = P(scoring.horizon_ms),
+     .def = "2057-01-01T00:00:00Z",
+     .doc = "first event time no longer accepted"},
+    {.name = "score_min",
+     .type = KT_INT,
+     .offset = P(scoring.score_min),
+     .def = "0",
+     .min = INT64_MIN,
+     .max = INT64_MAX,
+     .doc = "lowest accepted raw score"},
+    {.name = "score_max",
+     .type = KT_INT,
+     .offset = P(scoring.score_max),
+     .def = "8388607",
+     .min = INT64_MIN,
+     .max = INT64_MAX,
+     .doc = "highest accepted raw score (the default is the largest that fits the default ties)"},
+    {.name = "windows",
+     .type = KT_CUSTOM,
+     .custom = parse_windows,
+     .doc = "windows and their retention (default: alltime, daily, weekly, monthly)"},
+    {0}};
+
+/* ---- custom keys -------------------------------------------------------------- */
+
+static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_profile *profile = obj;
+    if (node->type != YAML_SCALAR_NODE ||
+        !(profile->scoring.resolution_ms = lb_resolution_parse(scalar_text(node))))
+        return fail(p, line_of(node), "tie_resolution: expected ms, s, min, h or d");
+    return 0;
+}
+
+static int parse_host(const char *text, struct lb_host *host)
+{
+    const char *colon = strrchr(text, ':');
+    int64_t port;
+    if (!colon || colon == text || parse_int(colon + 1, &port) != 0 || port < 1 || port > 65535)
+        return -1;
+    const char *start = text, *end = colon;
+    if (*start == '[' && end[-1] == ']') {
+        start++;
+        end--;
+    }
+    host->host = strndup(start, (size_t)(end - start));
+    host->port = (int)port;
+    return host->host ? 0 : -1;
+}
+
+static int parse_hosts(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_config *config = obj;
+    struct key_def def = {.name = "nodes", .type = KT_STRINGS, .offset = 0};
+    struct {
+        char **list;
+        size_t count;
+    } strings = {0};
+    int rc = parse_strings(p, &def, node, &strings);
+    if (rc == 0 && strings.count == 0)
+        rc = fail(p, line_of(node), "nodes: list at least one Redis node as host:port");
+    if (rc == 0) {
+        config->redis_nodes = calloc(strings.count, sizeof(*config->redis_nodes));
+        if (!config->redis_nodes)
+            rc = fail(p, line_of(node), "out of memory");
+    }
+    for (size_t i = 0; rc == 0 && i < strings.count; i++) {
+        if (parse_host(strings.list[i], &config->redis_nodes[i]) != 0)
+            rc = fail(p, line_of(node), "nodes: \"%s\" is not host:port", strings.list[i]);
+        else
+            config->nredis_nodes++;
+    }
+    for (size_t i = 0; i < strings.count; i++)
+        free(strings.list[i]);
+    free(strings.list);
+    return rc;
+}
+
+static int add_schema(struct parser *p, struct lb_config *config, int32_t id, yaml_node_t *value)
+{
+    struct key_def def = {.name = "schema file", .type = KT_PATH, .offset = 0};
+    char *path = NULL;
+    for (size_t i = 0; i < config->nschemas; i++)
+        if (config->schemas[i].id == id)
+            return fail(p, line_of(value), "schema id %d is mapped twice", id);
+    if (parse_scalar_node(p, &def, value, &path) != 0)
+        return -1;
+    struct lb_schema_ref *refs = realloc(config->schemas, (config->nschemas + 1) * sizeof(*refs));
+    if (!refs) {
+        free(path);
+        return fail(p, line_of(value), "out of memory");
+    }
+    config->schemas = refs;
+    refs[config->nschemas++] =
+        (struct lb_schema_ref){.id = id, .path = path, .line = line_of(value)};
+    return 0;
+}
+
+/* 'schemas' (id -> file) and 'writer_schema' (one file, id -1) share storage;
+ * which one the format needs is checked after the walk. */
+static int parse_schemas(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_config *config = obj;
+    if (node->type == YAML_SCALAR_NODE)
+        return add_schema(p, config, -1, node);
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(p, line_of(node), "schemas: expected a mapping of schema id to .avsc file");
+    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start;
+         pair < node->data.mapping.pairs.top; pair++) {
+        yaml_node_t *key = yaml_document_get_node(&p->doc, pair->key);
+        int64_t id;
+        if (key->type != YAML_SCALAR_NODE || parse_int(scalar_text(key), &id) != 0 || id < 0 ||
+            id > INT32_MAX)
+            return fail(p, line_of(key), "schemas: keys are schema registry ids (integers)");
+        if (add_schema(p, config, (int32_t)id, yaml_document_get_node(&p->doc, pair->value)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+#define W(member) FIELD(struct lb_window_config, member)
+
+static const struct key_def window_keys[] = {
+    {.name = "ttl",
+     .type = KT_DURATION,
+     .offset = W(ttl_ms),
+     .min = 0,
+     .max = INT64_MAX,
+     .doc = "time windows: how long a key is kept after its window closes; custom: after its "
+            "last write"},
+    {.name = "dim", .type = KT_STRING, .offset = W(dim), .doc = "custom: the dims key"},
+    {0}};
+
+static const int64_t default_ttl_ms[] = {
+    [LB_WINDOW_ALLTIME] = 0,
+    [LB_WINDOW_DAILY] = 7 * INT64_C(86400000),
+    [LB_WINDOW_WEEKLY] = 28 * INT64_C(86400000),
+    [LB_WINDOW_MONTHLY] = 93 * INT64_C(86400000),
+    [LB_WINDOW_CUSTOM] = 0,
+};
+
+static struct lb_window_config *add_window(struct lb_profile *profile, enum lb_window_kind kind)
+{
+    struct lb_window_config *w = realloc(profile->windows, (profile->nwindows + 1) * sizeof(*w));
+    if (!w)
+        return NULL;
+    profile->windows = w;
+    w = &w[profile->nwindows++];
+    *w = (struct lb_window_config){.kind = kind, .ttl_ms = default_ttl_ms[kind]};
+    return w;
+}
+
+static int parse_one_window(struct parser *p, struct lb_profile *profile, enum lb_window_kind kind,
+                            yaml_node_t *settings)
+{
+    struct lb_window_config *w = add_window(profile, kind);
+    if (!w)
+        return fail(p, line_of(settings), "out of memory");
+    int null_value = settings->type == YAML_SCALAR_NODE &&
+                     (!*scalar_text(settings) || strcmp(scalar_text(settings), "~") == 0);
+    if (settings->type == YAML_SCALAR_NODE && !null_value) {
+        /* shorthand: "daily: 7d" */
+        struct key_def ttl = window_keys[0];
+        if (kind == LB_WINDOW_ALLTIME)
+            return fail(p, line_of(settings), "alltime has no ttl; write 'alltime: {}'");
+        return parse_scalar_node(p, &ttl, settings, w);
+    }
+    if (!null_value && parse_mapping(p, window_keys, settings, line_of(settings), w,
+                                     lb_window_kind_name(kind), 0) != 0)
+        return -1;
+    if (kind == LB_WINDOW_CUSTOM && (!w->dim || !*w->dim))
+        return fail(p, line_of(settings), "custom windows need 'dim', the dims key to window by");
+    if (kind != LB_WINDOW_CUSTOM && w->dim)
+        return fail(p, line_of(settings), "'dim' applies only to custom windows");
+    if (kind == LB_WINDOW_ALLTIME && w->ttl_ms)
+        return fail(p, line_of(settings), "alltime keys never expire; remove its ttl");
+    if (w->dim && (lb_window_kind_parse(w->dim) >= 0 || strpbrk(w->dim, "{}:")))
+        return fail(p, line_of(settings),
+                    "custom window dim \"%s\" must not be a window kind name or contain '{', '}' "
+                    "or ':'",
+                    w->dim);
+    return 0;
+}
+
+static int parse_windows(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_profile *profile = obj;
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(p, line_of(node),
+                    "windows: expected a mapping such as "
+                    "{alltime: {}, daily: {ttl: 7d}}");
+    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start;
+         pair < node->data.mapping.pairs.top; pair++) {
+        yaml_node_t *key = yaml_document_get_node(&p->doc, pair->key);
+        yaml_node_t *value = yaml_document_get_node(&p->doc, pair->value);
+        int kind = key->type == YAML_SCALAR_NODE ? lb_window_kind_parse(scalar_text(key)) : -1;
+        if (kind < 0)
+            return fail(p, line_of(key),
+                        "unknown window '%s' (known: alltime, daily, weekly, monthly, custom)",
+                        key->type == YAML_SCALAR_NODE ? scalar_text(key) : "?");
+        for (size_t i = 0; i < profile->nwindows; i++)
+            if (kind != LB_WINDOW_CUSTOM && profile->windows[i].kind == (enum lb_window_kind)kind)
+                return fail(p, line_of(key), "window '%s' is listed twice", scalar_text(key));
+        if (kind == LB_WINDOW_CUSTOM) {
+            if (value->type != YAML_SEQUENCE_NODE)
+                return fail(p, line_of(value),
+                            "custom: expected a list such as "
+                            "[{dim: patch, ttl: 90d}]");
+            for (yaml_node_item_t *item = value->data.sequence.items.start;
+                 item < value->data.sequence.items.top; item++)
+                if (parse_one_window(p, profile, LB_WINDOW_CUSTOM,
+                                     yaml_document_get_node(&p->doc, *item)) != 0)
+                    return -1;
+            continue;
+        }
+        if (parse_one_window(p, profile, (enum lb_window_kind)kind, value) != 0)
+            return -1;
+    }
+    if (profile->nwindows == 0)
+        return fail(p, line_of(node), "windows: a profile needs at least one window");
+    return 0;
+}
+
+static int check_profile(struct parser *p, struct lb_profile *profile)
+{
+    char err[512];
+    if (profile->aggregation != LB_AGG_BEST)
+        return fail(p, profile->line,
+                    "profile '%s': aggregation '%s' is not implemented yet; use 'best'",
+                    profile->name, aggregation_choices[profile->aggregation]);
+    if (!profile->scoring.resolution_ms)
+        profile->scoring.resolution_ms = 1000;
+    if (lb_scoring_prepare(&profile->scoring, profile->name, err, sizeof(err)) != 0)
+        return fail(p, profile->line, "%s", err);
+    if (!profile->windows) {
+        static const enum lb_window_kind defaults[] = {LB_WINDOW_ALLTIME, LB_WINDOW_DAILY,
+                                                       LB_WINDOW_WEEKLY, LB_WINDOW_MONTHLY};
+        for (size_t i = 0; i < 4; i++)
+            if (!add_window(profile, defaults[i]))
+                return fail(p, profile->line, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_config *config = obj;
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(p, line_of(node), "profiles: expected a list of profiles");
+    size_t n = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
+    if (n == 0)
+        return fail(p, line_of(node), "profiles: the list is empty");
+    config->profiles = calloc(n, sizeof(*config->profiles));
+    if (!config->profiles)
+        return fail(p, line_of(node), "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = yaml_document_get_node(&p->doc, node->data.sequence.items.start[i]);
+        struct lb_profile *profile = &config->profiles[i];
+        profile->line = line_of(item);
+        config->nprofiles++;
+        if (parse_mapping(p, profile_keys, item, line_of(item), profile, "profile", 0) != 0 ||
+            check_profile(p, profile) != 0)
+            return -1;
+        for (size_t j = 0; j < i; j++) {
+            const struct lb_profile *earlier = &config->profiles[j];
+            if (strcmp(earlier->name, profile->name) == 0)
+                return fail(p, profile->line, "profile name '%s' is used twice", profile->name);
+            for (size_t k = 0; k < earlier->nmatch; k++)
+                if (strcmp(earlier->match[k], "*") == 0)
+                    return fail(p, profile->line,
+                                "profile '%s' can never match: profile '%s' (line %d) matches "
+                                "every board before it; move the catch-all profile last",
+                                profile->name, earlier->name, earlier->line);
+        }
+    }
+    return 0;
+}
+
+/* ---- whole-file checks ------------------------------------------------------ */
+
+static int check_config(struct parser *p, struct lb_config *config, int root_line)
+{
+    if (config->wire_format == LB_WIRE_CONFLUENT) {
+        for (size_t i = 0; i < config->nschemas; i++)
+            if (config->schemas[i].id < 0)
+                return fail(p, config->schemas[i].line,
+                            "writer_schema is for format: bare; confluent input maps schema ids "
+                            "under 'schemas'");
+        if (config->nschemas == 0)
+            return fail(p, root_line, "input: confluent input needs 'schemas' (schema id: file)");
+    } else {
+        if (config->nschemas != 1 || config->schemas[0].id >= 0)
+            return fail(p, config->nschemas ? config->schemas[0].line : root_line,
+                        "input: bare input needs exactly one 'writer_schema' and no 'schemas'");
+    }
+    if (strpbrk(config->key_prefix, "{}"))
+        return fail(p, root_line, "redis.key_prefix must not contain '{' or '}'");
+    if (config->ntopics == 0)
+        return fail(p, root_line, "kafka.topics: list at least one topic");
+    if (config->redis_password && !*config->redis_password)
+        return fail(p, root_line, "redis.password is empty; remove it or set it");
+    if (config->nprofiles == 0) {
+        /* No profiles: one catch-all with every default. */
+        yaml_node_t empty = {.type = YAML_MAPPING_NODE};
+        empty.start_mark.line = (size_t)root_line - 1;
+        config->profiles = calloc(1, sizeof(*config->profiles));
+        if (!config->profiles)
+            return fail(p, root_line, "out of memory");
+        config->nprofiles = 1;
+        config->profiles[0].line = root_line;
+        if (parse_mapping(p, profile_keys + 1, &empty, root_line, &config->profiles[0], "profile",
+                          0) != 0 ||
+            !(config->profiles[0].name = strdup("default")) ||
+            check_profile(p, &config->profiles[0]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int load(struct parser *p, const unsigned char *text, size_t len, struct lb_config **out)
+{
+    yaml_parser_t yp;
+    struct lb_config *config = calloc(1, sizeof(*config));
+    int rc = -1, have_doc = 0;
+
+    *out = NULL;
+    if (!config || !yaml_parser_initialize(&yp)) {
+        free(config);
+        return fail(p, 0, "out of memory");
+    }
+    yaml_parser_set_input_string(&yp, text, len);
+    if (!yaml_parser_load(&yp, &p->doc)) {
+        fail(p, (int)yp.problem_mark.line + 1, "YAML syntax error: %s%s%s",
+             yp.problem ? yp.problem : "unknown", yp.context ? " " : "",
+             yp.context ? yp.context : "");
+        goto done;
+    }
+    have_doc = 1;
+    yaml_node_t *root = yaml_document_get_root_node(&p->doc);
+    if (!root) {
+        fail(p, 1, "the file is empty; start from config/projector.example.yaml");
+        goto done;
+    }
+    config->path = strdup(p->name);
+    if (!config->path || parse_mapping(p, top_keys, root, line_of(root), config, NULL, 0) != 0 ||
+        check_config(p, config, line_of(root)) != 0)
+        goto done;
+    *out = config;
+    config = NULL;
+    rc = 0;
+done:
+    if (have_doc)
+        yaml_document_delete(&p->doc);
+    yaml_parser_delete(&yp);
+    lb_config_free(config);
+    return rc;
+}
+
+int lb_config_load_string(const char *name, const char *text, size_t len, struct lb_config **out,
+                          char *err, size_t errlen)
+{
+    struct parser p = {.name = name ? name : "<config>", .dir = NULL, .err = err, .errlen = errlen};
+    char dir[] = ".";
+    p.dir = dir;
+    return load(&p, (const unsigned char *)text, len, out);
+}
+
+int lb_config_load(const char *path, struct lb_config **out, char *err, size_t errlen)
+{
+    struct parser p = {.name = path, .err = err, .errlen = errlen};
+    FILE *f = fopen(path, "rb");
+    char *text = NULL, *copy = NULL;
+    long size;
+    int rc = -1;
+
+    *out = NULL;
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
+        !(text = malloc((size_t)size + 1)) || fread(text, 1, (size_t)size, f) != (size_t)size) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno ? errno : EIO));
+        goto done;
+    }
+    if (!(copy = strdup(path))) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto done;
+    }
+    p.dir = dirname(copy);
+    rc = load(&p, (const unsigned char *)text, (size_t)size, out);
+done:
+    free(copy);
+    free(text);
+    fclose(f);
+    return rc;
+}
+
+static void free_strings(char **list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
+void lb_config_free(struct lb_config *config)
+{
+    if (!config)
+        return;
+    free(config->path);
+    free(config->brokers);
+    free(config->group);
+    free_strings(config->topics, config->ntopics);
+    for (size_t i = 0; i < config->nkafka_props; i++) {
+        free(config->kafka_props[i].key);
+        free(config->kafka_props[i].value);
+    }
+    free(config->kafka_props);
+    for (size_t i = 0; i < config->nschemas; i++)
+        free(config->schemas[i].path);
+    free(config->schemas);
+    for (size_t i = 0; i < config->nredis_nodes; i++)
+        free(config->redis_nodes[i].host);
+    free(config->redis_nodes);
+    free(config->key_prefix);
+    free(config->redis_user);
+    free(config->redis_password);
+    for (size_t i = 0; i < config->nprofiles; i++) {
+        struct lb_profile *profile = &config->profiles[i];
+        free(profile->name);
+        free_strings(profile->match, profile->nmatch);
+        for (size_t w = 0; w < profile->nwindows; w++)
+            free(profile->windows[w].dim);
+        free(profile->windows);
+    }
+    free(config->profiles);
+    free(config);
+}
+
+const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,
+                                               size_t len)
+{
+    char id[LB_ID_MAX_BYTES + 1];
+    if (len > LB_ID_MAX_BYTES)
+        return NULL;
+    memcpy(id, board, len);
+    id[len] = '\0';
+    for (size_t i = 0; i < config->nprofiles; i++)
+        for (size_t k = 0; k < config->profiles[i].nmatch; k++)
+            if (fnmatch(config->profiles[i].match[k], id, 0) == 0)
+                return &config->profiles[i];
+    return NULL;
+}
+
+struct lb_decoder *lb_config_decoder(const struct lb_config *config, char *err, size_t errlen)
+{
+    struct lb_decoder *decoder = lb_decoder_new((enum lb_wire_format)config->wire_format);
+    if (!decoder) {
+        snprintf(err, errlen, "%s: out of memory", config->path);
+        return NULL;
+    }
+    for (size_t i = 0; i < config->nschemas; i++) {
+        const struct lb_schema_ref *ref = &config->schemas[i];
+        char why[400];
+        FILE *f = fopen(ref->path, "rb");
+        char json[65536];
+        size_t n = f ? fread(json, 1, sizeof(json), f) : 0;
+        int too_big = f && n == sizeof(json);
+        if (f)
+            fclose(f);
+        if (!f || too_big) {
+            snprintf(err, errlen, "%s:%d: schema file %s: %s", config->path, ref->line, ref->path,
+                     too_big ? "larger than 64 KiB" : strerror(errno));
+            goto error;
+        }
+        if (lb_decoder_add_schema(decoder, ref->id, json, n, why, sizeof(why)) != 0) {
+            snprintf(err, errlen, "%s:%d: schema file %s: %s", config->path, ref->line, ref->path,
+                     why);
+            goto error;
+        }
+    }
+    return decoder;
+error:
+    lb_decoder_free(decoder);
+    return NULL;
+}
+
+/* ---- printing ---------------------------------------------------------------- */
+
+static void print_table(const struct key_def *table, const void *obj, FILE *out, int indent)
+{
+    for (const struct key_def *def = table; def->name; def++) {
+        const char *field = (const char *)obj + def->offset;
+        if (def->type == KT_CUSTOM)
+            continue;
+        fprintf(out, "%*s%s:", indent, "", def->name);
+        switch (def->type) {
+        case KT_STRING:
+        case KT_PATH:
+            fprintf(out, " %s\n", *(char *const *)field ? *(char *const *)field : "~");
+            break;
+        case KT_SECRET:
+            fprintf(out, " %s\n", *(char *const *)field ? "\"*****\"" : "~");
+            break;
+        case KT_INT:
+        case KT_DURATION:
+        case KT_TIME:
+            fprintf(out, " %" PRId64 "%s\n", *(const int64_t *)field,
+                    def->type == KT_DURATION ? "ms" : "");
+            break;
+        case KT_CHOICE:
+            fprintf(out, " %s\n", def->choices[*(const int *)field]);
+            break;
+        case KT_STRINGS: {
+            char *const *list = *(char *const *const *)field;
+            size_t n = *(const size_t *)(field + sizeof(char **));
+            fprintf(out, " [");
+            for (size_t i = 0; i < n; i++)
+                fprintf(out, "%s\"%s\"", i ? ", " : "", list[i]);
+            fprintf(out, "]\n");
+            break;
+        }
+        case KT_SECTION:
+            fprintf(out, "\n");
+            print_table(def->section, obj, out, indent + 2);
+            break;
+        default:
+            fprintf(out, "\n");
+            break;
+        }
+    }
+}
+
+void lb_config_print(const struct lb_config *config, FILE *out)
+{
+    fprintf(out, "# effective configuration of %s (secrets masked)\n", config->path);
+    print_table(top_keys, config, out, 0);
+    for (size_t i = 0; i < config->nkafka_props; i++)
+        fprintf(out, "# kafka property %s = %s\n", config->kafka_props[i].key,
+                strstr(config->kafka_props[i].key, "password") ||
+                        strstr(config->kafka_props[i].key, "secret")
+                    ? "*****"
+                    : config->kafka_props[i].value);
+    fprintf(out, "redis_nodes:\n");
+    for (size_t i = 0; i < config->nredis_nodes; i++)
+        fprintf(out, "  - %s:%d\n", config->redis_nodes[i].host, config->redis_nodes[i].port);
+    fprintf(out, "schemas:\n");
+    for (size_t i = 0; i < config->nschemas; i++)
+        fprintf(out, "  %d: %s\n", config->schemas[i].id, config->schemas[i].path);
+    fprintf(out, "profiles:\n");
+    for (size_t i = 0; i < config->nprofiles; i++) {
+        const struct lb_profile *profile = &config->profiles[i];
+        fprintf(out, "  -\n");
+        print_table(profile_keys, profile, out, 4);
+        fprintf(out, "    tie_resolution: %" PRId64 "ms\n    tie_bits: %u\n    windows:\n",
+                profile->scoring.resolution_ms, profile->scoring.tie_bits);
+        for (size_t w = 0; w < profile->nwindows; w++)
+            fprintf(out, "      - {kind: %s, ttl: %" PRId64 "ms%s%s}\n",
+                    lb_window_kind_name(profile->windows[w].kind), profile->windows[w].ttl_ms,
+                    profile->windows[w].dim ? ", dim: " : "",
+                    profile->windows[w].dim ? profile->windows[w].dim : "");
+    }
+}

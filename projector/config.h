@@ -1,0 +1,125 @@
+/* The projector's configuration: one YAML file, validated whole at start.
+ *
+ * Every key is described once in a table in config.c (name, type, default,
+ * documentation); the same table drives parsing, rejects unknown keys and
+ * prints the effective configuration. Errors are reported as
+ * "file:line: what is wrong and what to do". Scalars may use ${ENV_VAR}.
+ *
+ * A loaded lb_config is immutable and owned by the caller; free it with
+ * lb_config_free.
+ */
+#ifndef LB_CONFIG_H
+#define LB_CONFIG_H
+
+#include "event.h"
+#include "score.h"
+#include "window.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum lb_aggregation { LB_AGG_BEST = 0, LB_AGG_LATEST, LB_AGG_SUM };
+
+struct lb_window_config {
+    enum lb_window_kind kind;
+    int64_t ttl_ms; /* time windows: kept this long after the window closes; 0 = no expiry */
+    char *dim;      /* LB_WINDOW_CUSTOM: the dims key whose value names the window */
+};
+
+struct lb_profile {
+    char *name;
+    char **match; /* shell-style patterns (fnmatch) on the board id */
+    size_t nmatch;
+    enum lb_aggregation aggregation;
+    struct lb_scoring scoring;
+    struct lb_window_config *windows;
+    size_t nwindows;
+    int line;
+};
+
+struct lb_kv {
+    char *key;
+    char *value;
+    int line;
+};
+
+struct lb_host {
+    char *host;
+    int port;
+};
+
+struct lb_schema_ref {
+    int32_t id;
+    char *path; /* resolved against the configuration file's directory */
+    int line;
+};
+
+struct lb_config {
+    char *path;
+
+    /* kafka: */
+    char *brokers;
+    char *group;
+    char **topics;
+    size_t ntopics;
+    struct lb_kv *kafka_props; /* librdkafka properties passed through verbatim */
+    size_t nkafka_props;
+    int64_t commit_interval_ms;
+
+    /* input: */
+    int wire_format; /* enum lb_wire_format */
+    struct lb_schema_ref *schemas;
+    size_t nschemas;
+
+    /* redis: */
+    struct lb_host *redis_nodes;
+    size_t nredis_nodes;
+    char *key_prefix;
+    char *redis_user;
+    char *redis_password;
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+
+    /* batch: */
+    int64_t batch_max_events;
+    int64_t batch_linger_ms;
+
+    /* log: */
+    int log_level;
+
+    struct lb_profile *profiles;
+    size_t nprofiles;
+};
+
+/* Loads and validates 'path'. On success returns 0 and stores a new config in
+ * '*out' (owned by the caller). On failure returns -1 and writes
+ * "path:line: message" into 'err'. */
+int lb_config_load(const char *path, struct lb_config **out, char *err, size_t errlen);
+/* Same, from a string; 'name' is used in error messages and to resolve
+ * relative schema paths ("." when NULL). */
+int lb_config_load_string(const char *name, const char *text, size_t len, struct lb_config **out,
+                          char *err, size_t errlen);
+/* Accepts NULL. */
+void lb_config_free(struct lb_config *config);
+
+/* The profile for 'board': the first whose patterns match, or NULL. */
+const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,
+                                               size_t len);
+
+/* Prints the effective configuration as YAML, secrets masked. */
+void lb_config_print(const struct lb_config *config, FILE *out);
+
+/* Builds a decoder from the input: section (reads the schema files). Returns
+ * NULL with "path:line: message" in 'err' on failure. */
+struct lb_decoder *lb_config_decoder(const struct lb_config *config, char *err, size_t errlen);
+
+/* Parses "500ms", "2s", "5m", "1h", "7d", "2w" into milliseconds; -1 when
+ * malformed. */
+int64_t lb_duration_parse(const char *text);
+/* Parses an RFC 3339 UTC time ("2026-05-04T10:00:00Z", "2026-05-04T10:00:00.5Z",
+ * "2026-05-04T12:00:00+02:00") or a bare date; returns 0 and the time in
+ * milliseconds since the epoch, or -1. */
+int lb_time_parse(const char *text, int64_t *ms);
+
+#endif

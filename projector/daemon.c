@@ -1,0 +1,382 @@
+/* The daemon loop; see daemon.h.
+ *
+ * Offsets: messages of one partition arrive in offset order, so after a
+ * batch the offset to store for a partition is the offset of its first record
+ * that is not durable, or the last record's offset + 1 when all are. A record
+ * that is not durable is only left behind when the daemon is stopping (or the
+ * partition was revoked): at every other time the pipeline keeps retrying, so
+ * the consumer's position never runs ahead of what is stored by more than
+ * the batch in hand.
+ *
+ * Rebalances: the revoke hook runs inside lb_consumer_poll. Records of
+ * revoked partitions that are not yet being projected are dropped; those in
+ * flight are still written (harmless: every write is idempotent) but their
+ * offsets are not stored: the partition's new owner starts from the last
+ * commit.
+ */
+#include "daemon.h"
+#include "consumer.h"
+#include "log.h"
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct daemon {
+    const struct lb_config *config;
+    struct lb_consumer *consumer;
+    struct lb_cluster *cluster;
+    struct lb_decoder *decoder;
+    struct lb_pipeline *pipeline;
+    volatile sig_atomic_t *stop;
+
+    rd_kafka_message_t **batch;
+    size_t nbatch;
+    uint8_t *revoked;
+    uint8_t *durable;
+    struct lb_record *records;
+    int projecting; /* the batch is inside lb_pipeline_run */
+
+    rd_kafka_message_t **carry; /* polled while retrying; start of the next batch */
+    size_t ncarry, capcarry;
+
+    int64_t last_commit_ms;
+
+    /* Fault injection for the tests (LB_FAULT_CRASH_AFTER_BATCHES=N): die
+     * with _exit right after the Nth batch is in Redis, before its offsets
+     * are stored: the crash between EXEC and commit, on demand. */
+    uint64_t crash_after_batches;
+    uint64_t batches_written;
+};
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int in_list(const rd_kafka_topic_partition_list_t *list, const rd_kafka_message_t *msg)
+{
+    return rd_kafka_topic_partition_list_find(list, rd_kafka_topic_name(msg->rkt),
+                                              msg->partition) != NULL;
+}
+
+static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *partitions)
+{
+    struct daemon *d = ctx;
+    size_t kept = 0;
+
+    for (size_t i = 0; i < d->nbatch; i++)
+        if (in_list(partitions, d->batch[i]))
+            d->revoked[i] = 1;
+    for (size_t i = 0; i < d->ncarry; i++) {
+        if (in_list(partitions, d->carry[i]))
+            rd_kafka_message_destroy(d->carry[i]);
+        else
+            d->carry[kept++] = d->carry[i];
+    }
+    d->ncarry = kept;
+}
+
+static void carry_push(struct daemon *d, rd_kafka_message_t *msg)
+{
+    if (d->ncarry == d->capcarry) {
+        size_t cap = d->capcarry ? d->capcarry * 2 : 256;
+        rd_kafka_message_t **grown = realloc(d->carry, cap * sizeof(*grown));
+        if (!grown) {
+            /* Dropping it here would skip it; better to stop than to lose it. */
+            LB_ERROR("daemon", "out of memory holding polled messages; stopping");
+            rd_kafka_message_destroy(msg);
+            *d->stop = 1;
+            return;
+        }
+        d->carry = grown;
+        d->capcarry = cap;
+    }
+    d->carry[d->ncarry++] = msg;
+}
+
+static void maybe_commit(struct daemon *d)
+{
+    int64_t now = monotonic_ms();
+    if (now - d->last_commit_ms < d->config->commit_interval_ms)
+        return;
+    lb_consumer_commit(d->consumer, 1);
+    d->last_commit_ms = now;
+}
+
+/* Fills d->batch: carried-over records first, then polled ones, until the
+ * batch is full, batch.linger has passed since its first record, or a stop
+ * is requested. */
+static void collect(struct daemon *d)
+{
+    size_t max = (size_t)d->config->batch_max_events;
+    int64_t deadline = 0;
+
+    d->nbatch = 0;
+    size_t take = d->ncarry < max ? d->ncarry : max;
+    memcpy(d->batch, d->carry, take * sizeof(*d->batch));
+    memmove(d->carry, d->carry + take, (d->ncarry - take) * sizeof(*d->carry));
+    d->ncarry -= take;
+    d->nbatch = take;
+    memset(d->revoked, 0, max);
+    if (d->nbatch)
+        deadline = monotonic_ms() + d->config->batch_linger_ms;
+
+    while (d->nbatch < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
+        int64_t timeout = 200;
+        if (d->nbatch) {
+            timeout = deadline - monotonic_ms();
+            if (timeout < 0)
+                timeout = 0;
+        }
+        rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, (int)timeout);
+        if (msg) {
+            d->batch[d->nbatch++] = msg;
+            if (d->nbatch == 1)
+                deadline = monotonic_ms() + d->config->batch_linger_ms;
+            continue;
+        }
+        if (d->nbatch && monotonic_ms() >= deadline)
+            break;
+        if (!d->nbatch)
+            maybe_commit(d);
+    }
+}
+
+/* Drops records whose partition was revoked while the batch was collected. */
+static void drop_revoked(struct daemon *d)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < d->nbatch; i++) {
+        if (d->revoked[i]) {
+            rd_kafka_message_destroy(d->batch[i]);
+            continue;
+        }
+        d->batch[kept] = d->batch[i];
+        d->revoked[kept++] = 0;
+    }
+    d->nbatch = kept;
+}
+
+/* Between retries: poll (partitions paused) so the group keeps us, hold on
+ * to anything polled, give up only when stopping or when every record of the
+ * batch has lost its partition. */
+static int wait_for_redis(void *ctx, int64_t backoff_ms)
+{
+    struct daemon *d = ctx;
+    int64_t deadline = monotonic_ms() + backoff_ms;
+
+    lb_consumer_pause(d->consumer, 1);
+    for (;;) {
+        size_t live = 0;
+        for (size_t i = 0; i < d->nbatch; i++)
+            live += !d->revoked[i];
+        if (*d->stop || lb_consumer_fatal(d->consumer) || live == 0)
+            return 1;
+        int64_t left = deadline - monotonic_ms();
+        if (left <= 0)
+            return 0;
+        rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, (int)(left < 100 ? left : 100));
+        if (msg)
+            carry_push(d, msg);
+    }
+}
+
+struct partition_mark {
+    rd_kafka_topic_t *rkt;
+    int32_t partition;
+    int64_t next;
+    int blocked;
+};
+
+/* Stores, per partition, the offset after its last durable record. */
+static void store_durable(struct daemon *d)
+{
+    struct partition_mark marks[64];
+    size_t nmarks = 0, last = 0;
+
+    for (size_t i = 0; i < d->nbatch; i++) {
+        const rd_kafka_message_t *msg = d->batch[i];
+        if (d->revoked[i])
+            continue;
+        struct partition_mark *m = NULL;
+        if (nmarks && marks[last].rkt == msg->rkt && marks[last].partition == msg->partition) {
+            m = &marks[last];
+        } else {
+            for (size_t k = 0; k < nmarks && !m; k++)
+                if (marks[k].rkt == msg->rkt && marks[k].partition == msg->partition) {
+                    m = &marks[k];
+                    last = k;
+                }
+        }
+        if (!m) {
+            if (nmarks == sizeof(marks) / sizeof(marks[0])) {
+                /* Flush and reuse: stores of one partition are monotonic. */
+                for (size_t k = 0; k < nmarks; k++)
+                    lb_consumer_store(d->consumer, rd_kafka_topic_name(marks[k].rkt),
+                                      marks[k].partition, marks[k].next);
+                nmarks = 0;
+            }
+            last = nmarks;
+            m = &marks[nmarks++];
+            *m = (struct partition_mark){
+                .rkt = msg->rkt, .partition = msg->partition, .next = msg->offset};
+        }
+        if (m->blocked)
+            continue;
+        if (d->durable[i])
+            m->next = msg->offset + 1;
+        else
+            m->blocked = 1;
+    }
+    for (size_t k = 0; k < nmarks; k++)
+        lb_consumer_store(d->consumer, rd_kafka_topic_name(marks[k].rkt), marks[k].partition,
+                          marks[k].next);
+}
+
+static int project_batch(struct daemon *d)
+{
+    for (size_t i = 0; i < d->nbatch; i++) {
+        const rd_kafka_message_t *msg = d->batch[i];
+        d->records[i] = (struct lb_record){.payload = msg->payload,
+                                           .len = msg->len,
+                                           .topic = rd_kafka_topic_name(msg->rkt),
+                                           .partition = msg->partition,
+                                           .offset = msg->offset};
+    }
+    d->projecting = 1;
+    int rc = lb_pipeline_run(d->pipeline, d->records, d->nbatch, wall_ms(), d->durable,
+                             wait_for_redis, d);
+    d->projecting = 0;
+    if (rc < 0) {
+        LB_ERROR("daemon", "out of memory projecting a batch of %zu records; stopping", d->nbatch);
+        return -1;
+    }
+    if (d->crash_after_batches && ++d->batches_written == d->crash_after_batches) {
+        LB_WARN("daemon",
+                "LB_FAULT_CRASH_AFTER_BATCHES: exiting after writing batch %llu, "
+                "before storing its offsets",
+                (unsigned long long)d->batches_written);
+        _exit(70);
+    }
+    store_durable(d);
+    lb_consumer_pause(d->consumer, 0);
+    for (size_t i = 0; i < d->nbatch; i++)
+        rd_kafka_message_destroy(d->batch[i]);
+    d->nbatch = 0;
+    maybe_commit(d);
+    return 0;
+}
+
+static void log_totals(const struct daemon *d)
+{
+    const struct lb_pipeline_stats *s = lb_pipeline_stats(d->pipeline);
+    const struct lb_cluster_stats *c = lb_cluster_stats(d->cluster);
+    uint64_t rejected = 0;
+    for (int r = 0; r < LB_REJECT__COUNT; r++)
+        rejected += s->rejected[r];
+    LB_INFO("daemon",
+            "totals: records=%llu applied=%llu rejected=%llu member_updates=%llu late_windows=%llu "
+            "batches=%llu write_failures=%llu redis_requests=%llu moved=%llu ask=%llu "
+            "retry_later=%llu command_errors=%llu connection_errors=%llu timeouts=%llu "
+            "slot_map_refreshes=%llu",
+            (unsigned long long)s->records, (unsigned long long)s->applied,
+            (unsigned long long)rejected, (unsigned long long)s->member_updates,
+            (unsigned long long)s->late_windows, (unsigned long long)s->batches,
+            (unsigned long long)s->write_failures, (unsigned long long)c->requests,
+            (unsigned long long)c->moved, (unsigned long long)c->ask,
+            (unsigned long long)c->retry_later, (unsigned long long)c->command_errors,
+            (unsigned long long)c->connection_errors, (unsigned long long)c->timeouts,
+            (unsigned long long)c->refreshes);
+}
+
+int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
+{
+    struct daemon d = {.config = config, .stop = stop};
+    size_t max = (size_t)config->batch_max_events;
+    char err[1024];
+    int status = LB_EXIT_OK;
+
+    struct lb_cluster_options options = {.seeds = config->redis_nodes,
+                                         .nseeds = config->nredis_nodes,
+                                         .user = config->redis_user,
+                                         .password = config->redis_password,
+                                         .connect_timeout_ms = config->connect_timeout_ms,
+                                         .command_timeout_ms = config->command_timeout_ms};
+
+    d.decoder = lb_config_decoder(config, err, sizeof(err));
+    if (!d.decoder) {
+        LB_ERROR("daemon", "%s", err);
+        return LB_EXIT_CONFIG;
+    }
+    d.batch = calloc(max, sizeof(*d.batch));
+    d.revoked = calloc(max, 1);
+    d.durable = calloc(max, 1);
+    d.records = calloc(max, sizeof(*d.records));
+    d.cluster = lb_cluster_new(&options);
+    d.pipeline = d.cluster ? lb_pipeline_new(config, d.decoder, d.cluster) : NULL;
+    if (!d.batch || !d.revoked || !d.durable || !d.records || !d.pipeline) {
+        LB_ERROR("daemon", "out of memory");
+        status = LB_EXIT_RUNTIME;
+        goto done;
+    }
+    if (lb_cluster_refresh(d.cluster) != 0)
+        LB_WARN("redis", "%s; will keep trying", lb_cluster_error(d.cluster));
+    else
+        LB_INFO("redis", "slot map loaded%s",
+                lb_cluster_is_standalone(d.cluster) ? " (standalone Redis)" : "");
+    d.consumer = lb_consumer_new(config, on_revoke, &d, err, sizeof(err));
+    if (!d.consumer) {
+        LB_ERROR("daemon", "%s", err);
+        status =
+            strchr(err, ':') && strstr(err, "kafka property") ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
+        goto done;
+    }
+    LB_INFO("daemon", "consuming %zu topic(s) as group '%s'", config->ntopics, config->group);
+    d.last_commit_ms = monotonic_ms();
+    if (getenv("LB_FAULT_CRASH_AFTER_BATCHES"))
+        d.crash_after_batches = strtoull(getenv("LB_FAULT_CRASH_AFTER_BATCHES"), NULL, 10);
+
+    while (!*stop) {
+        collect(&d);
+        if (lb_consumer_fatal(d.consumer)) {
+            status = LB_EXIT_RUNTIME;
+            break;
+        }
+        drop_revoked(&d);
+        if (d.nbatch && project_batch(&d) != 0) {
+            status = LB_EXIT_RUNTIME;
+            break;
+        }
+    }
+    LB_INFO("daemon", "stopping: committing durable offsets and leaving the group");
+
+done:
+    for (size_t i = 0; i < d.nbatch; i++)
+        rd_kafka_message_destroy(d.batch[i]);
+    for (size_t i = 0; i < d.ncarry; i++)
+        rd_kafka_message_destroy(d.carry[i]);
+    lb_consumer_close(d.consumer);
+    if (d.pipeline)
+        log_totals(&d);
+    lb_pipeline_free(d.pipeline);
+    lb_cluster_free(d.cluster);
+    lb_decoder_free(d.decoder);
+    free(d.batch);
+    free(d.revoked);
+    free(d.durable);
+    free(d.records);
+    free(d.carry);
+    return status;
+}

@@ -1,0 +1,62 @@
+/* The projection of one batch: records in, durable records out.
+ *
+ * decode -> validate -> plan (score, windows, merge) -> write to Redis
+ *
+ * The pipeline is shared by the daemon and by replay; neither Kafka nor the
+ * offset bookkeeping lives here. A record is durable when every key it
+ * targets has been written with every reply checked, or when it was rejected
+ * (and, once a dead-letter sink is configured, accepted by it). Transactions
+ * that fail are retried, whole, after a back-off; the caller's 'wait'
+ * callback spends that back-off (polling Kafka, checking for shutdown) and
+ * decides when to give up.
+ */
+#ifndef LB_PIPELINE_H
+#define LB_PIPELINE_H
+
+#include "cluster.h"
+#include "config.h"
+#include "event.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One input message, borrowed from the caller for the duration of a run. */
+struct lb_record {
+    const void *payload;
+    size_t len;
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+};
+
+struct lb_pipeline_stats {
+    uint64_t batches;
+    uint64_t records;
+    uint64_t applied;
+    uint64_t rejected[LB_REJECT__COUNT];
+    uint64_t member_updates;
+    uint64_t late_windows;
+    uint64_t write_failures; /* transactions that failed and were retried */
+};
+
+/* Called between retries: spend up to 'backoff_ms' (polling Kafka, say) and
+ * return 0 to retry, or non-zero to give up on what is still failing. */
+typedef int (*lb_pipeline_wait_fn)(void *ctx, int64_t backoff_ms);
+
+struct lb_pipeline;
+
+/* Creates a pipeline. 'config', 'decoder' and 'cluster' are borrowed and
+ * must outlive it. Returns NULL when out of memory. */
+struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
+                                    const struct lb_decoder *decoder, struct lb_cluster *cluster);
+void lb_pipeline_free(struct lb_pipeline *pipeline);
+
+/* Projects 'count' records and sets durable[i] for each. Returns 0 when all
+ * are durable, 1 when 'wait' gave up with some not durable, -1 when out of
+ * memory (nothing was written). 'now_ms' is the wall clock, for expiry. */
+int lb_pipeline_run(struct lb_pipeline *pipeline, const struct lb_record *records, size_t count,
+                    int64_t now_ms, uint8_t *durable, lb_pipeline_wait_fn wait, void *ctx);
+
+const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *pipeline);
+
+#endif
