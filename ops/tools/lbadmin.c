@@ -1,0 +1,328 @@
+/* lbadmin: the small Kafka chores of the scripts, tests and runbooks.
+ *
+ *   create-topic   create a topic (succeeds if it already exists) and wait
+ *                  until every partition has a leader
+ *   offsets        per partition: committed offset of a group, low and high
+ *                  watermarks, lag
+ *   wait-caught-up wait until a group has committed the high watermark of
+ *                  every partition (exit 0) or the timeout passes (exit 1)
+ *
+ * stdout: results; stderr: errors. Exit 0 ok, 1 failure, 2 usage.
+ */
+#include <getopt.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct options {
+    const char *brokers;
+    const char *topic;
+    const char *group;
+    int partitions;
+    int timeout_s;
+    char *props[32];
+    int nprops;
+};
+
+static rd_kafka_t *make_client(const struct options *o, rd_kafka_type_t type)
+{
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", o->brokers, err, sizeof(err)) ||
+        (o->group && rd_kafka_conf_set(conf, "group.id", o->group, err, sizeof(err))) ||
+        rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err))) {
+        fprintf(stderr, "lbadmin: %s\n", err);
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    for (int i = 0; i < o->nprops; i++) {
+        char *eq = strchr(o->props[i], '=');
+        if (!eq) {
+            fprintf(stderr, "lbadmin: -X expects key=value\n");
+            rd_kafka_conf_destroy(conf);
+            return NULL;
+        }
+        *eq = '\0';
+        int rc = rd_kafka_conf_set(conf, o->props[i], eq + 1, err, sizeof(err));
+        *eq = '=';
+        if (rc) {
+            fprintf(stderr, "lbadmin: %s\n", err);
+            rd_kafka_conf_destroy(conf);
+            return NULL;
+        }
+    }
+    rd_kafka_t *rk = rd_kafka_new(type, conf, err, sizeof(err));
+    if (!rk) {
+        fprintf(stderr, "lbadmin: %s\n", err);
+        rd_kafka_conf_destroy(conf);
+    }
+    return rk;
+}
+
+/* Returns the number of partitions of 'topic' that have a leader, or -1. */
+static int leaders_ready(rd_kafka_t *rk, const char *topic, int *partitions)
+{
+    const struct rd_kafka_metadata *md;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    int ready = -1;
+    if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (md->topic_cnt == 1 && !md->topics[0].err) {
+            ready = 0;
+            *partitions = md->topics[0].partition_cnt;
+            for (int p = 0; p < md->topics[0].partition_cnt; p++)
+                ready += md->topics[0].partitions[p].leader >= 0;
+        }
+        rd_kafka_metadata_destroy(md);
+    }
+    rd_kafka_topic_destroy(rkt);
+    return ready;
+}
+
+static int create_topic(const struct options *o)
+{
+    char err[512];
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_PRODUCER);
+    if (!rk)
+        return 1;
+    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(o->topic, o->partitions, 1, err, sizeof(err));
+    if (!nt) {
+        fprintf(stderr, "lbadmin: %s\n", err);
+        rd_kafka_destroy(rk);
+        return 1;
+    }
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, o->timeout_s * 1000);
+    int status = 1;
+    if (!ev) {
+        fprintf(stderr, "lbadmin: CreateTopics timed out after %d s\n", o->timeout_s);
+    } else if (rd_kafka_event_error(ev)) {
+        fprintf(stderr, "lbadmin: CreateTopics failed: %s\n", rd_kafka_event_error_string(ev));
+    } else {
+        size_t n;
+        const rd_kafka_topic_result_t **res =
+            rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+        rd_kafka_resp_err_t terr =
+            n ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__FAIL;
+        if (terr == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            printf("created topic %s with %d partitions\n", o->topic, o->partitions);
+            status = 0;
+        } else if (terr == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+            printf("topic %s already exists\n", o->topic);
+            status = 0;
+        } else {
+            fprintf(stderr, "lbadmin: creating %s: %s\n", o->topic,
+                    rd_kafka_topic_result_error_string(res[0]));
+        }
+    }
+    if (ev)
+        rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_NewTopic_destroy(nt);
+    /* Wait until every partition has a leader, so producers can start. */
+    for (int waited = 0; status == 0; waited++) {
+        int partitions = 0, ready = leaders_ready(rk, o->topic, &partitions);
+        if (ready > 0 && ready == partitions)
+            break;
+        if (waited >= o->timeout_s * 10) {
+            fprintf(stderr, "lbadmin: %s has partitions without a leader after %d s\n", o->topic,
+                    o->timeout_s);
+            status = 1;
+        }
+        usleep(100000);
+    }
+    rd_kafka_destroy(rk);
+    return status;
+}
+
+struct partition_offsets {
+    int32_t partition;
+    int64_t committed; /* -1001 (RD_KAFKA_OFFSET_INVALID) when none */
+    int64_t low, high;
+};
+
+/* Reads committed offsets and watermarks for every partition of the topic.
+ * Returns the partition count, or -1. */
+static int read_offsets(rd_kafka_t *rk, const struct options *o, struct partition_offsets **out)
+{
+    int partitions = 0;
+    if (leaders_ready(rk, o->topic, &partitions) < 0 || partitions <= 0) {
+        fprintf(stderr, "lbadmin: topic %s not found\n", o->topic);
+        return -1;
+    }
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(partitions);
+    for (int p = 0; p < partitions; p++)
+        rd_kafka_topic_partition_list_add(list, o->topic, p);
+    rd_kafka_resp_err_t err = rd_kafka_committed(rk, list, 10000);
+    if (err) {
+        fprintf(stderr, "lbadmin: reading committed offsets of group %s: %s\n", o->group,
+                rd_kafka_err2str(err));
+        rd_kafka_topic_partition_list_destroy(list);
+        return -1;
+    }
+    struct partition_offsets *po = calloc((size_t)partitions, sizeof(*po));
+    for (int p = 0; po && p < partitions; p++) {
+        po[p].partition = p;
+        po[p].committed = list->elems[p].offset;
+        err = rd_kafka_query_watermark_offsets(rk, o->topic, p, &po[p].low, &po[p].high, 10000);
+        if (err) {
+            fprintf(stderr, "lbadmin: watermarks of %s/%d: %s\n", o->topic, p,
+                    rd_kafka_err2str(err));
+            free(po);
+            po = NULL;
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+    *out = po;
+    return po ? partitions : -1;
+}
+
+static int64_t lag_of(const struct partition_offsets *p)
+{
+    int64_t from = p->committed >= 0 ? p->committed : p->low;
+    return p->high - from;
+}
+
+static int show_offsets(const struct options *o)
+{
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER);
+    struct partition_offsets *po;
+    if (!rk)
+        return 1;
+    int n = read_offsets(rk, o, &po);
+    rd_kafka_destroy(rk);
+    if (n < 0)
+        return 1;
+    int64_t total = 0;
+    printf("%-24s %9s %12s %12s %12s %10s\n", "topic", "partition", "committed", "low", "high",
+           "lag");
+    for (int p = 0; p < n; p++) {
+        char committed[32];
+        if (po[p].committed >= 0)
+            snprintf(committed, sizeof(committed), "%lld", (long long)po[p].committed);
+        else
+            snprintf(committed, sizeof(committed), "-");
+        printf("%-24s %9d %12s %12lld %12lld %10lld\n", o->topic, p, committed,
+               (long long)po[p].low, (long long)po[p].high, (long long)lag_of(&po[p]));
+        total += lag_of(&po[p]);
+    }
+    printf("total lag %lld\n", (long long)total);
+    free(po);
+    return 0;
+}
+
+static int wait_caught_up(const struct options *o)
+{
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER);
+    time_t deadline = time(NULL) + o->timeout_s;
+    int64_t lag = -1;
+    if (!rk)
+        return 1;
+    while (time(NULL) <= deadline) {
+        struct partition_offsets *po;
+        int n = read_offsets(rk, o, &po);
+        if (n > 0) {
+            lag = 0;
+            for (int p = 0; p < n; p++)
+                lag += po[p].committed >= 0 || po[p].high > po[p].low ? lag_of(&po[p]) : 0;
+            free(po);
+            if (lag == 0) {
+                printf("group %s has committed the end of every partition of %s\n", o->group,
+                       o->topic);
+                rd_kafka_destroy(rk);
+                return 0;
+            }
+        }
+        usleep(200000);
+    }
+    fprintf(stderr, "lbadmin: group %s still lags %lld events on %s after %d s\n", o->group,
+            (long long)lag, o->topic, o->timeout_s);
+    rd_kafka_destroy(rk);
+    return 1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: lbadmin create-topic   --topic T [--partitions N] [--brokers B]\n"
+                 "       lbadmin offsets        --topic T --group G [--brokers B]\n"
+                 "       lbadmin wait-caught-up --topic T --group G [--timeout S] [--brokers B]\n"
+                 "\n"
+                 "  -b, --brokers LIST   bootstrap servers (default 127.0.0.1:9092)\n"
+                 "  -t, --topic NAME     topic\n"
+                 "  -g, --group ID       consumer group\n"
+                 "  -p, --partitions N   partitions of a new topic (default 6)\n"
+                 "      --timeout S      seconds to wait (default 60)\n"
+                 "  -X key=value         librdkafka property\n"
+                 "\n"
+                 "Example:\n"
+                 "  lbadmin offsets --topic scores --group leaderboard-projector\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"brokers", required_argument, NULL, 'b'},
+                                             {"topic", required_argument, NULL, 't'},
+                                             {"group", required_argument, NULL, 'g'},
+                                             {"partitions", required_argument, NULL, 'p'},
+                                             {"timeout", required_argument, NULL, 'T'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    struct options o = {.brokers = "127.0.0.1:9092", .partitions = 6, .timeout_s = 60};
+    int opt;
+
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *command = argv[1];
+    optind = 2;
+    while ((opt = getopt_long(argc, argv, "b:t:g:p:X:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'b':
+            o.brokers = optarg;
+            break;
+        case 't':
+            o.topic = optarg;
+            break;
+        case 'g':
+            o.group = optarg;
+            break;
+        case 'p':
+            o.partitions = atoi(optarg);
+            break;
+        case 'T':
+            o.timeout_s = atoi(optarg);
+            break;
+        case 'X':
+            if (o.nprops < 32)
+                o.props[o.nprops++] = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o.topic || optind != argc || o.partitions < 1 || o.timeout_s < 1) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(command, "create-topic") == 0)
+        return create_topic(&o);
+    if (!o.group) {
+        fprintf(stderr, "lbadmin: %s needs --group\n", command);
+        return 2;
+    }
+    if (strcmp(command, "offsets") == 0)
+        return show_offsets(&o);
+    if (strcmp(command, "wait-caught-up") == 0)
+        return wait_caught_up(&o);
+    fprintf(stderr, "lbadmin: unknown command '%s'\n", command);
+    usage(stderr);
+    return 2;
+}
