@@ -1,0 +1,187 @@
+# shellcheck shell=bash
+#
+# tests/integration/lib.sh - shared by the integration tests; source it.
+#
+# Each test gets its own state directory and its own free ports, starts a
+# real Redis Cluster (3 masters + 3 replicas) and a real Kafka broker with
+# ops/services.sh, and an EXIT trap stops everything it started, by PID, on
+# every exit path. On failure the directory (logs included) is kept and the
+# tails of the logs are printed.
+#
+# Results and assertions go to stderr as "ok ..." / "FAIL ...".
+
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BIN=${LB_BIN:-$repo/build/bin}
+export LB_BIN=$BIN
+# shellcheck source=ops/services.sh
+. "$repo/ops/services.sh"
+
+T_NAME=$(basename "$0" .sh)
+T_DIR=$(mktemp -d "${TMPDIR:-/tmp}/lb-$T_NAME.XXXXXX")
+export LB_STATE_DIR=$T_DIR/state
+T_PIDS=()
+T_SERVICES=0
+T_ON_EXIT=()
+# shellcheck disable=SC2034 # set by stop_projector, read by the tests
+STOP_STATUS=0
+
+log() { printf '%s: %s\n' "$T_NAME" "$*" >&2; }
+fail() {
+    log "FAIL: $*"
+    exit 1
+}
+ok() { log "ok: $*"; }
+
+# on_exit CMD... - run CMD during cleanup, before services are stopped.
+on_exit() { T_ON_EXIT+=("$*"); }
+
+t_cleanup() {
+    local status=$? pid hook
+    trap - EXIT INT TERM
+    for hook in "${T_ON_EXIT[@]}"; do
+        eval "$hook" || true
+    done
+    for pid in "${T_PIDS[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    if ((T_SERVICES)); then
+        lb_kafka_stop >/dev/null 2>&1 || true
+        lb_redis_cluster_stop >/dev/null 2>&1 || true
+    fi
+    if ((status == 0)); then
+        rm -rf "$T_DIR"
+    else
+        local f
+        for f in "$T_DIR"/*.log; do
+            [[ -f $f ]] || continue
+            printf -- '----- last 30 lines of %s -----\n' "$f" >&2
+            tail -n 30 "$f" >&2
+        done
+        log "failed (status $status); logs kept in $T_DIR"
+    fi
+    exit "$status"
+}
+trap t_cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_services [TOPICS] - Redis Cluster 3+3 and Kafka with TOPICS
+# (default scores:6) on free ports.
+start_services() {
+    export KAFKA_TOPICS=${1:-scores:6}
+    REDIS_PORT_BASE=$(lb_free_port_base 6) || fail "no free ports for Redis"
+    export REDIS_PORT_BASE REDIS_NODE_TIMEOUT_MS=${REDIS_NODE_TIMEOUT_MS:-2000}
+    KAFKA_PORT=$(lb_free_port_base 2 22000 30000) || fail "no free ports for Kafka"
+    export KAFKA_PORT KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
+    T_SERVICES=1
+    lb_redis_cluster_start >"$T_DIR/redis-start.log" 2>&1 || fail "Redis Cluster did not start"
+    lb_kafka_start >"$T_DIR/kafka-start.log" 2>&1 || fail "Kafka did not start"
+    BROKERS=127.0.0.1:$KAFKA_PORT
+    SEEDS=$(lb_redis_seeds)
+    log "services up: redis $SEEDS, kafka $BROKERS"
+}
+
+redis_port() { printf '%s\n' $((REDIS_PORT_BASE + $1)); }
+
+# write_config FILE [EXTRA_YAML] - a projector configuration for these
+# services; EXTRA_YAML is appended (more top-level sections).
+write_config() {
+    local file=$1 more_yaml=${2-}
+    cat >"$file" <<YAML
+kafka:
+  brokers: $BROKERS
+  group: ${GROUP:-lb-test}
+  topics: [scores]
+  commit_interval: 200ms
+  session.timeout.ms: "6000"
+input:
+  format: confluent
+  schemas:
+    1: $repo/schemas/score_event.avsc
+redis:
+  nodes: [127.0.0.1:$(redis_port 0), 127.0.0.1:$(redis_port 1)]
+  command_timeout: ${COMMAND_TIMEOUT:-2s}
+batch:
+  max_events: ${BATCH_MAX:-2000}
+  linger: 20ms
+$more_yaml
+YAML
+}
+
+# start_projector NAME CONFIG [ENV=VALUE...] - runs the projector in the
+# background; its pid is in PROJECTOR_PID, its log in $T_DIR/NAME.log.
+start_projector() {
+    local name=$1 config=$2
+    shift 2
+    env "$@" "$BIN/projector" --config "$config" >>"$T_DIR/$name.log" 2>&1 &
+    PROJECTOR_PID=$!
+    T_PIDS+=("$PROJECTOR_PID")
+}
+
+# stop_projector PID [TIMEOUT_S] - SIGTERM and wait; the exit status is left
+# in STOP_STATUS (not printed: wait only works in this shell, not in $(...)).
+stop_projector() {
+    local pid=$1 timeout=${2:-20}
+    kill -TERM "$pid"
+    local deadline=$((SECONDS + timeout))
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && fail "projector $pid still running ${timeout}s after SIGTERM"
+    STOP_STATUS=0
+    # shellcheck disable=SC2034 # read by the tests
+    wait "$pid" || STOP_STATUS=$?
+}
+
+# produce ARGS... - loadgen against the test broker; events appended to
+# $T_DIR/events.tsv.
+produce() {
+    "$BIN/loadgen" --brokers "$BROKERS" --events-out "$T_DIR/events.part" "$@" \
+        >>"$T_DIR/loadgen.log" 2>&1 || fail "loadgen failed"
+    cat "$T_DIR/events.part" >>"$T_DIR/events.tsv"
+}
+
+wait_caught_up() {
+    local timeout=${1:-120}
+    "$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" --topic scores --group "${GROUP:-lb-test}" \
+        --timeout "$timeout" >>"$T_DIR/lbadmin.log" 2>&1 ||
+        fail "group ${GROUP:-lb-test} did not catch up within ${timeout}s"
+}
+
+# committed_offsets - "partition committed high" lines.
+committed_offsets() {
+    "$BIN/lbadmin" offsets --brokers "$BROKERS" --topic scores --group "${GROUP:-lb-test}" |
+        awk '$1 == "scores" { print $2, $3, $5 }'
+}
+
+# assert_committed_at_end - every partition's committed offset is its high
+# watermark, i.e. the last offset + 1 (the projector applied every event).
+assert_committed_at_end() {
+    local lines
+    lines=$(committed_offsets) || fail "cannot read offsets"
+    [[ -n $lines ]] || fail "no partitions"
+    local p c h
+    while read -r p c h; do
+        [[ $c == "$h" ]] || fail "partition $p: committed $c, high watermark $h"
+    done <<<"$lines"
+    ok "committed offset = last offset + 1 on every partition"
+}
+
+# verify [ARGS...] - compare Redis with the independent oracle.
+verify() {
+    local nodes="" i
+    for ((i = 0; i < 6; i++)); do
+        nodes+="${nodes:+,}127.0.0.1:$(redis_port "$i")"
+    done
+    "$BIN/verify_state" --events "$T_DIR/events.tsv" --nodes "$nodes" "$@" >"$T_DIR/verify.out" 2>&1 || {
+        cat "$T_DIR/verify.out" >&2
+        fail "Redis does not hold what the events say"
+    }
+    ok "$(tail -n 1 "$T_DIR/verify.out")"
+}
+
+# A start time three days back, so every window is alive.
+# shellcheck disable=SC2034 # used by the tests
+START=$(date -u -d '3 days ago' +%Y-%m-%dT00:00:00Z)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# While Redis cannot take writes (every node frozen with SIGSTOP), the
+# projector keeps its group membership, commits nothing new, and resumes by
+# itself when Redis is back; no event is lost.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+start_services
+COMMAND_TIMEOUT=500ms write_config "$T_DIR/projector.yaml"
+start_projector projector "$T_DIR/projector.yaml"
+produce -n 10000 --seed 41 --boards 8 --players 1000 --start "$START" --days 3
+wait_caught_up 60
+verify
+
+pids=()
+for i in 0 1 2 3 4 5; do
+    pids+=("$(lb_redis_pid "$(redis_port "$i")")")
+done
+# shellcheck disable=SC2016 # expanded when the hook runs
+on_exit 'kill -CONT "${pids[@]}" 2>/dev/null'
+kill -STOP "${pids[@]}"
+log "froze every Redis node"
+produce -n 10000 --seed 42 --boards 8 --players 1000 --start "$START" --days 3
+sleep 3
+first=$(committed_offsets | awk '{ print $1, $2 }')
+sleep 3
+second=$(committed_offsets | awk '{ print $1, $2 }')
+[[ $first == "$second" ]] || fail "offsets were committed while Redis was frozen"
+lag=$(committed_offsets | awk '{ lag += $3 - $2 } END { print lag + 0 }')
+((lag > 0)) || fail "everything was committed although Redis was frozen"
+kill -0 "$PROJECTOR_PID" || fail "the projector died while Redis was down"
+ok "stalled with $lag events uncommitted while Redis was frozen"
+
+kill -CONT "${pids[@]}"
+log "Redis is back"
+wait_caught_up 120
+verify
+assert_committed_at_end
+grep -q 'msg="writing board' "$T_DIR/projector.log" || fail "no retry was logged"
+grep -q 'paused' "$T_DIR/projector.log" || fail "partitions were not paused"
+ok "resumed by itself; nothing lost"

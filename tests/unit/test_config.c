@@ -1,0 +1,222 @@
+/* Configuration: defaults, and every kind of error reported as file:line. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+static const char minimal[] = "kafka:\n"
+                              "  brokers: 127.0.0.1:9092\n"
+                              "  topics: [scores]\n"
+                              "input:\n"
+                              "  schemas:\n"
+                              "    1: score_event.avsc\n"
+                              "redis:\n"
+                              "  nodes: [127.0.0.1:7000, \"[::1]:7001\"]\n";
+
+static struct lb_config *load_ok(const char *text)
+{
+    struct lb_config *config = NULL;
+    char err[1024];
+    if (lb_config_load_string("test.yaml", text, strlen(text), &config, err, sizeof(err)) != 0)
+        fail_msg("unexpected error: %s", err);
+    return config;
+}
+
+/* Loads 'text', expects failure, and checks the message starts with
+ * "test.yaml:<line>:" and contains 'needle'. */
+static void expect_error(const char *text, int line, const char *needle)
+{
+    struct lb_config *config = NULL;
+    char err[1024], prefix[64];
+    assert_int_equal(
+        lb_config_load_string("test.yaml", text, strlen(text), &config, err, sizeof(err)), -1);
+    assert_null(config);
+    snprintf(prefix, sizeof(prefix), "test.yaml:%d: ", line);
+    if (strncmp(err, prefix, strlen(prefix)) != 0 || !strstr(err, needle))
+        fail_msg("expected \"%s...%s\", got \"%s\"", prefix, needle, err);
+}
+
+static void minimal_config_gets_documented_defaults(void **state)
+{
+    (void)state;
+    struct lb_config *c = load_ok(minimal);
+    assert_string_equal(c->group, "leaderboard-projector");
+    assert_string_equal(c->key_prefix, "lb:");
+    assert_int_equal(c->batch_max_events, 5000);
+    assert_int_equal(c->batch_linger_ms, 20);
+    assert_int_equal(c->nredis_nodes, 2);
+    assert_string_equal(c->redis_nodes[1].host, "::1");
+    assert_int_equal(c->redis_nodes[1].port, 7001);
+    assert_int_equal(c->nschemas, 1);
+    assert_string_equal(c->schemas[0].path, "./score_event.avsc");
+    /* one catch-all profile with four windows */
+    assert_int_equal(c->nprofiles, 1);
+    const struct lb_profile *p = lb_config_profile_for(c, "anything", 8);
+    assert_non_null(p);
+    assert_int_equal(p->nwindows, 4);
+    assert_int_equal(p->scoring.tie_bits, 30);
+    assert_int_equal(p->windows[1].kind, LB_WINDOW_DAILY);
+    assert_true(p->windows[1].ttl_ms == 7 * INT64_C(86400000));
+    lb_config_free(c);
+}
+
+static void profiles_match_by_pattern_in_order(void **state)
+{
+    (void)state;
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "%sprofiles:\n"
+             "  - name: speed\n"
+             "    match: [\"speed:*\", \"race-?\"]\n"
+             "    order: asc\n"
+             "    tie_resolution: ms\n"
+             "    epoch: 2026-01-01T00:00:00Z\n"
+             "    horizon: 2026-02-01T00:00:00+01:00\n"
+             "    score_max: 1000000\n"
+             "    windows:\n"
+             "      alltime: {}\n"
+             "      daily: 2d\n"
+             "      custom:\n"
+             "        - {dim: patch, ttl: 90d}\n"
+             "  - name: rest\n",
+             minimal);
+    struct lb_config *c = load_ok(text);
+    const struct lb_profile *p = lb_config_profile_for(c, "speed:1", 7);
+    assert_string_equal(p->name, "speed");
+    assert_string_equal(lb_config_profile_for(c, "race-7", 6)->name, "speed");
+    assert_string_equal(lb_config_profile_for(c, "race-77", 7)->name, "rest");
+    assert_int_equal(p->scoring.order, LB_ORDER_ASC);
+    assert_true(p->scoring.resolution_ms == 1);
+    /* +01:00 is an hour earlier in UTC */
+    assert_true(p->scoring.horizon_ms - p->scoring.epoch_ms == 31 * INT64_C(86400000) - 3600000);
+    assert_int_equal(p->nwindows, 3);
+    assert_int_equal(p->windows[2].kind, LB_WINDOW_CUSTOM);
+    assert_string_equal(p->windows[2].dim, "patch");
+    lb_config_free(c);
+}
+
+static void errors_name_file_and_line(void **state)
+{
+    (void)state;
+    char text[2048];
+
+    expect_error("kafka:\n  brokers: x\n  topics: [t]\n  bogus: 1\n", 4, "unknown key 'bogus'");
+    expect_error("kafka: [1, 2]\n", 1, "expected a mapping");
+    expect_error("kafka:\n  topics: [t]\nredis:\n  nodes: [a:1]\n", 2, "'brokers' is required");
+    expect_error("kafka:\n  brokers: b\n  topics: [t]\n", 1, "'redis' is required");
+
+    snprintf(text, sizeof(text), "%sbatch:\n  max_events: lots\n", minimal);
+    expect_error(text, 10, "not an integer");
+    snprintf(text, sizeof(text), "%sbatch:\n  max_events: 0\n", minimal);
+    expect_error(text, 10, "out of range");
+    snprintf(text, sizeof(text), "%sbatch:\n  linger: 20\n", minimal);
+    expect_error(text, 10, "not a duration");
+    snprintf(text, sizeof(text), "%slog:\n  level: loud\n", minimal);
+    expect_error(text, 10, "not one of: error, warn, info, debug");
+    expect_error("kafka:\n  brokers: b\n  topics: [t]\nredis:\n  nodes: [nowhere]\n", 5,
+                 "not host:port");
+    expect_error("kafka:\n  brokers: b\n   topics: [t]\n", 3, "YAML syntax error");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: big\n    score_max: 100000000000\n",
+             minimal);
+    expect_error(text, 10, "profile 'big'");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: a\n  - name: b\n", minimal);
+    expect_error(text, 11, "can never match");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: a\n    windows:\n      hourly: {}\n",
+             minimal);
+    expect_error(text, 12, "unknown window 'hourly'");
+    snprintf(text, sizeof(text),
+             "%sprofiles:\n  - name: a\n    windows:\n      custom:\n        - {ttl: 1d}\n",
+             minimal);
+    expect_error(text, 13, "need 'dim'");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: a\n    epoch: yesterday\n", minimal);
+    expect_error(text, 11, "RFC 3339");
+    expect_error("kafka:\n  brokers: b\n  topics: [t]\ninput:\n  format: bare\n"
+                 "redis:\n  nodes: [a:1]\n",
+                 1, "writer_schema");
+    expect_error("kafka:\n  brokers: b\n  topics: [t]\n  topics: [u]\n", 4, "set twice");
+}
+
+static void environment_variables_are_interpolated(void **state)
+{
+    (void)state;
+    char text[2048];
+    setenv("LB_TEST_PASSWORD", "s3cret", 1);
+    snprintf(text, sizeof(text), "%s  password: ${LB_TEST_PASSWORD}\n", minimal);
+    struct lb_config *c = load_ok(text);
+    assert_string_equal(c->redis_password, "s3cret");
+    /* printing masks it */
+    char *printed = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&printed, &size);
+    lb_config_print(c, out);
+    fclose(out);
+    assert_null(strstr(printed, "s3cret"));
+    assert_non_null(strstr(printed, "*****"));
+    free(printed);
+    lb_config_free(c);
+
+    unsetenv("LB_TEST_UNSET");
+    snprintf(text, sizeof(text), "%s  password: ${LB_TEST_UNSET}\n", minimal);
+    expect_error(text, 9, "LB_TEST_UNSET is not set");
+
+    /* defaults: used when unset or empty */
+    snprintf(text, sizeof(text), "%s  key_prefix: \"${LB_TEST_UNSET:-lb}-${LB_TEST_PASSWORD:-x}:\"\n",
+             minimal);
+    c = load_ok(text);
+    assert_string_equal(c->key_prefix, "lb-s3cret:");
+    lb_config_free(c);
+}
+
+static void kafka_properties_pass_through(void **state)
+{
+    (void)state;
+    struct lb_config *c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n"
+                                  "  session.timeout.ms: 12000\n"
+                                  "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
+    assert_int_equal(c->nkafka_props, 1);
+    assert_string_equal(c->kafka_props[0].key, "session.timeout.ms");
+    assert_string_equal(c->kafka_props[0].value, "12000");
+    assert_int_equal(c->kafka_props[0].line, 4);
+    lb_config_free(c);
+}
+
+static void durations_and_times_parse(void **state)
+{
+    (void)state;
+    int64_t ms;
+    assert_true(lb_duration_parse("500ms") == 500);
+    assert_true(lb_duration_parse("2s") == 2000);
+    assert_true(lb_duration_parse("5m") == 300000);
+    assert_true(lb_duration_parse("1h") == 3600000);
+    assert_true(lb_duration_parse("7d") == 604800000);
+    assert_true(lb_duration_parse("2w") == 1209600000);
+    assert_true(lb_duration_parse("7") == -1);
+    assert_true(lb_duration_parse("-1s") == -1);
+    assert_true(lb_duration_parse("1y") == -1);
+    assert_int_equal(lb_time_parse("1970-01-02T00:00:01.5Z", &ms), 0);
+    assert_true(ms == 86401500);
+    assert_int_equal(lb_time_parse("1970-01-01", &ms), 0);
+    assert_true(ms == 0);
+    assert_int_equal(lb_time_parse("1970-01-01T00:00:00", &ms), -1); /* no zone */
+    assert_int_equal(lb_time_parse("1970-13-01", &ms), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(minimal_config_gets_documented_defaults),
+        cmocka_unit_test(profiles_match_by_pattern_in_order),
+        cmocka_unit_test(errors_name_file_and_line),
+        cmocka_unit_test(environment_variables_are_interpolated),
+        cmocka_unit_test(kafka_properties_pass_through),
+        cmocka_unit_test(durations_and_times_parse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,127 @@
+/* Windows: civil dates, ISO 8601 weeks at year edges, window spans and
+ * labels. Besides fixed cases from the ISO calendar, every day from 1900 to
+ * 2200 is cross-checked against the C library's own calendar (timegm,
+ * gmtime_r and strftime's %G/%V), an implementation independent of ours. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "window.h"
+
+static int64_t day_of(int year, unsigned month, unsigned day)
+{
+    return lb_days_from_civil(year, month, day);
+}
+
+static void label(enum lb_window_kind kind, int64_t ts_ms, char *out)
+{
+    struct lb_window_span span;
+    lb_window_span(kind, ts_ms, &span);
+    lb_window_label(kind, span.id, out, LB_WINDOW_LABEL_MAX);
+}
+
+static void iso_weeks_at_year_edges(void **state)
+{
+    (void)state;
+    static const struct {
+        int year;
+        unsigned month, day;
+        const char *week;
+    } cases[] = {
+        {2020, 12, 31, "2020-W53"}, {2021, 1, 3, "2020-W53"},   {2021, 1, 4, "2021-W01"},
+        {2024, 12, 29, "2024-W52"}, {2024, 12, 30, "2025-W01"}, {2026, 12, 31, "2026-W53"},
+        {2027, 1, 3, "2026-W53"},   {2027, 1, 4, "2027-W01"},   {2026, 5, 4, "2026-W19"},
+        {2008, 12, 29, "2009-W01"}, {2010, 1, 3, "2009-W53"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[LB_WINDOW_LABEL_MAX];
+        int64_t ms = day_of(cases[i].year, cases[i].month, cases[i].day) * LB_MS_PER_DAY;
+        label(LB_WINDOW_WEEKLY, ms + 12 * 3600 * 1000, out);
+        assert_string_equal(out, cases[i].week);
+        /* the last millisecond of the day is still in the same week */
+        label(LB_WINDOW_WEEKLY, ms + LB_MS_PER_DAY - 1, out);
+        assert_string_equal(out, cases[i].week);
+    }
+}
+
+static void every_day_agrees_with_the_c_library(void **state)
+{
+    (void)state;
+    struct tm start = {.tm_year = 0, .tm_mon = 0, .tm_mday = 1}; /* 1900-01-01 */
+    time_t t = timegm(&start);
+    for (int i = 0; i < 300 * 366; i++, t += 86400) {
+        struct tm tm;
+        char want[32], got[LB_WINDOW_LABEL_MAX];
+        int64_t ms = (int64_t)t * 1000 + 43200000; /* noon */
+        gmtime_r(&t, &tm);
+
+        strftime(want, sizeof(want), "%Y-%m-%d", &tm);
+        label(LB_WINDOW_DAILY, ms, got);
+        assert_string_equal(got, want);
+        strftime(want, sizeof(want), "%G-W%V", &tm);
+        label(LB_WINDOW_WEEKLY, ms, got);
+        assert_string_equal(got, want);
+        strftime(want, sizeof(want), "%Y-%m", &tm);
+        label(LB_WINDOW_MONTHLY, ms, got);
+        assert_string_equal(got, want);
+
+        int64_t y;
+        unsigned m, d;
+        lb_civil_from_days((int64_t)t / 86400, &y, &m, &d);
+        assert_int_equal(lb_days_from_civil(y, m, d), (int64_t)t / 86400);
+    }
+}
+
+static void spans_cover_exactly_their_window(void **state)
+{
+    (void)state;
+    struct lb_window_span span;
+    int64_t may4 = day_of(2026, 5, 4) * LB_MS_PER_DAY; /* a Monday */
+
+    lb_window_span(LB_WINDOW_DAILY, may4 + 5, &span);
+    assert_int_equal(span.start_ms, may4);
+    assert_int_equal(span.end_ms, may4 + LB_MS_PER_DAY);
+
+    lb_window_span(LB_WINDOW_WEEKLY, may4 + 6 * LB_MS_PER_DAY + 1, &span); /* Sunday */
+    assert_int_equal(span.start_ms, may4);
+    assert_int_equal(span.end_ms, may4 + 7 * LB_MS_PER_DAY);
+
+    lb_window_span(LB_WINDOW_MONTHLY, day_of(2024, 2, 29) * LB_MS_PER_DAY, &span);
+    assert_int_equal(span.start_ms, day_of(2024, 2, 1) * LB_MS_PER_DAY);
+    assert_int_equal(span.end_ms, day_of(2024, 3, 1) * LB_MS_PER_DAY);
+
+    lb_window_span(LB_WINDOW_MONTHLY, day_of(2026, 12, 31) * LB_MS_PER_DAY, &span);
+    assert_int_equal(span.end_ms, day_of(2027, 1, 1) * LB_MS_PER_DAY);
+
+    lb_window_span(LB_WINDOW_ALLTIME, may4, &span);
+    assert_int_equal(span.end_ms, INT64_MAX);
+}
+
+static void times_before_1970_floor_correctly(void **state)
+{
+    (void)state;
+    char out[LB_WINDOW_LABEL_MAX];
+    label(LB_WINDOW_DAILY, -1, out); /* 1969-12-31T23:59:59.999Z */
+    assert_string_equal(out, "1969-12-31");
+    label(LB_WINDOW_MONTHLY, -1, out);
+    assert_string_equal(out, "1969-12");
+    label(LB_WINDOW_WEEKLY, -1, out); /* a Wednesday */
+    assert_string_equal(out, "1970-W01");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(iso_weeks_at_year_edges),
+        cmocka_unit_test(every_day_agrees_with_the_c_library),
+        cmocka_unit_test(spans_cover_exactly_their_window),
+        cmocka_unit_test(times_before_1970_floor_correctly),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
