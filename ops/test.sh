@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs every test the project has, the way CI does (.ci/run calls this):
+#
+#   1. installs what is missing (Debian packages, Kafka jars; idempotent)
+#   2. checks formatting with clang-format (.clang-format)
+#   3. builds with warnings as errors and runs the unit tests
+#   4. builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
+#      (leak checking on) and runs them
+#   5. runs the integration tests against a real Redis Cluster and a real
+#      Kafka broker, started and stopped by the tests themselves
+#
+# Build directories: build/ and build-asan/ (reused when present).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+jobs=$(nproc 2>/dev/null || echo 2)
+step() { printf '\n==> %s\n' "$*"; }
+
+step "dependencies"
+ops/install-deps.sh
+
+step "clang-format"
+mapfile -t sources < <(git ls-files -co --exclude-standard '*.c' '*.h')
+clang-format --dry-run --Werror "${sources[@]}"
+echo "${#sources[@]} files formatted"
+
+step "shellcheck"
+mapfile -t scripts < <(git ls-files -co --exclude-standard '*.sh' .ci/run)
+shellcheck -x "${scripts[@]}"
+echo "${#scripts[@]} scripts clean"
+
+step "build (warnings are errors)"
+cmake -S . -B build -DLB_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+
+step "unit tests"
+ctest --test-dir build -L unit --output-on-failure
+
+step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan -DLB_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --test-dir build-asan -L unit --output-on-failure
+
+step "integration tests (real Redis Cluster, real Kafka)"
+LB_BIN=$repo/build/bin tests/integration/run.sh
+
+step "all tests passed"
