@@ -167,8 +167,8 @@ static void environment_variables_are_interpolated(void **state)
     expect_error(text, 9, "LB_TEST_UNSET is not set");
 
     /* defaults: used when unset or empty */
-    snprintf(text, sizeof(text), "%s  key_prefix: \"${LB_TEST_UNSET:-lb}-${LB_TEST_PASSWORD:-x}:\"\n",
-             minimal);
+    snprintf(text, sizeof(text),
+             "%s  key_prefix: \"${LB_TEST_UNSET:-lb}-${LB_TEST_PASSWORD:-x}:\"\n", minimal);
     c = load_ok(text);
     assert_string_equal(c->key_prefix, "lb-s3cret:");
     lb_config_free(c);
