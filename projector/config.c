@@ -65,6 +65,7 @@ static char *expand(struct parser *p, int line, const char *text)
         fail(p, line, "out of memory");
         return NULL;
     }
+    char name[128]; /* outlives the loop body: 'value' may point into it */
     for (const char *s = text; *s;) {
         const char *value = NULL;
         size_t vlen = 1;
@@ -75,7 +76,6 @@ static char *expand(struct parser *p, int line, const char *text)
                 goto error;
             }
             /* ${NAME} or ${NAME:-default} */
-            char name[128];
             size_t nlen = (size_t)(close - s - 2);
             if (nlen == 0 || nlen >= sizeof(name)) {
                 fail(p, line, "bad environment variable reference in \"%s\"", text);
