@@ -48,7 +48,10 @@ struct node {
     size_t sent;
     uint32_t *queue; /* request indices awaiting replies, in send order */
     size_t qhead, qlen, qcap;
-    uint32_t replies; /* replies already matched to queue[qhead] */
+    uint32_t replies;   /* replies already matched to queue[qhead] */
+    int64_t deadline;   /* when the node is given up on if it stays silent */
+    uint64_t failed_in; /* exec call in which connecting failed (0: never) */
+    char failure[200];  /* why, for the other requests of that call */
 };
 
 enum redirect { REDIRECT_NONE = 0, REDIRECT_MOVED, REDIRECT_ASK };
@@ -75,6 +78,10 @@ struct lb_cluster {
     size_t last_good; /* node that answered the last refresh */
     struct run *runs;
     size_t capruns;
+    struct pollfd *pfds; /* one per node, for run_io */
+    int32_t *pfd_node;
+    size_t cappfds;
+    uint64_t exec_calls;
     struct lb_request *requests;
     struct lb_cluster_stats stats;
     char errstr[640];
@@ -536,10 +543,12 @@ static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
     } else if (req->is_txn) {
         uint32_t j = k - run->asking;
         if (j <= req->ncommands) { /* MULTI's +OK, then +QUEUED each */
+            const char *want = j == 0 ? "OK" : "QUEUED";
             if (r->type == REDIS_REPLY_ERROR)
                 note_error(cl, run, n, r);
-            else if (r->type != REDIS_REPLY_STATUS)
-                fail_run(run, "%s: unexpected reply type %d inside MULTI", n->name, r->type);
+            else if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, want) != 0)
+                fail_run(run, "%s: expected +%s inside MULTI, got a reply of type %d", n->name,
+                         want, r->type);
         } else if (r->type == REDIS_REPLY_ARRAY) { /* EXEC */
             if (r->elements != req->ncommands)
                 fail_run(run, "%s: EXEC returned %zu replies for %u commands", n->name, r->elements,
@@ -589,80 +598,106 @@ static void node_abort(struct lb_cluster *cl, struct node *n, const char *why)
     cl->need_refresh = 1;
 }
 
-/* Drives every node's I/O until all queues are empty or the deadline. */
-static void run_io(struct lb_cluster *cl, int64_t deadline)
+static int grow_pollfds(struct lb_cluster *cl)
 {
-    struct pollfd pfds[64];
-    int32_t which[64];
+    if (cl->cappfds >= cl->nnodes)
+        return 0;
+    struct pollfd *pfds = realloc(cl->pfds, cl->nnodes * sizeof(*pfds));
+    if (!pfds)
+        return -1;
+    cl->pfds = pfds;
+    int32_t *which = realloc(cl->pfd_node, cl->nnodes * sizeof(*which));
+    if (!which)
+        return -1;
+    cl->pfd_node = which;
+    cl->cappfds = cl->nnodes;
+    return 0;
+}
 
+/* Writes what is unsent and reads what arrived on one ready node. */
+static void node_io(struct lb_cluster *cl, struct node *n, short revents)
+{
+    char why[400];
+    if (revents & POLLOUT) {
+        ssize_t w = write(n->fd, n->out.data + n->sent, n->out.len - n->sent);
+        if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            cl->stats.connection_errors++;
+            snprintf(why, sizeof(why), "writing to Redis %s failed: %s", n->name, strerror(errno));
+            node_abort(cl, n, why);
+            return;
+        }
+        if (w > 0)
+            n->sent += (size_t)w;
+        if (n->sent == n->out.len)
+            n->out.len = n->sent = 0;
+    }
+    if (!(revents & (POLLIN | POLLERR | POLLHUP)))
+        return;
+    ssize_t got = node_read(cl, n);
+    if (got == -2)
+        return;
+    if (got <= 0) {
+        cl->stats.connection_errors++;
+        snprintf(why, sizeof(why), "connection to Redis %s lost: %s", n->name,
+                 got == 0 ? "closed by the server" : strerror(errno));
+        node_abort(cl, n, why);
+        return;
+    }
+    /* The timeout counts silence, not the length of a big pipeline. */
+    n->deadline = now_ms() + cl->command_timeout_ms;
+    void *reply;
+    while (n->qlen) {
+        if (redisReaderGetReply(n->reader, &reply) != REDIS_OK) {
+            cl->stats.connection_errors++;
+            snprintf(why, sizeof(why), "protocol error from Redis %s", n->name);
+            node_abort(cl, n, why);
+            return;
+        }
+        if (!reply)
+            return;
+        on_reply(cl, n, reply);
+    }
+}
+
+/* Drives every node's I/O until all queues are empty. A node that stays
+ * silent for the command timeout is given up on. */
+static void run_io(struct lb_cluster *cl)
+{
+    if (grow_pollfds(cl) != 0) {
+        for (size_t i = 0; i < cl->nnodes; i++)
+            if (cl->nodes[i]->qlen)
+                node_abort(cl, cl->nodes[i], "out of memory");
+        return;
+    }
     for (;;) {
         nfds_t count = 0;
-        for (size_t i = 0; i < cl->nnodes && count < 64; i++) {
+        int64_t now = now_ms(), wake = INT64_MAX;
+        for (size_t i = 0; i < cl->nnodes; i++) {
             struct node *n = cl->nodes[i];
             if (!n->qlen)
                 continue;
-            pfds[count] = (struct pollfd){
-                .fd = n->fd, .events = (short)(POLLIN | (n->sent < n->out.len ? POLLOUT : 0))};
-            which[count++] = (int32_t)i;
-        }
-        if (!count)
-            return;
-        int64_t left = deadline - now_ms();
-        int rc = left > 0 ? poll(pfds, count, (int)left) : 0;
-        if (rc < 0 && errno == EINTR)
-            continue;
-        if (rc <= 0) {
-            for (nfds_t k = 0; k < count; k++) {
+            if (n->deadline <= now) {
                 char why[400];
                 cl->stats.timeouts++;
-                snprintf(why, sizeof(why), "Redis %s did not answer within %lld ms",
-                         cl->nodes[which[k]]->name, (long long)cl->command_timeout_ms);
-                node_abort(cl, cl->nodes[which[k]], why);
-            }
-            return;
-        }
-        for (nfds_t k = 0; k < count; k++) {
-            struct node *n = cl->nodes[which[k]];
-            char why[400];
-            if (pfds[k].revents & POLLOUT) {
-                ssize_t w = write(n->fd, n->out.data + n->sent, n->out.len - n->sent);
-                if (w < 0 && errno != EAGAIN && errno != EINTR) {
-                    cl->stats.connection_errors++;
-                    snprintf(why, sizeof(why), "writing to Redis %s failed: %s", n->name,
-                             strerror(errno));
-                    node_abort(cl, n, why);
-                    continue;
-                }
-                if (w > 0)
-                    n->sent += (size_t)w;
-                if (n->sent == n->out.len)
-                    n->out.len = n->sent = 0;
-            }
-            if (!(pfds[k].revents & (POLLIN | POLLERR | POLLHUP)))
-                continue;
-            ssize_t got = node_read(cl, n);
-            if (got == -2)
-                continue;
-            if (got <= 0) {
-                cl->stats.connection_errors++;
-                snprintf(why, sizeof(why), "connection to Redis %s lost: %s", n->name,
-                         got == 0 ? "closed by the server" : strerror(errno));
+                snprintf(why, sizeof(why), "Redis %s did not answer within %lld ms", n->name,
+                         (long long)cl->command_timeout_ms);
                 node_abort(cl, n, why);
                 continue;
             }
-            void *reply;
-            while (n->qlen) {
-                if (redisReaderGetReply(n->reader, &reply) != REDIS_OK) {
-                    cl->stats.connection_errors++;
-                    snprintf(why, sizeof(why), "protocol error from Redis %s", n->name);
-                    node_abort(cl, n, why);
-                    break;
-                }
-                if (!reply)
-                    break;
-                on_reply(cl, n, reply);
-            }
+            if (n->deadline < wake)
+                wake = n->deadline;
+            cl->pfds[count] = (struct pollfd){
+                .fd = n->fd, .events = (short)(POLLIN | (n->sent < n->out.len ? POLLOUT : 0))};
+            cl->pfd_node[count++] = (int32_t)i;
         }
+        if (!count)
+            return;
+        int rc = poll(cl->pfds, count, (int)(wake - now));
+        if (rc < 0 && errno != EINTR)
+            rc = 0; /* treat like a timeout: the deadlines decide */
+        for (nfds_t k = 0; rc > 0 && k < count; k++)
+            if (cl->pfds[k].revents)
+                node_io(cl, cl->nodes[cl->pfd_node[k]], cl->pfds[k].revents);
     }
 }
 
@@ -692,16 +727,27 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
         return -1;
     }
     struct node *n = cl->nodes[node];
+    if (n->failed_in == cl->exec_calls) {
+        /* one connect attempt per node per call, not one per request */
+        fail_run(run, "%s", n->failure);
+        return -1;
+    }
     if (n->fd < 0 && node_connect(cl, n) != 0) {
+        n->failed_in = cl->exec_calls;
+        snprintf(n->failure, sizeof(n->failure), "%.199s", cl->errstr);
         fail_run(run, "%s", cl->errstr);
         cl->need_refresh = 1;
         return -1;
     }
+    size_t mark = n->out.len;
     if ((run->asking && lb_buf_append(&n->out, asking, sizeof(asking) - 1) != 0) ||
         lb_buf_append(&n->out, req->bytes, req->len) != 0 || queue_push(n, index) != 0) {
+        n->out.len = mark; /* nothing half-queued: replies must match requests */
         fail_run(run, "out of memory");
         return -1;
     }
+    if (n->qlen == 1) /* the first request of this call on this node */
+        n->deadline = now_ms() + cl->command_timeout_ms;
     run->node = node;
     cl->stats.requests++;
     return 0;
@@ -725,6 +771,7 @@ size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_
     }
     memset(cl->runs, 0, count * sizeof(*cl->runs));
     cl->requests = requests;
+    cl->exec_calls++;
     for (size_t i = 0; i < count; i++) {
         requests[i].ok = 0;
         requests[i].error[0] = '\0';
@@ -747,7 +794,7 @@ size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_
         }
         if (!sent)
             break;
-        run_io(cl, now_ms() + cl->command_timeout_ms);
+        run_io(cl);
         size_t redirected = 0;
         for (size_t i = 0; i < count; i++) {
             struct run *run = &cl->runs[i];
@@ -764,6 +811,11 @@ size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_
         if (!redirected)
             break;
     }
+    /* run_io returns only with every queue empty; anything else would leave
+     * replies on the wire that the next call would misattribute. */
+    for (size_t i = 0; i < cl->nnodes; i++)
+        if (cl->nodes[i]->qlen)
+            node_abort(cl, cl->nodes[i], "internal error: requests left queued");
     for (size_t i = 0; i < count; i++) {
         struct run *run = &cl->runs[i];
         if (run->redirect && !run->error[0])
@@ -822,6 +874,8 @@ void lb_cluster_free(struct lb_cluster *cl)
     }
     free(cl->nodes);
     free(cl->runs);
+    free(cl->pfds);
+    free(cl->pfd_node);
     if (cl->password)
         memset(cl->password, 0, strlen(cl->password));
     free(cl->password);

@@ -176,7 +176,12 @@ int lb_time_parse(const char *text, int64_t *ms)
     if (digits(&s, 4, &year) || *s++ != '-' || digits(&s, 2, &month) || *s++ != '-' ||
         digits(&s, 2, &day))
         return -1;
-    if (month < 1 || month > 12 || day < 1 || day > 31)
+    int64_t y;
+    unsigned m, d;
+    /* a date that does not exist (2025-02-31) does not round-trip */
+    lb_civil_from_days(lb_days_from_civil(year, (unsigned)month, (unsigned)day), &y, &m, &d);
+    if (month < 1 || month > 12 || day < 1 || y != year || m != (unsigned)month ||
+        d != (unsigned)day)
         return -1;
     if (*s == 'T' || *s == 't' || *s == ' ') {
         s++;
@@ -328,6 +333,14 @@ static int parse_scalar_node(struct parser *p, const struct key_def *def, yaml_n
     free(text);
     return rc;
 }
+
+/* KT_STRINGS stores into a 'char **list' immediately followed by its
+ * 'size_t count'; every such pair is checked here. */
+#define STRINGS_PAIR(type, list, count)                                                            \
+    _Static_assert(offsetof(type, count) == offsetof(type, list) + sizeof(char **),                \
+                   #type "." #count " must follow " #list)
+STRINGS_PAIR(struct lb_config, topics, ntopics);
+STRINGS_PAIR(struct lb_profile, match, nmatch);
 
 /* A list of strings; a single scalar is accepted as a list of one. */
 static int parse_strings(struct parser *p, const struct key_def *def, yaml_node_t *node, void *obj)
@@ -823,6 +836,9 @@ static int parse_one_window(struct parser *p, struct lb_profile *profile, enum l
         struct key_def ttl = window_keys[0];
         if (kind == LB_WINDOW_ALLTIME)
             return fail(p, line_of(settings), "alltime has no ttl; write 'alltime: {}'");
+        if (kind == LB_WINDOW_CUSTOM)
+            return fail(p, line_of(settings),
+                        "custom windows need 'dim': write {dim: NAME, ttl: DURATION}");
         return parse_scalar_node(p, &ttl, settings, w);
     }
     if (!null_value && parse_mapping(p, window_keys, settings, line_of(settings), w,
@@ -834,11 +850,12 @@ static int parse_one_window(struct parser *p, struct lb_profile *profile, enum l
         return fail(p, line_of(settings), "'dim' applies only to custom windows");
     if (kind == LB_WINDOW_ALLTIME && w->ttl_ms)
         return fail(p, line_of(settings), "alltime keys never expire; remove its ttl");
-    if (w->dim && (lb_window_kind_parse(w->dim) >= 0 || strpbrk(w->dim, "{}:")))
+    if (w->dim && (lb_window_kind_parse(w->dim) >= 0 || strpbrk(w->dim, "{}:") ||
+                   strlen(w->dim) > LB_NAME_MAX))
         return fail(p, line_of(settings),
-                    "custom window dim \"%s\" must not be a window kind name or contain '{', '}' "
-                    "or ':'",
-                    w->dim);
+                    "custom window dim \"%s\" must be at most %d bytes, not a window kind name, "
+                    "and contain no '{', '}' or ':'",
+                    w->dim, LB_NAME_MAX);
     return 0;
 }
 
@@ -953,8 +970,9 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
             return fail(p, config->nschemas ? config->schemas[0].line : root_line,
                         "input: bare input needs exactly one 'writer_schema' and no 'schemas'");
     }
-    if (strpbrk(config->key_prefix, "{}"))
-        return fail(p, root_line, "redis.key_prefix must not contain '{' or '}'");
+    if (strpbrk(config->key_prefix, "{}") || strlen(config->key_prefix) > LB_NAME_MAX)
+        return fail(p, root_line, "redis.key_prefix must be at most %d bytes without '{' or '}'",
+                    LB_NAME_MAX);
     if (config->ntopics == 0)
         return fail(p, root_line, "kafka.topics: list at least one topic");
     if (config->redis_password && !*config->redis_password)

@@ -21,6 +21,10 @@
 
 enum lb_aggregation { LB_AGG_BEST = 0, LB_AGG_LATEST, LB_AGG_SUM };
 
+/* Longest key prefix and custom window dim name: with 128-byte ids, every
+ * key stays well under 1 KiB. */
+#define LB_NAME_MAX 64
+
 struct lb_window_config {
     enum lb_window_kind kind;
     int64_t ttl_ms; /* time windows: kept this long after the window closes; 0 = no expiry */

@@ -59,16 +59,32 @@ int lb_kafka_conf_apply(const struct lb_config *config, rd_kafka_conf_t *conf, c
     return 0;
 }
 
+static void assign(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *partitions)
+{
+    rd_kafka_resp_err_t err = rd_kafka_assign(rk, partitions);
+    if (err)
+        LB_ERROR("kafka", "%s failed: %s", partitions ? "assign" : "unassign",
+                 rd_kafka_err2str(err));
+}
+
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *partitions, void *opaque)
 {
     struct lb_consumer *c = opaque;
-    rd_kafka_error_t *error = NULL;
 
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         LB_INFO("kafka", "assigned %d partition(s)", partitions->cnt);
-        rd_kafka_assign(rk, partitions);
-        c->paused = 0;
+        assign(rk, partitions);
+        /* An application pause outlives unassign/assign in librdkafka, so
+         * set the state we want on the new assignment explicitly: paused
+         * while the daemon waits for Redis, fetching otherwise. */
+        if (partitions->cnt) {
+            rd_kafka_resp_err_t perr = c->paused ? rd_kafka_pause_partitions(rk, partitions)
+                                                 : rd_kafka_resume_partitions(rk, partitions);
+            if (perr)
+                LB_WARN("kafka", "%s the new assignment: %s", c->paused ? "pausing" : "resuming",
+                        rd_kafka_err2str(perr));
+        }
         return;
     }
     if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
@@ -78,13 +94,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         /* Last chance to commit for these partitions in this generation. */
         if (!rd_kafka_assignment_lost(rk))
             lb_consumer_commit(c, 0);
-        rd_kafka_assign(rk, NULL);
-        c->paused = 0;
+        assign(rk, NULL);
         return;
     }
     LB_ERROR("kafka", "rebalance error: %s", rd_kafka_err2str(err));
-    rd_kafka_assign(rk, NULL);
-    (void)error;
+    assign(rk, NULL);
 }
 
 static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -130,7 +144,9 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
         lb_kafka_conf_apply(config, conf, err, errlen) != 0)
         goto error;
     /* Offsets must only ever come from us: refuse overrides that would let
-     * librdkafka commit or store on its own. */
+     * librdkafka commit or store on its own. And the rebalance callback
+     * speaks the eager protocol: cooperative-sticky has known crash and hang
+     * bugs in librdkafka 2.0.2 anyway. */
     for (size_t i = 0; i < config->nkafka_props; i++) {
         const struct lb_kv *kv = &config->kafka_props[i];
         if ((strcmp(kv->key, "enable.auto.commit") == 0 ||
@@ -139,6 +155,14 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
             snprintf(err, errlen,
                      "%s:%d: kafka property %s must stay false: the projector commits only what "
                      "is durable in Redis",
+                     config->path, kv->line, kv->key);
+            goto error;
+        }
+        if (strcmp(kv->key, "partition.assignment.strategy") == 0 &&
+            strstr(kv->value, "cooperative")) {
+            snprintf(err, errlen,
+                     "%s:%d: kafka property %s: cooperative-sticky is not supported (librdkafka "
+                     "2.0.2 has known crash and hang bugs in it); use range or roundrobin",
                      config->path, kv->line, kv->key);
             goto error;
         }
@@ -215,6 +239,8 @@ int lb_consumer_fatal(const struct lb_consumer *c)
 void lb_consumer_pause(struct lb_consumer *c, int pause)
 {
     rd_kafka_topic_partition_list_t *assigned = NULL;
+    /* 'paused' is the wanted state; rebalance_cb applies it to every new
+     * assignment, so it is only ever changed here. */
     if (c->paused == pause || rd_kafka_assignment(c->rk, &assigned) != 0)
         return;
     if (assigned->cnt) {

@@ -24,6 +24,13 @@
 #include <time.h>
 #include <unistd.h>
 
+struct partition_mark {
+    rd_kafka_topic_t *rkt;
+    int32_t partition;
+    int64_t next;
+    int blocked; /* a record of this partition is not durable: stop advancing */
+};
+
 struct daemon {
     const struct lb_config *config;
     struct lb_consumer *consumer;
@@ -41,6 +48,9 @@ struct daemon {
 
     rd_kafka_message_t **carry; /* polled while retrying; start of the next batch */
     size_t ncarry, capcarry;
+
+    struct partition_mark *marks; /* scratch for store_durable, one per partition */
+    size_t capmarks;
 
     int64_t last_commit_ms;
 
@@ -193,17 +203,11 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
     }
 }
 
-struct partition_mark {
-    rd_kafka_topic_t *rkt;
-    int32_t partition;
-    int64_t next;
-    int blocked;
-};
-
-/* Stores, per partition, the offset after its last durable record. */
-static void store_durable(struct daemon *d)
+/* Stores, per partition, the offset after its last durable record: records
+ * of a partition are in offset order, so that is the offset of its first
+ * record that is not durable, or the last offset + 1 when all are. */
+static int store_durable(struct daemon *d)
 {
-    struct partition_mark marks[64];
     size_t nmarks = 0, last = 0;
 
     for (size_t i = 0; i < d->nbatch; i++) {
@@ -211,25 +215,24 @@ static void store_durable(struct daemon *d)
         if (d->revoked[i])
             continue;
         struct partition_mark *m = NULL;
-        if (nmarks && marks[last].rkt == msg->rkt && marks[last].partition == msg->partition) {
-            m = &marks[last];
-        } else {
-            for (size_t k = 0; k < nmarks && !m; k++)
-                if (marks[k].rkt == msg->rkt && marks[k].partition == msg->partition) {
-                    m = &marks[k];
-                    last = k;
-                }
-        }
+        if (nmarks && d->marks[last].rkt == msg->rkt && d->marks[last].partition == msg->partition)
+            m = &d->marks[last];
+        for (size_t k = 0; k < nmarks && !m; k++)
+            if (d->marks[k].rkt == msg->rkt && d->marks[k].partition == msg->partition) {
+                m = &d->marks[k];
+                last = k;
+            }
         if (!m) {
-            if (nmarks == sizeof(marks) / sizeof(marks[0])) {
-                /* Flush and reuse: stores of one partition are monotonic. */
-                for (size_t k = 0; k < nmarks; k++)
-                    lb_consumer_store(d->consumer, rd_kafka_topic_name(marks[k].rkt),
-                                      marks[k].partition, marks[k].next);
-                nmarks = 0;
+            if (nmarks == d->capmarks) {
+                size_t cap = d->capmarks ? d->capmarks * 2 : 64;
+                struct partition_mark *grown = realloc(d->marks, cap * sizeof(*grown));
+                if (!grown)
+                    return -1; /* nothing stored: the batch will be redelivered */
+                d->marks = grown;
+                d->capmarks = cap;
             }
             last = nmarks;
-            m = &marks[nmarks++];
+            m = &d->marks[nmarks++];
             *m = (struct partition_mark){
                 .rkt = msg->rkt, .partition = msg->partition, .next = msg->offset};
         }
@@ -241,8 +244,9 @@ static void store_durable(struct daemon *d)
             m->blocked = 1;
     }
     for (size_t k = 0; k < nmarks; k++)
-        lb_consumer_store(d->consumer, rd_kafka_topic_name(marks[k].rkt), marks[k].partition,
-                          marks[k].next);
+        lb_consumer_store(d->consumer, rd_kafka_topic_name(d->marks[k].rkt), d->marks[k].partition,
+                          d->marks[k].next);
+    return 0;
 }
 
 static int project_batch(struct daemon *d)
@@ -270,7 +274,11 @@ static int project_batch(struct daemon *d)
                 (unsigned long long)d->batches_written);
         _exit(70);
     }
-    store_durable(d);
+    if (store_durable(d) != 0) {
+        LB_ERROR("daemon", "out of memory storing offsets; stopping (the batch will be "
+                           "redelivered)");
+        return -1;
+    }
     lb_consumer_pause(d->consumer, 0);
     for (size_t i = 0; i < d->nbatch; i++)
         rd_kafka_message_destroy(d->batch[i]);
@@ -363,10 +371,13 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     LB_INFO("daemon", "stopping: committing durable offsets and leaving the group");
 
 done:
+    /* Messages must be gone before the consumer is destroyed; the counts are
+     * cleared because closing revokes, and on_revoke walks both lists. */
     for (size_t i = 0; i < d.nbatch; i++)
         rd_kafka_message_destroy(d.batch[i]);
     for (size_t i = 0; i < d.ncarry; i++)
         rd_kafka_message_destroy(d.carry[i]);
+    d.nbatch = d.ncarry = 0;
     lb_consumer_close(d.consumer);
     if (d.pipeline)
         log_totals(&d);
@@ -378,5 +389,6 @@ done:
     free(d.durable);
     free(d.records);
     free(d.carry);
+    free(d.marks);
     return status;
 }

@@ -32,6 +32,7 @@ static const char *const reject_names[LB_REJECT__COUNT] = {
     [LB_REJECT_INVALID_PLAYER] = "invalid_player",
     [LB_REJECT_SCORE_RANGE] = "score_out_of_range",
     [LB_REJECT_TIME_RANGE] = "ts_out_of_range",
+    [LB_REJECT_INVALID_DIMS] = "invalid_dims",
 };
 
 const char *lb_reject_name(enum lb_reject reason)
@@ -703,22 +704,28 @@ enum lb_reject lb_decode(const struct lb_decoder *decoder, const void *payload, 
     return LB_ACCEPT;
 }
 
-static int valid_id(const struct lb_str *id)
+int lb_id_is_valid(struct lb_str s)
 {
-    return id->len >= 1 && id->len <= LB_ID_MAX_BYTES;
+    if (s.len < 1 || s.len > LB_ID_MAX_BYTES)
+        return 0;
+    for (uint32_t i = 0; i < s.len; i++)
+        if ((unsigned char)s.ptr[i] < 0x20 || s.ptr[i] == 0x7f)
+            return 0;
+    return 1;
 }
 
 enum lb_reject lb_event_validate(const struct lb_event *ev, char *detail, size_t detaillen)
 {
-    if (!valid_id(&ev->board) || memchr(ev->board.ptr, '{', ev->board.len) ||
+    if (!lb_id_is_valid(ev->board) || memchr(ev->board.ptr, '{', ev->board.len) ||
         memchr(ev->board.ptr, '}', ev->board.len)) {
         if (detail)
             snprintf(detail, detaillen,
-                     "board id must be 1..%d bytes without '{' or '}' (got %u bytes)",
+                     "board id must be 1..%d bytes without control bytes, '{' or '}' (got %u "
+                     "bytes)",
                      LB_ID_MAX_BYTES, ev->board.len);
         return LB_REJECT_INVALID_BOARD;
     }
-    if (!valid_id(&ev->player)) {
+    if (ev->player.len < 1 || ev->player.len > LB_ID_MAX_BYTES) {
         if (detail)
             snprintf(detail, detaillen, "player id must be 1..%d bytes (got %u bytes)",
                      LB_ID_MAX_BYTES, ev->player.len);

@@ -57,6 +57,7 @@ enum lb_reject {
     LB_REJECT_INVALID_PLAYER,
     LB_REJECT_SCORE_RANGE,
     LB_REJECT_TIME_RANGE,
+    LB_REJECT_INVALID_DIMS,
     LB_REJECT__COUNT
 };
 
@@ -86,9 +87,14 @@ enum lb_reject lb_decode(const struct lb_decoder *decoder, const void *payload, 
                          struct lb_event *event, struct lb_arena *arena, char *detail,
                          size_t detaillen);
 
-/* Checks what holds for every board: board and player are 1..128 bytes and
- * the board contains no '{' or '}' (it would break the key's hash tag). */
+/* Checks what holds for every board: board and player are 1..128 bytes, the
+ * board has no control bytes (NUL included) and no '{' or '}' (they would
+ * break the key's hash tag). */
 enum lb_reject lb_event_validate(const struct lb_event *event, char *detail, size_t detaillen);
+
+/* Whether 's' can be part of a key: 1..128 bytes, no control bytes. Board
+ * ids and the dims values that name custom windows must be. */
+int lb_id_is_valid(struct lb_str s);
 
 /* Returns the value of dims entry 'name', or NULL when the event has none. */
 const struct lb_str *lb_event_dim(const struct lb_event *event, const char *name, size_t len);

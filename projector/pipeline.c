@@ -99,6 +99,32 @@ static void log_reject(const struct lb_record *r, enum lb_reject reason, const c
             (long long)r->offset, lb_reject_name(reason), detail[0] ? ": " : "", detail);
 }
 
+static void describe_plan_reject(const struct lb_event *ev, enum lb_reject reason, char *detail,
+                                 size_t len)
+{
+    switch (reason) {
+    case LB_REJECT_SCORE_RANGE:
+        snprintf(detail, len, "score %lld is outside the profile's score_min..score_max",
+                 (long long)ev->score);
+        break;
+    case LB_REJECT_TIME_RANGE:
+        snprintf(detail, len, "ts %lld is outside the profile's epoch..horizon",
+                 (long long)ev->ts_ms);
+        break;
+    case LB_REJECT_INVALID_DIMS:
+        snprintf(detail, len,
+                 "a dims value naming a custom window must be 1..%d bytes "
+                 "without control bytes",
+                 LB_ID_MAX_BYTES);
+        break;
+    case LB_REJECT_INVALID_BOARD:
+        snprintf(detail, len, "no profile matches board '%.*s'", (int)ev->board.len, ev->board.ptr);
+        break;
+    default:
+        break;
+    }
+}
+
 /* Decodes, validates and plans every record. Returns -1 when out of memory. */
 static int plan_records(struct lb_pipeline *p, const struct lb_record *records, size_t count,
                         int64_t now_ms)
@@ -127,10 +153,13 @@ static int plan_records(struct lb_pipeline *p, const struct lb_record *records, 
             reason = LB_REJECT_UNKNOWN_OP;
             snprintf(detail, sizeof(detail), "RETRACT is not supported by this version");
         }
-        if (reason == LB_ACCEPT)
+        if (reason == LB_ACCEPT) {
             reason = lb_plan_add(p->plan, &ev, now_ms, &txn);
-        if (reason == LB_REJECT__COUNT)
-            return -1;
+            if (reason == LB_REJECT__COUNT)
+                return -1;
+            if (reason != LB_ACCEPT)
+                describe_plan_reject(&ev, reason, detail, sizeof(detail));
+        }
         p->txn_of[i] = txn;
         p->stats.records++;
         if (reason != LB_ACCEPT) {
@@ -185,10 +214,18 @@ int lb_pipeline_run(struct lb_pipeline *p, const struct lb_record *records, size
                 p->txn_ok[p->request_txn[k]] = 1;
                 continue;
             }
-            if (still == 0)
+            const struct lb_txn *txn = &txns[p->request_txn[k]];
+            if (strstr(p->requests[k].error, "WRONGTYPE"))
+                /* Not transient: someone wrote a non-sorted-set value under our
+                 * prefix. Retrying keeps the events safe until it is fixed. */
+                LB_ERROR("pipeline",
+                         "board '%.*s': a key under its hash tag is not a sorted set; delete or "
+                         "rename it, the batch is retried until then: %s",
+                         (int)txn->board.len, txn->board.ptr, p->requests[k].error);
+            else if (still == 0)
                 LB_WARN("pipeline", "writing board '%.*s' failed, retrying in ~%lld ms: %s",
-                        (int)txns[p->request_txn[k]].board.len, txns[p->request_txn[k]].board.ptr,
-                        (long long)backoff, p->requests[k].error);
+                        (int)txn->board.len, txn->board.ptr, (long long)backoff,
+                        p->requests[k].error);
             p->stats.write_failures++;
             p->request_txn[still] = p->request_txn[k];
             p->requests[still++] = p->requests[k];

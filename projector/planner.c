@@ -348,6 +348,15 @@ enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, int6
     case LB_SCORE_TIME_OUT_OF_RANGE:
         return LB_REJECT_TIME_RANGE;
     }
+    /* The whole event is checked before any of its writes is planned. */
+    for (uint32_t w = 0; w < profile->nwindows; w++) {
+        const struct lb_window_config *window = &profile->windows[w];
+        if (window->kind != LB_WINDOW_CUSTOM)
+            continue;
+        const struct lb_str *value = lb_event_dim(ev, window->dim, strlen(window->dim));
+        if (value && !lb_id_is_valid(*value))
+            return LB_REJECT_INVALID_DIMS;
+    }
 
     for (uint32_t w = 0; w < profile->nwindows; w++) {
         const struct lb_window_config *window = &profile->windows[w];
@@ -379,22 +388,40 @@ enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, int6
 
 /* ---- RESP encoding ---------------------------------------------------------------- */
 
+static char *put(char *p, const char *bytes, size_t len)
+{
+    memcpy(p, bytes, len);
+    return p + len;
+}
+
 size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_window_config *window,
                      int64_t window_id, struct lb_str custom_value, char *out, size_t cap)
 {
     char label[LB_WINDOW_LABEL_MAX];
-    int n;
-    if (window->kind == LB_WINDOW_CUSTOM)
-        n = snprintf(out, cap, "%s{%.*s}:%s:%.*s", prefix, (int)board.len, board.ptr, window->dim,
-                     (int)custom_value.len, custom_value.ptr);
-    else if (window->kind == LB_WINDOW_ALLTIME)
-        n = snprintf(out, cap, "%s{%.*s}:alltime", prefix, (int)board.len, board.ptr);
-    else {
-        lb_window_label(window->kind, window_id, label, sizeof(label));
-        n = snprintf(out, cap, "%s{%.*s}:%s:%s", prefix, (int)board.len, board.ptr,
-                     lb_window_kind_name(window->kind), label);
+    const char *kind =
+        window->kind == LB_WINDOW_CUSTOM ? window->dim : lb_window_kind_name(window->kind);
+    size_t label_len = 0;
+    if (window->kind == LB_WINDOW_CUSTOM) {
+        label_len = custom_value.len;
+    } else if (window->kind != LB_WINDOW_ALLTIME) {
+        label_len = lb_window_label(window->kind, window_id, label, sizeof(label));
     }
-    return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+    size_t need = strlen(prefix) + board.len + strlen(kind) + label_len + 4;
+    if (need > cap)
+        return 0;
+    /* memcpy, not printf: ids are byte strings */
+    char *p = put(out, prefix, strlen(prefix));
+    *p++ = '{';
+    p = put(p, board.ptr, board.len);
+    *p++ = '}';
+    *p++ = ':';
+    p = put(p, kind, strlen(kind));
+    if (window->kind != LB_WINDOW_ALLTIME) {
+        *p++ = ':';
+        p = window->kind == LB_WINDOW_CUSTOM ? put(p, custom_value.ptr, custom_value.len)
+                                             : put(p, label, label_len);
+    }
+    return (size_t)(p - out);
 }
 
 #define KEY_MAX 1024
@@ -403,19 +430,19 @@ size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_wi
 static int encode_board(struct lb_plan *plan, const struct board *b, struct lb_txn *txn)
 {
     const struct lb_profile *profile = b->profile;
-    const char *mode = profile->scoring.order == LB_ORDER_DESC ? "GT" : "LT";
     struct lb_buf *out = &plan->out;
     uint32_t ncommands = 0;
 
     txn->slot = b->slot;
     txn->board = b->id;
     txn->offset = out->len;
-    if (b->first_key == NONE) {
+    if (!profile || b->first_key == NONE) {
         /* Every event of the board was rejected or late: nothing to send. */
         txn->ncommands = 0;
         txn->len = 0;
         return 0;
     }
+    const char *mode = profile->scoring.order == LB_ORDER_DESC ? "GT" : "LT";
     if (lb_buf_append(out, "*1\r\n$5\r\nMULTI\r\n", 15) != 0)
         return -1;
     for (uint32_t k = b->first_key; k != NONE; k = plan->keys.items[k].next_key) {

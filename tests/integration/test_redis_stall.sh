@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # While Redis cannot take writes (every node frozen with SIGSTOP), the
-# projector keeps its group membership, commits nothing new, and resumes by
-# itself when Redis is back; no event is lost.
+# projector keeps its group membership, commits nothing new, survives a
+# rebalance (a second pod joins), and resumes by itself when Redis is back;
+# no event is lost.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -31,6 +32,14 @@ lag=$(committed_offsets | awk '{ lag += $3 - $2 } END { print lag + 0 }')
 kill -0 "$PROJECTOR_PID" || fail "the projector died while Redis was down"
 ok "stalled with $lag events uncommitted while Redis was frozen"
 
+# A second pod joins while the first is paused: the rebalance must not leave
+# any partition paused for good once Redis is back.
+first_pid=$PROJECTOR_PID
+start_projector projector2 "$T_DIR/projector.yaml"
+second_pid=$PROJECTOR_PID
+lb_wait_for 30 grep -q "assigned" "$T_DIR/projector2.log" || fail "the second pod got no partitions"
+sleep 1
+
 kill -CONT "${pids[@]}"
 log "Redis is back"
 wait_caught_up 120
@@ -38,4 +47,6 @@ verify
 assert_committed_at_end
 grep -q 'msg="writing board' "$T_DIR/projector.log" || fail "no retry was logged"
 grep -q 'paused' "$T_DIR/projector.log" || fail "partitions were not paused"
-ok "resumed by itself; nothing lost"
+kill -0 "$first_pid" || fail "the first projector died"
+kill -0 "$second_pid" || fail "the second projector died"
+ok "resumed by itself after a rebalance during the outage; nothing lost"

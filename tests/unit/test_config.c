@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "consumer.h"
 
 static const char minimal[] = "kafka:\n"
                               "  brokers: 127.0.0.1:9092\n"
@@ -141,6 +142,33 @@ static void errors_name_file_and_line(void **state)
                  "redis:\n  nodes: [a:1]\n",
                  1, "writer_schema");
     expect_error("kafka:\n  brokers: b\n  topics: [t]\n  topics: [u]\n", 4, "set twice");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: a\n    windows:\n      custom: [30d]\n",
+             minimal);
+    expect_error(text, 12, "need 'dim'");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: a\n    epoch: 2025-02-31\n", minimal);
+    expect_error(text, 11, "RFC 3339");
+    snprintf(text, sizeof(text), "%s  key_prefix: \"%0100d\"\n", minimal, 0);
+    expect_error(text, 1, "at most 64 bytes");
+}
+
+static void kafka_overrides_that_break_the_offset_contract_are_refused(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"enable.auto.commit: \"true\"",
+                                      "enable.auto.offset.store: \"true\"",
+                                      "partition.assignment.strategy: cooperative-sticky"};
+    for (size_t i = 0; i < 3; i++) {
+        char text[1024], err[1024];
+        snprintf(text, sizeof(text),
+                 "kafka:\n  brokers: 127.0.0.1:1\n  topics: [t]\n  %s\n"
+                 "input: {schemas: {1: s.avsc}}\nredis: {nodes: [a:1]}\n",
+                 bad[i]);
+        struct lb_config *c = load_ok(text);
+        assert_null(lb_consumer_new(c, NULL, NULL, err, sizeof(err)));
+        if (!strstr(err, "test.yaml:4: kafka property"))
+            fail_msg("unexpected error: %s", err);
+        lb_config_free(c);
+    }
 }
 
 static void environment_variables_are_interpolated(void **state)
@@ -217,6 +245,7 @@ int main(void)
         cmocka_unit_test(environment_variables_are_interpolated),
         cmocka_unit_test(kafka_properties_pass_through),
         cmocka_unit_test(durations_and_times_parse),
+        cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

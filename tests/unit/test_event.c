@@ -362,7 +362,13 @@ static void ids_are_validated(void **state)
     assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_ACCEPT);
     ev.board = (struct lb_str){long_id, LB_ID_MAX_BYTES + 1};
     assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_BOARD);
+    ev.board = (struct lb_str){"g1\0evil", 7}; /* would write lb:{g1}:... on another slot */
+    assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_BOARD);
+    ev.board = (struct lb_str){"g1\n", 3};
+    assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_BOARD);
     ev.board = (struct lb_str){"g1", 2};
+    ev.player = (struct lb_str){"p\0q", 3}; /* members are byte strings */
+    assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_ACCEPT);
     ev.player = (struct lb_str){"", 0};
     assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_PLAYER);
 }

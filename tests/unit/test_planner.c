@@ -240,6 +240,55 @@ static void out_of_range_events_are_rejected_and_plan_nothing(void **state)
     assert_int_equal(txns[0].len, 0); /* nothing to send for g3 */
 }
 
+static void a_bad_custom_dim_rejects_the_whole_event(void **state)
+{
+    struct fixture *f = *state;
+    char long_value[200];
+    memset(long_value, 'v', sizeof(long_value));
+    struct lb_dim dims[] = {{{"patch", 5}, {long_value, 129}}, {{"patch", 5}, {"1.2\n", 4}}};
+    uint32_t txn;
+    size_t ntxns;
+    for (size_t i = 0; i < 2; i++) {
+        struct lb_event ev = event("g4", "x", 1, MAY4_10H);
+        ev.dims = &dims[i];
+        ev.ndims = 1;
+        lb_plan_reset(f->plan);
+        assert_int_equal(lb_plan_add(f->plan, &ev, MAY4_10H, &txn), LB_REJECT_INVALID_DIMS);
+        assert_int_equal(lb_plan_finish(f->plan), 0);
+        lb_plan_txns(f->plan, &ntxns);
+        assert_int_equal(lb_plan_txns(f->plan, &ntxns)[0].len, 0); /* no window written */
+        assert_int_equal(lb_plan_stats(f->plan)->member_updates, 0);
+    }
+}
+
+static void a_board_without_a_profile_is_rejected(void **state)
+{
+    (void)state;
+    static const char no_catch_all[] = "kafka: {brokers: b, topics: [t]}\n"
+                                       "input: {schemas: {1: s.avsc}}\n"
+                                       "redis: {nodes: [a:1]}\n"
+                                       "profiles:\n"
+                                       "  - {name: only, match: \"g*\"}\n";
+    struct lb_config *config;
+    char err[512];
+    uint32_t txn;
+    size_t ntxns;
+    assert_int_equal(lb_config_load_string("t.yaml", no_catch_all, strlen(no_catch_all), &config,
+                                           err, sizeof(err)),
+                     0);
+    struct lb_plan *plan = lb_plan_new(config);
+    struct lb_event stray = event("x1", "p", 1, MAY4_10H), fine = event("g1", "p", 1, MAY4_10H);
+    assert_int_equal(lb_plan_add(plan, &stray, MAY4_10H, &txn), LB_REJECT_INVALID_BOARD);
+    assert_int_equal(lb_plan_add(plan, &fine, MAY4_10H, &txn), LB_ACCEPT);
+    assert_int_equal(lb_plan_finish(plan), 0);
+    const struct lb_txn *txns = lb_plan_txns(plan, &ntxns);
+    assert_int_equal(ntxns, 2);
+    assert_int_equal(txns[0].len, 0);
+    assert_int_equal(txns[txn].ncommands, 7); /* 4 ZADD + 3 PEXPIREAT */
+    lb_plan_free(plan);
+    lb_config_free(config);
+}
+
 static void many_events_reuse_the_arena(void **state)
 {
     struct fixture *f = *state;
@@ -264,6 +313,8 @@ int main(void)
         cmocka_unit_test(duplicates_merge_to_the_best_and_boards_split),
         cmocka_unit_test(expired_windows_are_not_resurrected),
         cmocka_unit_test(out_of_range_events_are_rejected_and_plan_nothing),
+        cmocka_unit_test(a_bad_custom_dim_rejects_the_whole_event),
+        cmocka_unit_test(a_board_without_a_profile_is_rejected),
         cmocka_unit_test(many_events_reuse_the_arena),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
