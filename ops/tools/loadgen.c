@@ -1,22 +1,15 @@
 /* loadgen: produces deterministic, valid score events to Kafka.
  *
- * The same seed and flags always produce the same events in the same order:
- * the demo, the integration tests and the benchmark all rely on that, and the
- * tests use --dry-run to get the event list without Kafka. Players follow a
- * Zipf distribution (a few hot players post most scores, as on real boards);
- * boards are uniform; event times are spread uniformly over --days days from
- * --start; scores are uniform in [0, --score-max].
- *
- * The Avro encoding here is written by hand from schemas/score_event.avsc and
- * shares no code with the projector's decoder, so the tests exercise the
- * decoder against an independent encoder.
+ * The same seed and flags always produce the same events in the same order
+ * (see eventgen.h): the demo, the integration tests and the benchmark all
+ * rely on that, and the tests use --dry-run to get the event list without
+ * Kafka.
  *
  * stdout: the events (--dry-run) as TSV; stderr: progress and errors.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <librdkafka/rdkafka.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,159 +18,17 @@
 #include <unistd.h>
 
 #include "config.h" /* lb_time_parse */
+#include "eventgen.h"
 
 struct options {
     const char *brokers;
     const char *topic;
-    uint64_t seed;
     uint64_t count;
-    uint32_t boards;
-    uint32_t players;
-    double zipf;
-    int64_t score_max;
-    int64_t start_ms;
-    int days;
     double rate; /* events per second; 0: as fast as possible */
-    int bare;    /* bare Avro instead of the Confluent framing */
-    int32_t schema_id;
-    const char *board_prefix;
-    const char *dim_name; /* optional: add dims {name: value} */
-    uint32_t dim_values;
     int dry_run;
     const char *events_out;
-    int retract_every; /* every Nth event is a RETRACT of an earlier submission's player */
+    struct gen_options gen;
 };
-
-/* ---- deterministic randomness ----------------------------------------------- */
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *state)
-{
-    return (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* Cumulative Zipf weights 1/k^s over ranks 1..n, normalised to 1. */
-static double *zipf_table(uint32_t n, double s)
-{
-    double *cdf = malloc(n * sizeof(*cdf));
-    double total = 0;
-    if (!cdf)
-        return NULL;
-    for (uint32_t k = 0; k < n; k++) {
-        total += 1.0 / pow((double)(k + 1), s);
-        cdf[k] = total;
-    }
-    for (uint32_t k = 0; k < n; k++)
-        cdf[k] /= total;
-    return cdf;
-}
-
-static uint32_t zipf_draw(const double *cdf, uint32_t n, double u)
-{
-    uint32_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (cdf[mid] < u)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* ---- events and their Avro encoding ---------------------------------------- */
-
-struct event {
-    char event_id[48];
-    char board[64];
-    char player[32];
-    int64_t score;
-    int64_t ts_ms;
-    int op; /* 0 SUBMIT, 1 RETRACT */
-    char dim_value[32];
-};
-
-static void generate(const struct options *o, const double *cdf, uint64_t index, struct event *ev)
-{
-    /* One stream per event: event i does not depend on how many draws earlier
-     * events took, so flags that change one field leave the others alone. */
-    uint64_t state = o->seed * UINT64_C(0x100000001b3) ^ (index + 1) * UINT64_C(0x9e3779b97f4a7c15);
-    uint32_t board = (uint32_t)(splitmix64(&state) % o->boards);
-    uint32_t player = zipf_draw(cdf, o->players, uniform01(&state));
-    int64_t span_ms = (int64_t)o->days * 86400000;
-
-    snprintf(ev->event_id, sizeof(ev->event_id), "e%llu-%llu", (unsigned long long)o->seed,
-             (unsigned long long)index);
-    snprintf(ev->board, sizeof(ev->board), "%s%u", o->board_prefix, board);
-    snprintf(ev->player, sizeof(ev->player), "p%06u", player);
-    ev->score = (int64_t)(splitmix64(&state) % (uint64_t)(o->score_max + 1));
-    ev->ts_ms = o->start_ms + (int64_t)(splitmix64(&state) % (uint64_t)span_ms);
-    ev->op = o->retract_every > 0 &&
-             index % (uint64_t)o->retract_every == (uint64_t)o->retract_every - 1;
-    ev->dim_value[0] = '\0';
-    if (o->dim_name)
-        snprintf(ev->dim_value, sizeof(ev->dim_value), "v%u",
-                 (unsigned)(splitmix64(&state) % o->dim_values));
-}
-
-static uint8_t *put_long(uint8_t *p, int64_t v)
-{
-    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    while (z >= 0x80) {
-        *p++ = (uint8_t)(z | 0x80);
-        z >>= 7;
-    }
-    *p++ = (uint8_t)z;
-    return p;
-}
-
-static uint8_t *put_string(uint8_t *p, const char *s)
-{
-    size_t len = strlen(s);
-    p = put_long(p, (int64_t)len);
-    memcpy(p, s, len);
-    return p + len;
-}
-
-/* Encodes 'ev' in the field order of score_event.avsc. Returns the length. */
-static size_t encode(const struct options *o, const struct event *ev, uint8_t *buf)
-{
-    uint8_t *p = buf;
-    if (!o->bare) {
-        *p++ = 0;
-        *p++ = (uint8_t)(o->schema_id >> 24);
-        *p++ = (uint8_t)(o->schema_id >> 16);
-        *p++ = (uint8_t)(o->schema_id >> 8);
-        *p++ = (uint8_t)o->schema_id;
-    }
-    p = put_string(p, ev->event_id);
-    p = put_string(p, ev->board);
-    p = put_string(p, ev->player);
-    p = put_long(p, ev->score);
-    p = put_long(p, ev->ts_ms);
-    p = put_long(p, ev->op);
-    if (ev->dim_value[0]) {
-        p = put_long(p, 1); /* one map block of one entry */
-        p = put_string(p, o->dim_name);
-        p = put_string(p, ev->dim_value);
-    }
-    p = put_long(p, 0); /* end of map */
-    return (size_t)(p - buf);
-}
-
-static void print_event(FILE *out, const struct event *ev)
-{
-    fprintf(out, "%s\t%s\t%s\t%lld\t%lld\t%s\t%s\n", ev->event_id, ev->board, ev->player,
-            (long long)ev->score, (long long)ev->ts_ms, ev->op ? "RETRACT" : "SUBMIT",
-            ev->dim_value[0] ? ev->dim_value : "-");
-}
 
 /* ---- producing --------------------------------------------------------------- */
 
@@ -244,16 +95,17 @@ static rd_kafka_t *make_producer(const struct options *o, char **props, int npro
     return rk;
 }
 
-static int produce_all(const struct options *o, const double *cdf, rd_kafka_t *rk, FILE *log)
+static int produce_all(const struct options *o, const struct generator *gen, rd_kafka_t *rk,
+                       FILE *log)
 {
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, o->topic, NULL);
     uint8_t buf[1024];
     double start = now_s(), last_report = start;
 
     for (uint64_t i = 0; i < o->count; i++) {
-        struct event ev;
-        generate(o, cdf, i, &ev);
-        size_t len = encode(o, &ev, buf);
+        struct gen_event ev;
+        gen_event(gen, i, &ev);
+        size_t len = gen_encode(gen, &ev, buf);
         while (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, buf, len,
                                 ev.player, strlen(ev.player), NULL) != 0) {
             if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
@@ -265,7 +117,7 @@ static int produce_all(const struct options *o, const double *cdf, rd_kafka_t *r
             rd_kafka_poll(rk, 10);
         }
         if (log)
-            print_event(log, &ev);
+            gen_print(log, &ev);
         rd_kafka_poll(rk, 0);
         if (o->rate > 0) {
             double due = start + (double)(i + 1) / o->rate;
@@ -306,9 +158,10 @@ static void usage(FILE *out)
                  "      --players N         number of players (default 1000)\n"
                  "      --zipf S            Zipf exponent of player activity (default 1.1)\n"
                  "      --score-max N       scores are uniform in [0, N] (default 100000)\n"
-                 "      --start TIME        first event time, RFC 3339 (default: midnight UTC,\n"
-                 "                          DAYS-1 days ago)\n"
+                 "      --start TIME        first event time, RFC 3339 (default: DAYS days ago)\n"
                  "      --days N            event times spread over N days (default 1)\n"
+                 "      --ts-now            event time = the wall clock when produced (for\n"
+                 "                          freshness measurements; not deterministic)\n"
                  "  -r, --rate N            events per second (default: as fast as possible)\n"
                  "      --dim NAME          add dims {NAME: vK}, K uniform in [0, --dim-values)\n"
                  "      --dim-values N      (default 3)\n"
@@ -342,7 +195,8 @@ int main(int argc, char **argv)
         O_BOARD_PREFIX,
         O_DIM,
         O_DIM_VALUES,
-        O_RETRACT
+        O_RETRACT,
+        O_TS_NOW
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, 'b'},
@@ -364,21 +218,22 @@ int main(int argc, char **argv)
         {"dim", required_argument, NULL, O_DIM},
         {"dim-values", required_argument, NULL, O_DIM_VALUES},
         {"retract-every", required_argument, NULL, O_RETRACT},
+        {"ts-now", no_argument, NULL, O_TS_NOW},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     struct options o = {.brokers = "127.0.0.1:9092",
                         .topic = "scores",
-                        .seed = 1,
                         .count = 10000,
-                        .boards = 10,
-                        .players = 1000,
-                        .zipf = 1.1,
-                        .score_max = 100000,
-                        .days = 1,
-                        .schema_id = 1,
-                        .board_prefix = "g",
-                        .dim_values = 3,
-                        .start_ms = -1};
+                        .gen = {.seed = 1,
+                                .boards = 10,
+                                .players = 1000,
+                                .zipf = 1.1,
+                                .score_max = 100000,
+                                .days = 1,
+                                .schema_id = 1,
+                                .board_prefix = "g",
+                                .dim_values = 3,
+                                .start_ms = -1}};
     char *props[64];
     int nprops = 0, opt;
     char *end;
@@ -410,50 +265,53 @@ int main(int argc, char **argv)
             break;
         case 's':
             NUMBER(v, 0, 1e15);
-            o.seed = (uint64_t)v;
+            o.gen.seed = (uint64_t)v;
             break;
         case 'r':
             NUMBER(o.rate, 0, 1e9);
             break;
         case O_BOARDS:
             NUMBER(v, 1, 1e7);
-            o.boards = (uint32_t)v;
+            o.gen.boards = (uint32_t)v;
             break;
         case O_PLAYERS:
             NUMBER(v, 1, 1e8);
-            o.players = (uint32_t)v;
+            o.gen.players = (uint32_t)v;
             break;
         case O_ZIPF:
-            NUMBER(o.zipf, 0, 10);
+            NUMBER(o.gen.zipf, 0, 10);
             break;
         case O_SCORE_MAX:
             NUMBER(v, 0, 4e15);
-            o.score_max = (int64_t)v;
+            o.gen.score_max = (int64_t)v;
             break;
         case O_DAYS:
             NUMBER(v, 1, 3650);
-            o.days = (int)v;
+            o.gen.days = (int)v;
             break;
         case O_SCHEMA_ID:
             NUMBER(v, 0, 2147483647.0);
-            o.schema_id = (int32_t)v;
+            o.gen.schema_id = (int32_t)v;
             break;
         case O_DIM_VALUES:
             NUMBER(v, 1, 1e6);
-            o.dim_values = (uint32_t)v;
+            o.gen.dim_values = (uint32_t)v;
             break;
         case O_RETRACT:
             NUMBER(v, 0, 1e9);
-            o.retract_every = (int)v;
+            o.gen.retract_every = (int)v;
             break;
         case O_START:
-            if (lb_time_parse(optarg, &o.start_ms) != 0) {
+            if (lb_time_parse(optarg, &o.gen.start_ms) != 0) {
                 fprintf(stderr, "loadgen: --start: '%s' is not an RFC 3339 time\n", optarg);
                 return 1;
             }
             break;
         case O_BARE:
-            o.bare = 1;
+            o.gen.bare = 1;
+            break;
+        case O_TS_NOW:
+            o.gen.ts_now = 1;
             break;
         case O_EVENTS_OUT:
             o.events_out = optarg;
@@ -462,10 +320,10 @@ int main(int argc, char **argv)
             o.dry_run = 1;
             break;
         case O_BOARD_PREFIX:
-            o.board_prefix = optarg;
+            o.gen.board_prefix = optarg;
             break;
         case O_DIM:
-            o.dim_name = optarg;
+            o.gen.dim_name = optarg;
             break;
         case 'X':
             if (nprops == 64) {
@@ -486,22 +344,19 @@ int main(int argc, char **argv)
         usage(stderr);
         return 1;
     }
-    if (o.start_ms < 0) {
-        int64_t today = (int64_t)time(NULL) / 86400;
-        o.start_ms = (today - (o.days - 1)) * INT64_C(86400000);
-    }
-
-    double *cdf = zipf_table(o.players, o.zipf);
-    if (!cdf) {
+    if (o.gen.start_ms < 0) /* the last DAYS days, up to now */
+        o.gen.start_ms = ((int64_t)time(NULL) - (int64_t)o.gen.days * 86400) * 1000;
+    struct generator *gen = gen_new(&o.gen);
+    if (!gen) {
         fprintf(stderr, "loadgen: out of memory\n");
         return 1;
     }
     int status = 0;
     if (o.dry_run) {
         for (uint64_t i = 0; i < o.count; i++) {
-            struct event ev;
-            generate(&o, cdf, i, &ev);
-            print_event(stdout, &ev);
+            struct gen_event ev;
+            gen_event(gen, i, &ev);
+            gen_print(stdout, &ev);
         }
     } else {
         FILE *log = o.events_out ? fopen(o.events_out, "w") : NULL;
@@ -512,12 +367,12 @@ int main(int argc, char **argv)
         } else if (!(rk = make_producer(&o, props, nprops))) {
             status = 1;
         } else {
-            status = produce_all(&o, cdf, rk, log) == 0 ? 0 : 1;
+            status = produce_all(&o, gen, rk, log) == 0 ? 0 : 1;
             rd_kafka_destroy(rk);
         }
         if (log && fclose(log) != 0)
             status = 1;
     }
-    free(cdf);
+    gen_free(gen);
     return status;
 }

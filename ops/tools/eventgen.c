@@ -1,0 +1,161 @@
+/* Deterministic score events; see eventgen.h. */
+#include "eventgen.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct generator {
+    struct gen_options o;
+    double *cdf; /* cumulative Zipf weights of player ranks */
+};
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *state)
+{
+    return (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Cumulative Zipf weights 1/k^s over ranks 1..n, normalised to 1. */
+static double *zipf_table(uint32_t n, double s)
+{
+    double *cdf = malloc(n * sizeof(*cdf));
+    double total = 0;
+    if (!cdf)
+        return NULL;
+    for (uint32_t k = 0; k < n; k++) {
+        total += 1.0 / pow((double)(k + 1), s);
+        cdf[k] = total;
+    }
+    for (uint32_t k = 0; k < n; k++)
+        cdf[k] /= total;
+    return cdf;
+}
+
+static uint32_t zipf_draw(const double *cdf, uint32_t n, double u)
+{
+    uint32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (cdf[mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+struct generator *gen_new(const struct gen_options *options)
+{
+    struct generator *gen = calloc(1, sizeof(*gen));
+    if (!gen)
+        return NULL;
+    gen->o = *options;
+    gen->cdf = zipf_table(options->players, options->zipf);
+    if (!gen->cdf) {
+        free(gen);
+        return NULL;
+    }
+    return gen;
+}
+
+void gen_free(struct generator *gen)
+{
+    if (gen)
+        free(gen->cdf);
+    free(gen);
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev)
+{
+    const struct gen_options *o = &gen->o;
+    /* One stream per event: event i does not depend on how many draws earlier
+     * events took. */
+    uint64_t state = o->seed * UINT64_C(0x100000001b3) ^ (index + 1) * UINT64_C(0x9e3779b97f4a7c15);
+    uint32_t board = (uint32_t)(splitmix64(&state) % o->boards);
+    uint32_t player = zipf_draw(gen->cdf, o->players, uniform01(&state));
+    int64_t span_ms = (int64_t)o->days * 86400000;
+
+    snprintf(ev->event_id, sizeof(ev->event_id), "e%llu-%llu", (unsigned long long)o->seed,
+             (unsigned long long)index);
+    snprintf(ev->board, sizeof(ev->board), "%s%u", o->board_prefix, board);
+    snprintf(ev->player, sizeof(ev->player), "p%06u", player);
+    ev->score = (int64_t)(splitmix64(&state) % (uint64_t)(o->score_max + 1));
+    ev->ts_ms = o->start_ms + (int64_t)(splitmix64(&state) % (uint64_t)span_ms);
+    if (o->ts_now)
+        ev->ts_ms = wall_ms();
+    ev->op = o->retract_every > 0 &&
+             index % (uint64_t)o->retract_every == (uint64_t)o->retract_every - 1;
+    ev->dim_value[0] = '\0';
+    if (o->dim_name)
+        snprintf(ev->dim_value, sizeof(ev->dim_value), "v%u",
+                 (unsigned)(splitmix64(&state) % o->dim_values));
+}
+
+static uint8_t *put_long(uint8_t *p, int64_t v)
+{
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) {
+        *p++ = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    *p++ = (uint8_t)z;
+    return p;
+}
+
+static uint8_t *put_string(uint8_t *p, const char *s)
+{
+    size_t len = strlen(s);
+    p = put_long(p, (int64_t)len);
+    memcpy(p, s, len);
+    return p + len;
+}
+
+size_t gen_encode(const struct generator *gen, const struct gen_event *ev, uint8_t *buf)
+{
+    const struct gen_options *o = &gen->o;
+    uint8_t *p = buf;
+    if (!o->bare) {
+        *p++ = 0;
+        *p++ = (uint8_t)(o->schema_id >> 24);
+        *p++ = (uint8_t)(o->schema_id >> 16);
+        *p++ = (uint8_t)(o->schema_id >> 8);
+        *p++ = (uint8_t)o->schema_id;
+    }
+    /* the field order of score_event.avsc */
+    p = put_string(p, ev->event_id);
+    p = put_string(p, ev->board);
+    p = put_string(p, ev->player);
+    p = put_long(p, ev->score);
+    p = put_long(p, ev->ts_ms);
+    p = put_long(p, ev->op);
+    if (ev->dim_value[0]) {
+        p = put_long(p, 1); /* one map block of one entry */
+        p = put_string(p, o->dim_name);
+        p = put_string(p, ev->dim_value);
+    }
+    p = put_long(p, 0); /* end of map */
+    return (size_t)(p - buf);
+}
+
+void gen_print(FILE *out, const struct gen_event *ev)
+{
+    fprintf(out, "%s\t%s\t%s\t%lld\t%lld\t%s\t%s\n", ev->event_id, ev->board, ev->player,
+            (long long)ev->score, (long long)ev->ts_ms, ev->op ? "RETRACT" : "SUBMIT",
+            ev->dim_value[0] ? ev->dim_value : "-");
+}
