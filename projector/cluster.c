@@ -82,7 +82,11 @@ struct lb_cluster {
     int32_t *pfd_node;
     size_t cappfds;
     uint64_t exec_calls;
-    struct lb_request *requests;
+    struct lb_request *requests; /* of the call in progress */
+    size_t nrequests;
+    int started;       /* lb_cluster_start called, lb_cluster_finish not yet */
+    int oom;           /* the call in progress could not even start */
+    size_t round_sent; /* requests queued by lb_cluster_start */
     struct lb_cluster_stats stats;
     char errstr[640];
     char readbuf[65536];
@@ -753,45 +757,81 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
     return 0;
 }
 
-size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_t count)
+/* Dispatches the requests of a round: every pending one in round 0, the
+ * redirected ones after. Returns how many were queued. */
+static size_t dispatch_round(struct lb_cluster *cl, int round)
 {
-    size_t failed = 0;
-
-    if (count > cl->capruns) {
-        struct run *runs = realloc(cl->runs, count * sizeof(*runs));
-        if (!runs) {
-            for (size_t i = 0; i < count; i++) {
-                requests[i].ok = 0;
-                snprintf(requests[i].error, sizeof(requests[i].error), "out of memory");
-            }
-            return count;
+    size_t sent = 0;
+    if (cl->need_refresh && lb_cluster_refresh(cl) != 0)
+        LB_WARN("redis", "slot map refresh failed: %s", cl->errstr);
+    for (size_t i = 0; i < cl->nrequests; i++) {
+        struct run *run = &cl->runs[i];
+        if (run->error[0] || (round > 0 && !run->redirect))
+            continue;
+        if (cl->requests[i].len == 0) {
+            run->done = 1;
+            continue;
         }
-        cl->runs = runs;
-        cl->capruns = count;
+        if (dispatch(cl, (uint32_t)i) == 0)
+            sent++;
     }
-    memset(cl->runs, 0, count * sizeof(*cl->runs));
+    return sent;
+}
+
+/* Writes what every node's socket takes now, without waiting. */
+static void flush_nonblocking(struct lb_cluster *cl)
+{
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        struct node *n = cl->nodes[i];
+        if (n->qlen && n->sent < n->out.len)
+            node_io(cl, n, POLLOUT);
+    }
+}
+
+void lb_cluster_start(struct lb_cluster *cl, struct lb_request *requests, size_t count)
+{
     cl->requests = requests;
-    cl->exec_calls++;
+    cl->nrequests = count;
+    cl->started = 1;
+    cl->round_sent = 0;
     for (size_t i = 0; i < count; i++) {
         requests[i].ok = 0;
         requests[i].error[0] = '\0';
     }
-
-    for (int round = 0; round < MAX_ROUNDS; round++) {
-        size_t sent = 0;
-        if (cl->need_refresh && lb_cluster_refresh(cl) != 0)
-            LB_WARN("redis", "slot map refresh failed: %s", cl->errstr);
-        for (size_t i = 0; i < count; i++) {
-            struct run *run = &cl->runs[i];
-            if (run->error[0] || (round > 0 && !run->redirect))
-                continue;
-            if (requests[i].len == 0) {
-                run->done = 1;
-                continue;
-            }
-            if (dispatch(cl, (uint32_t)i) == 0)
-                sent++;
+    if (count > cl->capruns) {
+        struct run *runs = realloc(cl->runs, count * sizeof(*runs));
+        if (!runs) {
+            cl->oom = 1;
+            return;
         }
+        cl->runs = runs;
+        cl->capruns = count;
+    }
+    cl->oom = 0;
+    memset(cl->runs, 0, count * sizeof(*cl->runs));
+    cl->exec_calls++;
+    cl->round_sent = dispatch_round(cl, 0);
+    flush_nonblocking(cl);
+}
+
+size_t lb_cluster_finish(struct lb_cluster *cl)
+{
+    struct lb_request *requests = cl->requests;
+    size_t count = cl->nrequests, failed = 0;
+
+    if (!cl->started)
+        return 0;
+    cl->started = 0;
+    if (cl->oom) {
+        for (size_t i = 0; i < count; i++)
+            snprintf(requests[i].error, sizeof(requests[i].error), "out of memory");
+        cl->requests = NULL;
+        return count;
+    }
+    size_t sent = cl->round_sent;
+    for (int round = 0; sent && round < MAX_ROUNDS; round++) {
+        if (round > 0)
+            sent = dispatch_round(cl, round);
         if (!sent)
             break;
         run_io(cl);
@@ -808,8 +848,7 @@ size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_
                 redirected++;
             }
         }
-        if (!redirected)
-            break;
+        sent = redirected;
     }
     /* run_io returns only with every queue empty; anything else would leave
      * replies on the wire that the next call would misattribute. */
@@ -834,6 +873,12 @@ size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_
     }
     cl->requests = NULL;
     return failed;
+}
+
+size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_t count)
+{
+    lb_cluster_start(cl, requests, count);
+    return lb_cluster_finish(cl);
 }
 
 /* ---- lifecycle and tools ------------------------------------------------------------- */

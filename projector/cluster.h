@@ -73,6 +73,14 @@ int lb_cluster_refresh(struct lb_cluster *cluster);
  * request's 'ok' and 'error' say which and why. */
 size_t lb_cluster_exec(struct lb_cluster *cluster, struct lb_request *requests, size_t count);
 
+/* lb_cluster_exec in two halves, so the caller can work while Redis does:
+ * lb_cluster_start queues every request on its node and writes what the
+ * sockets take without blocking; lb_cluster_finish waits for and checks the
+ * replies, follows redirections, and returns the number that failed. Between
+ * the two, the caller must not touch 'requests' or call into the cluster. */
+void lb_cluster_start(struct lb_cluster *cluster, struct lb_request *requests, size_t count);
+size_t lb_cluster_finish(struct lb_cluster *cluster);
+
 /* Runs one command (argv/argvlen as in hiredis) on the master of 'slot';
  * returns its reply (caller frees with freeReplyObject) or NULL with the
  * reason in lb_cluster_error(). For tools, not for the hot path. */

@@ -1,18 +1,23 @@
 /* The daemon loop; see daemon.h.
  *
+ * Two batches take turns: while one is in Redis (sent, replies not read), the
+ * next is collected from Kafka and decoded and planned, so the daemon's own
+ * work overlaps Redis'. The next batch is sent only once the one in flight is
+ * complete, so writes reach Redis in order and offsets are stored in order.
+ *
  * Offsets: messages of one partition arrive in offset order, so after a
  * batch the offset to store for a partition is the offset of its first record
  * that is not durable, or the last record's offset + 1 when all are. A record
  * that is not durable is only left behind when the daemon is stopping (or the
  * partition was revoked): at every other time the pipeline keeps retrying, so
  * the consumer's position never runs ahead of what is stored by more than
- * the batch in hand.
+ * the batches in hand.
  *
  * Rebalances: the revoke hook runs inside lb_consumer_poll. Records of
- * revoked partitions that are not yet being projected are dropped; those in
- * flight are still written (harmless: every write is idempotent) but their
- * offsets are not stored: the partition's new owner starts from the last
- * commit.
+ * revoked partitions that are not yet planned are dropped; those already
+ * planned or in flight are still written (harmless: every write is
+ * idempotent) but their offsets are not stored: the partition's new owner
+ * starts from the last commit.
  */
 #include "daemon.h"
 #include "consumer.h"
@@ -31,6 +36,14 @@ struct partition_mark {
     int blocked; /* a record of this partition is not durable: stop advancing */
 };
 
+struct batch {
+    rd_kafka_message_t **msgs; /* owned: destroyed when the batch is done */
+    size_t n;
+    uint8_t *revoked; /* the record's partition was revoked meanwhile */
+    uint8_t *durable;
+    struct lb_record *records;
+};
+
 struct daemon {
     const struct lb_config *config;
     struct lb_consumer *consumer;
@@ -39,12 +52,9 @@ struct daemon {
     struct lb_pipeline *pipeline;
     volatile sig_atomic_t *stop;
 
-    rd_kafka_message_t **batch;
-    size_t nbatch;
-    uint8_t *revoked;
-    uint8_t *durable;
-    struct lb_record *records;
-    int projecting; /* the batch is inside lb_pipeline_run */
+    struct batch batches[2];
+    struct batch *next;     /* being collected and planned */
+    struct batch *inflight; /* sent to Redis and not complete, or NULL */
 
     rd_kafka_message_t **carry; /* polled while retrying; start of the next batch */
     size_t ncarry, capcarry;
@@ -86,9 +96,10 @@ static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *partitio
     struct daemon *d = ctx;
     size_t kept = 0;
 
-    for (size_t i = 0; i < d->nbatch; i++)
-        if (in_list(partitions, d->batch[i]))
-            d->revoked[i] = 1;
+    for (int b = 0; b < 2; b++)
+        for (size_t i = 0; i < d->batches[b].n; i++)
+            if (in_list(partitions, d->batches[b].msgs[i]))
+                d->batches[b].revoked[i] = 1;
     for (size_t i = 0; i < d->ncarry; i++) {
         if (in_list(partitions, d->carry[i]))
             rd_kafka_message_destroy(d->carry[i]);
@@ -125,58 +136,67 @@ static void maybe_commit(struct daemon *d)
     d->last_commit_ms = now;
 }
 
-/* Fills d->batch: carried-over records first, then polled ones, until the
- * batch is full, batch.linger has passed since its first record, or a stop
- * is requested. */
-static void collect(struct daemon *d)
+/* Fills 'b': carried-over records first, then polled ones, until it is
+ * full, batch.linger has passed since its first record, or a stop is
+ * requested. With 'wait' zero (a batch is in Redis and must not be kept
+ * waiting) it takes only what has already arrived. */
+static void collect(struct daemon *d, struct batch *b, int wait)
 {
     size_t max = (size_t)d->config->batch_max_events;
     int64_t deadline = 0;
 
-    d->nbatch = 0;
     size_t take = d->ncarry < max ? d->ncarry : max;
-    memcpy(d->batch, d->carry, take * sizeof(*d->batch));
+    memcpy(b->msgs, d->carry, take * sizeof(*b->msgs));
     memmove(d->carry, d->carry + take, (d->ncarry - take) * sizeof(*d->carry));
     d->ncarry -= take;
-    d->nbatch = take;
-    memset(d->revoked, 0, max);
-    if (d->nbatch)
+    b->n = take;
+    memset(b->revoked, 0, max);
+    if (b->n)
         deadline = monotonic_ms() + d->config->batch_linger_ms;
 
-    while (d->nbatch < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
+    while (b->n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
         int64_t timeout = 200;
-        if (d->nbatch) {
+        if (!wait)
+            timeout = 0;
+        else if (b->n) {
             timeout = deadline - monotonic_ms();
             if (timeout < 0)
                 timeout = 0;
         }
         rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, (int)timeout);
         if (msg) {
-            d->batch[d->nbatch++] = msg;
-            if (d->nbatch == 1)
+            b->msgs[b->n++] = msg;
+            if (b->n == 1)
                 deadline = monotonic_ms() + d->config->batch_linger_ms;
             continue;
         }
-        if (d->nbatch && monotonic_ms() >= deadline)
+        if (!wait || (b->n && monotonic_ms() >= deadline))
             break;
-        if (!d->nbatch)
+        if (!b->n)
             maybe_commit(d);
     }
 }
 
 /* Drops records whose partition was revoked while the batch was collected. */
-static void drop_revoked(struct daemon *d)
+static void drop_revoked(struct batch *b)
 {
     size_t kept = 0;
-    for (size_t i = 0; i < d->nbatch; i++) {
-        if (d->revoked[i]) {
-            rd_kafka_message_destroy(d->batch[i]);
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->revoked[i]) {
+            rd_kafka_message_destroy(b->msgs[i]);
             continue;
         }
-        d->batch[kept] = d->batch[i];
-        d->revoked[kept++] = 0;
+        b->msgs[kept] = b->msgs[i];
+        b->revoked[kept++] = 0;
     }
-    d->nbatch = kept;
+    b->n = kept;
+}
+
+static void destroy_messages(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        rd_kafka_message_destroy(b->msgs[i]);
+    b->n = 0;
 }
 
 /* Between retries: poll (partitions paused) so the group keeps us, hold on
@@ -190,8 +210,8 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
     lb_consumer_pause(d->consumer, 1);
     for (;;) {
         size_t live = 0;
-        for (size_t i = 0; i < d->nbatch; i++)
-            live += !d->revoked[i];
+        for (size_t i = 0; i < d->inflight->n; i++)
+            live += !d->inflight->revoked[i];
         if (*d->stop || lb_consumer_fatal(d->consumer) || live == 0)
             return 1;
         int64_t left = deadline - monotonic_ms();
@@ -206,13 +226,13 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
 /* Stores, per partition, the offset after its last durable record: records
  * of a partition are in offset order, so that is the offset of its first
  * record that is not durable, or the last offset + 1 when all are. */
-static int store_durable(struct daemon *d)
+static int store_durable(struct daemon *d, const struct batch *b)
 {
     size_t nmarks = 0, last = 0;
 
-    for (size_t i = 0; i < d->nbatch; i++) {
-        const rd_kafka_message_t *msg = d->batch[i];
-        if (d->revoked[i])
+    for (size_t i = 0; i < b->n; i++) {
+        const rd_kafka_message_t *msg = b->msgs[i];
+        if (b->revoked[i])
             continue;
         struct partition_mark *m = NULL;
         if (nmarks && d->marks[last].rkt == msg->rkt && d->marks[last].partition == msg->partition)
@@ -238,7 +258,7 @@ static int store_durable(struct daemon *d)
         }
         if (m->blocked)
             continue;
-        if (d->durable[i])
+        if (b->durable[i])
             m->next = msg->offset + 1;
         else
             m->blocked = 1;
@@ -249,24 +269,41 @@ static int store_durable(struct daemon *d)
     return 0;
 }
 
-static int project_batch(struct daemon *d)
+/* Decodes and plans d->next. Returns -1 when out of memory. */
+static int prepare_next(struct daemon *d)
 {
-    for (size_t i = 0; i < d->nbatch; i++) {
-        const rd_kafka_message_t *msg = d->batch[i];
-        d->records[i] = (struct lb_record){.payload = msg->payload,
+    struct batch *b = d->next;
+    for (size_t i = 0; i < b->n; i++) {
+        const rd_kafka_message_t *msg = b->msgs[i];
+        b->records[i] = (struct lb_record){.payload = msg->payload,
                                            .len = msg->len,
                                            .topic = rd_kafka_topic_name(msg->rkt),
                                            .partition = msg->partition,
                                            .offset = msg->offset};
     }
-    d->projecting = 1;
-    int rc = lb_pipeline_run(d->pipeline, d->records, d->nbatch, wall_ms(), d->durable,
-                             wait_for_redis, d);
-    d->projecting = 0;
-    if (rc < 0) {
-        LB_ERROR("daemon", "out of memory projecting a batch of %zu records; stopping", d->nbatch);
+    if (lb_pipeline_prepare(d->pipeline, b->records, b->n, wall_ms()) != 0) {
+        LB_ERROR("daemon", "out of memory projecting a batch of %zu records; stopping", b->n);
         return -1;
     }
+    return 0;
+}
+
+/* Sends d->next; it becomes the batch in flight. */
+static void send_next(struct daemon *d)
+{
+    lb_pipeline_send(d->pipeline);
+    d->inflight = d->next;
+    d->next = d->next == &d->batches[0] ? &d->batches[1] : &d->batches[0];
+}
+
+/* Waits for the batch in flight (retrying as long as it takes), sends the
+ * next one if it is ready (so Redis is not kept waiting for our
+ * bookkeeping), then stores the finished batch's durable offsets and lets
+ * it go. Returns -1 when out of memory. */
+static int complete_inflight(struct daemon *d, int send_ready)
+{
+    struct batch *done = d->inflight;
+    lb_pipeline_complete(d->pipeline, done->durable, wait_for_redis, d);
     if (d->crash_after_batches && ++d->batches_written == d->crash_after_batches) {
         LB_WARN("daemon",
                 "LB_FAULT_CRASH_AFTER_BATCHES: exiting after writing batch %llu, "
@@ -274,17 +311,17 @@ static int project_batch(struct daemon *d)
                 (unsigned long long)d->batches_written);
         _exit(70);
     }
-    if (store_durable(d) != 0) {
+    d->inflight = NULL;
+    if (send_ready && d->next->n)
+        send_next(d);
+    int rc = store_durable(d, done);
+    if (rc != 0)
         LB_ERROR("daemon", "out of memory storing offsets; stopping (the batch will be "
                            "redelivered)");
-        return -1;
-    }
     lb_consumer_pause(d->consumer, 0);
-    for (size_t i = 0; i < d->nbatch; i++)
-        rd_kafka_message_destroy(d->batch[i]);
-    d->nbatch = 0;
+    destroy_messages(done);
     maybe_commit(d);
-    return 0;
+    return rc;
 }
 
 static void log_totals(const struct daemon *d)
@@ -328,13 +365,19 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         LB_ERROR("daemon", "%s", err);
         return LB_EXIT_CONFIG;
     }
-    d.batch = calloc(max, sizeof(*d.batch));
-    d.revoked = calloc(max, 1);
-    d.durable = calloc(max, 1);
-    d.records = calloc(max, sizeof(*d.records));
+    int allocated = 1;
+    for (int b = 0; b < 2; b++) {
+        d.batches[b].msgs = calloc(max, sizeof(*d.batches[b].msgs));
+        d.batches[b].revoked = calloc(max, 1);
+        d.batches[b].durable = calloc(max, 1);
+        d.batches[b].records = calloc(max, sizeof(*d.batches[b].records));
+        allocated = allocated && d.batches[b].msgs && d.batches[b].revoked &&
+                    d.batches[b].durable && d.batches[b].records;
+    }
+    d.next = &d.batches[0];
     d.cluster = lb_cluster_new(&options);
     d.pipeline = d.cluster ? lb_pipeline_new(config, d.decoder, d.cluster) : NULL;
-    if (!d.batch || !d.revoked || !d.durable || !d.records || !d.pipeline) {
+    if (!allocated || !d.pipeline) {
         LB_ERROR("daemon", "out of memory");
         status = LB_EXIT_RUNTIME;
         goto done;
@@ -357,37 +400,52 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         d.crash_after_batches = strtoull(getenv("LB_FAULT_CRASH_AFTER_BATCHES"), NULL, 10);
 
     while (!*stop) {
-        collect(&d);
+        collect(&d, d.next, d.inflight == NULL);
         if (lb_consumer_fatal(d.consumer)) {
             status = LB_EXIT_RUNTIME;
             break;
         }
-        drop_revoked(&d);
-        if (d.nbatch && project_batch(&d) != 0) {
+        drop_revoked(d.next);
+        if (d.next->n && prepare_next(&d) != 0) {
             status = LB_EXIT_RUNTIME;
             break;
         }
+        if (d.inflight) {
+            if (complete_inflight(&d, 1) != 0) {
+                status = LB_EXIT_RUNTIME;
+                break;
+            }
+        } else if (d.next->n) {
+            send_next(&d);
+        }
     }
+    /* Finish what is in Redis (if Redis is down, the wait gives up at once
+     * now that stop is set) so its durable offsets are committed. */
+    while (d.inflight && status == LB_EXIT_OK)
+        if (complete_inflight(&d, 0) != 0)
+            status = LB_EXIT_RUNTIME;
     LB_INFO("daemon", "stopping: committing durable offsets and leaving the group");
 
 done:
     /* Messages must be gone before the consumer is destroyed; the counts are
-     * cleared because closing revokes, and on_revoke walks both lists. */
-    for (size_t i = 0; i < d.nbatch; i++)
-        rd_kafka_message_destroy(d.batch[i]);
+     * cleared because closing revokes, and on_revoke walks every list. */
+    for (int b = 0; b < 2; b++)
+        destroy_messages(&d.batches[b]);
     for (size_t i = 0; i < d.ncarry; i++)
         rd_kafka_message_destroy(d.carry[i]);
-    d.nbatch = d.ncarry = 0;
+    d.ncarry = 0;
     lb_consumer_close(d.consumer);
     if (d.pipeline)
         log_totals(&d);
     lb_pipeline_free(d.pipeline);
     lb_cluster_free(d.cluster);
     lb_decoder_free(d.decoder);
-    free(d.batch);
-    free(d.revoked);
-    free(d.durable);
-    free(d.records);
+    for (int b = 0; b < 2; b++) {
+        free(d.batches[b].msgs);
+        free(d.batches[b].revoked);
+        free(d.batches[b].durable);
+        free(d.batches[b].records);
+    }
     free(d.carry);
     free(d.marks);
     return status;

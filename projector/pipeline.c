@@ -1,5 +1,11 @@
 /* Batch projection; see pipeline.h.
  *
+ * Two batch slots let the daemon overlap its own work with Redis': while one
+ * batch is in flight (sent, replies not yet read), the next is decoded and
+ * planned into the other slot. Only one batch is ever in flight, so writes
+ * reach Redis in batch order and a failed batch is retried before the next
+ * one is sent.
+ *
  * Every record is decoded and validated before anything is written, so a
  * bad record never leaves a half-planned batch behind. Records map to
  * transactions many-to-one (one transaction per board); after writing, a
@@ -19,18 +25,27 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
 
-struct lb_pipeline {
-    const struct lb_config *config;
-    const struct lb_decoder *decoder;
-    struct lb_cluster *cluster;
+struct slot {
     struct lb_plan *plan;
     struct lb_arena arena; /* decoded dims */
-    uint32_t *txn_of;      /* per record: its transaction, or UINT32_MAX when rejected */
+    const struct lb_record *records;
+    size_t count;
+    uint32_t *txn_of; /* per record: its transaction, or UINT32_MAX when rejected */
     size_t cap_records;
     struct lb_request *requests;
     uint32_t *request_txn; /* per request: the transaction it carries */
     uint8_t *txn_ok;
     size_t cap_txns;
+    size_t pending; /* requests not yet written successfully */
+};
+
+struct lb_pipeline {
+    const struct lb_config *config;
+    const struct lb_decoder *decoder;
+    struct lb_cluster *cluster;
+    struct slot slots[2];
+    int prepared; /* slot planned but not sent, or -1 */
+    int inflight; /* slot sent but not completed, or -1 */
     struct lb_pipeline_stats stats;
     uint64_t jitter;
 };
@@ -45,11 +60,13 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
     p->decoder = decoder;
     p->cluster = cluster;
     p->jitter = 0x9e3779b97f4a7c15u;
-    lb_arena_init(&p->arena, 1 << 16);
-    p->plan = lb_plan_new(config);
-    if (!p->plan) {
-        free(p);
-        return NULL;
+    p->prepared = p->inflight = -1;
+    for (int i = 0; i < 2; i++) {
+        lb_arena_init(&p->slots[i].arena, 1 << 16);
+        if (!(p->slots[i].plan = lb_plan_new(config))) {
+            lb_pipeline_free(p);
+            return NULL;
+        }
     }
     return p;
 }
@@ -58,12 +75,15 @@ void lb_pipeline_free(struct lb_pipeline *p)
 {
     if (!p)
         return;
-    lb_plan_free(p->plan);
-    lb_arena_free(&p->arena);
-    free(p->txn_of);
-    free(p->requests);
-    free(p->request_txn);
-    free(p->txn_ok);
+    for (int i = 0; i < 2; i++) {
+        struct slot *s = &p->slots[i];
+        lb_plan_free(s->plan);
+        lb_arena_free(&s->arena);
+        free(s->txn_of);
+        free(s->requests);
+        free(s->request_txn);
+        free(s->txn_ok);
+    }
     free(p);
 }
 
@@ -76,19 +96,19 @@ static int reserve(void **ptr, size_t count, size_t size)
     return 0;
 }
 
-static int ensure_capacity(struct lb_pipeline *p, size_t records, size_t txns)
+static int ensure_capacity(struct slot *s, size_t records, size_t txns)
 {
-    if (records > p->cap_records) {
-        if (reserve((void **)&p->txn_of, records, sizeof(*p->txn_of)) != 0)
+    if (records > s->cap_records) {
+        if (reserve((void **)&s->txn_of, records, sizeof(*s->txn_of)) != 0)
             return -1;
-        p->cap_records = records;
+        s->cap_records = records;
     }
-    if (txns > p->cap_txns) {
-        if (reserve((void **)&p->requests, txns, sizeof(*p->requests)) != 0 ||
-            reserve((void **)&p->request_txn, txns, sizeof(*p->request_txn)) != 0 ||
-            reserve((void **)&p->txn_ok, txns, sizeof(*p->txn_ok)) != 0)
+    if (txns > s->cap_txns) {
+        if (reserve((void **)&s->requests, txns, sizeof(*s->requests)) != 0 ||
+            reserve((void **)&s->request_txn, txns, sizeof(*s->request_txn)) != 0 ||
+            reserve((void **)&s->txn_ok, txns, sizeof(*s->txn_ok)) != 0)
             return -1;
-        p->cap_txns = txns;
+        s->cap_txns = txns;
     }
     return 0;
 }
@@ -126,11 +146,11 @@ static void describe_plan_reject(const struct lb_event *ev, enum lb_reject reaso
 }
 
 /* Decodes, validates and plans every record. Returns -1 when out of memory. */
-static int plan_records(struct lb_pipeline *p, const struct lb_record *records, size_t count,
-                        int64_t now_ms)
+static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct lb_record *records,
+                        size_t count, int64_t now_ms)
 {
-    lb_plan_reset(p->plan);
-    lb_arena_reset(&p->arena);
+    lb_plan_reset(slot->plan);
+    lb_arena_reset(&slot->arena);
     for (size_t i = 0; i < count; i++) {
         const struct lb_record *r = &records[i];
         struct lb_event ev;
@@ -142,8 +162,8 @@ static int plan_records(struct lb_pipeline *p, const struct lb_record *records, 
             reason = LB_REJECT_MALFORMED;
             snprintf(detail, sizeof(detail), "empty message (tombstone)");
         } else {
-            reason =
-                lb_decode(p->decoder, r->payload, r->len, &ev, &p->arena, detail, sizeof(detail));
+            reason = lb_decode(p->decoder, r->payload, r->len, &ev, &slot->arena, detail,
+                               sizeof(detail));
         }
         if (reason == LB_ACCEPT)
             reason = lb_event_validate(&ev, detail, sizeof(detail));
@@ -154,20 +174,20 @@ static int plan_records(struct lb_pipeline *p, const struct lb_record *records, 
             snprintf(detail, sizeof(detail), "RETRACT is not supported by this version");
         }
         if (reason == LB_ACCEPT) {
-            reason = lb_plan_add(p->plan, &ev, now_ms, &txn);
+            reason = lb_plan_add(slot->plan, &ev, now_ms, &txn);
             if (reason == LB_REJECT__COUNT)
                 return -1;
             if (reason != LB_ACCEPT)
                 describe_plan_reject(&ev, reason, detail, sizeof(detail));
         }
-        p->txn_of[i] = txn;
+        slot->txn_of[i] = txn;
         p->stats.records++;
         if (reason != LB_ACCEPT) {
             p->stats.rejected[reason]++;
             log_reject(r, reason, detail);
         }
     }
-    return lb_plan_finish(p->plan);
+    return lb_plan_finish(slot->plan);
 }
 
 static int64_t next_backoff(struct lb_pipeline *p, int64_t backoff)
@@ -180,73 +200,117 @@ static int64_t next_backoff(struct lb_pipeline *p, int64_t backoff)
     return next - next / 4 + (int64_t)(p->jitter % (uint64_t)(next / 2 + 1));
 }
 
-int lb_pipeline_run(struct lb_pipeline *p, const struct lb_record *records, size_t count,
-                    int64_t now_ms, uint8_t *durable, lb_pipeline_wait_fn wait, void *ctx)
+int lb_pipeline_prepare(struct lb_pipeline *p, const struct lb_record *records, size_t count,
+                        int64_t now_ms)
 {
-    size_t ntxns, pending = 0;
+    size_t ntxns;
+    if (p->prepared >= 0)
+        return -1; /* the caller must send what it prepared first */
+    int index = p->inflight == 0 ? 1 : 0;
+    struct slot *slot = &p->slots[index];
+
+    if (ensure_capacity(slot, count, 1) != 0 || plan_records(p, slot, records, count, now_ms) != 0)
+        return -1;
+    const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
+    const char *bytes = lb_plan_bytes(slot->plan);
+    if (ensure_capacity(slot, count, ntxns) != 0)
+        return -1;
+    slot->records = records;
+    slot->count = count;
+    slot->pending = 0;
+    for (size_t t = 0; t < ntxns; t++) {
+        slot->txn_ok[t] = 0;
+        slot->request_txn[slot->pending] = (uint32_t)t;
+        slot->requests[slot->pending++] = (struct lb_request){.slot = txns[t].slot,
+                                                              .is_txn = 1,
+                                                              .ncommands = txns[t].ncommands,
+                                                              .bytes = bytes + txns[t].offset,
+                                                              .len = txns[t].len};
+    }
+    p->stats.batches++;
+    p->stats.member_updates += lb_plan_stats(slot->plan)->member_updates;
+    p->stats.late_windows += lb_plan_stats(slot->plan)->late;
+    p->prepared = index;
+    return 0;
+}
+
+void lb_pipeline_send(struct lb_pipeline *p)
+{
+    if (p->prepared < 0 || p->inflight >= 0)
+        return;
+    struct slot *slot = &p->slots[p->prepared];
+    p->inflight = p->prepared;
+    p->prepared = -1;
+    lb_cluster_start(p->cluster, slot->requests, slot->pending);
+}
+
+/* Keeps the failed requests of 'slot' for a retry; logs why. */
+static void keep_failed(struct lb_pipeline *p, struct slot *slot, int64_t backoff)
+{
+    size_t ntxns, still = 0;
+    const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
+    for (size_t k = 0; k < slot->pending; k++) {
+        struct lb_request *req = &slot->requests[k];
+        if (req->ok) {
+            slot->txn_ok[slot->request_txn[k]] = 1;
+            continue;
+        }
+        const struct lb_txn *txn = &txns[slot->request_txn[k]];
+        if (strstr(req->error, "WRONGTYPE"))
+            /* Not transient: someone wrote a non-sorted-set value under our
+             * prefix. Retrying keeps the events safe until it is fixed. */
+            LB_ERROR("pipeline",
+                     "board '%.*s': a key under its hash tag is not a sorted set; delete or "
+                     "rename it, the batch is retried until then: %s",
+                     (int)txn->board.len, txn->board.ptr, req->error);
+        else if (still == 0)
+            LB_WARN("pipeline", "writing board '%.*s' failed, retrying in ~%lld ms: %s",
+                    (int)txn->board.len, txn->board.ptr, (long long)backoff, req->error);
+        p->stats.write_failures++;
+        slot->request_txn[still] = slot->request_txn[k];
+        slot->requests[still++] = *req;
+    }
+    slot->pending = still;
+}
+
+int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wait_fn wait,
+                         void *ctx)
+{
     int64_t backoff = BACKOFF_MIN_MS;
     int gave_up = 0;
+    if (p->inflight < 0)
+        return 0;
+    struct slot *slot = &p->slots[p->inflight];
 
-    if (ensure_capacity(p, count, 1) != 0 || plan_records(p, records, count, now_ms) != 0)
-        return -1;
-    const struct lb_txn *txns = lb_plan_txns(p->plan, &ntxns);
-    const char *bytes = lb_plan_bytes(p->plan);
-    if (ensure_capacity(p, count, ntxns) != 0)
-        return -1;
-    p->stats.batches++;
-    p->stats.member_updates += lb_plan_stats(p->plan)->member_updates;
-    p->stats.late_windows += lb_plan_stats(p->plan)->late;
-
-    for (size_t t = 0; t < ntxns; t++) {
-        p->txn_ok[t] = 0;
-        p->request_txn[pending] = (uint32_t)t;
-        p->requests[pending++] = (struct lb_request){.slot = txns[t].slot,
-                                                     .is_txn = 1,
-                                                     .ncommands = txns[t].ncommands,
-                                                     .bytes = bytes + txns[t].offset,
-                                                     .len = txns[t].len};
-    }
-    while (pending) {
-        lb_cluster_exec(p->cluster, p->requests, pending);
-        size_t still = 0;
-        for (size_t k = 0; k < pending; k++) {
-            if (p->requests[k].ok) {
-                p->txn_ok[p->request_txn[k]] = 1;
-                continue;
-            }
-            const struct lb_txn *txn = &txns[p->request_txn[k]];
-            if (strstr(p->requests[k].error, "WRONGTYPE"))
-                /* Not transient: someone wrote a non-sorted-set value under our
-                 * prefix. Retrying keeps the events safe until it is fixed. */
-                LB_ERROR("pipeline",
-                         "board '%.*s': a key under its hash tag is not a sorted set; delete or "
-                         "rename it, the batch is retried until then: %s",
-                         (int)txn->board.len, txn->board.ptr, p->requests[k].error);
-            else if (still == 0)
-                LB_WARN("pipeline", "writing board '%.*s' failed, retrying in ~%lld ms: %s",
-                        (int)txn->board.len, txn->board.ptr, (long long)backoff,
-                        p->requests[k].error);
-            p->stats.write_failures++;
-            p->request_txn[still] = p->request_txn[k];
-            p->requests[still++] = p->requests[k];
-        }
-        pending = still;
-        if (!pending)
+    lb_cluster_finish(p->cluster);
+    for (;;) {
+        keep_failed(p, slot, backoff);
+        if (!slot->pending)
             break;
         if (!wait || wait(ctx, backoff) != 0) {
             gave_up = 1;
             break;
         }
         backoff = next_backoff(p, backoff);
+        lb_cluster_exec(p->cluster, slot->requests, slot->pending);
     }
-
-    for (size_t i = 0; i < count; i++) {
-        uint32_t txn = p->txn_of[i];
-        durable[i] = txn == UINT32_MAX || p->txn_ok[txn];
+    for (size_t i = 0; i < slot->count; i++) {
+        uint32_t txn = slot->txn_of[i];
+        durable[i] = txn == UINT32_MAX || slot->txn_ok[txn];
         if (txn != UINT32_MAX && durable[i])
             p->stats.applied++;
     }
+    p->inflight = -1;
     return gave_up;
+}
+
+int lb_pipeline_run(struct lb_pipeline *p, const struct lb_record *records, size_t count,
+                    int64_t now_ms, uint8_t *durable, lb_pipeline_wait_fn wait, void *ctx)
+{
+    if (lb_pipeline_prepare(p, records, count, now_ms) != 0)
+        return -1;
+    lb_pipeline_send(p);
+    return lb_pipeline_complete(p, durable, wait, ctx);
 }
 
 const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *p)

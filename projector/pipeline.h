@@ -53,9 +53,30 @@ void lb_pipeline_free(struct lb_pipeline *pipeline);
 
 /* Projects 'count' records and sets durable[i] for each. Returns 0 when all
  * are durable, 1 when 'wait' gave up with some not durable, -1 when out of
- * memory (nothing was written). 'now_ms' is the wall clock, for expiry. */
+ * memory (nothing was written). 'now_ms' is the wall clock, for expiry.
+ * Equivalent to prepare, send and complete in a row. */
 int lb_pipeline_run(struct lb_pipeline *pipeline, const struct lb_record *records, size_t count,
                     int64_t now_ms, uint8_t *durable, lb_pipeline_wait_fn wait, void *ctx);
+
+/* The same in three steps, so that the next batch can be decoded and
+ * planned while the previous one is in Redis:
+ *
+ *   prepare   decodes, validates and plans a batch (no I/O). At most one
+ *             batch may be prepared and one in flight; -1 when out of memory
+ *             or when a prepared batch has not been sent yet.
+ *   send      starts writing the prepared batch; its replies are not read yet.
+ *             Sends nothing while a batch is still in flight.
+ *   complete  reads and checks the in-flight batch's replies, retries what
+ *             failed (calling 'wait' between attempts), and fills 'durable'
+ *             for its records. Returns as lb_pipeline_run.
+ *
+ * The records (and what their payloads point into) of a batch must stay
+ * valid from prepare until its complete returns. */
+int lb_pipeline_prepare(struct lb_pipeline *pipeline, const struct lb_record *records, size_t count,
+                        int64_t now_ms);
+void lb_pipeline_send(struct lb_pipeline *pipeline);
+int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *durable, lb_pipeline_wait_fn wait,
+                         void *ctx);
 
 const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *pipeline);
 
