@@ -101,12 +101,18 @@ static int index_grow(struct index *ix, struct lb_arena *arena)
 
 /* ---- plan entries --------------------------------------------------------------- */
 
+#define KEY_CACHE 8 /* windows per board whose last key is remembered */
+
 struct board {
     struct lb_str id;
     const struct lb_profile *profile;
     uint16_t slot;
     uint32_t first_key; /* UINT32_MAX: none yet */
     uint32_t last_key;
+    /* The key each of the first KEY_CACHE windows used last: events of one
+     * board in one batch mostly share their day, week and month, so most
+     * lookups stop here. */
+    uint32_t recent_key[KEY_CACHE];
 };
 
 struct key {
@@ -148,6 +154,11 @@ struct lb_plan {
     struct lb_buf out;
     struct lb_plan_stats stats;
     int ready;
+    /* table sizes of the last batch, so the next starts big enough */
+    uint32_t peak_boards, peak_keys, peak_members;
+    /* the windows of the last event's day, computed once per day */
+    int64_t span_day;
+    struct lb_window_span spans[LB_WINDOW_CUSTOM];
 };
 
 static int array_reserve(struct lb_arena *arena, void **items, uint32_t *cap, uint32_t count,
@@ -198,6 +209,12 @@ void lb_plan_free(struct lb_plan *plan)
 
 void lb_plan_reset(struct lb_plan *plan)
 {
+    if (plan->boards.count > plan->peak_boards)
+        plan->peak_boards = plan->boards.count;
+    if (plan->keys.count > plan->peak_keys)
+        plan->peak_keys = plan->keys.count;
+    if (plan->members.count > plan->peak_members)
+        plan->peak_members = plan->members.count;
     lb_arena_reset(&plan->arena);
     memset(&plan->boards, 0, sizeof(plan->boards));
     memset(&plan->keys, 0, sizeof(plan->keys));
@@ -206,9 +223,10 @@ void lb_plan_reset(struct lb_plan *plan)
     plan->txns = NULL;
     plan->out.len = 0;
     plan->ready = 0;
-    if (index_init(&plan->board_index, &plan->arena, 256) != 0 ||
-        index_init(&plan->key_index, &plan->arena, 1024) != 0 ||
-        index_init(&plan->member_index, &plan->arena, 4096) != 0)
+    plan->span_day = INT64_MIN;
+    if (index_init(&plan->board_index, &plan->arena, plan->peak_boards + 256) != 0 ||
+        index_init(&plan->key_index, &plan->arena, plan->peak_keys + 1024) != 0 ||
+        index_init(&plan->member_index, &plan->arena, plan->peak_members + 4096) != 0)
         plan->board_index.slots = NULL;
 }
 
@@ -240,6 +258,8 @@ static uint32_t find_board(struct lb_plan *plan, const struct lb_event *ev)
     b->profile = lb_config_profile_for(plan->config, ev->board.ptr, ev->board.len);
     b->slot = lb_crc16(ev->board.ptr, ev->board.len) & (LB_SLOTS - 1);
     b->first_key = b->last_key = NONE;
+    for (int i = 0; i < KEY_CACHE; i++)
+        b->recent_key[i] = NONE;
     slot->entry = plan->boards.count;
     slot->hash = (uint32_t)h;
     plan->board_index.count++;
@@ -291,12 +311,40 @@ static uint32_t find_key(struct lb_plan *plan, uint32_t board, uint32_t window, 
     return index;
 }
 
+/* The key of window 'window' of 'board' for this event, from the board's
+ * recent keys when it is the same window as last time. */
+static uint32_t key_for(struct lb_plan *plan, uint32_t board, uint32_t window, int64_t window_id,
+                        struct lb_str custom_value, int64_t expire_ms)
+{
+    uint32_t *recent = window < KEY_CACHE ? &plan->boards.items[board].recent_key[window] : NULL;
+    if (recent && *recent != NONE) {
+        const struct key *k = &plan->keys.items[*recent];
+        if (k->window_id == window_id && k->custom_value.len == custom_value.len &&
+            memcmp(k->custom_value.ptr, custom_value.ptr, custom_value.len) == 0)
+            return *recent;
+    }
+    uint32_t key = find_key(plan, board, window, window_id, custom_value, expire_ms);
+    if (recent)
+        *recent = key;
+    return key;
+}
+
+/* Mixes a key number into a player's hash (a 64-bit finalizer), so the
+ * player's bytes are hashed once per event, not once per window. */
+static uint64_t member_hash(uint64_t player_hash, uint32_t key)
+{
+    uint64_t h = player_hash ^ ((uint64_t)key * UINT64_C(0x9e3779b97f4a7c15));
+    h ^= h >> 29;
+    h *= UINT64_C(0xbf58476d1ce4e5b9);
+    return h ^ (h >> 32);
+}
+
 /* Records 'composite' for the player in key 'key', keeping the better one
  * when the player already has an update in this batch. */
-static int merge_member(struct lb_plan *plan, uint32_t key, struct lb_str player, int64_t composite,
-                        enum lb_order order)
+static int merge_member(struct lb_plan *plan, uint32_t key, struct lb_str player,
+                        uint64_t player_hash, int64_t composite, enum lb_order order)
 {
-    uint64_t h = hash_bytes(hash_bytes(HASH_SEED, &key, sizeof(key)), player.ptr, player.len);
+    uint64_t h = member_hash(player_hash, key);
     struct index_slot *slot;
     if (index_make_room(plan, &plan->member_index) != 0)
         return -1;
@@ -358,13 +406,22 @@ enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, int6
             return LB_REJECT_INVALID_DIMS;
     }
 
+    int64_t day = lb_floor_div(ev->ts_ms, LB_MS_PER_DAY);
+    if (day != plan->span_day) {
+        for (int kind = 0; kind < LB_WINDOW_CUSTOM; kind++)
+            lb_window_span((enum lb_window_kind)kind, ev->ts_ms, &plan->spans[kind]);
+        plan->span_day = day;
+    }
+    uint64_t player_hash = hash_bytes(HASH_SEED, ev->player.ptr, ev->player.len);
+
     for (uint32_t w = 0; w < profile->nwindows; w++) {
         const struct lb_window_config *window = &profile->windows[w];
-        struct lb_window_span span;
+        struct lb_window_span span = {0, INT64_MIN, INT64_MAX};
         struct lb_str custom_value = {"", 0};
         int64_t expire_ms = 0;
 
-        lb_window_span(window->kind, ev->ts_ms, &span);
+        if (window->kind != LB_WINDOW_CUSTOM)
+            span = plan->spans[window->kind];
         if (window->kind == LB_WINDOW_CUSTOM) {
             const struct lb_str *value = lb_event_dim(ev, window->dim, strlen(window->dim));
             if (!value || value->len == 0)
@@ -377,9 +434,9 @@ enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, int6
                 continue; /* never resurrect an expired window */
             }
         }
-        uint32_t key = find_key(plan, board, w, span.id, custom_value, expire_ms);
-        if (key == NONE ||
-            merge_member(plan, key, ev->player, composite, profile->scoring.order) != 0)
+        uint32_t key = key_for(plan, board, w, span.id, custom_value, expire_ms);
+        if (key == NONE || merge_member(plan, key, ev->player, player_hash, composite,
+                                        profile->scoring.order) != 0)
             return LB_REJECT__COUNT;
     }
     *txn = board;
