@@ -214,29 +214,52 @@ static int show_offsets(const struct options *o)
     return 0;
 }
 
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Waits for lag 0. Also times the drain as seen from outside: from the first
+ * poll at which the group's committed total had moved to the poll at which
+ * it reached the end (the benchmark's drain rate). */
 static int wait_caught_up(const struct options *o)
 {
     rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER);
-    time_t deadline = time(NULL) + o->timeout_s;
-    int64_t lag = -1;
+    double deadline = monotonic_s() + o->timeout_s, moved_at = 0;
+    int64_t lag = -1, initial = -1, moved_from = 0;
     if (!rk)
         return 1;
-    while (time(NULL) <= deadline) {
+    while (monotonic_s() <= deadline) {
         struct partition_offsets *po;
         int n = read_offsets(rk, o, &po);
         if (n > 0) {
+            int64_t committed = 0;
             lag = 0;
-            for (int p = 0; p < n; p++)
+            for (int p = 0; p < n; p++) {
                 lag += po[p].committed >= 0 || po[p].high > po[p].low ? lag_of(&po[p]) : 0;
+                committed += po[p].committed >= 0 ? po[p].committed - po[p].low : 0;
+            }
             free(po);
+            double now = monotonic_s();
+            if (initial < 0)
+                initial = committed;
+            else if (!moved_at && committed != initial) {
+                moved_at = now;
+                moved_from = committed;
+            }
             if (lag == 0) {
                 printf("group %s has committed the end of every partition of %s\n", o->group,
                        o->topic);
+                if (moved_at)
+                    printf("drain events=%lld seconds=%.3f\n", (long long)(committed - moved_from),
+                           now - moved_at);
                 rd_kafka_destroy(rk);
                 return 0;
             }
         }
-        usleep(200000);
+        usleep(100000);
     }
     fprintf(stderr, "lbadmin: group %s still lags %lld events on %s after %d s\n", o->group,
             (long long)lag, o->topic, o->timeout_s);

@@ -1,0 +1,311 @@
+#!/usr/bin/env bash
+# The projector's benchmark, in one command: throughput, cost and freshness on
+# real Kafka and a real Redis Cluster, with the Redis ceiling measured in the
+# same run so the ratio means something on a noisy machine.
+#
+#   ops/bench/bench.sh [options]
+#
+#   --events N           events pre-filled into the topic (2000000)
+#   --boards N           boards (50)
+#   --players N          players (100000), Zipf-skewed by --zipf S (1.1)
+#   --days N             event times spread over the last N days (7)
+#   --replicas N         Redis replicas per master, 0 or 1 (0)
+#   --runs N             repetitions of each measurement; medians reported (3)
+#   --fresh-seconds N    length of each freshness run (20)
+#   --brokers HOST:PORT  use this running Kafka instead of starting one
+#   --redis HOST:PORT    use this running Redis Cluster instead of starting one
+#                        (Redis CPU is then not measured)
+#   --out DIR            where results go (build/bench/<UTC time>)
+#
+# What it measures (each run from an empty Redis):
+#   drain      the projector started on the full topic until its group has
+#              committed the end: events/s and member updates/s (timed from
+#              outside, by the committed offsets), projector CPU seconds per
+#              million events, peak RSS, Redis CPU over the same interval
+#   ceiling    the same transactions: the topic read back first and planned
+#              by the same engine in the same batches, then pushed into the
+#              cluster as fast as it takes them, no Kafka in the loop (lbbench)
+#   freshness  at half the median drain rate, the latency from an event's
+#              time to its visibility in Redis, read from Redis (lbbench)
+#   replay     not yet (the replay tool comes with its own issue)
+#
+# Output: a table on stdout, results.json, results.csv and logs in --out.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+
+events=2000000 boards=50 players=100000 zipf=1.1 days=7 replicas=0 runs=3 fresh_seconds=20
+brokers="" redis="" out=""
+while (($#)); do
+    case $1 in
+    --events) events=$2 ;;
+    --boards) boards=$2 ;;
+    --players) players=$2 ;;
+    --zipf) zipf=$2 ;;
+    --days) days=$2 ;;
+    --replicas) replicas=$2 ;;
+    --runs) runs=$2 ;;
+    --fresh-seconds) fresh_seconds=$2 ;;
+    --brokers) brokers=$2 ;;
+    --redis) redis=$2 ;;
+    --out) out=$2 ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "bench: unknown option $1 (see --help)" >&2
+        exit 2
+        ;;
+    esac
+    shift 2
+done
+out=${out:-$repo/build/bench/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+log() { printf 'bench: %s\n' "$*" >&2; }
+
+ops/install-deps.sh >&2
+cmake -S . -B build >/dev/null
+cmake --build build -j "$(nproc)" >/dev/null
+bin=$repo/build/bin
+export LB_BIN=$bin LB_STATE_DIR=$out/state
+
+# shellcheck source=ops/services.sh
+. ops/services.sh
+started=0
+projector_pid=""
+cleanup() {
+    local status=$?
+    [[ -n $projector_pid ]] && kill -9 "$projector_pid" 2>/dev/null
+    if ((started)); then
+        lb_kafka_stop >/dev/null 2>&1
+        lb_redis_cluster_stop >/dev/null 2>&1
+        rm -rf "$out/state"
+    fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [[ -z $brokers || -z $redis ]]; then
+    [[ -z $brokers && -z $redis ]] || {
+        echo "bench: give both --brokers and --redis, or neither" >&2
+        exit 2
+    }
+    export REDIS_REPLICAS=$replicas KAFKA_TOPICS=
+    REDIS_PORT_BASE=$(lb_free_port_base 6)
+    KAFKA_PORT=$(lb_free_port_base 2 22000 30000)
+    export REDIS_PORT_BASE KAFKA_PORT KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
+    started=1
+    lb_redis_cluster_start >"$out/redis-start.log" 2>&1
+    lb_kafka_start >"$out/kafka-start.log" 2>&1
+    brokers=127.0.0.1:$KAFKA_PORT
+    redis=127.0.0.1:$REDIS_PORT_BASE
+fi
+# Topics of this run only, so nothing earlier is drained or measured.
+run_id=$(date -u +%Y%m%d%H%M%S)-$$
+bench_topic=bench-$run_id fresh_topic=fresh-$run_id
+for t in "$bench_topic" "$fresh_topic"; do
+    "$bin/lbadmin" create-topic --brokers "$brokers" --topic "$t" --partitions 6 >&2
+done
+redis_host=${redis%:*} redis_port=${redis##*:}
+
+masters() {
+    redis-cli -h "$redis_host" -p "$redis_port" cluster nodes 2>/dev/null |
+        awk '$3 ~ /master/ && $3 !~ /fail/ { split($2, a, "@"); print a[1] }'
+}
+flush_redis() {
+    local node
+    for node in $(masters); do
+        redis-cli -h "${node%:*}" -p "${node##*:}" flushall >/dev/null
+    done
+}
+# CPU seconds (user + system) used so far by the given pids
+cpu_seconds() {
+    local tick total=0 pid f
+    tick=$(getconf CLK_TCK)
+    for pid in "$@"; do
+        [[ -r /proc/$pid/stat ]] || continue
+        f=$(sed 's/.*) //' "/proc/$pid/stat")
+        read -r -a fields <<<"$f"
+        total=$((total + fields[11] + fields[12]))
+    done
+    awk -v t="$total" -v k="$tick" 'BEGIN { printf "%.3f", t / k }'
+}
+redis_pids() {
+    ((started)) || return 0
+    local i
+    for ((i = 0; i < 3 * (1 + replicas); i++)); do
+        lb_redis_pid $((REDIS_PORT_BASE + i))
+    done
+}
+
+write_config() { # FILE TOPIC [KAFKA PROPERTY LINE]
+    cat >"$1" <<YAML
+# written by ops/bench/bench.sh; batch settings are the defaults
+kafka:
+  brokers: $brokers
+  group: \${BENCH_GROUP:-bench}
+  topics: [$2]
+  commit_interval: 200ms
+  ${3-}
+input:
+  schemas:
+    1: $repo/schemas/score_event.avsc
+redis:
+  nodes: [$redis]
+YAML
+}
+write_config "$out/drain.yaml" "$bench_topic"
+# each freshness run starts at the end of the topic, not at earlier runs' events
+write_config "$out/fresh.yaml" "$fresh_topic" 'auto.offset.reset: latest'
+
+start=$(date -u -d "$days days ago" +%Y-%m-%dT%H:%M:%SZ)
+gen=(--seed 7 --boards "$boards" --players "$players" --zipf "$zipf" --days "$days" --start "$start")
+
+log "pre-filling topic $bench_topic with $events events"
+t0=$(date +%s.%N)
+"$bin/loadgen" --brokers "$brokers" --topic "$bench_topic" -n "$events" "${gen[@]}" 2>"$out/prefill.log"
+prefill_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+
+: >"$out/drain.txt"
+for ((run = 1; run <= runs; run++)); do
+    flush_redis
+    mapfile -t rpids < <(redis_pids)
+    redis_cpu0=$(cpu_seconds "${rpids[@]}")
+    BENCH_GROUP=bench-drain-$$-$run "$bin/projector" --config "$out/drain.yaml" \
+        >"$out/drain-$run.log" 2>&1 &
+    projector_pid=$!
+    "$bin/lbadmin" wait-caught-up --brokers "$brokers" --topic "$bench_topic" \
+        --group "bench-drain-$$-$run" --timeout 1800 >"$out/drain-$run.wait"
+    cpu=$(cpu_seconds "$projector_pid")
+    rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$projector_pid/status")
+    redis_cpu=$(awk -v a="$redis_cpu0" -v b="$(cpu_seconds "${rpids[@]}")" 'BEGIN { printf "%.3f", b - a }')
+    kill -TERM "$projector_pid"
+    wait "$projector_pid"
+    projector_pid=""
+    updates=$(grep -o 'member_updates=[0-9]*' "$out/drain-$run.log" | tail -n 1 | cut -d= -f2)
+    read -r drained secs < <(awk '/^drain/ { split($2, a, "="); split($3, b, "="); print a[2], b[2] }' \
+        "$out/drain-$run.wait")
+    # member updates are counted for the whole topic; the timed part is
+    # 'drained' events of it (timing starts at the first commit seen)
+    echo "run=$run events=$drained seconds=$secs total=$events member_updates=$updates cpu=$cpu rss_kb=$rss_kb redis_cpu=$redis_cpu" |
+        tee -a "$out/drain.txt" >&2
+done
+
+log "ceiling: the same transactions without Kafka in the loop"
+flush_redis
+"$bin/lbbench" ceiling --config "$out/drain.yaml" --runs "$runs" \
+    2>"$out/ceiling.log" | tee "$out/ceiling.txt" >&2
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s..%s", lo, hi }'; }
+field() { # FILE KEY [EXPR]: one value per line
+    awk -v k="$2" '{ for (i = 1; i <= NF; i++) { split($i, a, "="); if (a[1] == k) print a[2] } }' "$1"
+}
+derive() { # FILE AWK-EXPR over fields: one value per line
+    awk "{ for (i = 1; i <= NF; i++) { split(\$i, a, \"=\"); f[a[1]] = a[2] } print $2 }" "$1"
+}
+
+drain_eps=$(derive "$out/drain.txt" 'f["events"] / f["seconds"]' | median)
+fresh_rate=$(awk -v r="$drain_eps" 'BEGIN { printf "%d", r / 2 }')
+log "freshness at $fresh_rate events/s (half the median drain)"
+: >"$out/fresh.txt"
+for ((run = 1; run <= runs; run++)); do
+    flush_redis
+    BENCH_GROUP=bench-fresh-$$-$run "$bin/projector" --config "$out/fresh.yaml" \
+        >"$out/fresh-$run.log" 2>&1 &
+    projector_pid=$!
+    lb_wait_for 60 grep -q "assigned" "$out/fresh-$run.log"
+    "$bin/loadgen" --brokers "$brokers" --topic "$fresh_topic" --ts-now --rate "$fresh_rate" \
+        -n $((fresh_rate * (fresh_seconds + 2))) --seed $((100 + run)) --boards "$boards" \
+        --players "$players" --zipf "$zipf" 2>"$out/fresh-load-$run.log" &
+    load_pid=$!
+    sleep 1
+    "$bin/lbbench" freshness --config "$out/fresh.yaml" --topic "$fresh_topic" \
+        --duration "$fresh_seconds" \
+        2>>"$out/fresh-$run.log" | tee -a "$out/fresh.txt" >&2
+    wait "$load_pid"
+    kill -TERM "$projector_pid"
+    wait "$projector_pid"
+    projector_pid=""
+done
+
+# ---- the table ----------------------------------------------------------------
+cores=$(nproc)
+cpu_model=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
+row() { printf '%-44s %14s   %s\n' "$1" "$2" "$3"; }
+stat_of() { # FILE EXPR -> "median spread"
+    local values
+    values=$(derive "$1" "$2")
+    printf '%s %s\n' "$(median <<<"$values")" "$(spread <<<"$values")"
+}
+fmt() { awk -v v="$1" -v d="${2:-0}" 'BEGIN { printf "%.*f", d, v }'; }
+
+read -r d_eps d_eps_spread < <(stat_of "$out/drain.txt" 'f["events"] / f["seconds"]')
+read -r d_ups d_ups_spread < <(stat_of "$out/drain.txt" 'f["member_updates"] * f["events"] / f["total"] / f["seconds"]')
+read -r c_ups c_ups_spread < <(stat_of "$out/ceiling.txt" 'f["member_updates_per_s"]')
+read -r cpu_m cpu_spread < <(stat_of "$out/drain.txt" 'f["cpu"] / f["total"] * 1e6')
+read -r rcpu_m rcpu_spread < <(stat_of "$out/drain.txt" 'f["redis_cpu"] / f["total"] * 1e6')
+read -r rss_m rss_spread < <(stat_of "$out/drain.txt" 'f["rss_kb"] / 1024')
+read -r p50 p50_spread < <(stat_of "$out/fresh.txt" 'f["p50_ms"]')
+read -r p99 p99_spread < <(stat_of "$out/fresh.txt" 'f["p99_ms"]')
+read -r pmax pmax_spread < <(stat_of "$out/fresh.txt" 'f["max_ms"]')
+ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
+
+{
+    echo "leaderboard projector benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "machine: $cores cores ($cpu_model); Redis Cluster 3 masters + $replicas replica(s) each; Kafka 1 broker; all on this machine"
+    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly, batch 5000 events / 20 ms (defaults), runs $runs, pre-fill ${prefill_s}s"
+    echo
+    row "metric" "median" "spread (min..max over $runs runs)"
+    row "drain throughput, events/s" "$(fmt "$d_eps")" "$(awk -v s="$d_eps_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }')"
+    row "drain, Redis member updates/s" "$(fmt "$d_ups")" "$(awk -v s="$d_ups_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }')"
+    row "ceiling, Redis member updates/s" "$(fmt "$c_ups")" "$(awk -v s="$c_ups_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }')"
+    row "drain / ceiling" "$ratio" "target >= 0.80"
+    row "projector CPU s per 1M events" "$(fmt "$cpu_m" 2)" "$cpu_spread"
+    if ((started)); then
+        row "Redis CPU s per 1M events" "$(fmt "$rcpu_m" 2)" "$rcpu_spread"
+    else
+        row "Redis CPU s per 1M events" "n/a" "not measured: Redis not started by the benchmark"
+    fi
+    row "projector peak RSS, MiB" "$(fmt "$rss_m" 1)" "$rss_spread"
+    row "freshness at $fresh_rate events/s, p50 ms" "$p50" "$p50_spread"
+    row "freshness p99 ms" "$p99" "$p99_spread (target < 250)"
+    row "freshness max ms" "$pmax" "$pmax_spread"
+    row "replay rebuild, events/s" "not yet" "replay lands with its own issue"
+} | tee "$out/results.txt"
+
+cat >"$out/results.json" <<JSON
+{
+  "machine": {"cores": $cores, "cpu": "$cpu_model"},
+  "parameters": {"events": $events, "boards": $boards, "players": $players, "zipf": $zipf,
+                 "days": $days, "redis_masters": 3, "redis_replicas": $replicas, "runs": $runs,
+                 "batch_max_events": 5000, "batch_linger_ms": 20, "fresh_seconds": $fresh_seconds},
+  "drain_events_per_s": {"median": $d_eps, "spread": "$d_eps_spread"},
+  "drain_member_updates_per_s": {"median": $d_ups, "spread": "$d_ups_spread"},
+  "ceiling_member_updates_per_s": {"median": $c_ups, "spread": "$c_ups_spread"},
+  "drain_over_ceiling": $ratio,
+  "projector_cpu_s_per_million_events": {"median": $cpu_m, "spread": "$cpu_spread"},
+  "redis_cpu_s_per_million_events": $( ((started)) && echo "{\"median\": $rcpu_m, \"spread\": \"$rcpu_spread\"}" || echo null),
+  "projector_peak_rss_mib": {"median": $rss_m, "spread": "$rss_spread"},
+  "freshness": {"rate_events_per_s": $fresh_rate, "p50_ms": $p50, "p99_ms": $p99, "max_ms": $pmax},
+  "replay_events_per_s": null
+}
+JSON
+{
+    echo "metric,median,spread"
+    echo "drain_events_per_s,$d_eps,$d_eps_spread"
+    echo "drain_member_updates_per_s,$d_ups,$d_ups_spread"
+    echo "ceiling_member_updates_per_s,$c_ups,$c_ups_spread"
+    echo "drain_over_ceiling,$ratio,"
+    echo "projector_cpu_s_per_million_events,$cpu_m,$cpu_spread"
+    echo "redis_cpu_s_per_million_events,$rcpu_m,$rcpu_spread"
+    echo "projector_peak_rss_mib,$rss_m,$rss_spread"
+    echo "freshness_p50_ms,$p50,$p50_spread"
+    echo "freshness_p99_ms,$p99,$p99_spread"
+    echo "freshness_max_ms,$pmax,$pmax_spread"
+    echo "replay_events_per_s,,not yet"
+} >"$out/results.csv"
+log "results in $out (results.txt, results.json, results.csv, logs)"
