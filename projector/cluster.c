@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #define MAX_ROUNDS 6
+#define WAIT_MARK  UINT32_MAX /* a node queue entry for the WAIT that ends a round */
 
 struct node {
     char *host;
@@ -50,6 +51,9 @@ struct node {
     size_t qhead, qlen, qcap;
     uint32_t replies;   /* replies already matched to queue[qhead] */
     int64_t deadline;   /* when the node is given up on if it stays silent */
+    int replicas;       /* healthy replicas of this master, at the last refresh */
+    int wait_needed;    /* WAIT queued in this round: replicas it must reach (0: none) */
+    int wrote;          /* a transaction was queued in this round */
     uint64_t failed_in; /* exec call in which connecting failed (0: never) */
     char failure[200];  /* why, for the other requests of that call */
 };
@@ -59,6 +63,7 @@ enum redirect { REDIRECT_NONE = 0, REDIRECT_MOVED, REDIRECT_ASK };
 /* Per-request state of one lb_cluster_exec call. */
 struct run {
     int32_t node;
+    uint8_t round;  /* the round it was last sent in */
     uint8_t asking; /* ASKING precedes the request in this round */
     uint8_t done;
     uint8_t redirect;
@@ -74,7 +79,10 @@ struct lb_cluster {
     char *user, *password;
     int64_t connect_timeout_ms, command_timeout_ms;
     int standalone;
+    int no_shards; /* the cluster does not know CLUSTER SHARDS: use CLUSTER SLOTS */
     int need_refresh;
+    int wait_replicas; /* -1: one when the master has a healthy replica */
+    int64_t wait_timeout_ms;
     size_t last_good; /* node that answered the last refresh */
     struct run *runs;
     size_t capruns;
@@ -87,6 +95,7 @@ struct lb_cluster {
     int started;       /* lb_cluster_start called, lb_cluster_finish not yet */
     int oom;           /* the call in progress could not even start */
     size_t round_sent; /* requests queued by lb_cluster_start */
+    int round;         /* of the call in progress */
     struct lb_cluster_stats stats;
     char errstr[640];
     char readbuf[65536];
@@ -335,99 +344,259 @@ broken:
 
 /* ---- the slot map --------------------------------------------------------------- */
 
+/* A topology being read: the slot map and each master's healthy replicas.
+ * It replaces the current one only when complete. */
+struct topology {
+    int32_t slots[LB_SLOTS];
+    int replicas[256]; /* per node index, for the first 256 nodes */
+};
+
 static int reply_port(const redisReply *r, int *port)
 {
-    if (r->type == REDIS_REPLY_INTEGER && r->integer > 0 && r->integer < 65536) {
-        *port = (int)r->integer;
-        return 0;
-    }
-    return -1;
+    long long v = -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    else if (r->type == REDIS_REPLY_STRING)
+        v = strtoll(r->str, NULL, 10);
+    if (v <= 0 || v >= 65536)
+        return -1;
+    *port = (int)v;
+    return 0;
 }
 
-/* Parses a CLUSTER SLOTS reply into 'slots'. 'asked' is the node that
- * answered: a master listed with an empty or unknown address is that node. */
+/* Slot numbers come as integers, or as strings from some Redis 7.0 builds. */
+static int reply_slot(const redisReply *r, long long *slot)
+{
+    char *end;
+    if (r->type == REDIS_REPLY_INTEGER)
+        *slot = r->integer;
+    else if (r->type == REDIS_REPLY_STRING && r->len > 0) {
+        *slot = strtoll(r->str, &end, 10);
+        if (*end)
+            return -1;
+    } else
+        return -1;
+    return *slot >= 0 && *slot < LB_SLOTS ? 0 : -1;
+}
+
+/* The node a topology reply names: 'host' may be empty or "?" when the node
+ * does not know its own address; it is then the node that answered. */
+static int32_t topology_node(struct lb_cluster *cl, const char *host, int port, int32_t asked)
+{
+    if (!host || !*host || strcmp(host, "?") == 0)
+        host = cl->nodes[asked]->host;
+    return add_node(cl, host, port);
+}
+
+static void note_replicas(struct topology *t, int32_t master, int healthy)
+{
+    if (master >= 0 && master < 256)
+        t->replicas[master] = healthy;
+}
+
+/* CLUSTER SLOTS: [[first, last, [ip, port, id], [replica...], ...], ...].
+ * Failed replicas are not listed, so every listed one counts as healthy. */
 static int parse_cluster_slots(struct lb_cluster *cl, const redisReply *reply, int32_t asked,
-                               int32_t *slots)
+                               struct topology *t)
 {
     if (reply->type != REDIS_REPLY_ARRAY)
         return -1;
     for (size_t i = 0; i < reply->elements; i++) {
         const redisReply *range = reply->element[i];
-        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
-            range->element[0]->type != REDIS_REPLY_INTEGER ||
-            range->element[1]->type != REDIS_REPLY_INTEGER ||
-            range->element[2]->type != REDIS_REPLY_ARRAY || range->element[2]->elements < 2)
-            return -1;
-        long long first = range->element[0]->integer, last = range->element[1]->integer;
-        const redisReply *master = range->element[2];
+        long long first, last;
         int port;
-        if (first < 0 || last >= LB_SLOTS || first > last ||
-            master->element[0]->type != REDIS_REPLY_STRING ||
-            reply_port(master->element[1], &port) != 0)
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+            reply_slot(range->element[0], &first) != 0 ||
+            reply_slot(range->element[1], &last) != 0 || first > last)
             return -1;
-        const char *host = master->element[0]->str;
-        int32_t node = (!*host || strcmp(host, "?") == 0)
-                           ? add_node(cl, cl->nodes[asked]->host, port)
-                           : add_node(cl, host, port);
-        if (node < 0)
-            return -1;
-        for (long long s = first; s <= last; s++)
-            slots[s] = node;
+        int32_t master = -1;
+        for (size_t k = 2; k < range->elements; k++) {
+            const redisReply *node = range->element[k];
+            if (node->type != REDIS_REPLY_ARRAY || node->elements < 2 ||
+                node->element[0]->type != REDIS_REPLY_STRING ||
+                reply_port(node->element[1], &port) != 0)
+                return -1;
+            int32_t index = topology_node(cl, node->element[0]->str, port, asked);
+            if (index < 0)
+                return -1;
+            if (k == 2)
+                master = index; /* replicas are remembered to ask for the map */
+        }
+        note_replicas(t, master, (int)range->elements - 3);
+        for (long long slot = first; slot <= last; slot++)
+            t->slots[slot] = master;
     }
+    return 0;
+}
+
+static const redisReply *field(const redisReply *map, const char *name)
+{
+    if (map->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < map->elements; i += 2)
+        if (map->element[i]->type == REDIS_REPLY_STRING && strcmp(map->element[i]->str, name) == 0)
+            return map->element[i + 1];
+    return NULL;
+}
+
+static int field_is(const redisReply *map, const char *name, const char *value)
+{
+    const redisReply *f = field(map, name);
+    return f && f->type == REDIS_REPLY_STRING && strcmp(f->str, value) == 0;
+}
+
+/* CLUSTER SHARDS: [{slots: [first, last, ...], nodes: [{ip, endpoint, port,
+ * role, health, ...}, ...]}, ...], each map a flat array of name, value. */
+static int parse_cluster_shards(struct lb_cluster *cl, const redisReply *reply, int32_t asked,
+                                struct topology *t)
+{
+    if (reply->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i < reply->elements; i++) {
+        const redisReply *shard = reply->element[i];
+        const redisReply *ranges = field(shard, "slots"), *nodes = field(shard, "nodes");
+        if (!ranges || !nodes || ranges->type != REDIS_REPLY_ARRAY ||
+            nodes->type != REDIS_REPLY_ARRAY || ranges->elements % 2)
+            return -1;
+        int32_t master = -1;
+        int healthy = 0;
+        for (size_t k = 0; k < nodes->elements; k++) {
+            const redisReply *node = nodes->element[k], *addr = field(node, "endpoint");
+            const redisReply *port = field(node, "port");
+            int p;
+            if (!addr || addr->type != REDIS_REPLY_STRING || !*addr->str ||
+                strcmp(addr->str, "?") == 0)
+                addr = field(node, "ip");
+            if (!port || reply_port(port, &p) != 0)
+                continue; /* a TLS-only node: not for us */
+            int32_t index = topology_node(
+                cl, addr && addr->type == REDIS_REPLY_STRING ? addr->str : NULL, p, asked);
+            if (index < 0)
+                return -1;
+            if (field_is(node, "role", "master")) {
+                if (!field_is(node, "health", "failed"))
+                    master = index;
+            } else if (field_is(node, "health", "online")) {
+                healthy++;
+            }
+        }
+        if (master < 0)
+            continue; /* its slots stay unknown until a replica takes over */
+        note_replicas(t, master, healthy);
+        for (size_t r = 0; r + 1 < ranges->elements; r += 2) {
+            long long first, last;
+            if (reply_slot(ranges->element[r], &first) != 0 ||
+                reply_slot(ranges->element[r + 1], &last) != 0 || first > last)
+                return -1;
+            for (long long slot = first; slot <= last; slot++)
+                t->slots[slot] = master;
+        }
+    }
+    return 0;
+}
+
+/* ROLE of a standalone master: ["master", offset, [[ip, port, offset], ...]]. */
+static int standalone_replicas(struct lb_cluster *cl, struct node *n)
+{
+    static const char cmd[] = "*1\r\n$4\r\nROLE\r\n";
+    redisReply *reply = NULL;
+    int count = 0;
+    if (node_call(cl, n, cmd, sizeof(cmd) - 1, &reply) != 0)
+        return 0;
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements >= 3 &&
+        reply->element[2]->type == REDIS_REPLY_ARRAY)
+        count = (int)reply->element[2]->elements;
+    freeReplyObject(reply);
+    return count;
+}
+
+static void install(struct lb_cluster *cl, const struct topology *t)
+{
+    memcpy(cl->slots, t->slots, sizeof(t->slots));
+    for (size_t i = 0; i < cl->nnodes; i++)
+        cl->nodes[i]->replicas = i < 256 ? t->replicas[i] : 0;
+}
+
+/* Asks node 'i' for the topology. Returns 0 when it was installed. */
+static int refresh_from(struct lb_cluster *cl, size_t i, struct topology *t, char *first_error,
+                        size_t errlen)
+{
+    static const char shards[] = "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
+    static const char slots[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+    struct node *n = cl->nodes[i];
+    redisReply *reply = NULL;
+
+    if (node_connect(cl, n) != 0 ||
+        node_call(cl, n, cl->no_shards ? slots : shards,
+                  cl->no_shards ? sizeof(slots) - 1 : sizeof(shards) - 1, &reply) != 0) {
+        if (!first_error[0])
+            snprintf(first_error, errlen, "%s", cl->errstr);
+        return -1;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "cluster support disabled")) {
+        freeReplyObject(reply);
+        for (size_t s = 0; s < LB_SLOTS; s++)
+            t->slots[s] = (int32_t)i;
+        memset(t->replicas, 0, sizeof(t->replicas));
+        note_replicas(t, (int32_t)i, standalone_replicas(cl, n));
+        if (!cl->standalone)
+            LB_INFO("redis",
+                    "%s is a standalone Redis (cluster support disabled); every slot goes "
+                    "to it",
+                    n->name);
+        cl->standalone = 1;
+        install(cl, t);
+        return 0;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && !cl->no_shards &&
+        (strstr(reply->str, "unknown subcommand") || strstr(reply->str, "Unknown subcommand"))) {
+        /* Redis before 7.0: CLUSTER SLOTS it is, from now on */
+        freeReplyObject(reply);
+        cl->no_shards = 1;
+        return refresh_from(cl, i, t, first_error, errlen);
+    }
+    for (size_t s = 0; s < LB_SLOTS; s++)
+        t->slots[s] = -1;
+    memset(t->replicas, 0, sizeof(t->replicas));
+    int rc = reply->type == REDIS_REPLY_ERROR ? -1
+             : cl->no_shards                  ? parse_cluster_slots(cl, reply, (int32_t)i, t)
+                                              : parse_cluster_shards(cl, reply, (int32_t)i, t);
+    if (rc != 0 && !first_error[0])
+        snprintf(first_error, errlen, "unexpected topology reply from %s%s%.200s", n->name,
+                 reply->type == REDIS_REPLY_ERROR ? ": " : "",
+                 reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+    freeReplyObject(reply);
+    if (rc != 0)
+        return -1;
+    cl->standalone = 0;
+    install(cl, t);
     return 0;
 }
 
 int lb_cluster_refresh(struct lb_cluster *cl)
 {
-    static const char cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
-    int32_t fresh[LB_SLOTS];
+    struct topology *t = malloc(sizeof(*t));
     char first_error[sizeof(cl->errstr)] = "";
 
+    if (!t) {
+        set_error(cl, "out of memory");
+        return -1;
+    }
     cl->stats.refreshes++;
-    /* Try the node that answered last time first, then every known node. */
+    /* The node that answered last time first, then every known node:
+     * seeds, masters and replicas alike. */
     for (size_t k = 0; k < cl->nnodes; k++) {
         size_t i = (cl->last_good + k) % cl->nnodes;
-        struct node *n = cl->nodes[i];
-        redisReply *reply = NULL;
-        if (n->qlen)
+        if (cl->nodes[i]->qlen)
             continue; /* busy inside an exec round; not used here */
-        if (node_connect(cl, n) != 0 || node_call(cl, n, cmd, sizeof(cmd) - 1, &reply) != 0) {
-            if (!first_error[0])
-                snprintf(first_error, sizeof(first_error), "%s", cl->errstr);
-            continue;
-        }
-        if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "cluster support disabled")) {
-            for (size_t s = 0; s < LB_SLOTS; s++)
-                cl->slots[s] = (int32_t)i;
-            if (!cl->standalone)
-                LB_INFO("redis",
-                        "%s is a standalone Redis (cluster support disabled); every "
-                        "slot goes to it",
-                        n->name);
-            cl->standalone = 1;
+        if (refresh_from(cl, i, t, first_error, sizeof(first_error)) == 0) {
             cl->need_refresh = 0;
             cl->last_good = i;
-            freeReplyObject(reply);
+            free(t);
             return 0;
         }
-        for (size_t s = 0; s < LB_SLOTS; s++)
-            fresh[s] = -1;
-        int rc = reply->type == REDIS_REPLY_ERROR
-                     ? -1
-                     : parse_cluster_slots(cl, reply, (int32_t)i, fresh);
-        if (rc != 0 && !first_error[0])
-            snprintf(first_error, sizeof(first_error), "unexpected CLUSTER SLOTS reply from %s%s%s",
-                     cl->nodes[i]->name, reply->type == REDIS_REPLY_ERROR ? ": " : "",
-                     reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-        freeReplyObject(reply);
-        if (rc != 0)
-            continue;
-        memcpy(cl->slots, fresh, sizeof(fresh));
-        cl->standalone = 0;
-        cl->need_refresh = 0;
-        cl->last_good = i;
-        return 0;
     }
+    free(t);
     set_error(cl, "no Redis node could serve the slot map%s%s",
               first_error[0] ? "; first error: " : "", first_error);
     return -1;
@@ -517,6 +686,8 @@ static void note_error(struct lb_cluster *cl, struct run *run, const struct node
     }
     if (starts_with(msg, "EXECABORT") && (run->redirect || run->error[0]))
         return; /* the consequence of an error already noted */
+    if (starts_with(msg, "CLUSTERDOWN"))
+        cl->need_refresh = 1; /* the cluster is failing over: read the map again */
     if (starts_with(msg, "TRYAGAIN") || starts_with(msg, "CLUSTERDOWN") ||
         starts_with(msg, "LOADING") || starts_with(msg, "MASTERDOWN"))
         cl->stats.retry_later++;
@@ -532,9 +703,47 @@ static uint32_t replies_expected(const struct lb_request *req, const struct run 
 
 /* Matches one reply to the request at the head of the node's queue. Takes
  * ownership of 'r'. */
+/* The reply to the WAIT that closed this round on 'n': if fewer replicas
+ * than needed acknowledged, the round's writes on 'n' are not durable, and
+ * the requests fail (to be sent again, WAIT included). */
+/* Fails the requests of this round that 'n' answered: their writes are not
+ * known to have reached the replicas the round's WAIT asked for. */
+static void fail_unreplicated(struct lb_cluster *cl, struct node *n, const char *why)
+{
+    cl->need_refresh = 1; /* a replica may have gone: its master may now have none */
+    for (size_t i = 0; i < cl->nrequests; i++) {
+        struct run *run = &cl->runs[i];
+        if (run->node >= 0 && cl->nodes[run->node] == n && run->round == cl->round && run->done &&
+            !run->redirect)
+            fail_run(run, "%s", why);
+    }
+}
+
+static void on_wait_reply(struct lb_cluster *cl, struct node *n, const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= n->wait_needed)
+        return;
+    char why[480];
+    if (r->type == REDIS_REPLY_INTEGER)
+        snprintf(why, sizeof(why), "%s: WAIT: %lld of %d replica(s) acknowledged within %lld ms",
+                 n->name, r->integer, n->wait_needed, (long long)cl->wait_timeout_ms);
+    else
+        snprintf(why, sizeof(why), "%s: WAIT failed: %.100s", n->name,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    cl->stats.wait_shortfalls++;
+    fail_unreplicated(cl, n, why);
+}
+
 static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
 {
     uint32_t index = n->queue[n->qhead];
+    if (index == WAIT_MARK) {
+        on_wait_reply(cl, n, r);
+        freeReplyObject(r);
+        n->qhead++;
+        n->qlen--;
+        return;
+    }
     struct lb_request *req = &cl->requests[index];
     struct run *run = &cl->runs[index];
     uint32_t k = n->replies++;
@@ -588,10 +797,16 @@ static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
     }
 }
 
-/* Fails every request still queued on 'n' and closes it. */
+/* Fails every request still queued on 'n' and closes it. If the round's
+ * WAIT had not answered yet, the requests already answered fail too: their
+ * writes may not have reached a replica. */
 static void node_abort(struct lb_cluster *cl, struct node *n, const char *why)
 {
     for (size_t i = 0; i < n->qlen; i++) {
+        if (n->queue[n->qhead + i] == WAIT_MARK) {
+            fail_unreplicated(cl, n, why);
+            continue;
+        }
         struct run *run = &cl->runs[n->queue[n->qhead + i]];
         run->redirect = REDIRECT_NONE;
         fail_run(run, "%s", why);
@@ -753,8 +968,49 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
     if (n->qlen == 1) /* the first request of this call on this node */
         n->deadline = now_ms() + cl->command_timeout_ms;
     run->node = node;
+    run->round = (uint8_t)cl->round;
+    n->wrote |= req->is_txn;
     cl->stats.requests++;
     return 0;
+}
+
+/* Dispatches the requests of a round: every pending one in round 0, the
+ * redirected ones after. Returns how many were queued. */
+/* Replicas a WAIT on 'n' must reach: the configured count, or, by default,
+ * one when the master has a healthy replica. */
+static int wait_needed(const struct lb_cluster *cl, const struct node *n)
+{
+    if (cl->wait_replicas >= 0)
+        return cl->wait_replicas;
+    return n->replicas > 0 ? 1 : 0;
+}
+
+/* Ends the round on every node that got requests with WAIT, in the same
+ * pipeline: one round trip covers the writes and their replication. */
+static void queue_waits(struct lb_cluster *cl, const size_t *queued_before, size_t nodes)
+{
+    for (size_t i = 0; i < nodes; i++) {
+        struct node *n = cl->nodes[i];
+        n->wait_needed = 0;
+        int wrote = n->wrote;
+        n->wrote = 0;
+        if (!wrote || n->qlen == queued_before[i] || wait_needed(cl, n) == 0)
+            continue; /* reads need no WAIT */
+        char cmd[96], replicas[16], timeout[24];
+        int rl = snprintf(replicas, sizeof(replicas), "%d", wait_needed(cl, n));
+        int tl = snprintf(timeout, sizeof(timeout), "%lld", (long long)cl->wait_timeout_ms);
+        int len = snprintf(cmd, sizeof(cmd), "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", rl,
+                           replicas, tl, timeout);
+        size_t mark = n->out.len;
+        if (lb_buf_append(&n->out, cmd, (size_t)len) != 0 || queue_push(n, WAIT_MARK) != 0) {
+            /* No WAIT, no durability claim: fail the round's requests here. */
+            n->out.len = mark;
+            node_abort(cl, n, "out of memory queueing WAIT");
+            continue;
+        }
+        n->wait_needed = wait_needed(cl, n);
+        n->deadline += cl->wait_timeout_ms;
+    }
 }
 
 /* Dispatches the requests of a round: every pending one in round 0, the
@@ -764,6 +1020,12 @@ static size_t dispatch_round(struct lb_cluster *cl, int round)
     size_t sent = 0;
     if (cl->need_refresh && lb_cluster_refresh(cl) != 0)
         LB_WARN("redis", "slot map refresh failed: %s", cl->errstr);
+    /* after the refresh, which may have met new nodes */
+    size_t known = cl->nnodes;
+    size_t *queued_before = calloc(known ? known : 1, sizeof(*queued_before));
+    cl->round = round;
+    for (size_t i = 0; queued_before && i < known; i++)
+        queued_before[i] = cl->nodes[i]->qlen;
     for (size_t i = 0; i < cl->nrequests; i++) {
         struct run *run = &cl->runs[i];
         if (run->error[0] || (round > 0 && !run->redirect))
@@ -772,9 +1034,16 @@ static size_t dispatch_round(struct lb_cluster *cl, int round)
             run->done = 1;
             continue;
         }
+        if (!queued_before) {
+            fail_run(run, "out of memory");
+            continue;
+        }
         if (dispatch(cl, (uint32_t)i) == 0)
             sent++;
     }
+    if (queued_before && sent)
+        queue_waits(cl, queued_before, known); /* dispatching meets no new node */
+    free(queued_before);
     return sent;
 }
 
@@ -883,6 +1152,19 @@ size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_
 
 /* ---- lifecycle and tools ------------------------------------------------------------- */
 
+void lb_cluster_options_from_config(const struct lb_config *config,
+                                    struct lb_cluster_options *options)
+{
+    *options = (struct lb_cluster_options){.seeds = config->redis_nodes,
+                                           .nseeds = config->nredis_nodes,
+                                           .user = config->redis_user,
+                                           .password = config->redis_password,
+                                           .connect_timeout_ms = config->connect_timeout_ms,
+                                           .command_timeout_ms = config->command_timeout_ms,
+                                           .wait_replicas = config->wait_replicas,
+                                           .wait_timeout_ms = config->wait_timeout_ms};
+}
+
 struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options)
 {
     struct lb_cluster *cl = calloc(1, sizeof(*cl));
@@ -893,6 +1175,8 @@ struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options)
     cl->connect_timeout_ms = options->connect_timeout_ms > 0 ? options->connect_timeout_ms : 1000;
     cl->command_timeout_ms = options->command_timeout_ms > 0 ? options->command_timeout_ms : 5000;
     cl->need_refresh = 1;
+    cl->wait_replicas = options->wait_replicas;
+    cl->wait_timeout_ms = options->wait_timeout_ms > 0 ? options->wait_timeout_ms : 1000;
     if ((options->user && !(cl->user = strdup(options->user))) ||
         (options->password && !(cl->password = strdup(options->password))))
         goto oom;

@@ -29,6 +29,12 @@ struct lb_cluster_options {
     const char *password; /* copied; NULL: no AUTH */
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
+    /* Durability: after each round of writes, WAIT on every node written
+     * until this many replicas acknowledged; -1 (the default in the
+     * configuration) means one when the master has a healthy replica, else
+     * none. A shortfall fails that node's requests of the round. */
+    int wait_replicas;
+    int64_t wait_timeout_ms;
 };
 
 /* One request: a run of RESP commands for one slot. A transaction
@@ -54,10 +60,15 @@ struct lb_cluster_stats {
     uint64_t command_errors; /* errors inside a transaction or from a command */
     uint64_t connection_errors;
     uint64_t timeouts;
-    uint64_t refreshes; /* slot map reloads */
+    uint64_t refreshes;       /* slot map reloads */
+    uint64_t wait_shortfalls; /* WAITs that fewer replicas than needed acknowledged */
 };
 
 struct lb_cluster;
+
+/* Fills 'options' from the redis: section of 'config' (which it borrows). */
+void lb_cluster_options_from_config(const struct lb_config *config,
+                                    struct lb_cluster_options *options);
 
 /* Creates a client; does not connect. Returns NULL when out of memory. */
 struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options);

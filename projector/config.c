@@ -501,6 +501,7 @@ static int parse_hosts(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_windows(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_wait_replicas(struct parser *p, yaml_node_t *node, void *obj);
 
 #define C(member) FIELD(struct lb_config, member)
 
@@ -572,6 +573,18 @@ static const struct key_def redis_keys[] = {
      .min = 1,
      .max = 60000,
      .doc = "TCP connect timeout"},
+    {.name = "wait_replicas",
+     .type = KT_CUSTOM,
+     .custom = parse_wait_replicas,
+     .doc = "replicas a batch's writes must reach before their offsets advance: auto or a "
+            "number"},
+    {.name = "wait_timeout",
+     .type = KT_DURATION,
+     .offset = C(wait_timeout_ms),
+     .def = "1s",
+     .min = 1,
+     .max = 60000,
+     .doc = "how long WAIT may take before the batch is retried"},
     {.name = "command_timeout",
      .type = KT_DURATION,
      .offset = C(command_timeout_ms),
@@ -702,6 +715,20 @@ static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj)
     if (node->type != YAML_SCALAR_NODE ||
         !(profile->scoring.resolution_ms = lb_resolution_parse(scalar_text(node))))
         return fail(p, line_of(node), "tie_resolution: expected ms, s, min, h or d");
+    return 0;
+}
+
+static int parse_wait_replicas(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_config *config = obj;
+    int64_t n;
+    if (node->type == YAML_SCALAR_NODE && strcmp(scalar_text(node), "auto") == 0) {
+        config->wait_replicas = -1;
+        return 0;
+    }
+    if (node->type != YAML_SCALAR_NODE || parse_int(scalar_text(node), &n) != 0 || n < 0 || n > 16)
+        return fail(p, line_of(node), "wait_replicas: expected auto or a number from 0 to 16");
+    config->wait_replicas = (int)n;
     return 0;
 }
 
@@ -1020,6 +1047,7 @@ static int load(struct parser *p, const unsigned char *text, size_t len, struct 
         goto done;
     }
     config->path = strdup(p->name);
+    config->wait_replicas = -1; /* auto unless the file says otherwise */
     if (!config->path || parse_mapping(p, top_keys, root, line_of(root), config, NULL, 0) != 0 ||
         check_config(p, config, line_of(root)) != 0)
         goto done;
@@ -1219,6 +1247,10 @@ void lb_config_print(const struct lb_config *config, FILE *out)
                         strstr(config->kafka_props[i].key, "secret")
                     ? "*****"
                     : config->kafka_props[i].value);
+    if (config->wait_replicas < 0)
+        fprintf(out, "redis_wait_replicas: auto\n");
+    else
+        fprintf(out, "redis_wait_replicas: %d\n", config->wait_replicas);
     fprintf(out, "redis_nodes:\n");
     for (size_t i = 0; i < config->nredis_nodes; i++)
         fprintf(out, "  - %s:%d\n", config->redis_nodes[i].host, config->redis_nodes[i].port);

@@ -84,6 +84,8 @@ struct lb_config {
     char *redis_password;
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
+    int wait_replicas; /* -1: auto (one when the master has a healthy replica) */
+    int64_t wait_timeout_ms;
 
     /* batch: */
     int64_t batch_max_events;

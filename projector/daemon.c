@@ -146,9 +146,11 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     int64_t deadline = 0;
 
     size_t take = d->ncarry < max ? d->ncarry : max;
-    memcpy(b->msgs, d->carry, take * sizeof(*b->msgs));
-    memmove(d->carry, d->carry + take, (d->ncarry - take) * sizeof(*d->carry));
-    d->ncarry -= take;
+    if (take) {
+        memcpy(b->msgs, d->carry, take * sizeof(*b->msgs));
+        memmove(d->carry, d->carry + take, (d->ncarry - take) * sizeof(*d->carry));
+        d->ncarry -= take;
+    }
     b->n = take;
     memset(b->revoked, 0, max);
     if (b->n)
@@ -335,7 +337,7 @@ static void log_totals(const struct daemon *d)
             "totals: records=%llu applied=%llu rejected=%llu member_updates=%llu late_windows=%llu "
             "batches=%llu write_failures=%llu redis_requests=%llu moved=%llu ask=%llu "
             "retry_later=%llu command_errors=%llu connection_errors=%llu timeouts=%llu "
-            "slot_map_refreshes=%llu",
+            "slot_map_refreshes=%llu wait_shortfalls=%llu",
             (unsigned long long)s->records, (unsigned long long)s->applied,
             (unsigned long long)rejected, (unsigned long long)s->member_updates,
             (unsigned long long)s->late_windows, (unsigned long long)s->batches,
@@ -343,7 +345,7 @@ static void log_totals(const struct daemon *d)
             (unsigned long long)c->moved, (unsigned long long)c->ask,
             (unsigned long long)c->retry_later, (unsigned long long)c->command_errors,
             (unsigned long long)c->connection_errors, (unsigned long long)c->timeouts,
-            (unsigned long long)c->refreshes);
+            (unsigned long long)c->refreshes, (unsigned long long)c->wait_shortfalls);
 }
 
 int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
@@ -353,12 +355,8 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     char err[1024];
     int status = LB_EXIT_OK;
 
-    struct lb_cluster_options options = {.seeds = config->redis_nodes,
-                                         .nseeds = config->nredis_nodes,
-                                         .user = config->redis_user,
-                                         .password = config->redis_password,
-                                         .connect_timeout_ms = config->connect_timeout_ms,
-                                         .command_timeout_ms = config->command_timeout_ms};
+    struct lb_cluster_options options;
+    lb_cluster_options_from_config(config, &options);
 
     d.decoder = lb_config_decoder(config, err, sizeof(err));
     if (!d.decoder) {

@@ -211,12 +211,8 @@ int main(int argc, char **argv)
         lb_config_free(config);
         return 2;
     }
-    struct lb_cluster_options options = {.seeds = config->redis_nodes,
-                                         .nseeds = config->nredis_nodes,
-                                         .user = config->redis_user,
-                                         .password = config->redis_password,
-                                         .connect_timeout_ms = config->connect_timeout_ms,
-                                         .command_timeout_ms = config->command_timeout_ms};
+    struct lb_cluster_options options;
+    lb_cluster_options_from_config(config, &options);
     struct lb_cluster *cl = lb_cluster_new(&options);
     uint16_t slot = lb_crc16(board, strlen(board)) & (LB_SLOTS - 1);
     struct keys keys = {0};

@@ -44,12 +44,8 @@ static int64_t wall_ms(void)
 
 static struct lb_cluster *connect_cluster(const struct lb_config *config)
 {
-    struct lb_cluster_options options = {.seeds = config->redis_nodes,
-                                         .nseeds = config->nredis_nodes,
-                                         .user = config->redis_user,
-                                         .password = config->redis_password,
-                                         .connect_timeout_ms = config->connect_timeout_ms,
-                                         .command_timeout_ms = config->command_timeout_ms};
+    struct lb_cluster_options options;
+    lb_cluster_options_from_config(config, &options);
     struct lb_cluster *cl = lb_cluster_new(&options);
     if (!cl || lb_cluster_refresh(cl) != 0) {
         fprintf(stderr, "lbbench: %s\n", cl ? lb_cluster_error(cl) : "out of memory");

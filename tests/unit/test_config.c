@@ -55,6 +55,8 @@ static void minimal_config_gets_documented_defaults(void **state)
     assert_int_equal(c->nredis_nodes, 2);
     assert_string_equal(c->redis_nodes[1].host, "::1");
     assert_int_equal(c->redis_nodes[1].port, 7001);
+    assert_int_equal(c->wait_replicas, -1); /* auto */
+    assert_int_equal(c->wait_timeout_ms, 1000);
     assert_int_equal(c->nschemas, 1);
     assert_string_equal(c->schemas[0].path, "./score_event.avsc");
     /* one catch-all profile with four windows */
@@ -147,6 +149,8 @@ static void errors_name_file_and_line(void **state)
     expect_error(text, 12, "need 'dim'");
     snprintf(text, sizeof(text), "%sprofiles:\n  - name: a\n    epoch: 2025-02-31\n", minimal);
     expect_error(text, 11, "RFC 3339");
+    snprintf(text, sizeof(text), "%s  wait_replicas: some\n", minimal);
+    expect_error(text, 9, "auto or a number");
     snprintf(text, sizeof(text), "%s  key_prefix: \"%0100d\"\n", minimal, 0);
     expect_error(text, 1, "at most 64 bytes");
 }
@@ -202,6 +206,21 @@ static void environment_variables_are_interpolated(void **state)
     lb_config_free(c);
 }
 
+static void wait_replicas_takes_auto_or_a_number(void **state)
+{
+    (void)state;
+    char text[2048];
+    snprintf(text, sizeof(text), "%s  wait_replicas: 2\n  wait_timeout: 250ms\n", minimal);
+    struct lb_config *c = load_ok(text);
+    assert_int_equal(c->wait_replicas, 2);
+    assert_int_equal(c->wait_timeout_ms, 250);
+    lb_config_free(c);
+    snprintf(text, sizeof(text), "%s  wait_replicas: auto\n", minimal);
+    c = load_ok(text);
+    assert_int_equal(c->wait_replicas, -1);
+    lb_config_free(c);
+}
+
 static void kafka_properties_pass_through(void **state)
 {
     (void)state;
@@ -243,6 +262,7 @@ int main(void)
         cmocka_unit_test(profiles_match_by_pattern_in_order),
         cmocka_unit_test(errors_name_file_and_line),
         cmocka_unit_test(environment_variables_are_interpolated),
+        cmocka_unit_test(wait_replicas_takes_auto_or_a_number),
         cmocka_unit_test(kafka_properties_pass_through),
         cmocka_unit_test(durations_and_times_parse),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
