@@ -1,0 +1,31 @@
+/* A scripted fake Redis node for the cluster client's unit tests.
+ *
+ * It listens on 127.0.0.1 (an ephemeral port), parses every command it
+ * receives with hiredis' reader, records it as one line ("MULTI",
+ * "ZADD k GT 1 m", ...) and answers with whatever the test's handler
+ * returns: this is how the tests produce MOVED, ASK, TRYAGAIN and the other
+ * replies a real server will not give on demand. One thread serves every
+ * connection of the node.
+ */
+#ifndef FAKE_REDIS_H
+#define FAKE_REDIS_H
+
+#include <stddef.h>
+
+struct fake_redis;
+
+/* Returns the RESP reply to one command (a string literal or a buffer the
+ * handler keeps alive), or NULL to close the connection instead. 'argv' are
+ * NUL-terminated. Called on the fake's thread. */
+typedef const char *(*fake_handler)(struct fake_redis *fake, int argc, char **argv, void *ctx);
+
+struct fake_redis *fake_redis_start(fake_handler handler, void *ctx);
+void fake_redis_stop(struct fake_redis *fake);
+int fake_redis_port(const struct fake_redis *fake);
+
+/* The commands received so far, one per line, '\n'-separated; the caller
+ * frees the string. */
+char *fake_redis_log(struct fake_redis *fake);
+void fake_redis_clear_log(struct fake_redis *fake);
+
+#endif

@@ -1,0 +1,445 @@
+/* The Redis Cluster client against scripted fake nodes: every redirection
+ * and error a cluster can answer a transaction with, and the exact commands
+ * the client sends in response. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "fake_redis.h"
+#include "log.h"
+
+/* How a fake node behaves; the handler below reads it. */
+struct script {
+    int port;                 /* this node's port */
+    char shards[2][2048];     /* CLUSTER SHARDS replies: before and after 'moved' */
+    int moved;                /* 0 until this node has answered MOVED */
+    const char *slots;        /* CLUSTER SLOTS reply, or NULL: unknown */
+    const char *queued_reply; /* reply to commands inside MULTI (default +QUEUED) */
+    const char *exec_reply;   /* reply to EXEC (default one :1) */
+    const char *wait_reply;   /* reply to WAIT (default :1) */
+    const char *auth_reply;   /* reply to AUTH (default +OK) */
+    int close_on_exec;        /* drop the connection instead of answering EXEC */
+    int close_on_wait;        /* drop the connection instead of answering WAIT */
+    int queued_error;         /* an error was answered inside the current MULTI */
+    int once;                 /* the special replies apply to the first transaction only */
+    int transactions;
+};
+
+static const char *handler(struct fake_redis *fake, int argc, char **argv, void *ctx)
+{
+    struct script *s = ctx;
+    (void)fake;
+    if (argc == 0)
+        return "-ERR empty\r\n";
+    int special = !s->once || s->transactions == 0;
+    if (strcmp(argv[0], "CLUSTER") == 0 && argc > 1 && strcmp(argv[1], "SHARDS") == 0)
+        return s->shards[s->moved][0] ? s->shards[s->moved]
+                                      : "-ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP.\r\n";
+    if (strcmp(argv[0], "CLUSTER") == 0 && argc > 1 && strcmp(argv[1], "SLOTS") == 0)
+        return s->slots ? s->slots : "-ERR This instance has cluster support disabled\r\n";
+    if (strcmp(argv[0], "ROLE") == 0)
+        return "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n";
+    if (strcmp(argv[0], "AUTH") == 0)
+        return s->auth_reply ? s->auth_reply : "+OK\r\n";
+    if (strcmp(argv[0], "ASKING") == 0 || strcmp(argv[0], "MULTI") == 0) {
+        s->queued_error = 0;
+        return "+OK\r\n";
+    }
+    if (strcmp(argv[0], "WAIT") == 0)
+        return s->close_on_wait ? NULL : s->wait_reply ? s->wait_reply : ":1\r\n";
+    if (strcmp(argv[0], "EXEC") == 0) {
+        s->transactions++;
+        if (s->close_on_exec && special)
+            return NULL;
+        if (s->queued_error)
+            return "-EXECABORT Transaction discarded because of previous errors.\r\n";
+        return s->exec_reply && special ? s->exec_reply : "*1\r\n:1\r\n";
+    }
+    if (s->queued_reply && special) {
+        if (s->queued_reply[0] == '-')
+            s->queued_error = 1;
+        if (strncmp(s->queued_reply, "-MOVED", 6) == 0)
+            s->moved = 1;
+        return s->queued_reply;
+    }
+    return "+QUEUED\r\n";
+}
+
+/* A CLUSTER SHARDS reply with one shard holding every slot, its master on
+ * 'port' with 'replicas' online replicas; slot numbers as strings if asked. */
+static void shards_reply(char *out, size_t cap, int port, int replicas, int string_slots)
+{
+    int n = snprintf(out, cap,
+                     "*1\r\n*4\r\n$5\r\nslots\r\n%s$5\r\nnodes\r\n*%d\r\n"
+                     "*10\r\n$2\r\nid\r\n$1\r\nm\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n"
+                     "$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$6\r\nhealth\r\n"
+                     "$6\r\nonline\r\n",
+                     string_slots ? "*2\r\n$1\r\n0\r\n$5\r\n16383\r\n" : "*2\r\n:0\r\n:16383\r\n",
+                     1 + replicas, port);
+    for (int r = 0; r < replicas; r++)
+        n += snprintf(out + n, cap - (size_t)n,
+                      "*10\r\n$2\r\nid\r\n$1\r\nr\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n"
+                      "$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n$6\r\nhealth\r\n"
+                      "$6\r\nonline\r\n",
+                      port + 1000 + r);
+}
+
+static const char txn_bytes[] = "*1\r\n$5\r\nMULTI\r\n"
+                                "*5\r\n$4\r\nZADD\r\n$1\r\nk\r\n$2\r\nGT\r\n$1\r\n1\r\n$1\r\nm\r\n"
+                                "*1\r\n$4\r\nEXEC\r\n";
+static const char txn_log[] = "MULTI\nZADD k GT 1 m\nEXEC\n";
+
+struct nodes {
+    struct script a, b;
+    struct fake_redis *fa, *fb;
+    struct lb_cluster *cl;
+    struct lb_host seed;
+};
+
+/* Starts nodes A and B; A serves every slot, and after it has answered
+ * MOVED its map says B does. */
+static void start_nodes(struct nodes *n, int wait_replicas, const char *password)
+{
+    memset(n, 0, sizeof(*n));
+    n->fa = fake_redis_start(handler, &n->a);
+    n->fb = fake_redis_start(handler, &n->b);
+    assert_non_null(n->fa);
+    assert_non_null(n->fb);
+    n->a.port = fake_redis_port(n->fa);
+    n->b.port = fake_redis_port(n->fb);
+    shards_reply(n->a.shards[0], sizeof(n->a.shards[0]), n->a.port, 0, 0);
+    shards_reply(n->a.shards[1], sizeof(n->a.shards[1]), n->b.port, 0, 0);
+    shards_reply(n->b.shards[0], sizeof(n->b.shards[0]), n->b.port, 0, 0);
+    n->seed = (struct lb_host){.host = (char *)"127.0.0.1", .port = n->a.port};
+    struct lb_cluster_options options = {.seeds = &n->seed,
+                                         .nseeds = 1,
+                                         .user = password ? "projector" : NULL,
+                                         .password = password,
+                                         .connect_timeout_ms = 1000,
+                                         .command_timeout_ms = 2000,
+                                         .wait_replicas = wait_replicas,
+                                         .wait_timeout_ms = 100};
+    n->cl = lb_cluster_new(&options);
+    assert_non_null(n->cl);
+}
+
+static void stop_nodes(struct nodes *n)
+{
+    lb_cluster_free(n->cl);
+    fake_redis_stop(n->fa);
+    fake_redis_stop(n->fb);
+}
+
+static struct lb_request txn(void)
+{
+    return (struct lb_request){
+        .slot = 1, .is_txn = 1, .ncommands = 1, .bytes = txn_bytes, .len = sizeof(txn_bytes) - 1};
+}
+
+static void expect_log(struct fake_redis *fake, const char *want)
+{
+    char *got = fake_redis_log(fake);
+    if (strcmp(got, want) != 0)
+        fail_msg("expected the node to receive:\n%s\ngot:\n%s", want, got);
+    free(got);
+    fake_redis_clear_log(fake);
+}
+
+static void a_clean_transaction_is_one_pipeline(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    assert_true(req.ok);
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    stop_nodes(&n);
+}
+
+static void moved_resends_the_whole_transaction_at_the_new_owner(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char moved[64];
+    start_nodes(&n, -1, NULL);
+    snprintf(moved, sizeof(moved), "-MOVED 1 127.0.0.1:%d\r\n", n.b.port);
+    n.a.queued_reply = moved;
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    assert_true(req.ok);
+    /* A: the map, the refused transaction, then the map again (MOVED refreshes) */
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\nCLUSTER SHARDS\n");
+    expect_log(n.fb, txn_log);
+    assert_int_equal(lb_cluster_stats(n.cl)->moved, 1);
+    char owner[64];
+    snprintf(owner, sizeof(owner), "127.0.0.1:%d", n.b.port);
+    assert_string_equal(lb_cluster_slot_owner(n.cl, 1), owner);
+    stop_nodes(&n);
+}
+
+static void ask_sends_asking_with_the_transaction_and_keeps_the_map(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char ask[64];
+    start_nodes(&n, -1, NULL);
+    snprintf(ask, sizeof(ask), "-ASK 1 127.0.0.1:%d\r\n", n.b.port);
+    n.a.queued_reply = ask;
+    n.a.once = 1;
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    assert_true(req.ok);
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    expect_log(n.fb, "ASKING\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    assert_int_equal(lb_cluster_stats(n.cl)->ask, 1);
+    /* the slot still belongs to A: the next transaction goes there */
+    req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, txn_log);
+    expect_log(n.fb, "");
+    stop_nodes(&n);
+}
+
+static void tryagain_fails_the_request_for_a_later_retry(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    n.a.queued_reply = "-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_false(req.ok);
+    assert_non_null(strstr(req.error, "TRYAGAIN"));
+    assert_int_equal(lb_cluster_stats(n.cl)->retry_later, 1);
+    /* sent once, not resent by the client, and no map refresh */
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    n.a.queued_reply = NULL;
+    req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, txn_log);
+    stop_nodes(&n);
+}
+
+static void clusterdown_fails_and_reloads_the_map_first_next_time(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    n.a.queued_reply = "-CLUSTERDOWN The cluster is down\r\n";
+    n.a.once = 1;
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_non_null(strstr(req.error, "CLUSTERDOWN"));
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    stop_nodes(&n);
+}
+
+static void a_queued_error_is_reported_not_execabort(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    n.a.queued_reply = "-ERR wrong number of arguments for 'zadd' command\r\n";
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_non_null(strstr(req.error, "wrong number of arguments"));
+    assert_null(strstr(req.error, "EXECABORT"));
+    assert_int_equal(lb_cluster_stats(n.cl)->command_errors, 1);
+    stop_nodes(&n);
+}
+
+static void an_error_inside_exec_fails_the_whole_request(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    n.a.exec_reply = "*1\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_false(req.ok);
+    assert_non_null(strstr(req.error, "WRONGTYPE"));
+    stop_nodes(&n);
+}
+
+static void a_short_exec_reply_is_a_failure(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    n.a.exec_reply = "*0\r\n";
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_non_null(strstr(req.error, "0 replies for 1 commands"));
+    n.a.exec_reply = "*-1\r\n"; /* a nil EXEC: aborted */
+    req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_non_null(strstr(req.error, "aborted"));
+    stop_nodes(&n);
+}
+
+static void wait_follows_the_writes_when_the_master_has_a_replica(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    shards_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, 1, 0);
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\nWAIT 1 100\n");
+    /* a shortfall fails the request and reloads the map */
+    n.a.wait_reply = ":0\r\n";
+    req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_non_null(strstr(req.error, "WAIT: 0 of 1 replica(s)"));
+    assert_int_equal(lb_cluster_stats(n.cl)->wait_shortfalls, 1);
+    expect_log(n.fa, "MULTI\nZADD k GT 1 m\nEXEC\nWAIT 1 100\n");
+    req = txn();
+    lb_cluster_exec(n.cl, &req, 1);
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\nWAIT 1 100\n");
+    stop_nodes(&n);
+}
+
+static void writes_whose_wait_never_answered_are_not_durable(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    shards_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, 1, 0);
+    n.a.close_on_wait = 1; /* the master dies while its replicas catch up */
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_false(req.ok);
+    assert_non_null(strstr(req.error, "connection to Redis"));
+    stop_nodes(&n);
+}
+
+static void no_wait_without_replicas_or_when_disabled(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, 0, NULL); /* wait_replicas: 0 */
+    shards_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, 2, 0);
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    stop_nodes(&n);
+    start_nodes(&n, 2, NULL); /* wait_replicas: 2, asked for explicitly */
+    shards_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, 2, 0);
+    req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1); /* the fake's WAIT says 1 */
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\nWAIT 2 100\n");
+    stop_nodes(&n);
+}
+
+static void maps_come_from_shards_with_string_slots_or_from_slots(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char slots[256];
+    start_nodes(&n, -1, NULL);
+    shards_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, 0, 1);
+    assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    assert_non_null(lb_cluster_slot_owner(n.cl, 16383));
+    stop_nodes(&n);
+
+    /* a Redis without CLUSTER SHARDS: CLUSTER SLOTS, then only that */
+    start_nodes(&n, -1, NULL);
+    n.a.shards[0][0] = '\0';
+    snprintf(slots, sizeof(slots),
+             "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$1\r\nm\r\n", n.a.port);
+    n.a.slots = slots;
+    assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    expect_log(n.fa, "CLUSTER SHARDS\nCLUSTER SLOTS\nCLUSTER SLOTS\n");
+    assert_false(lb_cluster_is_standalone(n.cl));
+    stop_nodes(&n);
+}
+
+static void a_standalone_redis_takes_every_slot(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    strcpy(n.a.shards[0], "-ERR This instance has cluster support disabled\r\n");
+    assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    assert_true(lb_cluster_is_standalone(n.cl));
+    struct lb_request req = txn();
+    req.slot = 9999;
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, "CLUSTER SHARDS\nROLE\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    stop_nodes(&n);
+}
+
+static void a_connection_lost_mid_transaction_fails_it_and_reconnects(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    n.a.close_on_exec = 1;
+    n.a.once = 1;
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_non_null(strstr(req.error, "connection to Redis"));
+    assert_int_equal(lb_cluster_stats(n.cl)->connection_errors, 1);
+    req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    stop_nodes(&n);
+}
+
+static void every_connection_authenticates_and_the_password_stays_secret(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char moved[64];
+    start_nodes(&n, -1, "s3cret-pw");
+    snprintf(moved, sizeof(moved), "-MOVED 1 127.0.0.1:%d\r\n", n.b.port);
+    n.a.queued_reply = moved;
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, "AUTH projector s3cret-pw\nCLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\n"
+                     "CLUSTER SHARDS\n");
+    /* the redirection target authenticates on its new connection too */
+    expect_log(n.fb, "AUTH projector s3cret-pw\nMULTI\nZADD k GT 1 m\nEXEC\n");
+    stop_nodes(&n);
+
+    start_nodes(&n, -1, "s3cret-pw");
+    n.a.auth_reply = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+    assert_int_equal(lb_cluster_refresh(n.cl), -1);
+    assert_non_null(strstr(lb_cluster_error(n.cl), "WRONGPASS"));
+    assert_null(strstr(lb_cluster_error(n.cl), "s3cret-pw"));
+    stop_nodes(&n);
+}
+
+int main(void)
+{
+    lb_log_threshold = LB_LOG_ERROR;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_clean_transaction_is_one_pipeline),
+        cmocka_unit_test(moved_resends_the_whole_transaction_at_the_new_owner),
+        cmocka_unit_test(ask_sends_asking_with_the_transaction_and_keeps_the_map),
+        cmocka_unit_test(tryagain_fails_the_request_for_a_later_retry),
+        cmocka_unit_test(clusterdown_fails_and_reloads_the_map_first_next_time),
+        cmocka_unit_test(a_queued_error_is_reported_not_execabort),
+        cmocka_unit_test(an_error_inside_exec_fails_the_whole_request),
+        cmocka_unit_test(a_short_exec_reply_is_a_failure),
+        cmocka_unit_test(wait_follows_the_writes_when_the_master_has_a_replica),
+        cmocka_unit_test(writes_whose_wait_never_answered_are_not_durable),
+        cmocka_unit_test(no_wait_without_replicas_or_when_disabled),
+        cmocka_unit_test(maps_come_from_shards_with_string_slots_or_from_slots),
+        cmocka_unit_test(a_standalone_redis_takes_every_slot),
+        cmocka_unit_test(a_connection_lost_mid_transaction_fails_it_and_reconnects),
+        cmocka_unit_test(every_connection_authenticates_and_the_password_stays_secret),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
