@@ -35,6 +35,10 @@
 #   REDIS_PORT_BASE         [7000]  nodes use ports BASE .. BASE+n-1
 #                                   (and BASE+10000 .. for the cluster bus)
 #   REDIS_NODE_TIMEOUT_MS   [2000]
+#   REDIS_PASSWORD          []  set: every node requires it (requirepass and
+#                               masterauth); the redis-cli calls here use it
+#   REDIS_USER              []  with REDIS_PASSWORD: an ACL user with every
+#                               permission, also used for replication
 #   KAFKA_PORT              [9092]
 #   KAFKA_CONTROLLER_PORT   [9093]
 #   KAFKA_HEAP_OPTS         [-Xms256m -Xmx768m]
@@ -315,10 +319,24 @@ lb_free_port_base() (
 # Redis Cluster
 # ---------------------------------------------------------------------------
 
+# _lb_redis_cli_auth SECONDS ARGS... - redis-cli with the cluster's
+# credentials, if any (the password travels in REDISCLI_AUTH, never on a
+# command line), killed after SECONDS.
+_lb_redis_cli_auth() {
+    local seconds=$1
+    shift
+    local -a env=() user=()
+    if [[ -n ${REDIS_PASSWORD-} ]]; then
+        env=("REDISCLI_AUTH=$REDIS_PASSWORD")
+        [[ -n ${REDIS_USER-} ]] && user=(--user "$REDIS_USER")
+    fi
+    env "${env[@]}" timeout "$seconds" redis-cli "${user[@]}" "$@"
+}
+
 _lb_redis_cli() {
     local port=$1
     shift
-    timeout 5 redis-cli -h 127.0.0.1 -p "$port" "$@"
+    _lb_redis_cli_auth 5 -h 127.0.0.1 -p "$port" "$@"
 }
 
 # Read the configuration into _rm (masters), _rr (replicas per master),
@@ -405,6 +423,17 @@ appendonly no
 repl-diskless-sync yes
 repl-diskless-sync-delay 0
 EOF
+    if [[ -n ${REDIS_PASSWORD-} ]]; then
+        {
+            echo "requirepass $REDIS_PASSWORD"
+            echo "masterauth $REDIS_PASSWORD"
+            if [[ -n ${REDIS_USER-} ]]; then
+                echo "user $REDIS_USER on >$REDIS_PASSWORD ~* &* +@all"
+                echo "masteruser $REDIS_USER"
+            fi
+        } >>"$dir/redis.conf"
+        chmod 600 "$dir/redis.conf"
+    fi
 }
 
 # Every node answers PING. Fails fast (return 2) if a node process died.
@@ -565,7 +594,7 @@ _lb_redis_cluster_start() {
     # 2. create the cluster
     local -a addrs=("${_rports[@]/#/127.0.0.1:}")
     local clog=$_rdir/cluster-create-$_rbase.log
-    if ! timeout 60 redis-cli --cluster create "${addrs[@]}" \
+    if ! _lb_redis_cli_auth 60 --cluster create "${addrs[@]}" \
         --cluster-replicas "$_rr" --cluster-yes </dev/null >"$clog" 2>&1; then
         _lb_msg "redis-cluster: 'redis-cli --cluster create' failed"
         local -a logs

@@ -7,7 +7,9 @@
 #   4. builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
 #      (leak checking on) and runs them
 #   5. runs the integration tests against a real Redis Cluster and a real
-#      Kafka broker, started and stopped by the tests themselves
+#      Kafka broker, started and stopped by the tests themselves, with the
+#      sanitizer build of the projector and tools (a memory error, undefined
+#      behaviour or leak anywhere on those paths fails the test)
 #
 # Build directories: build/ and build-asan/ (reused when present).
 set -euo pipefail
@@ -43,7 +45,8 @@ cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan -L unit --output-on-failure
 
-step "integration tests (real Redis Cluster, real Kafka)"
-LB_BIN=$repo/build/bin tests/integration/run.sh
+step "integration tests (real Redis Cluster, real Kafka, sanitizer build)"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    LB_BIN=$repo/build-asan/bin tests/integration/run.sh
 
 step "all tests passed"

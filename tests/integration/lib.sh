@@ -85,10 +85,29 @@ start_services() {
 
 redis_port() { printf '%s\n' $((REDIS_PORT_BASE + $1)); }
 
-# write_config FILE [EXTRA_YAML] - a projector configuration for these
-# services; EXTRA_YAML is appended (more top-level sections).
+# redis_cli PORT ARGS... - redis-cli on a node of the test cluster, with its
+# credentials if it has any.
+redis_cli() {
+    local port=$1
+    shift
+    _lb_redis_cli "$port" "$@"
+}
+
+# every node as a seed: tests kill masters, and a projector started later
+# must still find a live node to learn the cluster from
+seed_list() {
+    local i list=""
+    for ((i = 0; i < 6; i++)); do
+        list+="${list:+, }127.0.0.1:$(redis_port "$i")"
+    done
+    printf '%s\n' "$list"
+}
+
+# write_config FILE [EXTRA_YAML [EXTRA_REDIS]] - a projector configuration
+# for these services; EXTRA_YAML is appended (more top-level sections),
+# EXTRA_REDIS goes into the redis: section.
 write_config() {
-    local file=$1 more_yaml=${2-}
+    local file=$1 more_yaml=${2-} more_redis=${3-}
     cat >"$file" <<YAML
 kafka:
   brokers: $BROKERS
@@ -101,8 +120,9 @@ input:
   schemas:
     1: $repo/schemas/score_event.avsc
 redis:
-  nodes: [127.0.0.1:$(redis_port 0), 127.0.0.1:$(redis_port 1)]
+  nodes: [$(seed_list)]
   command_timeout: ${COMMAND_TIMEOUT:-2s}
+$more_redis
 batch:
   max_events: ${BATCH_MAX:-2000}
   linger: 20ms
