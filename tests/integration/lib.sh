@@ -67,18 +67,25 @@ t_cleanup() {
 trap t_cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_services [TOPICS] - Redis Cluster 3+3 and Kafka with TOPICS
-# (default scores:6) on free ports.
-start_services() {
+# start_kafka [TOPICS] - a Kafka broker with TOPICS (default scores:6) on
+# free ports.
+start_kafka() {
     export KAFKA_TOPICS=${1:-scores:6}
-    REDIS_PORT_BASE=$(lb_free_port_base 6) || fail "no free ports for Redis"
-    export REDIS_PORT_BASE REDIS_NODE_TIMEOUT_MS=${REDIS_NODE_TIMEOUT_MS:-2000}
     KAFKA_PORT=$(lb_free_port_base 2 22000 30000) || fail "no free ports for Kafka"
     export KAFKA_PORT KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
     T_SERVICES=1
-    lb_redis_cluster_start >"$T_DIR/redis-start.log" 2>&1 || fail "Redis Cluster did not start"
     lb_kafka_start >"$T_DIR/kafka-start.log" 2>&1 || fail "Kafka did not start"
     BROKERS=127.0.0.1:$KAFKA_PORT
+}
+
+# start_services [TOPICS] - Redis Cluster 3+3 and Kafka with TOPICS
+# (default scores:6) on free ports.
+start_services() {
+    REDIS_PORT_BASE=$(lb_free_port_base 6) || fail "no free ports for Redis"
+    export REDIS_PORT_BASE REDIS_NODE_TIMEOUT_MS=${REDIS_NODE_TIMEOUT_MS:-2000}
+    T_SERVICES=1
+    lb_redis_cluster_start >"$T_DIR/redis-start.log" 2>&1 || fail "Redis Cluster did not start"
+    start_kafka "${1-}"
     SEEDS=$(lb_redis_seeds)
     log "services up: redis $SEEDS, kafka $BROKERS"
 }
