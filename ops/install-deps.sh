@@ -10,6 +10,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 packages=(
     build-essential cmake pkg-config git
     librdkafka-dev libavro-dev libyaml-dev libhiredis-dev libcmocka-dev libmicrohttpd-dev
+    libssl-dev
     redis-server redis-tools
     clang clang-format shellcheck
     maven

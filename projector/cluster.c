@@ -54,6 +54,7 @@ struct node {
     int replicas;       /* healthy replicas of this master, at the last refresh */
     int wait_needed;    /* WAIT queued in this round: replicas it must reach (0: none) */
     int wrote;          /* a transaction was queued in this round */
+    int reload;         /* close once idle: the script must be loaded again */
     uint64_t failed_in; /* exec call in which connecting failed (0: never) */
     char failure[200];  /* why, for the other requests of that call */
 };
@@ -83,6 +84,8 @@ struct lb_cluster {
     int need_refresh;
     int wait_replicas; /* -1: one when the master has a healthy replica */
     int64_t wait_timeout_ms;
+    char *script; /* loaded on every connection */
+    char script_sha[41];
     size_t last_good; /* node that answered the last refresh */
     struct run *runs;
     size_t capruns;
@@ -196,8 +199,41 @@ static void tune_socket(int fd)
 static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, size_t len,
                      redisReply **reply);
 
+static int encode_argv(struct lb_buf *buf, int argc, const char **argv, const size_t *argvlen);
+
+/* SCRIPT LOAD on a fresh connection. */
+static int load_script(struct lb_cluster *cl, struct node *n)
+{
+    struct lb_buf buf = {0};
+    const char *argv[] = {"SCRIPT", "LOAD", cl->script};
+    size_t argvlen[] = {6, 4, strlen(cl->script)};
+    redisReply *reply = NULL;
+    if (encode_argv(&buf, 3, argv, argvlen) != 0) {
+        set_error(cl, "out of memory");
+        node_close(cl, n);
+        return -1;
+    }
+    int rc = node_call(cl, n, buf.data, buf.len, &reply);
+    lb_buf_free(&buf);
+    if (rc != 0)
+        return -1;
+    if (reply->type != REDIS_REPLY_STRING ||
+        (cl->script_sha[0] && strcmp(reply->str, cl->script_sha) != 0)) {
+        /* A different SHA1 would make every EVALSHA fail: stop here. */
+        set_error(cl, "SCRIPT LOAD on %s failed: %.200s", n->name,
+                  reply->type == REDIS_REPLY_ERROR    ? reply->str
+                  : reply->type == REDIS_REPLY_STRING ? "the SHA1 differs from ours"
+                                                      : "unexpected reply");
+        freeReplyObject(reply);
+        node_close(cl, n);
+        return -1;
+    }
+    freeReplyObject(reply);
+    return 0;
+}
+
 /* Opens a non-blocking connection within the connect timeout, then
- * authenticates. Returns 0 or -1 with cl->errstr set. */
+ * authenticates and loads the script. Returns 0 or -1 with cl->errstr set. */
 static int node_connect(struct lb_cluster *cl, struct node *n)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
@@ -277,6 +313,8 @@ static int node_connect(struct lb_cluster *cl, struct node *n)
         }
         freeReplyObject(reply);
     }
+    if (cl->script && load_script(cl, n) != 0)
+        return -1;
     LB_DEBUG("redis", "connected to %s", n->name);
     return 0;
 }
@@ -668,8 +706,7 @@ static int starts_with(const char *s, const char *prefix)
 }
 
 /* Classifies an error reply met by a request. */
-static void note_error(struct lb_cluster *cl, struct run *run, const struct node *n,
-                       const redisReply *r)
+static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, const redisReply *r)
 {
     const char *msg = r->str;
     if (starts_with(msg, "MOVED ") || starts_with(msg, "ASK ")) {
@@ -688,6 +725,8 @@ static void note_error(struct lb_cluster *cl, struct run *run, const struct node
         return; /* the consequence of an error already noted */
     if (starts_with(msg, "CLUSTERDOWN"))
         cl->need_refresh = 1; /* the cluster is failing over: read the map again */
+    if (starts_with(msg, "NOSCRIPT"))
+        n->reload = 1; /* the script cache was flushed: reconnect, which loads it */
     if (starts_with(msg, "TRYAGAIN") || starts_with(msg, "CLUSTERDOWN") ||
         starts_with(msg, "LOADING") || starts_with(msg, "MASTERDOWN"))
         cl->stats.retry_later++;
@@ -969,7 +1008,7 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
         n->deadline = now_ms() + cl->command_timeout_ms;
     run->node = node;
     run->round = (uint8_t)cl->round;
-    n->wrote |= req->is_txn;
+    n->wrote |= req->is_txn | req->writes;
     cl->stats.requests++;
     return 0;
 }
@@ -1104,6 +1143,11 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
         if (!sent)
             break;
         run_io(cl);
+        for (size_t i = 0; i < cl->nnodes; i++)
+            if (cl->nodes[i]->reload) {
+                cl->nodes[i]->reload = 0;
+                node_close(cl, cl->nodes[i]);
+            }
         size_t redirected = 0;
         for (size_t i = 0; i < count; i++) {
             struct run *run = &cl->runs[i];
@@ -1176,6 +1220,10 @@ struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options)
     cl->command_timeout_ms = options->command_timeout_ms > 0 ? options->command_timeout_ms : 5000;
     cl->need_refresh = 1;
     cl->wait_replicas = options->wait_replicas;
+    if (options->script && !(cl->script = strdup(options->script)))
+        goto oom;
+    if (options->script_sha)
+        snprintf(cl->script_sha, sizeof(cl->script_sha), "%s", options->script_sha);
     cl->wait_timeout_ms = options->wait_timeout_ms > 0 ? options->wait_timeout_ms : 1000;
     if ((options->user && !(cl->user = strdup(options->user))) ||
         (options->password && !(cl->password = strdup(options->password))))
@@ -1209,6 +1257,7 @@ void lb_cluster_free(struct lb_cluster *cl)
         memset(cl->password, 0, strlen(cl->password));
     free(cl->password);
     free(cl->user);
+    free(cl->script);
     free(cl);
 }
 

@@ -35,14 +35,21 @@ struct lb_cluster_options {
      * none. A shortfall fails that node's requests of the round. */
     int wait_replicas;
     int64_t wait_timeout_ms;
+    /* A Lua script (borrowed; NULL: none) loaded with SCRIPT LOAD on every
+     * new connection, so EVALSHA always finds it; a NOSCRIPT reply (the
+     * script cache was flushed) fails the request and reconnects. */
+    const char *script;
+    const char *script_sha; /* what SCRIPT LOAD must answer (40 hex digits) */
 };
 
 /* One request: a run of RESP commands for one slot. A transaction
  * (is_txn) is MULTI, 'ncommands' commands, EXEC; otherwise 'ncommands' plain
- * commands whose replies are handed back. */
+ * commands, the last one's reply handed back. A request that 'writes' is
+ * covered by the round's WAIT. */
 struct lb_request {
     uint16_t slot;
     uint8_t is_txn;
+    uint8_t writes;
     uint32_t ncommands;
     const char *bytes; /* not owned; must stay valid during lb_cluster_exec */
     size_t len;

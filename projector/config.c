@@ -701,6 +701,19 @@ static const struct key_def profile_keys[] = {
      .min = INT64_MIN,
      .max = INT64_MAX,
      .doc = "highest accepted raw score (the default is the largest that fits the default ties)"},
+    {.name = "sum_min",
+     .type = KT_INT,
+     .offset = P(sum_min),
+     .def = "0",
+     .min = INT64_MIN,
+     .max = INT64_MAX,
+     .doc = "sum boards: the lowest total a player may reach"},
+    {.name = "sum_max",
+     .type = KT_INT,
+     .offset = P(sum_max),
+     .min = INT64_MIN,
+     .max = INT64_MAX,
+     .doc = "sum boards: the highest total (default: the largest the tie bits leave room for)"},
     {.name = "windows",
      .type = KT_CUSTOM,
      .custom = parse_windows,
@@ -878,10 +891,11 @@ static int parse_one_window(struct parser *p, struct lb_profile *profile, enum l
     if (kind == LB_WINDOW_ALLTIME && w->ttl_ms)
         return fail(p, line_of(settings), "alltime keys never expire; remove its ttl");
     if (w->dim && (lb_window_kind_parse(w->dim) >= 0 || strpbrk(w->dim, "{}:") ||
-                   strlen(w->dim) > LB_NAME_MAX))
+                   w->dim[0] == '~' || strlen(w->dim) > LB_NAME_MAX))
         return fail(p, line_of(settings),
                     "custom window dim \"%s\" must be at most %d bytes, not a window kind name, "
-                    "and contain no '{', '}' or ':'",
+                    "not start with '~' (kept for the projector's own keys), and contain no '{', "
+                    "'}' or ':'",
                     w->dim, LB_NAME_MAX);
     return 0;
 }
@@ -925,23 +939,52 @@ static int parse_windows(struct parser *p, yaml_node_t *node, void *obj)
     return 0;
 }
 
-static int check_profile(struct parser *p, struct lb_profile *profile)
+/* Sum boards store totals, so the 2^53 budget applies to [sum_min, sum_max]
+ * rather than to one event's score range (which still bounds each event). */
+static int check_sum_budget(struct parser *p, struct lb_profile *profile, int sum_max_set)
 {
     char err[512];
-    if (profile->aggregation != LB_AGG_BEST)
-        return fail(p, profile->line,
-                    "profile '%s': aggregation '%s' is not implemented yet; use 'best'",
-                    profile->name, aggregation_choices[profile->aggregation]);
+    struct lb_scoring totals = profile->scoring;
+    if (!sum_max_set)
+        profile->sum_max = profile->scoring.tie_bits >= 53
+                               ? 0
+                               : (INT64_C(1) << (53 - profile->scoring.tie_bits)) - 1;
+    totals.score_min = profile->sum_min;
+    totals.score_max = profile->sum_max;
+    if (lb_scoring_prepare_range(&totals, profile->name, "sum", err, sizeof(err)) != 0)
+        return fail(p, profile->line, "%s", err);
+    return 0;
+}
+
+static int check_profile(struct parser *p, struct lb_profile *profile, int sum_max_set)
+{
+    char err[512];
     if (!profile->scoring.resolution_ms)
         profile->scoring.resolution_ms = 1000;
     if (lb_scoring_prepare(&profile->scoring, profile->name, err, sizeof(err)) != 0)
         return fail(p, profile->line, "%s", err);
+    if (profile->aggregation == LB_AGG_SUM && check_sum_budget(p, profile, sum_max_set) != 0)
+        return -1;
     if (!profile->windows) {
         static const enum lb_window_kind defaults[] = {LB_WINDOW_ALLTIME, LB_WINDOW_DAILY,
                                                        LB_WINDOW_WEEKLY, LB_WINDOW_MONTHLY};
         for (size_t i = 0; i < 4; i++)
             if (!add_window(profile, defaults[i]))
                 return fail(p, profile->line, "out of memory");
+    }
+    return 0;
+}
+
+/* Whether the mapping 'node' sets 'name'. */
+static int has_key(struct parser *p, yaml_node_t *node, const char *name)
+{
+    if (node->type != YAML_MAPPING_NODE)
+        return 0;
+    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start;
+         pair < node->data.mapping.pairs.top; pair++) {
+        yaml_node_t *key = yaml_document_get_node(&p->doc, pair->key);
+        if (key->type == YAML_SCALAR_NODE && strcmp(scalar_text(key), name) == 0)
+            return 1;
     }
     return 0;
 }
@@ -963,7 +1006,7 @@ static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj)
         profile->line = line_of(item);
         config->nprofiles++;
         if (parse_mapping(p, profile_keys, item, line_of(item), profile, "profile", 0) != 0 ||
-            check_profile(p, profile) != 0)
+            check_profile(p, profile, has_key(p, item, "sum_max")) != 0)
             return -1;
         for (size_t j = 0; j < i; j++) {
             const struct lb_profile *earlier = &config->profiles[j];
@@ -1004,6 +1047,19 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
         return fail(p, root_line, "kafka.topics: list at least one topic");
     if (config->redis_password && !*config->redis_password)
         return fail(p, root_line, "redis.password is empty; remove it or set it");
+    for (size_t i = 0; i < config->nprofiles; i++) {
+        const struct lb_profile *profile = &config->profiles[i];
+        int64_t biggest = profile->scoring.score_max > -profile->scoring.score_min
+                              ? profile->scoring.score_max
+                              : -profile->scoring.score_min,
+                total;
+        if (profile->aggregation == LB_AGG_SUM &&
+            __builtin_mul_overflow(biggest, config->batch_max_events, &total))
+            return fail(p, profile->line,
+                        "profile '%s': a batch of %lld events of score up to %lld can overflow a "
+                        "64-bit total; lower score_max or batch.max_events",
+                        profile->name, (long long)config->batch_max_events, (long long)biggest);
+    }
     if (config->nprofiles == 0) {
         /* No profiles: one catch-all with every default. */
         yaml_node_t empty = {.type = YAML_MAPPING_NODE};
@@ -1016,7 +1072,7 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
         if (parse_mapping(p, profile_keys + 1, &empty, root_line, &config->profiles[0], "profile",
                           0) != 0 ||
             !(config->profiles[0].name = strdup("default")) ||
-            check_profile(p, &config->profiles[0]) != 0)
+            check_profile(p, &config->profiles[0], 0) != 0)
             return -1;
     }
     return 0;

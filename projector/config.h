@@ -36,7 +36,9 @@ struct lb_profile {
     char **match; /* shell-style patterns (fnmatch) on the board id */
     size_t nmatch;
     enum lb_aggregation aggregation;
-    struct lb_scoring scoring;
+    struct lb_scoring scoring; /* score_min/score_max bound each event's score */
+    int64_t sum_min;           /* sum boards: the range a player's total may take */
+    int64_t sum_max;
     struct lb_window_config *windows;
     size_t nwindows;
     int line;

@@ -23,6 +23,7 @@
 #include "consumer.h"
 #include "log.h"
 #include "pipeline.h"
+#include "planner.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -337,7 +338,8 @@ static void log_totals(const struct daemon *d)
             "totals: records=%llu applied=%llu rejected=%llu member_updates=%llu late_windows=%llu "
             "batches=%llu write_failures=%llu redis_requests=%llu moved=%llu ask=%llu "
             "retry_later=%llu command_errors=%llu connection_errors=%llu timeouts=%llu "
-            "slot_map_refreshes=%llu wait_shortfalls=%llu",
+            "slot_map_refreshes=%llu wait_shortfalls=%llu replans=%llu "
+            "skipped_segments=%llu",
             (unsigned long long)s->records, (unsigned long long)s->applied,
             (unsigned long long)rejected, (unsigned long long)s->member_updates,
             (unsigned long long)s->late_windows, (unsigned long long)s->batches,
@@ -345,7 +347,8 @@ static void log_totals(const struct daemon *d)
             (unsigned long long)c->moved, (unsigned long long)c->ask,
             (unsigned long long)c->retry_later, (unsigned long long)c->command_errors,
             (unsigned long long)c->connection_errors, (unsigned long long)c->timeouts,
-            (unsigned long long)c->refreshes, (unsigned long long)c->wait_shortfalls);
+            (unsigned long long)c->refreshes, (unsigned long long)c->wait_shortfalls,
+            (unsigned long long)s->replans, (unsigned long long)s->skipped_segments);
 }
 
 int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
@@ -357,6 +360,8 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
 
     struct lb_cluster_options options;
     lb_cluster_options_from_config(config, &options);
+    options.script = lb_apply_script();
+    options.script_sha = lb_apply_script_sha();
 
     d.decoder = lb_config_decoder(config, err, sizeof(err));
     if (!d.decoder) {

@@ -25,18 +25,38 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
 
+/* Why a record left its board's request after the apply script answered. */
+enum record_fate {
+    FATE_PLANNED = 0,
+    FATE_APPLIED_BEFORE, /* an earlier attempt applied it: the marker says so */
+    FATE_REJECTED,       /* its sum would leave [sum_min, sum_max] */
+};
+
+/* What the apply script asked to leave out of a board's request. */
+struct exclusion {
+    uint32_t txn;
+    char what[200]; /* a marker field ("<topic>:<partition>") or an overflowing member */
+    int64_t marker; /* for a marker field: the last offset already applied */
+    int is_member;
+};
+
 struct slot {
     struct lb_plan *plan;
-    struct lb_arena arena; /* decoded dims */
+    struct lb_plan *rebuilt; /* boards planned again after the script's answer */
+    struct lb_arena arena;   /* decoded dims */
     const struct lb_record *records;
     size_t count;
-    uint32_t *txn_of; /* per record: its transaction, or UINT32_MAX when rejected */
+    uint32_t *txn_of; /* per record: its request (board), or UINT32_MAX when rejected */
+    uint8_t *fate;    /* per record: enum record_fate */
     size_t cap_records;
     struct lb_request *requests;
     uint32_t *request_txn; /* per request: the transaction it carries */
     uint8_t *txn_ok;
+    uint8_t *txn_rebuilt; /* per transaction: its bytes come from 'rebuilt' */
     size_t cap_txns;
     size_t pending; /* requests not yet written successfully */
+    struct exclusion *exclusions;
+    size_t nexclusions, cap_exclusions;
 };
 
 struct lb_pipeline {
@@ -48,6 +68,7 @@ struct lb_pipeline {
     int inflight; /* slot sent but not completed, or -1 */
     struct lb_pipeline_stats stats;
     uint64_t jitter;
+    int64_t now_ms; /* the wall clock of the batch in flight, for planning again */
 };
 
 struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
@@ -63,7 +84,8 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
     p->prepared = p->inflight = -1;
     for (int i = 0; i < 2; i++) {
         lb_arena_init(&p->slots[i].arena, 1 << 16);
-        if (!(p->slots[i].plan = lb_plan_new(config))) {
+        if (!(p->slots[i].plan = lb_plan_new(config)) ||
+            !(p->slots[i].rebuilt = lb_plan_new(config))) {
             lb_pipeline_free(p);
             return NULL;
         }
@@ -78,11 +100,15 @@ void lb_pipeline_free(struct lb_pipeline *p)
     for (int i = 0; i < 2; i++) {
         struct slot *s = &p->slots[i];
         lb_plan_free(s->plan);
+        lb_plan_free(s->rebuilt);
         lb_arena_free(&s->arena);
         free(s->txn_of);
+        free(s->fate);
         free(s->requests);
         free(s->request_txn);
         free(s->txn_ok);
+        free(s->txn_rebuilt);
+        free(s->exclusions);
     }
     free(p);
 }
@@ -99,14 +125,16 @@ static int reserve(void **ptr, size_t count, size_t size)
 static int ensure_capacity(struct slot *s, size_t records, size_t txns)
 {
     if (records > s->cap_records) {
-        if (reserve((void **)&s->txn_of, records, sizeof(*s->txn_of)) != 0)
+        if (reserve((void **)&s->txn_of, records, sizeof(*s->txn_of)) != 0 ||
+            reserve((void **)&s->fate, records, sizeof(*s->fate)) != 0)
             return -1;
         s->cap_records = records;
     }
     if (txns > s->cap_txns) {
         if (reserve((void **)&s->requests, txns, sizeof(*s->requests)) != 0 ||
             reserve((void **)&s->request_txn, txns, sizeof(*s->request_txn)) != 0 ||
-            reserve((void **)&s->txn_ok, txns, sizeof(*s->txn_ok)) != 0)
+            reserve((void **)&s->txn_ok, txns, sizeof(*s->txn_ok)) != 0 ||
+            reserve((void **)&s->txn_rebuilt, txns, sizeof(*s->txn_rebuilt)) != 0)
             return -1;
         s->cap_txns = txns;
     }
@@ -140,6 +168,10 @@ static void describe_plan_reject(const struct lb_event *ev, enum lb_reject reaso
     case LB_REJECT_INVALID_BOARD:
         snprintf(detail, len, "no profile matches board '%.*s'", (int)ev->board.len, ev->board.ptr);
         break;
+    case LB_REJECT_SUM_RANGE:
+        snprintf(detail, len, "player '%.*s' would leave the board's sum_min..sum_max",
+                 (int)ev->player.len, ev->player.ptr);
+        break;
     default:
         break;
     }
@@ -167,20 +199,16 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
         }
         if (reason == LB_ACCEPT)
             reason = lb_event_validate(&ev, detail, sizeof(detail));
-        if (reason == LB_ACCEPT && ev.op == LB_OP_RETRACT) {
-            /* Retractions arrive with the aggregation modes; until then they
-             * are reported, never silently applied as submissions. */
-            reason = LB_REJECT_UNKNOWN_OP;
-            snprintf(detail, sizeof(detail), "RETRACT is not supported by this version");
-        }
         if (reason == LB_ACCEPT) {
-            reason = lb_plan_add(slot->plan, &ev, now_ms, &txn);
+            struct lb_position pos = {r->topic, r->partition, r->offset};
+            reason = lb_plan_add(slot->plan, &ev, &pos, now_ms, &txn);
             if (reason == LB_REJECT__COUNT)
                 return -1;
             if (reason != LB_ACCEPT)
                 describe_plan_reject(&ev, reason, detail, sizeof(detail));
         }
         slot->txn_of[i] = txn;
+        slot->fate[i] = FATE_PLANNED;
         p->stats.records++;
         if (reason != LB_ACCEPT) {
             p->stats.rejected[reason]++;
@@ -218,15 +246,18 @@ int lb_pipeline_prepare(struct lb_pipeline *p, const struct lb_record *records, 
     slot->records = records;
     slot->count = count;
     slot->pending = 0;
+    slot->nexclusions = 0;
     for (size_t t = 0; t < ntxns; t++) {
         slot->txn_ok[t] = 0;
+        slot->txn_rebuilt[t] = 0;
         slot->request_txn[slot->pending] = (uint32_t)t;
         slot->requests[slot->pending++] = (struct lb_request){.slot = txns[t].slot,
-                                                              .is_txn = 1,
-                                                              .ncommands = txns[t].ncommands,
+                                                              .writes = 1,
+                                                              .ncommands = 1,
                                                               .bytes = bytes + txns[t].offset,
                                                               .len = txns[t].len};
     }
+    p->now_ms = now_ms;
     p->stats.batches++;
     p->stats.member_updates += lb_plan_stats(slot->plan)->member_updates;
     p->stats.late_windows += lb_plan_stats(slot->plan)->late;
@@ -244,33 +275,179 @@ void lb_pipeline_send(struct lb_pipeline *p)
     lb_cluster_start(p->cluster, slot->requests, slot->pending);
 }
 
-/* Keeps the failed requests of 'slot' for a retry; logs why. */
-static void keep_failed(struct lb_pipeline *p, struct slot *slot, int64_t backoff)
+static const char *reply_word(const redisReply *reply, size_t i)
 {
-    size_t ntxns, still = 0;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || i >= reply->elements ||
+        reply->element[i]->type != REDIS_REPLY_STRING)
+        return NULL;
+    return reply->element[i]->str;
+}
+
+/* Reads the apply script's answer: 0 when the board's events are written, 1
+ * when the script asked for them again without some events (recorded in
+ * slot->exclusions), -1 when the request failed (req->error says why). */
+static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
+                       struct lb_request *req)
+{
+    const char *status = reply_word(req->reply, 0);
+    int again = status && (strcmp(status, "partial") == 0 || strcmp(status, "overflow") == 0);
+    if (status && strcmp(status, "ok") == 0) {
+        /* {"ok", applied, skipped}: Lua numbers arrive as integers */
+        if (req->reply->elements == 3 && req->reply->element[2]->type == REDIS_REPLY_INTEGER)
+            p->stats.skipped_segments += (uint64_t)req->reply->element[2]->integer;
+        return 0;
+    }
+    if (!again) {
+        snprintf(req->error, sizeof(req->error), "%s",
+                 status && strcmp(status, "wrongtype") == 0
+                     ? "WRONGTYPE: a key under the board's hash tag is not of our type"
+                     : "unexpected answer from the apply script");
+        return -1;
+    }
+    int members = strcmp(status, "overflow") == 0;
+    for (size_t i = 1; i + 1 < req->reply->elements; i += 2) {
+        const char *a = reply_word(req->reply, i), *b = reply_word(req->reply, i + 1);
+        if (!a || !b)
+            break;
+        if (slot->nexclusions == slot->cap_exclusions) {
+            size_t cap = slot->cap_exclusions ? slot->cap_exclusions * 2 : 16;
+            if (reserve((void **)&slot->exclusions, cap, sizeof(*slot->exclusions)) != 0) {
+                snprintf(req->error, sizeof(req->error), "out of memory");
+                return -1;
+            }
+            slot->cap_exclusions = cap;
+        }
+        struct exclusion *x = &slot->exclusions[slot->nexclusions++];
+        x->txn = txn;
+        x->is_member = members;
+        snprintf(x->what, sizeof(x->what), "%s", members ? b : a);
+        x->marker = members ? 0 : strtoll(b, NULL, 10);
+    }
+    p->stats.replans++;
+    return 1;
+}
+
+/* Whether record 'i' of transaction 'txn' must now stay out of it. */
+static enum record_fate fate_of(const struct slot *slot, uint32_t txn, const struct lb_record *r,
+                                const struct lb_event *ev)
+{
+    char field[300];
+    lb_marker_field(r->topic, r->partition, field, sizeof(field));
+    for (size_t x = 0; x < slot->nexclusions; x++) {
+        const struct exclusion *e = &slot->exclusions[x];
+        if (e->txn != txn)
+            continue;
+        if (!e->is_member && r->offset <= e->marker && strcmp(e->what, field) == 0)
+            return FATE_APPLIED_BEFORE;
+        if (e->is_member && strlen(e->what) == ev->player.len &&
+            memcmp(e->what, ev->player.ptr, ev->player.len) == 0)
+            return FATE_REJECTED;
+    }
+    return FATE_PLANNED;
+}
+
+/* Plans again, in slot->rebuilt, every board whose request the apply script
+ * answered with exclusions or that was planned again before (its bytes live
+ * there), leaving out the excluded events. */
+static int rebuild(struct lb_pipeline *p, struct slot *slot, int64_t now_ms)
+{
+    size_t ntxns;
+    lb_plan_reset(slot->rebuilt);
+    for (size_t x = 0; x < slot->nexclusions; x++)
+        slot->txn_rebuilt[slot->exclusions[x].txn] = 1;
+    uint32_t *map = calloc(slot->count ? slot->count : 1, sizeof(*map));
+    if (!map)
+        return -1;
+    for (size_t i = 0; i < slot->count; i++) {
+        uint32_t txn = slot->txn_of[i], again = UINT32_MAX;
+        const struct lb_record *r = &slot->records[i];
+        struct lb_event ev;
+        map[i] = UINT32_MAX;
+        if (txn == UINT32_MAX || !slot->txn_rebuilt[txn] || slot->fate[i] != FATE_PLANNED)
+            continue;
+        /* it was accepted once: decoding cannot fail now */
+        lb_decode(p->decoder, r->payload, r->len, &ev, &slot->arena, NULL, 0);
+        slot->fate[i] = fate_of(slot, txn, r, &ev);
+        if (slot->fate[i] == FATE_REJECTED) {
+            char detail[200];
+            describe_plan_reject(&ev, LB_REJECT_SUM_RANGE, detail, sizeof(detail));
+            p->stats.rejected[LB_REJECT_SUM_RANGE]++;
+            log_reject(r, LB_REJECT_SUM_RANGE, detail);
+        }
+        if (slot->fate[i] != FATE_PLANNED)
+            continue;
+        struct lb_position pos = {r->topic, r->partition, r->offset};
+        if (lb_plan_add(slot->rebuilt, &ev, &pos, now_ms, &again) != LB_ACCEPT) {
+            free(map);
+            return -1; /* it was accepted by the same planner before */
+        }
+        map[i] = again;
+    }
+    if (lb_plan_finish(slot->rebuilt) != 0) {
+        free(map);
+        return -1;
+    }
+    const struct lb_txn *txns = lb_plan_txns(slot->rebuilt, &ntxns);
+    const char *bytes = lb_plan_bytes(slot->rebuilt);
+    /* point every pending rebuilt board at its new bytes; a board left with
+     * nothing to apply gets an empty request, which succeeds at once */
+    for (size_t k = 0; k < slot->pending; k++) {
+        uint32_t txn = slot->request_txn[k];
+        if (!slot->txn_rebuilt[txn])
+            continue;
+        slot->requests[k].bytes = bytes;
+        slot->requests[k].len = 0;
+        for (size_t i = 0; i < slot->count; i++)
+            if (slot->txn_of[i] == txn && map[i] != UINT32_MAX) {
+                slot->requests[k].bytes = bytes + txns[map[i]].offset;
+                slot->requests[k].len = txns[map[i]].len;
+                break;
+            }
+    }
+    free(map);
+    return 0;
+}
+
+/* Keeps the failed requests of 'slot' for a retry; logs why. Returns the
+ * number of requests the apply script asked to plan again. */
+static size_t keep_failed(struct lb_pipeline *p, struct slot *slot, int64_t backoff)
+{
+    size_t ntxns, still = 0, again = 0;
     const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
+    slot->nexclusions = 0;
     for (size_t k = 0; k < slot->pending; k++) {
         struct lb_request *req = &slot->requests[k];
-        if (req->ok) {
-            slot->txn_ok[slot->request_txn[k]] = 1;
+        uint32_t txn = slot->request_txn[k];
+        int answer = req->ok ? (req->len ? read_answer(p, slot, txn, req) : 0) : -1;
+        if (req->reply) {
+            freeReplyObject(req->reply);
+            req->reply = NULL;
+        }
+        if (answer == 0) {
+            slot->txn_ok[txn] = 1;
             continue;
         }
-        const struct lb_txn *txn = &txns[slot->request_txn[k]];
-        if (strstr(req->error, "WRONGTYPE"))
-            /* Not transient: someone wrote a non-sorted-set value under our
-             * prefix. Retrying keeps the events safe until it is fixed. */
-            LB_ERROR("pipeline",
-                     "board '%.*s': a key under its hash tag is not a sorted set; delete or "
-                     "rename it, the batch is retried until then: %s",
-                     (int)txn->board.len, txn->board.ptr, req->error);
-        else if (still == 0)
-            LB_WARN("pipeline", "writing board '%.*s' failed, retrying in ~%lld ms: %s",
-                    (int)txn->board.len, txn->board.ptr, (long long)backoff, req->error);
-        p->stats.write_failures++;
-        slot->request_txn[still] = slot->request_txn[k];
+        if (answer > 0) {
+            again++;
+        } else {
+            const struct lb_txn *t = &txns[txn];
+            if (strstr(req->error, "WRONGTYPE"))
+                /* Not transient: someone wrote another type of value under our
+                 * prefix. Retrying keeps the events safe until it is fixed. */
+                LB_ERROR("pipeline",
+                         "board '%.*s': a key under its hash tag holds another type; delete or "
+                         "rename it, the batch is retried until then: %s",
+                         (int)t->board.len, t->board.ptr, req->error);
+            else if (still == again)
+                LB_WARN("pipeline", "writing board '%.*s' failed, retrying in ~%lld ms: %s",
+                        (int)t->board.len, t->board.ptr, (long long)backoff, req->error);
+            p->stats.write_failures++;
+        }
+        slot->request_txn[still] = txn;
         slot->requests[still++] = *req;
     }
     slot->pending = still;
+    return again;
 }
 
 int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wait_fn wait,
@@ -284,9 +461,21 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wa
 
     lb_cluster_finish(p->cluster);
     for (;;) {
-        keep_failed(p, slot, backoff);
+        size_t again = keep_failed(p, slot, backoff);
         if (!slot->pending)
             break;
+        if (again) {
+            /* Not a failure: the script told us what to leave out. Send
+             * what remains right away. */
+            if (rebuild(p, slot, p->now_ms) != 0) {
+                gave_up = -1;
+                break;
+            }
+            if (again == slot->pending) {
+                lb_cluster_exec(p->cluster, slot->requests, slot->pending);
+                continue;
+            }
+        }
         if (!wait || wait(ctx, backoff) != 0) {
             gave_up = 1;
             break;
@@ -296,10 +485,15 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wa
     }
     for (size_t i = 0; i < slot->count; i++) {
         uint32_t txn = slot->txn_of[i];
-        durable[i] = txn == UINT32_MAX || slot->txn_ok[txn];
-        if (txn != UINT32_MAX && durable[i])
+        durable[i] = txn == UINT32_MAX || slot->fate[i] != FATE_PLANNED || slot->txn_ok[txn];
+        if (txn != UINT32_MAX && slot->fate[i] != FATE_REJECTED && durable[i])
             p->stats.applied++;
     }
+    for (size_t k = 0; k < slot->pending; k++)
+        if (slot->requests[k].reply) {
+            freeReplyObject(slot->requests[k].reply);
+            slot->requests[k].reply = NULL;
+        }
     p->inflight = -1;
     return gave_up;
 }

@@ -36,7 +36,9 @@ struct lb_pipeline_stats {
     uint64_t rejected[LB_REJECT__COUNT];
     uint64_t member_updates;
     uint64_t late_windows;
-    uint64_t write_failures; /* transactions that failed and were retried */
+    uint64_t write_failures;   /* requests that failed and were retried */
+    uint64_t replans;          /* boards planned again without events already applied */
+    uint64_t skipped_segments; /* a board's events from one partition found applied before */
 };
 
 /* Called between retries: spend up to 'backoff_ms' (polling Kafka, say) and

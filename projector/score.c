@@ -29,6 +29,12 @@ static int64_t tick_count(const struct lb_scoring *s)
 
 int lb_scoring_prepare(struct lb_scoring *s, const char *profile, char *err, size_t errlen)
 {
+    return lb_scoring_prepare_range(s, profile, "score", err, errlen);
+}
+
+int lb_scoring_prepare_range(struct lb_scoring *s, const char *profile, const char *what, char *err,
+                             size_t errlen)
+{
     if (s->resolution_ms <= 0) {
         snprintf(err, errlen, "profile '%s': tie resolution must be positive", profile);
         return -1;
@@ -38,8 +44,8 @@ int lb_scoring_prepare(struct lb_scoring *s, const char *profile, char *err, siz
         return -1;
     }
     if (s->score_min > s->score_max) {
-        snprintf(err, errlen, "profile '%s': score_min %lld is above score_max %lld", profile,
-                 (long long)s->score_min, (long long)s->score_max);
+        snprintf(err, errlen, "profile '%s': %s_min %lld is above %s_max %lld", profile, what,
+                 (long long)s->score_min, what, (long long)s->score_max);
         return -1;
     }
     unsigned bits = 0;
@@ -56,14 +62,14 @@ int lb_scoring_prepare(struct lb_scoring *s, const char *profile, char *err, siz
     int64_t min_allowed = bits > 53 ? 1 : -(INT64_C(1) << (53 - bits));
     if (s->score_max > max_allowed || s->score_min < min_allowed) {
         snprintf(err, errlen,
-                 "profile '%s': score range [%lld, %lld] with %u tie bits (%lld ticks of %lld ms "
+                 "profile '%s': %s range [%lld, %lld] with %u tie bits (%lld ticks of %lld ms "
                  "between epoch and horizon) can exceed 2^53, where doubles stop being exact; "
-                 "the range that fits is [%lld, %lld]: narrow score_min/score_max, use a coarser "
+                 "the range that fits is [%lld, %lld]: narrow %s_min/%s_max, use a coarser "
                  "tie_resolution, or move epoch and horizon closer together",
-                 profile, (long long)s->score_min, (long long)s->score_max, bits,
+                 profile, what, (long long)s->score_min, (long long)s->score_max, bits,
                  (long long)(s->tie_break == LB_TIE_NONE ? 0 : tick_count(s)),
                  (long long)s->resolution_ms, (long long)(bits > 53 ? 0 : min_allowed),
-                 (long long)(bits > 53 ? 0 : max_allowed));
+                 (long long)(bits > 53 ? 0 : max_allowed), what, what);
         return -1;
     }
     s->tie_bits = bits;
@@ -78,18 +84,31 @@ static int later_is_larger(const struct lb_scoring *s)
     return (s->order == LB_ORDER_DESC) == (s->tie_break == LB_TIE_LATEST);
 }
 
+int lb_tie_grows_with_time(const struct lb_scoring *s)
+{
+    return later_is_larger(s);
+}
+
+enum lb_score_result lb_tie(const struct lb_scoring *s, int64_t ts_ms, int64_t *tie)
+{
+    if (ts_ms < s->epoch_ms || ts_ms >= s->horizon_ms)
+        return LB_SCORE_TIME_OUT_OF_RANGE;
+    *tie = 0;
+    if (s->tie_bits > 0) {
+        int64_t tick = (ts_ms - s->epoch_ms) / s->resolution_ms;
+        *tie = later_is_larger(s) ? tick : ((INT64_C(1) << s->tie_bits) - 1) - tick;
+    }
+    return LB_SCORE_OK;
+}
+
 enum lb_score_result lb_composite(const struct lb_scoring *s, int64_t score, int64_t ts_ms,
                                   int64_t *composite)
 {
+    int64_t tie;
     if (score < s->score_min || score > s->score_max)
         return LB_SCORE_OUT_OF_RANGE;
-    if (ts_ms < s->epoch_ms || ts_ms >= s->horizon_ms)
+    if (lb_tie(s, ts_ms, &tie) != LB_SCORE_OK)
         return LB_SCORE_TIME_OUT_OF_RANGE;
-    int64_t tie = 0;
-    if (s->tie_bits > 0) {
-        int64_t tick = (ts_ms - s->epoch_ms) / s->resolution_ms;
-        tie = later_is_larger(s) ? tick : ((INT64_C(1) << s->tie_bits) - 1) - tick;
-    }
     *composite = score * (INT64_C(1) << s->tie_bits) + tie;
     return LB_SCORE_OK;
 }

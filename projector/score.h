@@ -38,6 +38,10 @@ struct lb_scoring {
 /* Validates the parameters and computes tie_bits. On error returns -1 and
  * writes a sentence naming the numbers and the knob to turn into 'err'. */
 int lb_scoring_prepare(struct lb_scoring *scoring, const char *profile, char *err, size_t errlen);
+/* The same for a range named 'what' ("sum": a sum board's totals, whose
+ * knobs are sum_min and sum_max). */
+int lb_scoring_prepare_range(struct lb_scoring *scoring, const char *profile, const char *what,
+                             char *err, size_t errlen);
 
 enum lb_score_result {
     LB_SCORE_OK = 0,
@@ -49,6 +53,14 @@ enum lb_score_result {
  * is reported, not clamped. */
 enum lb_score_result lb_composite(const struct lb_scoring *scoring, int64_t score, int64_t ts_ms,
                                   int64_t *composite);
+
+/* The tie component alone (0 <= tie < 2^T) of an event at 'ts_ms': what sum
+ * boards add to their running total's composite. */
+enum lb_score_result lb_tie(const struct lb_scoring *scoring, int64_t ts_ms, int64_t *tie);
+
+/* Whether a later event time gives a larger tie component: the direction in
+ * which a sum's "reached at" time moves its tie. */
+int lb_tie_grows_with_time(const struct lb_scoring *scoring);
 
 /* Inverse of lb_composite: the raw score and the start of the tick the event
  * time fell in. */

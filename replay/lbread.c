@@ -1,10 +1,25 @@
 /* lbread: shows a board's leaderboards as the projector wrote them.
  *
  * For every window key of the board (or the one given with --window) it
- * prints the top N with the raw score and the event time decoded from the
- * composite, using the board's profile from the projector's configuration.
+ * prints the top N, or the page around one player, with three ranks, the
+ * raw score and the achieved-at time decoded from the composite with the
+ * board's profile from the projector's configuration:
+ *
+ *   rank   unique position: 1, 2, 3, 4 (Redis's order; equal composites are
+ *          ordered by member name)
+ *   comp   competition ranking, "1224": 1 + members strictly better
+ *   dense  dense ranking, "1223": 1 + distinct composites strictly better
+ *
+ * Two members tie when their composites are equal: the same score and, with
+ * a tie-break, the same tick. The dense rank of a page below the top needs
+ * the distinct composites above it, which lbread counts by reading the
+ * members above in chunks: O(rank), fine for an operator's look.
+ *
  * Keys are found with SCAN on the board's node: all of a board's keys share
- * its hash tag, so they all live on that node.
+ * its hash tag, so they all live on that node. The projector's bookkeeping
+ * keys (applied-offset markers "<prefix>{B}:~applied" and the event-time
+ * stamps "<window key>:~ts" of latest boards) are not windows and are left
+ * out.
  *
  * stdout: the leaderboards; stderr: errors. Exit 0 ok, 1 failure, 2 usage.
  */
@@ -19,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define DENSE_CHUNK 10000
 
 struct keys {
     char **names;
@@ -40,6 +57,13 @@ static int add_key(struct keys *keys, const char *name, size_t len)
         return -1;
     keys->count++;
     return 0;
+}
+
+/* Whether a key is projector bookkeeping rather than a window. */
+static int is_meta_key(const char *name, size_t len)
+{
+    return memmem(name, len, "}:~", 3) != NULL ||
+           (len >= 4 && memcmp(name + len - 4, ":~ts", 4) == 0);
 }
 
 /* Orders alltime first, then each kind with its newest window first. */
@@ -64,6 +88,25 @@ static void glob_escape(const char *in, char *out, size_t cap)
     out[o] = '\0';
 }
 
+static redisReply *command(struct lb_cluster *cl, uint16_t slot, int argc, const char **argv)
+{
+    size_t argvlen[8];
+    for (int i = 0; i < argc; i++)
+        argvlen[i] = strlen(argv[i]);
+    redisReply *reply = lb_cluster_command(cl, slot, argc, argv, argvlen);
+    if (!reply) {
+        fprintf(stderr, "lbread: %s %s failed: %s\n", argv[0], argc > 1 ? argv[1] : "",
+                lb_cluster_error(cl));
+        return NULL;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "lbread: %s %s: %s\n", argv[0], argc > 1 ? argv[1] : "", reply->str);
+        freeReplyObject(reply);
+        return NULL;
+    }
+    return reply;
+}
+
 static int list_keys(struct lb_cluster *cl, const struct lb_config *config, const char *board,
                      uint16_t slot, struct keys *keys)
 {
@@ -73,26 +116,22 @@ static int list_keys(struct lb_cluster *cl, const struct lb_config *config, cons
     snprintf(pattern, sizeof(pattern), "%s{%s}:*", config->key_prefix, escaped);
     do {
         const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
-        size_t argvlen[6];
-        for (int i = 0; i < 6; i++)
-            argvlen[i] = strlen(argv[i]);
-        redisReply *reply = lb_cluster_command(cl, slot, 6, argv, argvlen);
-        if (!reply) {
-            fprintf(stderr, "lbread: SCAN failed: %s\n", lb_cluster_error(cl));
+        redisReply *reply = command(cl, slot, 6, argv);
+        if (!reply)
             return -1;
-        }
         if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
             fprintf(stderr, "lbread: unexpected SCAN reply\n");
             freeReplyObject(reply);
             return -1;
         }
         snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
-        for (size_t i = 0; i < reply->element[1]->elements; i++)
-            if (add_key(keys, reply->element[1]->element[i]->str,
-                        reply->element[1]->element[i]->len) != 0) {
+        for (size_t i = 0; i < reply->element[1]->elements; i++) {
+            const redisReply *k = reply->element[1]->element[i];
+            if (!is_meta_key(k->str, k->len) && add_key(keys, k->str, k->len) != 0) {
                 freeReplyObject(reply);
                 return -1;
             }
+        }
         freeReplyObject(reply);
     } while (strcmp(cursor, "0") != 0);
     qsort(keys->names, keys->count, sizeof(*keys->names), key_order);
@@ -107,73 +146,168 @@ static void format_time(int64_t ms, char *out, size_t cap)
     strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static int show_key(struct lb_cluster *cl, const struct lb_profile *profile, const char *key,
-                    uint16_t slot, long top)
+struct view {
+    struct lb_cluster *cl;
+    const struct lb_profile *profile;
+    uint16_t slot;
+    int desc;
+};
+
+/* ZRANGE by position in the board's order (best first). */
+static redisReply *range(const struct view *v, const char *key, long start, long stop)
 {
-    char stop[32];
-    snprintf(stop, sizeof(stop), "%ld", top - 1);
-    int desc = profile->scoring.order == LB_ORDER_DESC;
-    const char *argv[] = {"ZRANGE", key, "0", stop, "WITHSCORES", "REV"};
-    int argc = desc ? 6 : 5;
-    size_t argvlen[6];
-    for (int i = 0; i < argc; i++)
-        argvlen[i] = strlen(argv[i]);
-    redisReply *reply = lb_cluster_command(cl, slot, argc, argv, argvlen);
-    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
-        fprintf(stderr, "lbread: ZRANGE %s failed: %s\n", key,
-                reply ? reply->str ? reply->str : "unexpected reply" : lb_cluster_error(cl));
-        if (reply)
-            freeReplyObject(reply);
-        return -1;
+    char from[32], to[32];
+    snprintf(from, sizeof(from), "%ld", start);
+    snprintf(to, sizeof(to), "%ld", stop);
+    const char *argv[] = {"ZRANGE", key, from, to, "WITHSCORES", "REV"};
+    redisReply *reply = command(v->cl, v->slot, v->desc ? 6 : 5, argv);
+    if (reply && reply->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "lbread: unexpected ZRANGE reply for %s\n", key);
+        freeReplyObject(reply);
+        return NULL;
     }
+    return reply;
+}
+
+/* Members strictly better than 'score' (a composite as Redis printed it). */
+static int count_better(const struct view *v, const char *key, const char *score, long *count)
+{
+    char bound[64];
+    snprintf(bound, sizeof(bound), "(%s", score);
+    const char *argv[] = {"ZCOUNT", key, v->desc ? bound : "-inf", v->desc ? "+inf" : bound};
+    redisReply *reply = command(v->cl, v->slot, 4, argv);
+    if (!reply)
+        return -1;
+    *count = (long)reply->integer;
+    freeReplyObject(reply);
+    return 0;
+}
+
+/* Distinct composites among the first 'n' members. */
+static int count_distinct(const struct view *v, const char *key, long n, long *distinct)
+{
+    char last[64] = "";
+    *distinct = 0;
+    for (long start = 0; start < n; start += DENSE_CHUNK) {
+        long stop = start + DENSE_CHUNK < n ? start + DENSE_CHUNK - 1 : n - 1;
+        redisReply *reply = range(v, key, start, stop);
+        if (!reply)
+            return -1;
+        for (size_t i = 0; i + 1 < reply->elements; i += 2)
+            if (strcmp(reply->element[i + 1]->str, last) != 0) {
+                snprintf(last, sizeof(last), "%s", reply->element[i + 1]->str);
+                (*distinct)++;
+            }
+        freeReplyObject(reply);
+    }
+    return 0;
+}
+
+/* Prints positions [start, start + count) of 'key', marking 'player'. */
+static int show_page(const struct view *v, const char *key, long start, long count,
+                     const char *player)
+{
+    redisReply *reply = range(v, key, start, start + count - 1);
+    if (!reply)
+        return -1;
+    long competition = 0, dense = 0;
+    if (reply->elements >= 2 && start > 0) {
+        long better, distinct;
+        if (count_better(v, key, reply->element[1]->str, &better) != 0 ||
+            count_distinct(v, key, better, &distinct) != 0) {
+            freeReplyObject(reply);
+            return -1;
+        }
+        competition = better + 1;
+        dense = distinct + 1;
+    }
+    const struct lb_scoring *scoring = &v->profile->scoring;
     printf("%s\n", key);
-    printf("  %5s  %-24s %16s  %s\n", "rank", "player", "score",
-           profile->scoring.tie_bits ? "time" : "");
+    printf("  %7s %7s %7s  %-24s %16s  %s\n", "rank", "comp", "dense", "player", "score",
+           scoring->tie_bits ? "achieved" : "");
     for (size_t i = 0; i + 1 < reply->elements; i += 2) {
-        int64_t composite = (int64_t)strtod(reply->element[i + 1]->str, NULL);
-        int64_t score, tick_ms;
+        const char *member = reply->element[i]->str, *text = reply->element[i + 1]->str;
+        long position = start + (long)i / 2 + 1;
+        if (i == 0 || strcmp(text, reply->element[i - 1]->str) != 0) {
+            if (i > 0 || start == 0) {
+                competition = position;
+                dense++;
+            }
+        }
+        int64_t composite = (int64_t)strtod(text, NULL), score, tick_ms;
         char when[32] = "";
-        lb_composite_split(&profile->scoring, composite, &score, &tick_ms);
-        if (profile->scoring.tie_bits)
+        lb_composite_split(scoring, composite, &score, &tick_ms);
+        if (scoring->tie_bits)
             format_time(tick_ms, when, sizeof(when));
-        printf("  %5zu  %-24s %16lld  %s\n", i / 2 + 1, reply->element[i]->str, (long long)score,
-               when);
+        printf("%c %7ld %7ld %7ld  %-24s %16lld  %s\n",
+               player && strcmp(member, player) == 0 ? '>' : ' ', position, competition, dense,
+               member, (long long)score, when);
     }
     printf("\n");
     freeReplyObject(reply);
     return 0;
 }
 
+/* The page of 'top' positions centred on 'player'; *shown = 0 when the
+ * player is not in this window. */
+static int show_around(const struct view *v, const char *key, const char *player, long top,
+                       int *shown)
+{
+    const char *argv[] = {v->desc ? "ZREVRANK" : "ZRANK", key, player};
+    redisReply *reply = command(v->cl, v->slot, 3, argv);
+    if (!reply)
+        return -1;
+    *shown = reply->type == REDIS_REPLY_INTEGER;
+    long rank = *shown ? (long)reply->integer : 0;
+    freeReplyObject(reply);
+    if (!*shown)
+        return 0;
+    long start = rank - top / 2 > 0 ? rank - top / 2 : 0;
+    return show_page(v, key, start, top, player);
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: lbread --config FILE --board ID [--window SUFFIX] [--top N]\n"
+                 "              [--around PLAYER]\n"
                  "\n"
-                 "Prints the top N of each window of a board, with raw scores and times\n"
-                 "decoded from the composite scores.\n"
+                 "Prints the top N of each window of a board (or the N positions around one\n"
+                 "player) with three ranks, the raw score and the achieved-at time decoded\n"
+                 "from the composite scores:\n"
+                 "  rank   unique position (1 2 3 4)\n"
+                 "  comp   competition ranking: equal composites share a rank (1 2 2 4)\n"
+                 "  dense  dense ranking: no gaps after a tie (1 2 2 3)\n"
                  "\n"
-                 "  -c, --config FILE    the projector's configuration\n"
-                 "  -b, --board ID       the board\n"
-                 "  -w, --window SUFFIX  only this window, e.g. alltime, daily:2026-05-04,\n"
-                 "                       weekly:2026-W18, monthly:2026-05, patch:1.29\n"
-                 "  -n, --top N          entries per window (default 10)\n"
-                 "  -h, --help           show this help\n"
+                 "  -c, --config FILE      the projector's configuration\n"
+                 "  -b, --board ID         the board\n"
+                 "  -w, --window SUFFIX    only this window, e.g. alltime, daily:2026-05-04,\n"
+                 "                         weekly:2026-W18, monthly:2026-05, patch:1.29\n"
+                 "  -n, --top N            entries per window (default 10)\n"
+                 "  -a, --around PLAYER    the N positions around PLAYER (marked '>') in each\n"
+                 "                         window the player is in\n"
+                 "  -h, --help             show this help\n"
                  "\n"
-                 "Example:\n"
-                 "  lbread --config config/local.yaml --board g1 --top 10\n");
+                 "Examples:\n"
+                 "  lbread --config config/local.yaml --board g1 --top 10\n"
+                 "  lbread --config config/local.yaml --board g1 --window weekly:2026-W18 \\\n"
+                 "         --around player-42 --top 5\n");
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'}, {"board", required_argument, NULL, 'b'},
-        {"window", required_argument, NULL, 'w'}, {"top", required_argument, NULL, 'n'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
-    const char *path = NULL, *board = NULL, *window = NULL;
+    static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
+                                             {"board", required_argument, NULL, 'b'},
+                                             {"window", required_argument, NULL, 'w'},
+                                             {"top", required_argument, NULL, 'n'},
+                                             {"around", required_argument, NULL, 'a'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const char *path = NULL, *board = NULL, *window = NULL, *player = NULL;
     long top = 10;
     int opt, status = 0;
-    char err[1024];
+    char err[1024], *end;
 
-    while ((opt = getopt_long(argc, argv, "c:b:w:n:h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:b:w:n:a:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c':
             path = optarg;
@@ -185,7 +319,15 @@ int main(int argc, char **argv)
             window = optarg;
             break;
         case 'n':
-            top = strtol(optarg, NULL, 10);
+            top = strtol(optarg, &end, 10);
+            if (*end || top < 1 || top > 100000) {
+                fprintf(stderr, "lbread: --top wants a number from 1 to 100000, not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'a':
+            player = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -195,7 +337,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!path || !board || top < 1 || optind != argc) {
+    if (!path || !board || optind != argc) {
         usage(stderr);
         return 2;
     }
@@ -213,29 +355,40 @@ int main(int argc, char **argv)
     }
     struct lb_cluster_options options;
     lb_cluster_options_from_config(config, &options);
-    struct lb_cluster *cl = lb_cluster_new(&options);
-    uint16_t slot = lb_crc16(board, strlen(board)) & (LB_SLOTS - 1);
+    struct view v = {.cl = lb_cluster_new(&options),
+                     .profile = profile,
+                     .slot = lb_crc16(board, strlen(board)) & (LB_SLOTS - 1),
+                     .desc = profile->scoring.order == LB_ORDER_DESC};
     struct keys keys = {0};
+    char key[1024];
 
-    if (!cl || lb_cluster_refresh(cl) != 0) {
-        fprintf(stderr, "lbread: %s\n", cl ? lb_cluster_error(cl) : "out of memory");
+    if (!v.cl || lb_cluster_refresh(v.cl) != 0) {
+        fprintf(stderr, "lbread: %s\n", v.cl ? lb_cluster_error(v.cl) : "out of memory");
         status = 1;
     } else if (window) {
-        char key[1024];
         snprintf(key, sizeof(key), "%s{%s}:%s", config->key_prefix, board, window);
-        status = show_key(cl, profile, key, slot, top) == 0 ? 0 : 1;
-    } else if (list_keys(cl, config, board, slot, &keys) != 0) {
-        status = 1;
+        status = add_key(&keys, key, strlen(key));
     } else {
-        if (keys.count == 0)
+        status = list_keys(v.cl, config, board, v.slot, &keys);
+        if (status == 0 && keys.count == 0)
             printf("board '%s' has no keys under %s{%s}:*\n", board, config->key_prefix, board);
-        for (size_t i = 0; i < keys.count && status == 0; i++)
-            status = show_key(cl, profile, keys.names[i], slot, top) == 0 ? 0 : 1;
     }
+    int found = 0;
+    for (size_t i = 0; i < keys.count && status == 0; i++) {
+        int shown = 1;
+        if (player)
+            status = show_around(&v, keys.names[i], player, top, &shown);
+        else
+            status = show_page(&v, keys.names[i], 0, top, NULL);
+        found |= shown;
+    }
+    if (status == 0 && player && !found)
+        printf("player '%s' is in none of the %zu window(s) shown for board '%s'\n", player,
+               keys.count, board);
     for (size_t i = 0; i < keys.count; i++)
         free(keys.names[i]);
     free(keys.names);
-    lb_cluster_free(cl);
+    lb_cluster_free(v.cl);
     lb_config_free(config);
-    return status;
+    return status == 0 ? 0 : 1;
 }

@@ -93,7 +93,15 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
 
     snprintf(ev->event_id, sizeof(ev->event_id), "e%llu-%llu", (unsigned long long)o->seed,
              (unsigned long long)index);
-    snprintf(ev->board, sizeof(ev->board), "%s%u", o->board_prefix, board);
+    /* "a,b,c": board n takes the (n mod 3)th prefix */
+    const char *prefix = o->board_prefix;
+    size_t nprefix = 1, len;
+    for (const char *c = prefix; *c; c++)
+        nprefix += *c == ',';
+    for (uint32_t skip = board % (uint32_t)nprefix; skip > 0; skip--)
+        prefix = strchr(prefix, ',') + 1;
+    len = strcspn(prefix, ",");
+    snprintf(ev->board, sizeof(ev->board), "%.*s%u", (int)len, prefix, board);
     snprintf(ev->player, sizeof(ev->player), "p%06u", player);
     ev->score = (int64_t)(splitmix64(&state) % (uint64_t)(o->score_max + 1));
     ev->ts_ms = o->start_ms + (int64_t)(splitmix64(&state) % (uint64_t)span_ms);

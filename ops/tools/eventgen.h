@@ -26,9 +26,9 @@ struct gen_options {
     int64_t score_max;
     int64_t start_ms;
     int days;
-    int ts_now; /* event time = the wall clock when generated (not deterministic) */
-    const char *board_prefix;
-    const char *dim_name; /* optional: add dims {name: value} */
+    int ts_now;               /* event time = the wall clock when generated (not deterministic) */
+    const char *board_prefix; /* or several, comma-separated, taken in turn */
+    const char *dim_name;     /* optional: add dims {name: value} */
     uint32_t dim_values;
     int retract_every; /* every Nth event is a RETRACT */
     int bare;          /* bare Avro instead of the Confluent framing */

@@ -46,6 +46,8 @@ static struct lb_cluster *connect_cluster(const struct lb_config *config)
 {
     struct lb_cluster_options options;
     lb_cluster_options_from_config(config, &options);
+    options.script = lb_apply_script();
+    options.script_sha = lb_apply_script_sha();
     struct lb_cluster *cl = lb_cluster_new(&options);
     if (!cl || lb_cluster_refresh(cl) != 0) {
         fprintf(stderr, "lbbench: %s\n", cl ? lb_cluster_error(cl) : "out of memory");
@@ -86,7 +88,7 @@ static int keep_batch(struct encoded *enc, const struct lb_plan *plan)
         }
         enc->offsets[enc->count] = enc->bytes.len;
         enc->requests[enc->count++] = (struct lb_request){
-            .slot = txns[t].slot, .is_txn = 1, .ncommands = txns[t].ncommands, .len = txns[t].len};
+            .slot = txns[t].slot, .writes = 1, .ncommands = 1, .len = txns[t].len};
         if (lb_buf_append(&enc->bytes, bytes + txns[t].offset, txns[t].len) != 0)
             return -1;
     }
@@ -108,7 +110,9 @@ static int plan_batch(const struct lb_decoder *decoder, struct lb_plan *plan,
             lb_decode(decoder, msgs[i]->payload, msgs[i]->len, &ev, arena, NULL, 0) != LB_ACCEPT ||
             lb_event_validate(&ev, NULL, 0) != LB_ACCEPT)
             continue;
-        if (lb_plan_add(plan, &ev, now, &txn) == LB_REJECT__COUNT)
+        struct lb_position pos = {rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition,
+                                  msgs[i]->offset};
+        if (lb_plan_add(plan, &ev, &pos, now, &txn) == LB_REJECT__COUNT)
             return -1;
     }
     return lb_plan_finish(plan) == 0 && keep_batch(enc, plan) == 0 ? 0 : -1;

@@ -154,7 +154,7 @@ static void usage(FILE *out)
                  "  -n, --count N           number of events (default 10000)\n"
                  "  -s, --seed N            seed (default 1)\n"
                  "      --boards N          number of boards (default 10)\n"
-                 "      --board-prefix S    board id prefix (default g)\n"
+                 "      --board-prefix S    board id prefix (default g); \"a-,b-\" alternates\n"
                  "      --players N         number of players (default 1000)\n"
                  "      --zipf S            Zipf exponent of player activity (default 1.1)\n"
                  "      --score-max N       scores are uniform in [0, N] (default 100000)\n"

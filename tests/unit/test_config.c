@@ -155,6 +155,37 @@ static void errors_name_file_and_line(void **state)
     expect_error(text, 1, "at most 64 bytes");
 }
 
+static void sum_boards_budget_their_totals(void **state)
+{
+    (void)state;
+    char text[2048];
+    /* T = 30 (1 s ticks over 32 years): totals up to 2^23 - 1 by default */
+    snprintf(text, sizeof(text), "%sprofiles:\n  - {name: xp, aggregation: sum}\n", minimal);
+    struct lb_config *c = load_ok(text);
+    assert_int_equal(c->profiles[0].aggregation, LB_AGG_SUM);
+    assert_int_equal(c->profiles[0].sum_min, 0);
+    assert_int_equal(c->profiles[0].sum_max, (INT64_C(1) << 23) - 1);
+    lb_config_free(c);
+    /* one step below the limit works, one above is refused with the knobs */
+    snprintf(text, sizeof(text), "%sprofiles:\n  - {name: xp, aggregation: sum, sum_max: %lld}\n",
+             minimal, (long long)(INT64_C(1) << 23) - 1);
+    lb_config_free(load_ok(text));
+    snprintf(text, sizeof(text), "%sprofiles:\n  - {name: xp, aggregation: sum, sum_max: %lld}\n",
+             minimal, (long long)(INT64_C(1) << 23));
+    expect_error(text, 10, "narrow sum_min/sum_max");
+    /* without a tie-break the total itself may use all 53 bits */
+    snprintf(text, sizeof(text),
+             "%sprofiles:\n  - {name: xp, aggregation: sum, tie_break: none, sum_max: %lld}\n",
+             minimal, (long long)(INT64_C(1) << 53));
+    lb_config_free(load_ok(text));
+    snprintf(text, sizeof(text),
+             "%sprofiles:\n  - {name: xp, aggregation: sum, tie_break: none, sum_max: %lld}\n",
+             minimal, (long long)(INT64_C(1) << 53) + 1);
+    expect_error(text, 10, "sum range [0, 9007199254740993]");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - {name: xp, aggregation: most}\n", minimal);
+    expect_error(text, 10, "not one of: best, latest, sum");
+}
+
 static void kafka_overrides_that_break_the_offset_contract_are_refused(void **state)
 {
     (void)state;
@@ -265,6 +296,7 @@ int main(void)
         cmocka_unit_test(wait_replicas_takes_auto_or_a_number),
         cmocka_unit_test(kafka_properties_pass_through),
         cmocka_unit_test(durations_and_times_parse),
+        cmocka_unit_test(sum_boards_budget_their_totals),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
