@@ -78,13 +78,18 @@ start_kafka() {
     BROKERS=127.0.0.1:$KAFKA_PORT
 }
 
-# start_services [TOPICS] - Redis Cluster 3+3 and Kafka with TOPICS
-# (default scores:6) on free ports.
-start_services() {
+# start_redis - a Redis Cluster 3+3 on free ports.
+start_redis() {
     REDIS_PORT_BASE=$(lb_free_port_base 6) || fail "no free ports for Redis"
     export REDIS_PORT_BASE REDIS_NODE_TIMEOUT_MS=${REDIS_NODE_TIMEOUT_MS:-2000}
     T_SERVICES=1
     lb_redis_cluster_start >"$T_DIR/redis-start.log" 2>&1 || fail "Redis Cluster did not start"
+}
+
+# start_services [TOPICS] - Redis Cluster 3+3 and Kafka with TOPICS
+# (default scores:6) on free ports.
+start_services() {
+    start_redis
     start_kafka "${1-}"
     SEEDS=$(lb_redis_seeds)
     log "services up: redis $SEEDS, kafka $BROKERS"
