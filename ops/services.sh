@@ -685,7 +685,8 @@ lb_redis_cluster_status() (
 # ---------------------------------------------------------------------------
 
 _lb_kafka_cache_dir() {
-    printf '%s\n' "${LB_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/leaderboard-projector}/kafka-$_lb_kafka_version"
+    # "-2": the jar set of ops/kafka/pom.xml changed (admin tools added)
+    printf '%s\n' "${LB_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/leaderboard-projector}/kafka-$_lb_kafka_version-2"
 }
 
 # lb_fetch_kafka_jars - make sure the Kafka broker jars are in the cache and
@@ -718,7 +719,8 @@ lb_fetch_kafka_jars() (
         return 1
     fi
     n=$(find "$tmp/lib" -name '*.jar' | wc -l)
-    if [[ ! -f $tmp/lib/kafka_2.13-$_lb_kafka_version.jar || ! -f $tmp/lib/slf4j-reload4j-1.7.36.jar ]]; then
+    if [[ ! -f $tmp/lib/kafka_2.13-$_lb_kafka_version.jar || ! -f $tmp/lib/slf4j-reload4j-1.7.36.jar ||
+        ! -f $tmp/lib/kafka-tools-$_lb_kafka_version.jar ]]; then
         _lb_msg "kafka: Maven finished but the Kafka jars are missing in $tmp/lib"
         rm -rf "$tmp"
         return 1
@@ -758,6 +760,17 @@ _lb_kafka_cfg() {
     [[ -n ${JAVA_HOME-} && -x $JAVA_HOME/bin/java ]] && _kjava=$JAVA_HOME/bin/java
     return 0
 }
+
+# lb_kafka_admin CLASS ARGS... - runs one of Kafka's own admin tools (e.g.
+# org.apache.kafka.tools.DeleteRecordsCommand) from the cached jars.
+lb_kafka_admin() (
+    _lb_isolate
+    _lb_kafka_cfg || return 1
+    local lib
+    lib=$(lb_fetch_kafka_jars) || return 1
+    "$_kjava" -Xmx256m -Dlog4j.configuration="file:$_lb_repo/ops/kafka/log4j.properties" \
+        -cp "$lib/*" "$@" </dev/null
+)
 
 # lb_kafka_bootstrap - bootstrap address of the local broker.
 lb_kafka_bootstrap() {

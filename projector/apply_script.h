@@ -78,6 +78,18 @@
     "    if apply[tonumber(ARGV[pos])] then entries[#entries + 1] = pos end\n"                     \
     "    pos = pos + width\n"                                                                      \
     "  end\n"                                                                                      \
+    "  -- best with no retraction: ZADD GT/LT keeps the best of duplicates itself\n"               \
+    "  local fast = mode == 'b'\n"                                                                 \
+    "  for _, p in ipairs(entries) do\n"                                                           \
+    "    if ARGV[p + 1] ~= 'v' then fast = false; break end\n"                                     \
+    "  end\n"                                                                                      \
+    "  if fast then\n"                                                                             \
+    "    local adds = {}\n"                                                                        \
+    "    for _, p in ipairs(entries) do\n"                                                         \
+    "      adds[#adds + 1] = ARGV[p + 2]; adds[#adds + 1] = ARGV[p + 3]\n"                         \
+    "    end\n"                                                                                    \
+    "    if #adds > 0 then plan.adds = adds end\n"                                                 \
+    "  else\n"                                                                                     \
     "  local current = {}\n"                                                                       \
     "  if #entries > 0 and mode ~= 'b' then\n"                                                     \
     "    local from = (mode == 's') and key or KEYS[nkeys + 1 + k]\n"                              \
@@ -128,6 +140,7 @@
     "      end\n"                                                                                  \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
+    "  end\n"                                                                                      \
     "  plans[k] = plan\n"                                                                          \
     "end\n"                                                                                        \
     "if #overflow > 0 then return {'overflow', unpack(overflow)} end\n"                            \
@@ -142,7 +155,7 @@
     "for k = 1, nkeys do\n"                                                                        \
     "  local key, plan = KEYS[k + 1], plans[k]\n"                                                  \
     "  local tskey = (mode == 'l') and KEYS[nkeys + 1 + k] or nil\n"                               \
-    "  local gone, adds, stamps = {}, {}, {}\n"                                                    \
+    "  local gone, adds, stamps = {}, plan.adds or {}, {}\n"                                       \
     "  for _, m in ipairs(plan.order) do\n"                                                        \
     "    if plan.removed[m] then gone[#gone + 1] = m end\n"                                        \
     "    local f = plan.final[m]\n"                                                                \
@@ -157,7 +170,7 @@
     "  end\n"                                                                                      \
     "  if #adds > 0 then chunked('ZADD', key, zadd_mode, adds) end\n"                              \
     "  if #stamps > 0 then chunked('HSET', tskey, nil, stamps) end\n"                              \
-    "  if #plan.order > 0 and plan.expire ~= 'n' then\n"                                           \
+    "  if (#plan.order > 0 or plan.adds) and plan.expire ~= 'n' then\n"                            \
     "    local cmd = (plan.expire == 'a') and 'PEXPIREAT' or 'PEXPIRE'\n"                          \
     "    for _, x in ipairs(tskey and {key, tskey} or {key}) do\n"                                 \
     "      redis.call(cmd, x, plan.at, 'NX')\n"                                                    \

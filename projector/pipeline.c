@@ -69,7 +69,15 @@ struct lb_pipeline {
     struct lb_pipeline_stats stats;
     uint64_t jitter;
     int64_t now_ms; /* the wall clock of the batch in flight, for planning again */
+    lb_pipeline_filter_fn filter;
+    void *filter_ctx;
 };
+
+void lb_pipeline_set_filter(struct lb_pipeline *p, lb_pipeline_filter_fn filter, void *ctx)
+{
+    p->filter = filter;
+    p->filter_ctx = ctx;
+}
 
 struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster)
@@ -199,6 +207,13 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
         }
         if (reason == LB_ACCEPT)
             reason = lb_event_validate(&ev, detail, sizeof(detail));
+        if (reason == LB_ACCEPT && p->filter && !p->filter(p->filter_ctx, &ev)) {
+            slot->txn_of[i] = UINT32_MAX; /* not ours to write: done, like a reject */
+            slot->fate[i] = FATE_PLANNED;
+            p->stats.records++;
+            p->stats.filtered++;
+            continue;
+        }
         if (reason == LB_ACCEPT) {
             struct lb_position pos = {r->topic, r->partition, r->offset};
             reason = lb_plan_add(slot->plan, &ev, &pos, now_ms, &txn);

@@ -38,6 +38,7 @@ struct lb_pipeline_stats {
     uint64_t late_windows;
     uint64_t write_failures;   /* requests that failed and were retried */
     uint64_t replans;          /* boards planned again without events already applied */
+    uint64_t filtered;         /* left out by the filter (replay's selection) */
     uint64_t skipped_segments; /* a board's events from one partition found applied before */
 };
 
@@ -81,5 +82,10 @@ int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *durable, lb_pipe
                          void *ctx);
 
 const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *pipeline);
+
+/* Only events for which 'filter' returns non-zero are planned; the others
+ * count as done (durable) without a write. For replay's selection. */
+typedef int (*lb_pipeline_filter_fn)(void *ctx, const struct lb_event *event);
+void lb_pipeline_set_filter(struct lb_pipeline *pipeline, lb_pipeline_filter_fn filter, void *ctx);
 
 #endif

@@ -620,7 +620,7 @@ static char *put(char *p, const char *bytes, size_t len)
 static size_t build_key(char *out, size_t cap, const char *prefix, struct lb_str board,
                         const char *suffix, size_t suffix_len, const char *more, size_t more_len)
 {
-    size_t need = strlen(prefix) + board.len + suffix_len + more_len + 4;
+    size_t need = strlen(prefix) + board.len + suffix_len + more_len + 5; /* {}:: and NUL */
     if (need > cap)
         return 0;
     /* memcpy, not printf: ids are byte strings */
@@ -634,6 +634,7 @@ static size_t build_key(char *out, size_t cap, const char *prefix, struct lb_str
         *p++ = ':';
         p = put(p, more, more_len);
     }
+    *p = '\0';
     return (size_t)(p - out);
 }
 

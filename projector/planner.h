@@ -88,13 +88,15 @@ const struct lb_txn *lb_plan_txns(const struct lb_plan *plan, size_t *count);
 const char *lb_plan_bytes(const struct lb_plan *plan);
 const struct lb_plan_stats *lb_plan_stats(const struct lb_plan *plan);
 
-/* Writes the key of a window ("<prefix>{<board>}:daily:2026-05-04") into
- * 'out' and returns its length, or 0 if it does not fit in 'cap'. For
+/* Writes the key of a window ("<prefix>{<board>}:daily:2026-05-04"),
+ * NUL-terminated, into 'out' and returns its length, or 0 if it does not fit
+ * in 'cap'. For
  * custom windows 'custom_value' is the dims value. Shared with the tools. */
 size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_window_config *window,
                      int64_t window_id, struct lb_str custom_value, char *out, size_t cap);
 
-/* "<prefix>{<board>}:~applied", the board's applied-offset marker hash, and
+/* "<prefix>{<board>}:~applied" (NUL-terminated, like the field), the
+ * board's applied-offset marker hash, and
  * its field "<topic>:<partition>" holding the last offset applied from
  * there. */
 size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t cap);

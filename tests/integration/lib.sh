@@ -217,3 +217,49 @@ verify() {
 # A start time three days back, so every window is alive.
 # shellcheck disable=SC2034 # used by the tests
 START=$(date -u -d '3 days ago' +%Y-%m-%dT00:00:00Z)
+
+# Boards of every aggregation mode, by prefix: best-* (desc), asc-* (best,
+# asc, latest wins ties), lat-* (latest, no tie-break), sum-* (sum), each
+# with alltime, daily, weekly, monthly and a custom "patch" window; the
+# oracle's matching --profile options and loadgen options that spread
+# events (retractions included) over such boards.
+_windows='
+    windows:
+      alltime: {}
+      daily: {ttl: 7d}
+      weekly: {ttl: 28d}
+      monthly: {ttl: 93d}
+      custom: [{dim: patch}]'
+# shellcheck disable=SC2034 # used by the tests
+MODE_PROFILES="profiles:
+  - name: best
+    match: \"best-*\"
+    aggregation: best$_windows
+  - name: fastest
+    match: \"asc-*\"
+    aggregation: best
+    order: asc
+    tie_break: latest$_windows
+  - name: latest
+    match: \"lat-*\"
+    aggregation: latest
+    tie_break: none$_windows
+  - name: total
+    match: \"sum-*\"
+    aggregation: sum$_windows"
+# shellcheck disable=SC2034
+MODE_ORACLE=(--windows "alltime,daily:7d,weekly:28d,monthly:93d,patch"
+    --profile best-=best/desc/earliest --profile asc-=best/asc/latest
+    --profile lat-=latest/desc/none --profile sum-=sum/desc/earliest)
+# shellcheck disable=SC2034
+MODE_GEN=(--boards 24 --players 400 --board-prefix "best-,asc-,lat-,sum-" --score-max 1000
+    --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25)
+
+# wait_log FILE PATTERN TIMEOUT - until FILE has a line matching PATTERN.
+wait_log() {
+    local deadline=$((SECONDS + $3))
+    until grep -q "$2" "$1" 2>/dev/null; do
+        ((SECONDS < deadline)) || fail "no '$2' in $(basename "$1") after $3 s"
+        sleep 0.2
+    done
+}

@@ -12,43 +12,9 @@
 
 start_services
 export GROUP=lb-semantics
-windows='
-    windows:
-      alltime: {}
-      daily: {ttl: 7d}
-      weekly: {ttl: 28d}
-      monthly: {ttl: 93d}
-      custom: [{dim: patch}]'
-write_config "$T_DIR/projector.yaml" "profiles:
-  - name: best
-    match: \"best-*\"
-    aggregation: best$windows
-  - name: fastest
-    match: \"asc-*\"
-    aggregation: best
-    order: asc
-    tie_break: latest$windows
-  - name: latest
-    match: \"lat-*\"
-    aggregation: latest
-    tie_break: none$windows
-  - name: total
-    match: \"sum-*\"
-    aggregation: sum$windows"
-oracle=(--windows "alltime,daily:7d,weekly:28d,monthly:93d,patch"
-    --profile best-=best/desc/earliest --profile asc-=best/asc/latest
-    --profile lat-=latest/desc/none --profile sum-=sum/desc/earliest)
-gen=(--boards 24 --players 400 --board-prefix "best-,asc-,lat-,sum-" --score-max 1000
-    --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25)
-
-# wait_log FILE PATTERN TIMEOUT - until FILE has a line matching PATTERN.
-wait_log() {
-    local deadline=$((SECONDS + $3))
-    until grep -q "$2" "$1" 2>/dev/null; do
-        ((SECONDS < deadline)) || fail "no '$2' in $(basename "$1") after $3 s"
-        sleep 0.2
-    done
-}
+write_config "$T_DIR/projector.yaml" "$MODE_PROFILES"
+oracle=("${MODE_ORACLE[@]}")
+gen=("${MODE_GEN[@]}")
 
 # 1. a second pod joins mid-stream; the first freezes past its session
 #    timeout, its partitions move, and it wakes up as a zombie

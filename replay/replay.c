@@ -1,0 +1,1481 @@
+/* replay: rebuilds lost leaderboards from the events Kafka still retains,
+ * beside the live projector.
+ *
+ * How it stays correct while the projector keeps writing the same boards:
+ *
+ *  1. It reads every partition of the configured topics with its own
+ *     assignment (never joining or committing for the live group) and runs
+ *     the selected boards' events through the projector's own engine
+ *     (decoder, profiles, planner, apply script, cluster client) into
+ *     staging keys: the same keys under the prefix "<prefix>~replay:", so
+ *     "lb:~replay:{B}:daily:2026-05-04" shares board B's hash tag and slot.
+ *     The staging copy has its own applied-offset markers, so retries and
+ *     redeliveries inside the replay count once, as in the projector.
+ *
+ *  2. Per board, one atomic swap script then moves the staging keys over the
+ *     live ones and deletes live keys the events do not produce, provided
+ *     the live projector has not applied anything past what replay read:
+ *     for every partition, the live marker must be <= the last offset replay
+ *     read. It then sets the live markers to that offset, so the projector
+ *     skips what replay applied and applies everything after it: no event is
+ *     lost or counted twice, for best, latest and sum boards alike. If the
+ *     projector got ahead, replay reads further and tries again.
+ *
+ *  3. With --window, only some keys of a board are replaced while its other
+ *     keys (and its markers) stay live, so markers cannot move: the swap
+ *     then requires the staging copy to hold exactly the events the live
+ *     projector applied to the board: per partition, replay's last event of
+ *     the board <= the live marker <= the last offset replay read (no event
+ *     of the board lies between), and retries until that holds.
+ *
+ *  --verify builds the same staging copy and compares it with the live keys
+ *  instead of swapping (when the live projector has applied exactly what
+ *  replay read, per the markers and committed offsets), then deletes it.
+ *
+ * Exit codes: 0 done (or verified equal), 1 Kafka or Redis failure, 2 usage,
+ * 3 configuration, 4 retention gap (refused without --allow-gap), 5 verify
+ * found differences.
+ */
+#include "cluster.h"
+#include "config.h"
+#include "consumer.h"
+#include "event.h"
+#include "log.h"
+#include "pipeline.h"
+#include "planner.h"
+#include "slot.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <getopt.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    EXIT_OK = 0,
+    EXIT_FAILURE_ = 1,
+    EXIT_USAGE = 2,
+    EXIT_CONFIG = 3,
+    EXIT_GAP = 4,
+    EXIT_DIFFERENT = 5,
+};
+
+#define STAGING_INFIX    "~replay:"
+#define SWAP_ATTEMPTS    30
+#define KAFKA_TIMEOUT_MS 10000
+
+/* The swap, atomically per board (see the top of the file).
+ * KEYS: [1] live marker hash, [2] staging marker hash, then n staging keys,
+ *       then their n live names, then live keys to delete.
+ * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, then f
+ *       pairs (marker field, last offset read from there). */
+static const char swap_script[] =
+    "local n, mode, f = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])\n"
+    "for i = 0, f - 1 do\n"
+    "  local field, read = ARGV[4 + 2 * i], tonumber(ARGV[5 + 2 * i])\n"
+    "  local live = tonumber(redis.call('HGET', KEYS[1], field) or '-1')\n"
+    "  if live > read then return {'behind', field, tostring(live)} end\n"
+    "  local staged = tonumber(redis.call('HGET', KEYS[2], field) or '-1')\n"
+    "  if mode == 'exact' and live < staged then\n"
+    "    return {'differ', field, tostring(live), tostring(staged)}\n"
+    "  end\n"
+    "end\n"
+    "for i = 1, n do\n"
+    "  if redis.call('EXISTS', KEYS[2 + i]) == 1 then\n"
+    "    redis.call('RENAME', KEYS[2 + i], KEYS[2 + n + i])\n"
+    "  else\n"
+    "    redis.call('DEL', KEYS[2 + n + i])\n"
+    "  end\n"
+    "end\n"
+    "for i = 3 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end\n"
+    "if mode == 'advance' then\n"
+    "  for i = 0, f - 1 do redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i]) end\n"
+    "end\n"
+    "redis.call('DEL', KEYS[2])\n"
+    "return {'ok'}\n";
+
+/* ---- small containers ---------------------------------------------------------------- */
+
+struct strings {
+    char **items;
+    size_t count, cap;
+};
+
+static void strings_add(struct strings *s, const char *text, size_t len)
+{
+    if (s->count == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        s->items = realloc(s->items, s->cap * sizeof(*s->items));
+        if (!s->items) {
+            fprintf(stderr, "replay: out of memory\n");
+            exit(EXIT_FAILURE_);
+        }
+    }
+    s->items[s->count] = strndup(text, len);
+    if (!s->items[s->count]) {
+        fprintf(stderr, "replay: out of memory\n");
+        exit(EXIT_FAILURE_);
+    }
+    s->count++;
+}
+
+static void strings_free(struct strings *s)
+{
+    for (size_t i = 0; i < s->count; i++)
+        free(s->items[i]);
+    free(s->items);
+    memset(s, 0, sizeof(*s));
+}
+
+/* A set of board ids (open addressing). */
+struct board_set {
+    char **slots;
+    size_t cap, count;
+};
+
+static uint64_t hash_text(const char *p, size_t len)
+{
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)p[i]) * 1099511628211u;
+    return h;
+}
+
+static void board_set_add(struct board_set *set, const char *id, size_t len)
+{
+    if ((set->count + 1) * 2 > set->cap) {
+        struct board_set bigger = {.cap = set->cap ? set->cap * 2 : 64};
+        bigger.slots = calloc(bigger.cap, sizeof(char *));
+        if (!bigger.slots) {
+            fprintf(stderr, "replay: out of memory\n");
+            exit(EXIT_FAILURE_);
+        }
+        for (size_t i = 0; i < set->cap; i++)
+            if (set->slots[i])
+                board_set_add(&bigger, set->slots[i], strlen(set->slots[i]));
+        for (size_t i = 0; i < set->cap; i++)
+            free(set->slots[i]);
+        free(set->slots);
+        *set = bigger;
+    }
+    size_t pos = hash_text(id, len) & (set->cap - 1);
+    while (set->slots[pos]) {
+        if (strlen(set->slots[pos]) == len && memcmp(set->slots[pos], id, len) == 0)
+            return;
+        pos = (pos + 1) & (set->cap - 1);
+    }
+    set->slots[pos] = strndup(id, len);
+    set->count++;
+}
+
+static int board_set_contains(const struct board_set *set, const char *id, size_t len)
+{
+    if (!set->cap)
+        return 0;
+    size_t pos = hash_text(id, len) & (set->cap - 1);
+    for (; set->slots[pos]; pos = (pos + 1) & (set->cap - 1))
+        if (strlen(set->slots[pos]) == len && memcmp(set->slots[pos], id, len) == 0)
+            return 1;
+    return 0;
+}
+
+static void board_set_free(struct board_set *set)
+{
+    for (size_t i = 0; i < set->cap; i++)
+        free(set->slots[i]);
+    free(set->slots);
+}
+
+/* ---- the selection -------------------------------------------------------------------- */
+
+struct selection {
+    uint8_t slots[LB_SLOTS]; /* 1: the slot is selected */
+    int any_slots;           /* --slots or --node given */
+    struct strings boards;   /* --board patterns */
+    struct strings windows;  /* --window suffixes */
+    struct board_set seen;   /* selected boards that had events */
+    struct board_set done;   /* boards already swapped: no more staging writes */
+};
+
+static int board_selected(const struct selection *sel, const char *board, size_t len)
+{
+    uint16_t slot = lb_crc16(board, len) & (LB_SLOTS - 1);
+    if (sel->any_slots && !sel->slots[slot])
+        return 0;
+    if (!sel->boards.count)
+        return 1;
+    char id[LB_ID_MAX_BYTES + 1];
+    snprintf(id, sizeof(id), "%.*s", (int)len, board);
+    for (size_t i = 0; i < sel->boards.count; i++)
+        if (fnmatch(sel->boards.items[i], id, 0) == 0)
+            return 1;
+    return 0;
+}
+
+static int filter_event(void *ctx, const struct lb_event *ev)
+{
+    struct selection *sel = ctx;
+    if (!board_selected(sel, ev->board.ptr, ev->board.len) ||
+        board_set_contains(&sel->done, ev->board.ptr, ev->board.len))
+        return 0;
+    board_set_add(&sel->seen, ev->board.ptr, ev->board.len);
+    return 1;
+}
+
+/* "0-5460,12000" */
+static int parse_slots(const char *text, struct selection *sel)
+{
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (end == p)
+            return -1;
+        p = end;
+        if (*p == '-') {
+            hi = strtol(p + 1, &end, 10);
+            if (end == p + 1)
+                return -1;
+            p = end;
+        }
+        if (lo < 0 || hi >= LB_SLOTS || lo > hi)
+            return -1;
+        for (long s = lo; s <= hi; s++)
+            sel->slots[s] = 1;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    sel->any_slots = 1;
+    return 0;
+}
+
+/* ---- the plan ------------------------------------------------------------------------- */
+
+struct part {
+    const char *topic;
+    int32_t partition;
+    int64_t low, high; /* watermarks */
+    int64_t from, end; /* read [from, end) */
+    int64_t committed; /* the live group's, or -1 */
+    int64_t read_to;   /* next offset to read */
+    int gap;           /* events in the range were deleted by retention */
+    uint64_t consumed; /* messages read */
+    char field[300];   /* its applied-marker field */
+};
+
+struct plan {
+    struct part *parts;
+    size_t count;
+};
+
+struct options {
+    const char *config_path;
+    const char *from, *to, *node;
+    int dry_run, allow_gap, verify, verbose;
+    double max_rate;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void group_digits(int64_t v, char *out, size_t cap)
+{
+    char digits[32];
+    int n = snprintf(digits, sizeof(digits), "%lld", (long long)(v < 0 ? -v : v));
+    size_t o = 0;
+    if (v < 0 && o + 1 < cap)
+        out[o++] = '-';
+    for (int i = 0; i < n && o + 2 < cap; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+static rd_kafka_t *kafka_handle(const struct lb_config *config, const char *group, char *err,
+                                size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (lb_kafka_conf_apply(config, conf, err, errlen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    /* Never commit, never store, never skip silently. */
+    const char *props[][2] = {{"group.id", group},
+                              {"enable.auto.commit", "false"},
+                              {"enable.auto.offset.store", "false"},
+                              {"auto.offset.reset", "error"},
+                              {"enable.partition.eof", "false"}};
+    for (size_t i = 0; i < sizeof(props) / sizeof(props[0]); i++)
+        if (rd_kafka_conf_set(conf, props[i][0], props[i][1], err, errlen) != RD_KAFKA_CONF_OK) {
+            rd_kafka_conf_destroy(conf);
+            return NULL;
+        }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
+    if (!rk)
+        rd_kafka_conf_destroy(conf);
+    return rk;
+}
+
+/* Resolves "earliest", "latest", "committed", an RFC 3339 time or an offset
+ * for one partition; -1 with a message on failure. */
+static int64_t resolve(rd_kafka_t *rk, const struct part *p, const char *spec, int is_from,
+                       char *err, size_t errlen)
+{
+    int64_t ms;
+    char *end;
+    if (strcmp(spec, "earliest") == 0)
+        return p->low;
+    if (strcmp(spec, "latest") == 0)
+        return p->high;
+    if (strcmp(spec, "committed") == 0) {
+        if (p->committed < 0)
+            return is_from ? p->low : p->high;
+        return p->committed;
+    }
+    long long offset = strtoll(spec, &end, 10);
+    if (*end == '\0' && end != spec)
+        return offset < 0 ? 0 : offset > p->high ? p->high : offset;
+    if (lb_time_parse(spec, &ms) != 0) {
+        snprintf(err, errlen,
+                 "'%s' is not earliest, latest, committed, an offset or an RFC 3339 time", spec);
+        return -1;
+    }
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = ms;
+    rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(rk, list, KAFKA_TIMEOUT_MS);
+    int64_t result = list->elems[0].offset;
+    if (!e)
+        e = list->elems[0].err;
+    rd_kafka_topic_partition_list_destroy(list);
+    if (e) {
+        snprintf(err, errlen, "offsets for time %s on %s [%d]: %s", spec, p->topic, p->partition,
+                 rd_kafka_err2str(e));
+        return -1;
+    }
+    return result < 0 ? p->high : result; /* -1: no event at or after the time */
+}
+
+static int make_plan(rd_kafka_t *meta, const struct lb_config *config, const struct options *o,
+                     struct plan *plan)
+{
+    char err[512];
+    for (size_t t = 0; t < config->ntopics; t++) {
+        rd_kafka_topic_t *topic = rd_kafka_topic_new(meta, config->topics[t], NULL);
+        const struct rd_kafka_metadata *md;
+        rd_kafka_resp_err_t e = rd_kafka_metadata(meta, 0, topic, &md, KAFKA_TIMEOUT_MS);
+        rd_kafka_topic_destroy(topic);
+        if (e || md->topic_cnt != 1 || md->topics[0].err) {
+            fprintf(stderr, "replay: cannot read the partitions of topic %s: %s\n",
+                    config->topics[t],
+                    rd_kafka_err2str(e               ? e
+                                     : md->topic_cnt ? md->topics[0].err
+                                                     : e));
+            if (!e)
+                rd_kafka_metadata_destroy(md);
+            return -1;
+        }
+        int n = md->topics[0].partition_cnt;
+        plan->parts = realloc(plan->parts, (plan->count + (size_t)n) * sizeof(*plan->parts));
+        for (int i = 0; i < n; i++) {
+            struct part *p = &plan->parts[plan->count++];
+            memset(p, 0, sizeof(*p));
+            p->topic = config->topics[t];
+            p->partition = md->topics[0].partitions[i].id;
+            lb_marker_field(p->topic, p->partition, p->field, sizeof(p->field));
+        }
+        rd_kafka_metadata_destroy(md);
+    }
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new((int)plan->count ? (int)plan->count : 1);
+    for (size_t i = 0; i < plan->count; i++) {
+        struct part *p = &plan->parts[i];
+        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(
+            meta, p->topic, p->partition, &p->low, &p->high, KAFKA_TIMEOUT_MS);
+        if (e) {
+            fprintf(stderr, "replay: watermarks of %s [%d]: %s\n", p->topic, p->partition,
+                    rd_kafka_err2str(e));
+            rd_kafka_topic_partition_list_destroy(list);
+            return -1;
+        }
+        rd_kafka_topic_partition_list_add(list, p->topic, p->partition);
+    }
+    rd_kafka_resp_err_t e = rd_kafka_committed(meta, list, KAFKA_TIMEOUT_MS);
+    if (e) {
+        fprintf(stderr, "replay: committed offsets of group %s: %s\n", config->group,
+                rd_kafka_err2str(e));
+        rd_kafka_topic_partition_list_destroy(list);
+        return -1;
+    }
+    for (size_t i = 0; i < plan->count; i++) {
+        struct part *p = &plan->parts[i];
+        p->committed = list->elems[i].err ? -1 : list->elems[i].offset;
+        if (p->committed < 0)
+            p->committed = -1;
+        p->from = resolve(meta, p, o->from, 1, err, sizeof(err));
+        p->end = p->from < 0 ? -1 : resolve(meta, p, o->to, 0, err, sizeof(err));
+        if (p->from < 0 || p->end < 0) {
+            fprintf(stderr, "replay: %s\n", err);
+            rd_kafka_topic_partition_list_destroy(list);
+            return -1;
+        }
+        if (p->end < p->from)
+            p->end = p->from;
+        /* Asked for events Kafka no longer has: a retention gap. */
+        p->gap = p->low > 0 && p->from <= p->low && p->end > p->from;
+        if (p->from < p->low)
+            p->from = p->low;
+        p->read_to = p->from;
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+    return 0;
+}
+
+static int print_plan(const struct plan *plan, const struct options *o, const char *group)
+{
+    int64_t total = 0;
+    int gaps = 0;
+    char a[32], b[32], n[32];
+    printf("replay plan: --from %s --to %s (live group '%s')\n", o->from, o->to, group);
+    for (size_t i = 0; i < plan->count; i++) {
+        const struct part *p = &plan->parts[i];
+        group_digits(p->from, a, sizeof(a));
+        group_digits(p->end, b, sizeof(b));
+        group_digits(p->end - p->from, n, sizeof(n));
+        printf("  %s [%d]: offsets %s..%s, %s events to read\n", p->topic, p->partition, a, b, n);
+        total += p->end - p->from;
+        if (p->gap) {
+            group_digits(p->low, a, sizeof(a));
+            printf("  %s [%d]: events before offset %s were deleted by retention; boards in the "
+                   "selection may be incomplete\n",
+                   p->topic, p->partition, a);
+            gaps++;
+        }
+    }
+    group_digits(total, n, sizeof(n));
+    printf("  total: %s events from %zu partition(s)%s\n", n, plan->count,
+           gaps ? ", with a retention gap" : "");
+    fflush(stdout);
+    return gaps;
+}
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+struct replay {
+    struct options o;
+    struct lb_config *config, staged;
+    char staging_prefix[128];
+    struct lb_decoder *decoder;
+    struct lb_cluster *cluster;
+    struct lb_pipeline *pipeline;
+    rd_kafka_t *meta, *reader;
+    struct plan plan;
+    struct selection sel;
+    uint64_t read, applied_batches;
+    double started, last_progress;
+    int tty;
+};
+
+static struct part *part_of(struct replay *r, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < r->plan.count; i++)
+        if (r->plan.parts[i].partition == partition && strcmp(r->plan.parts[i].topic, topic) == 0)
+            return &r->plan.parts[i];
+    return NULL;
+}
+
+static int64_t remaining(const struct replay *r)
+{
+    int64_t left = 0;
+    for (size_t i = 0; i < r->plan.count; i++)
+        left += r->plan.parts[i].end - r->plan.parts[i].read_to;
+    return left;
+}
+
+static void progress(struct replay *r, int final)
+{
+    double t = mono_s();
+    if (!final && t - r->last_progress < (r->tty ? 0.25 : 5.0))
+        return;
+    r->last_progress = t;
+    double rate = r->read / (t - r->started > 0.001 ? t - r->started : 0.001);
+    int64_t left = remaining(r);
+    char line[256];
+    if (r->tty) {
+        int64_t all = (int64_t)r->read + left;
+        int width = 30, done = all ? (int)((double)r->read / (double)all * width) : width;
+        char bar[64];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < done ? '#' : '.';
+        bar[width] = '\0';
+        snprintf(line, sizeof(line), "\r[%s] %llu events read, %.0f/s, ETA %.0f s   ", bar,
+                 (unsigned long long)r->read, rate, rate > 0 ? (double)left / rate : 0.0);
+        fputs(line, stderr);
+        if (final)
+            fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "replay: %llu events read, %lld left, %.0f events/s, ETA %.0f s\n",
+                (unsigned long long)r->read, (long long)left, rate,
+                rate > 0 ? (double)left / rate : 0.0);
+    }
+    for (size_t i = 0; i < r->plan.count && r->o.verbose; i++) {
+        const struct part *p = &r->plan.parts[i];
+        fprintf(stderr, "  %s [%d]: at %lld of %lld\n", p->topic, p->partition,
+                (long long)p->read_to, (long long)p->end);
+    }
+}
+
+/* Always "ready": replay retries a failing batch until it is written; an
+ * interrupt gives up. */
+static int wait_between_retries(void *ctx, int64_t backoff_ms)
+{
+    (void)ctx;
+    if (interrupted)
+        return -1;
+    usleep((useconds_t)backoff_ms * 1000);
+    return interrupted ? -1 : 0;
+}
+
+static int apply_batch(struct replay *r, rd_kafka_message_t **msgs, size_t n)
+{
+    if (n == 0)
+        return 0;
+    struct lb_record *records = calloc(n, sizeof(*records));
+    uint8_t *durable = calloc(n, 1);
+    int rc = -1;
+    if (records && durable) {
+        for (size_t i = 0; i < n; i++)
+            records[i] = (struct lb_record){msgs[i]->payload, msgs[i]->len,
+                                            rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition,
+                                            msgs[i]->offset};
+        rc =
+            lb_pipeline_run(r->pipeline, records, n, now_ms(), durable, wait_between_retries, NULL);
+        if (rc != 0)
+            fprintf(stderr, "replay: writing to Redis failed%s\n",
+                    interrupted ? " (interrupted)" : "");
+    }
+    free(records);
+    free(durable);
+    r->applied_batches++;
+    return rc == 0 ? 0 : -1;
+}
+
+/* Reads every partition from read_to up to end, applying as it goes. */
+static int read_until_end(struct replay *r)
+{
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new((int)r->plan.count ? (int)r->plan.count : 1);
+    for (size_t i = 0; i < r->plan.count; i++) {
+        struct part *p = &r->plan.parts[i];
+        if (p->read_to < p->end)
+            rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = p->read_to;
+    }
+    if (list->cnt == 0) {
+        rd_kafka_topic_partition_list_destroy(list);
+        return 0;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_assign(r->reader, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    if (e) {
+        fprintf(stderr, "replay: assign: %s\n", rd_kafka_err2str(e));
+        return -1;
+    }
+    size_t cap = (size_t)r->config->batch_max_events, n = 0;
+    rd_kafka_message_t **msgs = calloc(cap, sizeof(*msgs));
+    int status = 0;
+    double batch_started = mono_s(), budget_start = mono_s();
+    uint64_t budget_read = 0;
+    while (status == 0 && remaining(r) > 0 && !interrupted) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, 100);
+        if (m && m->err) {
+            if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+                rd_kafka_message_destroy(m);
+                continue;
+            }
+            fprintf(stderr, "replay: reading %s [%d]: %s\n",
+                    m->rkt ? rd_kafka_topic_name(m->rkt) : "?", m->partition,
+                    rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            status = -1;
+            break;
+        }
+        if (m) {
+            struct part *p = part_of(r, rd_kafka_topic_name(m->rkt), m->partition);
+            if (!p || m->offset >= p->end || m->offset < p->read_to) {
+                rd_kafka_message_destroy(m); /* past the end (or before): not ours */
+            } else {
+                p->read_to = m->offset + 1;
+                p->consumed++;
+                r->read++;
+                budget_read++;
+                msgs[n++] = m;
+            }
+        }
+        if (n == cap || (n && (!m || mono_s() - batch_started > 0.05 || remaining(r) == 0))) {
+            status = apply_batch(r, msgs, n);
+            for (size_t i = 0; i < n; i++)
+                rd_kafka_message_destroy(msgs[i]);
+            n = 0;
+            batch_started = mono_s();
+            progress(r, 0);
+        }
+        if (r->o.max_rate > 0) {
+            double ahead = (double)budget_read / r->o.max_rate - (mono_s() - budget_start);
+            if (ahead > 0.001)
+                usleep((useconds_t)(ahead * 1e6));
+        }
+    }
+    if (status == 0 && n)
+        status = apply_batch(r, msgs, n);
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_message_destroy(msgs[i]);
+    free(msgs);
+    rd_kafka_assign(r->reader, NULL);
+    if (interrupted && status == 0)
+        status = -1;
+    return status;
+}
+
+/* Moves every partition's end to its current high watermark. */
+static int extend_to_latest(struct replay *r)
+{
+    for (size_t i = 0; i < r->plan.count; i++) {
+        struct part *p = &r->plan.parts[i];
+        int64_t low, high;
+        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(r->meta, p->topic, p->partition,
+                                                                 &low, &high, KAFKA_TIMEOUT_MS);
+        if (e) {
+            fprintf(stderr, "replay: watermarks of %s [%d]: %s\n", p->topic, p->partition,
+                    rd_kafka_err2str(e));
+            return -1;
+        }
+        if (high > p->end)
+            p->end = high;
+    }
+    return 0;
+}
+
+/* ---- keys --------------------------------------------------------------------------- */
+
+struct scan_ctx {
+    struct replay *r;
+    struct strings *live, *staged;
+};
+
+/* Whether 'key' ("<prefix>{B}:...") belongs to a selected board that had
+ * events; 'prefix' is the live or the staging prefix. */
+static int key_in_selection(struct replay *r, const char *key, size_t len, const char *prefix)
+{
+    size_t plen = strlen(prefix);
+    if (len <= plen + 2 || memcmp(key, prefix, plen) != 0 || key[plen] != '{')
+        return 0;
+    const char *open = key + plen + 1, *close = memchr(open, '}', len - plen - 1);
+    if (!close)
+        return 0;
+    return board_selected(&r->sel, open, (size_t)(close - open));
+}
+
+static void collect_key(void *ctx, const redisReply *reply)
+{
+    struct scan_ctx *s = ctx;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2)
+        return;
+    const redisReply *keys = reply->element[1];
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *k = keys->element[i]->str;
+        size_t len = keys->element[i]->len;
+        if (key_in_selection(s->r, k, len, s->r->staging_prefix))
+            strings_add(s->staged, k, len);
+        else if (key_in_selection(s->r, k, len, s->r->config->key_prefix))
+            strings_add(s->live, k, len);
+    }
+}
+
+/* Every key under the prefix on every master, split into live and staging
+ * keys of the selection. */
+static int scan_keys(struct replay *r, struct strings *live, struct strings *staged)
+{
+    char pattern[160];
+    snprintf(pattern, sizeof(pattern), "%s*", r->config->key_prefix);
+    struct scan_ctx ctx = {r, live, staged};
+    /* one SCAN cursor loop per master, reached through a slot it owns */
+    for (uint16_t slot = 0;;) {
+        /* One representative slot per master: walk the slot map. */
+        const char *owner = lb_cluster_slot_owner(r->cluster, slot);
+        uint16_t next = slot;
+        while (next < LB_SLOTS - 1 && lb_cluster_slot_owner(r->cluster, next + 1) && owner &&
+               strcmp(lb_cluster_slot_owner(r->cluster, next + 1), owner) == 0)
+            next++;
+        if (owner) {
+            int seen_before = 0;
+            for (uint16_t s = 0; s < slot && !seen_before; s++) {
+                const char *o = lb_cluster_slot_owner(r->cluster, s);
+                seen_before = o && strcmp(o, owner) == 0;
+            }
+            if (!seen_before) {
+                char cursor[32] = "0";
+                do {
+                    const char *a[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+                    size_t al[6];
+                    for (int i = 0; i < 6; i++)
+                        al[i] = strlen(a[i]);
+                    redisReply *reply = lb_cluster_command(r->cluster, slot, 6, a, al);
+                    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+                        fprintf(stderr, "replay: SCAN on %s failed: %s\n", owner,
+                                reply ? "unexpected reply" : lb_cluster_error(r->cluster));
+                        if (reply)
+                            freeReplyObject(reply);
+                        return -1;
+                    }
+                    snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
+                    collect_key(&ctx, reply);
+                    freeReplyObject(reply);
+                } while (strcmp(cursor, "0") != 0);
+            }
+        }
+        if (next >= LB_SLOTS - 1)
+            break;
+        slot = next + 1;
+    }
+    return 0;
+}
+
+static const char *board_of_key(const char *key, const char *prefix, size_t *len)
+{
+    const char *open = key + strlen(prefix) + 1, *close = strchr(open, '}');
+    *len = close ? (size_t)(close - open) : 0;
+    return open;
+}
+
+static int window_selected(const struct replay *r, const char *suffix)
+{
+    if (!r->sel.windows.count)
+        return 1;
+    for (size_t i = 0; i < r->sel.windows.count; i++) {
+        size_t n = strlen(r->sel.windows.items[i]);
+        /* the window's key and its ~ts hash */
+        if (strncmp(suffix, r->sel.windows.items[i], n) == 0 &&
+            (suffix[n] == '\0' || strcmp(suffix + n, ":~ts") == 0))
+            return 1;
+    }
+    return 0;
+}
+
+static void delete_keys(struct replay *r, const struct strings *keys)
+{
+    for (size_t i = 0; i < keys->count; i++) {
+        const char *argv[] = {"DEL", keys->items[i]};
+        size_t argvlen[] = {3, strlen(keys->items[i])};
+        redisReply *reply = lb_cluster_command(r->cluster, lb_key_slot(keys->items[i], argvlen[1]),
+                                               2, argv, argvlen);
+        if (reply)
+            freeReplyObject(reply);
+    }
+}
+
+/* ---- swap and verify --------------------------------------------------------------- */
+
+/* The keys of one board: staging keys with their live names, and live keys
+ * that nothing staged replaces. Marker keys are left out of both lists. */
+struct board_keys {
+    struct strings staged, targets, extra;
+};
+
+static void board_keys_of(struct replay *r, const char *board, size_t blen,
+                          const struct strings *live, const struct strings *staged,
+                          struct board_keys *bk)
+{
+    size_t sp = strlen(r->staging_prefix), lp = strlen(r->config->key_prefix);
+    memset(bk, 0, sizeof(*bk));
+    for (size_t i = 0; i < staged->count; i++) {
+        size_t len;
+        const char *b = board_of_key(staged->items[i], r->staging_prefix, &len);
+        const char *suffix = b + len + 2;
+        if (len != blen || memcmp(b, board, blen) != 0 || strcmp(suffix, "~applied") == 0 ||
+            !window_selected(r, suffix))
+            continue;
+        char target[1024];
+        snprintf(target, sizeof(target), "%s%s", r->config->key_prefix, staged->items[i] + sp);
+        strings_add(&bk->staged, staged->items[i], strlen(staged->items[i]));
+        strings_add(&bk->targets, target, strlen(target));
+    }
+    for (size_t i = 0; i < live->count; i++) {
+        size_t len;
+        const char *b = board_of_key(live->items[i], r->config->key_prefix, &len);
+        const char *suffix = b + len + 2;
+        if (len != blen || memcmp(b, board, blen) != 0 || strcmp(suffix, "~applied") == 0 ||
+            !window_selected(r, suffix))
+            continue;
+        int replaced = 0;
+        for (size_t j = 0; j < bk->targets.count && !replaced; j++)
+            replaced = strcmp(bk->targets.items[j], live->items[i]) == 0;
+        if (!replaced)
+            strings_add(&bk->extra, live->items[i], strlen(live->items[i]));
+    }
+    (void)lp;
+}
+
+static void board_keys_free(struct board_keys *bk)
+{
+    strings_free(&bk->staged);
+    strings_free(&bk->targets);
+    strings_free(&bk->extra);
+}
+
+/* One swap attempt: 0 done, 1 the live projector is ahead (read more), -1
+ * failure. */
+static int swap_board(struct replay *r, const char *board, const struct board_keys *bk)
+{
+    size_t blen = strlen(board);
+    char live_marker[600], staged_marker[600];
+    lb_marker_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, live_marker,
+                  sizeof(live_marker));
+    lb_marker_key(r->staging_prefix, (struct lb_str){board, (uint32_t)blen}, staged_marker,
+                  sizeof(staged_marker));
+    size_t n = bk->staged.count, nkeys = 2 + 2 * n + bk->extra.count;
+    size_t argc = 3 + nkeys + 3 + 2 * r->plan.count;
+    const char **argv = calloc(argc, sizeof(char *));
+    size_t *argvlen = calloc(argc, sizeof(size_t));
+    char(*numbers)[24] = calloc(r->plan.count + 3, sizeof(*numbers));
+    if (!argv || !argvlen || !numbers) {
+        free(argv);
+        free(argvlen);
+        free(numbers);
+        return -1;
+    }
+    size_t a = 0;
+    snprintf(numbers[0], sizeof(numbers[0]), "%zu", nkeys);
+    snprintf(numbers[1], sizeof(numbers[1]), "%zu", n);
+    snprintf(numbers[2], sizeof(numbers[2]), "%zu", r->plan.count);
+    argv[a++] = "EVAL";
+    argv[a++] = swap_script;
+    argv[a++] = numbers[0];
+    argv[a++] = live_marker;
+    argv[a++] = staged_marker;
+    for (size_t i = 0; i < n; i++)
+        argv[a++] = bk->staged.items[i];
+    for (size_t i = 0; i < n; i++)
+        argv[a++] = bk->targets.items[i];
+    for (size_t i = 0; i < bk->extra.count; i++)
+        argv[a++] = bk->extra.items[i];
+    argv[a++] = numbers[1];
+    argv[a++] = r->sel.windows.count ? "exact" : "advance";
+    argv[a++] = numbers[2];
+    for (size_t i = 0; i < r->plan.count; i++) {
+        snprintf(numbers[3 + i], sizeof(numbers[0]), "%lld",
+                 (long long)(r->plan.parts[i].read_to - 1));
+        argv[a++] = r->plan.parts[i].field;
+        argv[a++] = numbers[3 + i];
+    }
+    for (size_t i = 0; i < a; i++)
+        argvlen[i] = strlen(argv[i]);
+    redisReply *reply = lb_cluster_command(r->cluster, lb_crc16(board, blen) & (LB_SLOTS - 1),
+                                           (int)a, argv, argvlen);
+    int rc = -1;
+    if (!reply) {
+        fprintf(stderr, "replay: swapping board '%s' failed: %s\n", board,
+                lb_cluster_error(r->cluster));
+    } else if (reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+               reply->element[0]->type == REDIS_REPLY_STRING) {
+        rc = strcmp(reply->element[0]->str, "ok") == 0 ? 0 : 1;
+    } else {
+        fprintf(stderr, "replay: swapping board '%s' failed: %s\n", board,
+                reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+    }
+    if (reply)
+        freeReplyObject(reply);
+    free(argv);
+    free(argvlen);
+    free(numbers);
+    return rc;
+}
+
+struct verify_report {
+    size_t keys_checked, keys_differing, missing, extra, different, boards_unverified;
+    size_t shown;
+};
+
+static void example(struct verify_report *v, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void example(struct verify_report *v, const char *fmt, ...)
+{
+    if (v->shown++ >= 10)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("  ", stdout);
+    vprintf(fmt, ap);
+    fputs("\n", stdout);
+    va_end(ap);
+}
+
+static redisReply *zrange(struct replay *r, const char *key)
+{
+    const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
+    size_t argvlen[] = {6, strlen(key), 1, 2, 10};
+    return lb_cluster_command(r->cluster, lb_key_slot(key, argvlen[1]), 5, argv, argvlen);
+}
+
+struct pair {
+    const char *member, *score;
+};
+
+static int pair_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct pair *)a)->member, ((const struct pair *)b)->member);
+}
+
+static struct pair *pairs_of(const redisReply *reply, size_t *n)
+{
+    *n = reply->elements / 2;
+    struct pair *p = calloc(*n + 1, sizeof(*p));
+    for (size_t i = 0; p && i < *n; i++)
+        p[i] = (struct pair){reply->element[2 * i]->str, reply->element[2 * i + 1]->str};
+    if (p)
+        qsort(p, *n, sizeof(*p), pair_cmp);
+    return p;
+}
+
+/* Compares the staging copy of one key with the live one. */
+static int compare_key(struct replay *r, const char *staged, const char *live,
+                       struct verify_report *v)
+{
+    redisReply *s = zrange(r, staged), *l = zrange(r, live);
+    int rc = 0;
+    if (!s || !l || s->type != REDIS_REPLY_ARRAY || l->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "replay: reading %s failed\n", live);
+        rc = -1;
+        goto done;
+    }
+    v->keys_checked++;
+    size_t ns, nl, before = v->missing + v->extra + v->different;
+    struct pair *sp = pairs_of(s, &ns), *lp = pairs_of(l, &nl);
+    for (size_t i = 0, j = 0; sp && lp && (i < ns || j < nl);) {
+        int c = i == ns ? 1 : j == nl ? -1 : strcmp(sp[i].member, lp[j].member);
+        if (c < 0) {
+            v->missing++;
+            example(v, "%s: member %s missing (the events make it %s)", live, sp[i].member,
+                    sp[i].score);
+            i++;
+        } else if (c > 0) {
+            v->extra++;
+            example(v, "%s: member %s should not be there", live, lp[j].member);
+            j++;
+        } else {
+            if (strcmp(sp[i].score, lp[j].score) != 0) {
+                v->different++;
+                example(v, "%s: member %s has %s, the events make it %s", live, lp[j].member,
+                        lp[j].score, sp[i].score);
+            }
+            i++;
+            j++;
+        }
+    }
+    if (!sp || !lp)
+        rc = -1;
+    if (v->missing + v->extra + v->different != before)
+        v->keys_differing++;
+    free(sp);
+    free(lp);
+done:
+    if (s)
+        freeReplyObject(s);
+    if (l)
+        freeReplyObject(l);
+    return rc;
+}
+
+/* Reads the live group's committed offsets into 'committed' (per part). */
+static int live_committed(struct replay *r, int64_t *committed)
+{
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new((int)r->plan.count ? (int)r->plan.count : 1);
+    for (size_t i = 0; i < r->plan.count; i++)
+        rd_kafka_topic_partition_list_add(list, r->plan.parts[i].topic, r->plan.parts[i].partition);
+    rd_kafka_resp_err_t e = rd_kafka_committed(r->meta, list, KAFKA_TIMEOUT_MS);
+    for (size_t i = 0; !e && i < r->plan.count; i++)
+        committed[i] = list->elems[i].err ? -1 : list->elems[i].offset;
+    rd_kafka_topic_partition_list_destroy(list);
+    if (e)
+        fprintf(stderr, "replay: committed offsets: %s\n", rd_kafka_err2str(e));
+    return e ? -1 : 0;
+}
+
+/* Whether the live projector applied anything of 'board' past what replay
+ * read: 1 ahead, 0 not, -1 failure. */
+static int live_ahead(struct replay *r, const char *board)
+{
+    char key[600];
+    size_t blen = strlen(board);
+    lb_marker_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, key, sizeof(key));
+    const char *argv[] = {"HGETALL", key};
+    size_t argvlen[] = {7, strlen(key)};
+    redisReply *reply =
+        lb_cluster_command(r->cluster, lb_key_slot(key, argvlen[1]), 2, argv, argvlen);
+    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+        if (reply)
+            freeReplyObject(reply);
+        return -1;
+    }
+    int ahead = 0;
+    for (size_t i = 0; i + 1 < reply->elements; i += 2)
+        for (size_t p = 0; p < r->plan.count; p++)
+            if (strcmp(reply->element[i]->str, r->plan.parts[p].field) == 0 &&
+                strtoll(reply->element[i + 1]->str, NULL, 10) > r->plan.parts[p].read_to - 1)
+                ahead = 1;
+    freeReplyObject(reply);
+    return ahead;
+}
+
+/* A copy of the set's ids: the set may grow while the list is in use. */
+static struct strings boards_of(const struct board_set *set)
+{
+    struct strings list = {0};
+    for (size_t i = 0; i < set->cap; i++)
+        if (set->slots[i])
+            strings_add(&list, set->slots[i], strlen(set->slots[i]));
+    return list;
+}
+
+/* Replaces the live keys of every selected board with the staging copy.
+ * Boards first seen while catching up are swapped in a later round. */
+static int swap_all(struct replay *r, size_t *swapped)
+{
+    int status = 0;
+    *swapped = 0;
+    for (int attempt = 0; status == 0 && r->sel.done.count < r->sel.seen.count; attempt++) {
+        if (attempt == SWAP_ATTEMPTS) {
+            fprintf(stderr,
+                    "replay: %zu board(s) not swapped after %d attempts: the live projector "
+                    "kept moving past replay (with --window the markers must match exactly); "
+                    "run replay again when the input is quieter\n",
+                    r->sel.seen.count - r->sel.done.count, attempt);
+            status = -1;
+            break;
+        }
+        if (attempt > 0) {
+            /* the live projector got ahead: read what it has seen, and more */
+            usleep(200000);
+            if (extend_to_latest(r) != 0 || read_until_end(r) != 0) {
+                status = -1;
+                break;
+            }
+        }
+        struct strings live = {0}, staged = {0}, boards = boards_of(&r->sel.seen);
+        if (scan_keys(r, &live, &staged) != 0)
+            status = -1;
+        for (size_t b = 0; b < boards.count && status == 0; b++) {
+            const char *board = boards.items[b];
+            if (board_set_contains(&r->sel.done, board, strlen(board)))
+                continue;
+            struct board_keys bk;
+            board_keys_of(r, board, strlen(board), &live, &staged, &bk);
+            int rc = swap_board(r, board, &bk);
+            LB_INFO("replay", "board '%s': %s (%zu staging key(s), %zu live key(s) to delete)",
+                    board,
+                    rc == 0  ? "swapped"
+                    : rc > 0 ? "live projector ahead"
+                             : "failed",
+                    bk.staged.count, bk.extra.count);
+            board_keys_free(&bk);
+            if (rc < 0) {
+                status = -1;
+            } else if (rc == 0) {
+                board_set_add(&r->sel.done, board, strlen(board));
+                (*swapped)++;
+            }
+        }
+        strings_free(&boards);
+        strings_free(&live);
+        strings_free(&staged);
+    }
+    return status;
+}
+
+/* Compares the staging copy with the live keys, then deletes it. */
+static int verify_all(struct replay *r, struct verify_report *v)
+{
+    int64_t *committed = calloc(r->plan.count + 1, sizeof(int64_t));
+    int status = committed ? 0 : -1;
+    for (int attempt = 0; status == 0; attempt++) {
+        if (attempt == SWAP_ATTEMPTS) {
+            fprintf(stderr, "replay: cannot verify: the live projector has not applied what "
+                            "replay read, or keeps moving past it; run --verify again when the "
+                            "input is quiet\n");
+            status = -1;
+            break;
+        }
+        if (attempt > 0)
+            usleep(500000);
+        /* the live projector must have applied (committed) what replay read */
+        if (live_committed(r, committed) != 0) {
+            status = -1;
+            break;
+        }
+        int behind = 0, ahead = 0;
+        for (size_t i = 0; i < r->plan.count; i++)
+            behind |= committed[i] < r->plan.parts[i].read_to;
+        if (behind)
+            continue;
+        struct strings boards = boards_of(&r->sel.seen);
+        for (size_t b = 0; b < boards.count && !ahead; b++) {
+            int rc = live_ahead(r, boards.items[b]);
+            if (rc < 0)
+                status = -1;
+            ahead |= rc > 0;
+        }
+        if (status != 0 || ahead)
+            strings_free(&boards);
+        if (status != 0)
+            break;
+        if (ahead) {
+            if (extend_to_latest(r) != 0 || read_until_end(r) != 0)
+                status = -1;
+            continue;
+        }
+        struct strings live = {0}, staged = {0};
+        if (scan_keys(r, &live, &staged) != 0) {
+            strings_free(&boards);
+            status = -1;
+            break;
+        }
+        memset(v, 0, sizeof(*v));
+        for (size_t b = 0; b < boards.count && status == 0; b++) {
+            struct board_keys bk;
+            board_keys_of(r, boards.items[b], strlen(boards.items[b]), &live, &staged, &bk);
+            for (size_t k = 0; k < bk.staged.count && status == 0; k++) {
+                const char *t = bk.targets.items[k];
+                size_t tl = strlen(t);
+                if (tl > 4 && strcmp(t + tl - 4, ":~ts") == 0)
+                    continue; /* bookkeeping of latest boards, not a leaderboard */
+                status = compare_key(r, bk.staged.items[k], t, v);
+            }
+            for (size_t k = 0; k < bk.extra.count; k++) {
+                const char *t = bk.extra.items[k];
+                size_t tl = strlen(t);
+                if (tl > 4 && strcmp(t + tl - 4, ":~ts") == 0)
+                    continue;
+                v->keys_checked++;
+                v->keys_differing++;
+                v->extra++;
+                example(v, "%s: key should not exist", t);
+            }
+            board_keys_free(&bk);
+        }
+        /* still valid only if the projector did not move meanwhile */
+        int moved = 0;
+        for (size_t b = 0; b < boards.count && status == 0 && !moved; b++)
+            moved = live_ahead(r, boards.items[b]) != 0;
+        strings_free(&boards);
+        delete_keys(r, &staged);
+        strings_free(&live);
+        strings_free(&staged);
+        if (!moved || status != 0)
+            break;
+        if (extend_to_latest(r) != 0 || read_until_end(r) != 0)
+            status = -1;
+    }
+    free(committed);
+    return status;
+}
+
+/* Deletes staging keys a previous, interrupted replay left behind. */
+static int clear_staging(struct replay *r)
+{
+    struct strings live = {0}, staged = {0};
+    int rc = scan_keys(r, &live, &staged);
+    if (rc == 0 && staged.count)
+        fprintf(stderr, "replay: deleting %zu staging key(s) left by an earlier run\n",
+                staged.count);
+    if (rc == 0)
+        delete_keys(r, &staged);
+    strings_free(&live);
+    strings_free(&staged);
+    return rc;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: replay --config FILE (--slots LIST | --node HOST:PORT | --board ID...)\n"
+            "              [--window SUFFIX...] [--from SPEC] [--to SPEC]\n"
+            "              [--dry-run] [--allow-gap] [--verify] [--max-rate N] [--verbose]\n"
+            "\n"
+            "Rebuilds the selected leaderboards from the events Kafka retains, through the\n"
+            "projector's own engine, beside the running projector (see ops/runbooks).\n"
+            "\n"
+            "What to rebuild (at least one; together they narrow):\n"
+            "  --slots LIST         hash slots, e.g. 0-5460,12000\n"
+            "  --node HOST:PORT     the slots that master owns now\n"
+            "  --board ID           a board id or a pattern (ach:*); repeatable\n"
+            "  --window SUFFIX      only these windows of the boards, e.g. alltime,\n"
+            "                       weekly:2026-W18; repeatable\n"
+            "What to read (every partition of the configured topics):\n"
+            "  --from SPEC          earliest (default), an offset, or an RFC 3339 time\n"
+            "  --to SPEC            committed (the live group's offsets; default),\n"
+            "                       latest, an offset or an RFC 3339 time\n"
+            "How:\n"
+            "  --dry-run            print the plan and stop\n"
+            "  --allow-gap          run although retention deleted events in the range\n"
+            "  --verify             compare the selection with Redis instead of writing it\n"
+            "  --max-rate N         read at most N events per second\n"
+            "  --verbose            per-partition progress\n"
+            "\n"
+            "Exit: 0 done, 1 Kafka/Redis failure, 2 usage, 3 configuration,\n"
+            "      4 retention gap (refused without --allow-gap), 5 --verify found differences\n"
+            "\n"
+            "Examples:\n"
+            "  replay --config /etc/projector.yaml --node 10.0.0.7:6379 --dry-run\n"
+            "  replay --config /etc/projector.yaml --node 10.0.0.7:6379\n"
+            "  replay --config /etc/projector.yaml --node 10.0.0.7:6379 --verify\n"
+            "  replay --config /etc/projector.yaml --board 'ach:*' --from 2026-05-01T00:00:00Z\n");
+}
+
+static int node_slots(struct replay *r, const char *node)
+{
+    int found = 0;
+    for (int s = 0; s < LB_SLOTS; s++) {
+        const char *owner = lb_cluster_slot_owner(r->cluster, (uint16_t)s);
+        if (owner && strcmp(owner, node) == 0) {
+            r->sel.slots[s] = 1;
+            found = 1;
+        }
+    }
+    r->sel.any_slots = 1;
+    return found ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_ALLOW_GAP = 256, O_MAX_RATE, O_VERBOSE };
+    static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
+                                             {"slots", required_argument, NULL, 's'},
+                                             {"node", required_argument, NULL, 'n'},
+                                             {"board", required_argument, NULL, 'b'},
+                                             {"window", required_argument, NULL, 'w'},
+                                             {"from", required_argument, NULL, 'f'},
+                                             {"to", required_argument, NULL, 't'},
+                                             {"dry-run", no_argument, NULL, 'd'},
+                                             {"allow-gap", no_argument, NULL, O_ALLOW_GAP},
+                                             {"verify", no_argument, NULL, 'v'},
+                                             {"max-rate", required_argument, NULL, O_MAX_RATE},
+                                             {"verbose", no_argument, NULL, O_VERBOSE},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    static struct replay r;
+    char err[1024], *end;
+    int opt, status = EXIT_OK;
+
+    r.o.from = "earliest";
+    r.o.to = "committed";
+    while ((opt = getopt_long(argc, argv, "c:s:n:b:w:f:t:dvh", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            r.o.config_path = optarg;
+            break;
+        case 's':
+            if (parse_slots(optarg, &r.sel) != 0) {
+                fprintf(stderr,
+                        "replay: --slots wants slots 0..16383 like 0-5460,12000, not "
+                        "'%s'\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'n':
+            r.o.node = optarg;
+            break;
+        case 'b':
+            strings_add(&r.sel.boards, optarg, strlen(optarg));
+            break;
+        case 'w':
+            strings_add(&r.sel.windows, optarg, strlen(optarg));
+            break;
+        case 'f':
+            r.o.from = optarg;
+            break;
+        case 't':
+            r.o.to = optarg;
+            break;
+        case 'd':
+            r.o.dry_run = 1;
+            break;
+        case O_ALLOW_GAP:
+            r.o.allow_gap = 1;
+            break;
+        case 'v':
+            r.o.verify = 1;
+            break;
+        case O_MAX_RATE:
+            r.o.max_rate = strtod(optarg, &end);
+            if (*end || r.o.max_rate <= 0) {
+                fprintf(stderr, "replay: --max-rate wants events per second, not '%s'\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_VERBOSE:
+            r.o.verbose = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_OK;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (!r.o.config_path || optind != argc ||
+        (!r.sel.any_slots && !r.o.node && !r.sel.boards.count)) {
+        if (r.o.config_path && optind == argc)
+            fprintf(stderr, "replay: say what to rebuild: --slots, --node or --board\n");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    lb_log_threshold = r.o.verbose ? LB_LOG_INFO : LB_LOG_ERROR;
+    if (lb_config_load(r.o.config_path, &r.config, err, sizeof(err)) != 0 ||
+        !(r.decoder = lb_config_decoder(r.config, err, sizeof(err)))) {
+        fprintf(stderr, "%s\n", err);
+        lb_config_free(r.config);
+        return EXIT_CONFIG;
+    }
+    snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%s", r.config->key_prefix,
+             STAGING_INFIX);
+    r.staged = *r.config;
+    r.staged.key_prefix = r.staging_prefix;
+    r.tty = isatty(STDERR_FILENO);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+
+    struct lb_cluster_options copts;
+    lb_cluster_options_from_config(r.config, &copts);
+    char group[256];
+    snprintf(group, sizeof(group), "lb-replay-%ld", (long)getpid());
+    if (!(r.cluster = lb_cluster_new(&copts)) || lb_cluster_refresh(r.cluster) != 0) {
+        fprintf(stderr, "replay: Redis: %s\n",
+                r.cluster ? lb_cluster_error(r.cluster) : "out of memory");
+        status = EXIT_FAILURE_;
+        goto out;
+    }
+    if (r.o.node && node_slots(&r, r.o.node) != 0) {
+        fprintf(stderr,
+                "replay: %s owns no slots now (masters are named host:port as in "
+                "CLUSTER SHARDS)\n",
+                r.o.node);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (!(r.meta = kafka_handle(r.config, r.config->group, err, sizeof(err))) ||
+        !(r.reader = kafka_handle(r.config, group, err, sizeof(err)))) {
+        fprintf(stderr, "replay: Kafka: %s\n", err);
+        status = EXIT_CONFIG;
+        goto out;
+    }
+    if (make_plan(r.meta, r.config, &r.o, &r.plan) != 0) {
+        status = EXIT_FAILURE_;
+        goto out;
+    }
+    int gaps = print_plan(&r.plan, &r.o, r.config->group);
+    if (gaps && !r.o.allow_gap) {
+        fprintf(stderr,
+                "replay: refusing to run with a retention gap in %d partition(s); the "
+                "rebuilt boards would lack the deleted events. Run with --allow-gap to "
+                "rebuild from what is left.\n",
+                gaps);
+        status = EXIT_GAP;
+        goto out;
+    }
+    if (r.o.dry_run)
+        goto out;
+
+    if (!(r.pipeline = lb_pipeline_new(&r.staged, r.decoder, r.cluster))) {
+        status = EXIT_FAILURE_;
+        goto out;
+    }
+    lb_pipeline_set_filter(r.pipeline, filter_event, &r.sel);
+    if (clear_staging(&r) != 0) {
+        status = EXIT_FAILURE_;
+        goto out;
+    }
+    r.started = mono_s();
+    if (read_until_end(&r) != 0) {
+        status = EXIT_FAILURE_;
+        goto out;
+    }
+    progress(&r, 1);
+    const struct lb_pipeline_stats *ps = lb_pipeline_stats(r.pipeline);
+    uint64_t rejected = 0;
+    for (int i = 0; i < LB_REJECT__COUNT; i++)
+        rejected += ps->rejected[i];
+    double secs = mono_s() - r.started;
+    if (r.o.verify) {
+        struct verify_report v = {0};
+        if (verify_all(&r, &v) != 0) {
+            status = EXIT_FAILURE_;
+            goto out;
+        }
+        printf("replay --verify: %zu board(s), %zu key(s) checked, %zu differing; members: %zu "
+               "missing, %zu extra, %zu different\n",
+               r.sel.seen.count, v.keys_checked, v.keys_differing, v.missing, v.extra, v.different);
+        status = v.keys_differing ? EXIT_DIFFERENT : EXIT_OK;
+    } else {
+        /* Catch up with everything Kafka has now, so the rebuilt keys hold
+         * every event the live projector may have applied before the loss. */
+        size_t swapped = 0;
+        if (extend_to_latest(&r) != 0 || read_until_end(&r) != 0 || swap_all(&r, &swapped) != 0)
+            status = EXIT_FAILURE_;
+        clear_staging(&r); /* what a board that was not swapped left behind */
+        printf("replay: %llu events read in %.1f s (%.0f/s), %llu in the selection applied, "
+               "%llu rejected; %zu of %zu board(s) rebuilt\n",
+               (unsigned long long)r.read, secs, secs > 0 ? (double)r.read / secs : 0.0,
+               (unsigned long long)(ps->records - ps->filtered - rejected),
+               (unsigned long long)rejected, swapped, r.sel.seen.count);
+    }
+out:
+    if (interrupted && status == EXIT_OK)
+        status = EXIT_FAILURE_;
+    lb_pipeline_free(r.pipeline);
+    if (r.reader) {
+        rd_kafka_consumer_close(r.reader);
+        rd_kafka_destroy(r.reader);
+    }
+    if (r.meta)
+        rd_kafka_destroy(r.meta);
+    free(r.plan.parts);
+    lb_cluster_free(r.cluster);
+    lb_decoder_free(r.decoder);
+    lb_config_free(r.config);
+    strings_free(&r.sel.boards);
+    strings_free(&r.sel.windows);
+    board_set_free(&r.sel.seen);
+    board_set_free(&r.sel.done);
+    return status;
+}
