@@ -1,4 +1,5 @@
-/* A Redis Cluster client for batches of single-slot transactions.
+/* A Redis Cluster client for batches of single-slot requests (the
+ * projector's are one EVALSHA per board; MULTI/EXEC transactions work too).
  *
  * hiredis 0.14 parses RESP for us (redisReader) but knows nothing of
  * clusters, so the rest is here: the slot map (read from CLUSTER SLOTS, or

@@ -324,7 +324,10 @@ static rd_kafka_t *kafka_handle(const struct lb_config *config, const char *grou
                                 size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (lb_kafka_conf_apply(config, conf, err, errlen) != 0) {
+    /* the projector's default prefetch (see consumer.c), before the
+     * kafka: section so it can be overridden there */
+    if (rd_kafka_conf_set(conf, "queued.min.messages", "300000", err, errlen) != RD_KAFKA_CONF_OK ||
+        lb_kafka_conf_apply(config, conf, err, errlen) != 0) {
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
@@ -520,36 +523,57 @@ static int64_t remaining(const struct replay *r)
     return left;
 }
 
+/* Events per second and seconds left for one partition. */
+static double part_eta(const struct part *p, double elapsed, double *rate)
+{
+    *rate = (double)p->consumed / (elapsed > 0.001 ? elapsed : 0.001);
+    int64_t left = p->end - p->read_to;
+    return left <= 0 ? 0.0 : *rate > 0 ? (double)left / *rate : -1.0;
+}
+
+/* A progress bar on a terminal, a line every 5 s otherwise: events read,
+ * rate, and the ETA of the slowest partition (all of them with --verbose). */
 static void progress(struct replay *r, int final)
 {
-    double t = mono_s();
+    double t = mono_s(), elapsed = t - r->started;
     if (!final && t - r->last_progress < (r->tty ? 0.25 : 5.0))
         return;
     r->last_progress = t;
-    double rate = r->read / (t - r->started > 0.001 ? t - r->started : 0.001);
-    int64_t left = remaining(r);
-    char line[256];
+    double rate = r->read / (elapsed > 0.001 ? elapsed : 0.001), slowest = 0, prate;
+    const struct part *last = NULL;
+    for (size_t i = 0; i < r->plan.count; i++) {
+        double eta = part_eta(&r->plan.parts[i], elapsed, &prate);
+        if (eta < 0 || eta > slowest) {
+            slowest = eta < 0 ? 1e9 : eta;
+            last = &r->plan.parts[i];
+        }
+    }
+    char eta[64] = "done";
+    if (last && slowest >= 1e9)
+        snprintf(eta, sizeof(eta), "%s [%d] not started", last->topic, last->partition);
+    else if (last)
+        snprintf(eta, sizeof(eta), "ETA %.0f s (%s [%d])", slowest, last->topic, last->partition);
     if (r->tty) {
-        int64_t all = (int64_t)r->read + left;
+        int64_t left = remaining(r), all = (int64_t)r->read + left;
         int width = 30, done = all ? (int)((double)r->read / (double)all * width) : width;
         char bar[64];
         for (int i = 0; i < width; i++)
             bar[i] = i < done ? '#' : '.';
         bar[width] = '\0';
-        snprintf(line, sizeof(line), "\r[%s] %llu events read, %.0f/s, ETA %.0f s   ", bar,
-                 (unsigned long long)r->read, rate, rate > 0 ? (double)left / rate : 0.0);
-        fputs(line, stderr);
+        fprintf(stderr, "\r[%s] %llu events read, %.0f/s, %s   ", bar, (unsigned long long)r->read,
+                rate, eta);
         if (final)
             fputc('\n', stderr);
     } else {
-        fprintf(stderr, "replay: %llu events read, %lld left, %.0f events/s, ETA %.0f s\n",
-                (unsigned long long)r->read, (long long)left, rate,
-                rate > 0 ? (double)left / rate : 0.0);
+        fprintf(stderr, "replay: %llu events read, %lld left, %.0f events/s, %s\n",
+                (unsigned long long)r->read, (long long)remaining(r), rate, eta);
     }
     for (size_t i = 0; i < r->plan.count && r->o.verbose; i++) {
         const struct part *p = &r->plan.parts[i];
-        fprintf(stderr, "  %s [%d]: at %lld of %lld\n", p->topic, p->partition,
-                (long long)p->read_to, (long long)p->end);
+        double e = part_eta(p, elapsed, &prate);
+        fprintf(stderr, "  %s [%d]: at %lld of %lld, %.0f/s, ETA %s%.0f s\n", p->topic,
+                p->partition, (long long)p->read_to, (long long)p->end, prate, e < 0 ? ">" : "",
+                e < 0 ? 0.0 : e);
     }
 }
 
@@ -564,28 +588,71 @@ static int wait_between_retries(void *ctx, int64_t backoff_ms)
     return interrupted ? -1 : 0;
 }
 
-static int apply_batch(struct replay *r, rd_kafka_message_t **msgs, size_t n)
+/* Batches are double-buffered like the projector's: while one is in Redis,
+ * the next is read from Kafka, decoded and planned. */
+struct batch {
+    rd_kafka_message_t **msgs;
+    struct lb_record *records;
+    uint8_t *durable;
+    size_t n;
+};
+
+static void batch_release(struct batch *b)
 {
-    if (n == 0)
+    for (size_t i = 0; i < b->n; i++)
+        rd_kafka_message_destroy(b->msgs[i]);
+    b->n = 0;
+}
+
+/* Waits for the batch in Redis, if any. */
+static int finish_inflight(struct replay *r, struct batch **inflight)
+{
+    if (!*inflight)
         return 0;
-    struct lb_record *records = calloc(n, sizeof(*records));
-    uint8_t *durable = calloc(n, 1);
-    int rc = -1;
-    if (records && durable) {
-        for (size_t i = 0; i < n; i++)
-            records[i] = (struct lb_record){msgs[i]->payload, msgs[i]->len,
-                                            rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition,
-                                            msgs[i]->offset};
-        rc =
-            lb_pipeline_run(r->pipeline, records, n, now_ms(), durable, wait_between_retries, NULL);
-        if (rc != 0)
-            fprintf(stderr, "replay: writing to Redis failed%s\n",
-                    interrupted ? " (interrupted)" : "");
-    }
-    free(records);
-    free(durable);
+    int rc = lb_pipeline_complete(r->pipeline, (*inflight)->durable, wait_between_retries, NULL);
+    if (rc != 0)
+        fprintf(stderr, "replay: writing to Redis failed%s\n", interrupted ? " (interrupted)" : "");
+    batch_release(*inflight);
+    *inflight = NULL;
     r->applied_batches++;
     return rc == 0 ? 0 : -1;
+}
+
+/* Plans 'b', waits for the batch before it, and sends 'b'. */
+static int flush_batch(struct replay *r, struct batch *b, struct batch **inflight)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->records[i] = (struct lb_record){b->msgs[i]->payload, b->msgs[i]->len,
+                                           rd_kafka_topic_name(b->msgs[i]->rkt),
+                                           b->msgs[i]->partition, b->msgs[i]->offset};
+    if (lb_pipeline_prepare(r->pipeline, b->records, b->n, now_ms()) != 0) {
+        fprintf(stderr, "replay: out of memory\n");
+        return -1;
+    }
+    int rc = finish_inflight(r, inflight);
+    lb_pipeline_send(r->pipeline);
+    *inflight = b;
+    return rc;
+}
+
+/* Offsets without a message (transaction markers, compacted records) never
+ * arrive: when the consumer's position has passed the last offsets wanted
+ * and nothing comes, the partition is done. */
+static void skip_gaps(struct replay *r)
+{
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new((int)r->plan.count ? (int)r->plan.count : 1);
+    for (size_t i = 0; i < r->plan.count; i++)
+        if (r->plan.parts[i].read_to < r->plan.parts[i].end)
+            rd_kafka_topic_partition_list_add(list, r->plan.parts[i].topic,
+                                              r->plan.parts[i].partition);
+    if (list->cnt && rd_kafka_position(r->reader, list) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        for (int i = 0; i < list->cnt; i++) {
+            struct part *p = part_of(r, list->elems[i].topic, list->elems[i].partition);
+            if (p && list->elems[i].offset >= p->end)
+                p->read_to = p->end;
+        }
+    rd_kafka_topic_partition_list_destroy(list);
 }
 
 /* Reads every partition from read_to up to end, applying as it goes. */
@@ -608,13 +675,19 @@ static int read_until_end(struct replay *r)
         fprintf(stderr, "replay: assign: %s\n", rd_kafka_err2str(e));
         return -1;
     }
-    size_t cap = (size_t)r->config->batch_max_events, n = 0;
-    rd_kafka_message_t **msgs = calloc(cap, sizeof(*msgs));
+    size_t cap = (size_t)r->config->batch_max_events;
+    struct batch batches[2], *cur = &batches[0], *inflight = NULL;
     int status = 0;
+    for (int i = 0; i < 2; i++) {
+        batches[i] = (struct batch){calloc(cap, sizeof(rd_kafka_message_t *)),
+                                    calloc(cap, sizeof(struct lb_record)), calloc(cap, 1), 0};
+        if (!batches[i].msgs || !batches[i].records || !batches[i].durable)
+            status = -1;
+    }
     double batch_started = mono_s(), budget_start = mono_s();
     uint64_t budget_read = 0;
     while (status == 0 && remaining(r) > 0 && !interrupted) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, 100);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, inflight ? 0 : 100);
         if (m && m->err) {
             if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
                 rd_kafka_message_destroy(m);
@@ -627,6 +700,12 @@ static int read_until_end(struct replay *r)
             status = -1;
             break;
         }
+        if (!m && inflight) {
+            status = finish_inflight(r, &inflight); /* nothing to read: let Redis catch up */
+            continue;
+        }
+        if (!m)
+            skip_gaps(r);
         if (m) {
             struct part *p = part_of(r, rd_kafka_topic_name(m->rkt), m->partition);
             if (!p || m->offset >= p->end || m->offset < p->read_to) {
@@ -636,14 +715,13 @@ static int read_until_end(struct replay *r)
                 p->consumed++;
                 r->read++;
                 budget_read++;
-                msgs[n++] = m;
+                cur->msgs[cur->n++] = m;
             }
         }
-        if (n == cap || (n && (!m || mono_s() - batch_started > 0.05 || remaining(r) == 0))) {
-            status = apply_batch(r, msgs, n);
-            for (size_t i = 0; i < n; i++)
-                rd_kafka_message_destroy(msgs[i]);
-            n = 0;
+        if (cur->n == cap ||
+            (cur->n && (!m || mono_s() - batch_started > 0.05 || remaining(r) == 0))) {
+            status = flush_batch(r, cur, &inflight);
+            cur = cur == &batches[0] ? &batches[1] : &batches[0];
             batch_started = mono_s();
             progress(r, 0);
         }
@@ -653,11 +731,16 @@ static int read_until_end(struct replay *r)
                 usleep((useconds_t)(ahead * 1e6));
         }
     }
-    if (status == 0 && n)
-        status = apply_batch(r, msgs, n);
-    for (size_t i = 0; i < n; i++)
-        rd_kafka_message_destroy(msgs[i]);
-    free(msgs);
+    if (status == 0 && cur->n)
+        status = flush_batch(r, cur, &inflight);
+    if (finish_inflight(r, &inflight) != 0)
+        status = -1;
+    for (int i = 0; i < 2; i++) {
+        batch_release(&batches[i]);
+        free(batches[i].msgs);
+        free(batches[i].records);
+        free(batches[i].durable);
+    }
     rd_kafka_assign(r->reader, NULL);
     if (interrupted && status == 0)
         status = -1;
