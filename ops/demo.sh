@@ -56,7 +56,7 @@ trap 'exit 130' INT TERM
 trap 'exit 141' PIPE
 
 step "starting a Redis Cluster and a Kafka broker on loopback"
-export KAFKA_TOPICS=scores:6
+export KAFKA_TOPICS=scores:6,scores-dlq:1
 lb_services_wipe >/dev/null 2>&1 || true
 started_redis=1
 lb_redis_cluster_start || { started_redis=0; exit 1; }

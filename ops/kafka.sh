@@ -4,7 +4,7 @@
 #   ops/kafka.sh start|stop|status|bootstrap|wipe
 #
 # Settings come from the environment: KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT
-# (9093), KAFKA_TOPICS (scores:6; empty = none), KAFKA_HEAP_OPTS, LB_BIN,
+# (9093), KAFKA_TOPICS (scores:6,scores-dlq:1; empty = none), KAFKA_HEAP_OPTS, LB_BIN,
 # LB_STATE_DIR, LB_CACHE_DIR.
 set -u
 
@@ -14,7 +14,7 @@ set -u
 usage() {
     cat <<USAGE
 usage: ${0##*/} start|stop|status|bootstrap|wipe
-  start      fetch the jars if needed, start the broker on $(lb_kafka_bootstrap), create KAFKA_TOPICS (${KAFKA_TOPICS-scores:6})
+  start      fetch the jars if needed, start the broker on $(lb_kafka_bootstrap), create KAFKA_TOPICS (${KAFKA_TOPICS-scores:6,scores-dlq:1})
   stop       stop the broker, keep its data (LB_WIPE=1 deletes it)
   status     is the broker running
   bootstrap  print the bootstrap address

@@ -43,7 +43,7 @@
 #   KAFKA_CONTROLLER_PORT   [9093]
 #   KAFKA_HEAP_OPTS         [-Xms256m -Xmx768m]
 #   KAFKA_JVM_OPTS          []  extra JVM options
-#   KAFKA_TOPICS            [scores:6]  name:partitions[,name:partitions...];
+#   KAFKA_TOPICS            [scores:6,scores-dlq:1]  name:partitions[,name:partitions...];
 #                                       set it empty to create no topic
 #   KAFKA_START_TIMEOUT     [60]  seconds
 
@@ -779,7 +779,7 @@ lb_kafka_bootstrap() {
 
 # Parse KAFKA_TOPICS into _ktopic_names / _ktopic_parts.
 _lb_kafka_topics_parse() {
-    local spec=${KAFKA_TOPICS-scores:6} item name parts
+    local spec=${KAFKA_TOPICS-scores:6,scores-dlq:1} item name parts
     _ktopic_names=() _ktopic_parts=()
     local -a items
     IFS=, read -r -a items <<<"$spec"
@@ -873,7 +873,7 @@ _lb_kafka_start() {
     _lb_kafka_topics_parse || return 1
     local lbadmin=${LB_BIN:-$_lb_repo/build/bin}/lbadmin
     if ((${#_ktopic_names[@]} > 0)) && [[ ! -x $lbadmin ]]; then
-        _lb_msg "kafka: $lbadmin not found; it is needed to create the topics in KAFKA_TOPICS (${KAFKA_TOPICS-scores:6})."
+        _lb_msg "kafka: $lbadmin not found; it is needed to create the topics in KAFKA_TOPICS (${KAFKA_TOPICS-scores:6,scores-dlq:1})."
         _lb_msg "  Build first:  cmake -S . -B build && cmake --build build   (or set LB_BIN, or KAFKA_TOPICS= to create none)"
         return 1
     fi
@@ -959,7 +959,7 @@ _lb_kafka_start() {
         fi
     done
     ((${#_ktopic_names[@]} > 0)) &&
-        _lb_msg "kafka: topics ready: ${KAFKA_TOPICS-scores:6}"
+        _lb_msg "kafka: topics ready: ${KAFKA_TOPICS-scores:6,scores-dlq:1}"
 
     printf 'bootstrap: %s\n' "$(lb_kafka_bootstrap)"
     printf 'log: %s\n' "$_klogs/server.log"

@@ -528,6 +528,10 @@ static const struct key_def kafka_keys[] = {
      .min = 0,
      .max = 60000,
      .doc = "how often durable offsets are committed (0: after every batch)"},
+    {.name = "dlq_topic",
+     .type = KT_STRING,
+     .offset = C(dlq_topic),
+     .doc = "dead-letter topic for events that cannot be projected (unset: log and skip)"},
     {0}};
 
 static const struct key_def input_keys[] = {
@@ -1172,6 +1176,7 @@ void lb_config_free(struct lb_config *config)
     free(config->path);
     free(config->brokers);
     free(config->group);
+    free(config->dlq_topic);
     free_strings(config->topics, config->ntopics);
     for (size_t i = 0; i < config->nkafka_props; i++) {
         free(config->kafka_props[i].key);

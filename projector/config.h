@@ -72,6 +72,7 @@ struct lb_config {
     struct lb_kv *kafka_props; /* librdkafka properties passed through verbatim */
     size_t nkafka_props;
     int64_t commit_interval_ms;
+    char *dlq_topic; /* NULL: rejected events are logged and skipped */
 
     /* input: */
     int wire_format; /* enum lb_wire_format */

@@ -21,6 +21,7 @@
  */
 #include "daemon.h"
 #include "consumer.h"
+#include "dlq.h"
 #include "log.h"
 #include "pipeline.h"
 #include "planner.h"
@@ -37,11 +38,16 @@ struct partition_mark {
     int blocked; /* a record of this partition is not durable: stop advancing */
 };
 
+#define DETAIL_MAX 200
+
 struct batch {
     rd_kafka_message_t **msgs; /* owned: destroyed when the batch is done */
     size_t n;
     uint8_t *revoked; /* the record's partition was revoked meanwhile */
     uint8_t *durable;
+    uint8_t *dlq;    /* enum lb_dlq_state of each record */
+    uint8_t *reason; /* enum lb_reject of each dead-lettered record */
+    char (*detail)[DETAIL_MAX];
     struct lb_record *records;
 };
 
@@ -51,6 +57,7 @@ struct daemon {
     struct lb_cluster *cluster;
     struct lb_decoder *decoder;
     struct lb_pipeline *pipeline;
+    struct lb_dlq *dlq; /* NULL: no dead-letter topic configured */
     volatile sig_atomic_t *stop;
 
     struct batch batches[2];
@@ -199,6 +206,7 @@ static void destroy_messages(struct batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
         rd_kafka_message_destroy(b->msgs[i]);
+    memset(b->dlq, 0, b->n);
     b->n = 0;
 }
 
@@ -223,6 +231,76 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
         rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, (int)(left < 100 ? left : 100));
         if (msg)
             carry_push(d, msg);
+    }
+}
+
+/* The pipeline could not project a record: dead-letter it. */
+static void on_reject(void *ctx, const struct lb_record *r, enum lb_reject reason,
+                      const char *detail)
+{
+    struct daemon *d = ctx;
+    struct batch *candidates[2] = {d->next, d->inflight};
+    for (int k = 0; k < 2; k++) {
+        struct batch *b = candidates[k];
+        if (b && r >= b->records && r < b->records + b->n) {
+            size_t i = (size_t)(r - b->records);
+            b->reason[i] = (uint8_t)reason;
+            snprintf(b->detail[i], sizeof(b->detail[i]), "%s", detail);
+            lb_dlq_send(d->dlq, b->msgs[i], reason, detail, &b->dlq[i]);
+            return;
+        }
+    }
+}
+
+/* Waits until every record of 'b' sent to the dead-letter topic is there,
+ * sending again what failed, with back-off, while the consumer is paused
+ * (the group keeps us). A record that never makes it is not durable: its
+ * partition stops there. Gives up only when stopping. */
+static void settle_dlq(struct daemon *d, struct batch *b)
+{
+    int64_t backoff = 100, since = monotonic_ms(), warned = since;
+    for (;;) {
+        size_t pending = 0, failed = 0;
+        for (size_t i = 0; i < b->n; i++) {
+            pending += b->dlq[i] == LB_DLQ_PENDING;
+            failed += b->dlq[i] == LB_DLQ_FAILED;
+        }
+        if (!pending && !failed)
+            return;
+        if (*d->stop || lb_consumer_fatal(d->consumer)) {
+            lb_dlq_poll(d->dlq, pending ? 2000 : 0);
+            for (size_t i = 0; i < b->n; i++)
+                if (b->dlq[i] == LB_DLQ_PENDING || b->dlq[i] == LB_DLQ_FAILED)
+                    b->durable[i] = 0;
+            return;
+        }
+        if (pending) {
+            lb_dlq_poll(d->dlq, 100);
+            if (monotonic_ms() - warned >= 5000) {
+                warned = monotonic_ms();
+                LB_WARN("dlq",
+                        "%zu event(s) waiting %lld s for the dead-letter topic '%s'; their "
+                        "partitions wait (is the topic there and writable?)",
+                        pending, (long long)((warned - since) / 1000), d->config->dlq_topic);
+            }
+            continue;
+        }
+        LB_WARN("dlq",
+                "%zu event(s) could not be dead-lettered; retrying in %lld ms, their "
+                "partitions wait",
+                failed, (long long)backoff);
+        lb_consumer_pause(d->consumer, 1);
+        int64_t until = monotonic_ms() + backoff;
+        while (!*d->stop && monotonic_ms() < until) {
+            rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, 100);
+            if (msg)
+                carry_push(d, msg);
+        }
+        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+        for (size_t i = 0; i < b->n; i++)
+            if (b->dlq[i] == LB_DLQ_FAILED)
+                lb_dlq_send(d->dlq, b->msgs[i], (enum lb_reject)b->reason[i], b->detail[i],
+                            &b->dlq[i]);
     }
 }
 
@@ -317,6 +395,8 @@ static int complete_inflight(struct daemon *d, int send_ready)
     d->inflight = NULL;
     if (send_ready && d->next->n)
         send_next(d);
+    if (d->dlq)
+        settle_dlq(d, done);
     int rc = store_durable(d, done);
     if (rc != 0)
         LB_ERROR("daemon", "out of memory storing offsets; stopping (the batch will be "
@@ -373,9 +453,13 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         d.batches[b].msgs = calloc(max, sizeof(*d.batches[b].msgs));
         d.batches[b].revoked = calloc(max, 1);
         d.batches[b].durable = calloc(max, 1);
+        d.batches[b].dlq = calloc(max, 1);
+        d.batches[b].reason = calloc(max, 1);
+        d.batches[b].detail = calloc(max, sizeof(*d.batches[b].detail));
         d.batches[b].records = calloc(max, sizeof(*d.batches[b].records));
         allocated = allocated && d.batches[b].msgs && d.batches[b].revoked &&
-                    d.batches[b].durable && d.batches[b].records;
+                    d.batches[b].durable && d.batches[b].dlq && d.batches[b].reason &&
+                    d.batches[b].detail && d.batches[b].records;
     }
     d.next = &d.batches[0];
     d.cluster = lb_cluster_new(&options);
@@ -384,6 +468,19 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         LB_ERROR("daemon", "out of memory");
         status = LB_EXIT_RUNTIME;
         goto done;
+    }
+    if (config->dlq_topic) {
+        d.dlq = lb_dlq_new(config, err, sizeof(err));
+        if (!d.dlq) {
+            LB_ERROR("daemon", "dead-letter producer: %s", err);
+            status = LB_EXIT_CONFIG;
+            goto done;
+        }
+        lb_pipeline_set_reject_hook(d.pipeline, on_reject, &d);
+        LB_INFO("daemon", "events that cannot be projected go to topic '%s'", config->dlq_topic);
+    } else {
+        LB_WARN("daemon", "no kafka.dlq_topic: events that cannot be projected are only logged "
+                          "and counted");
     }
     if (lb_cluster_refresh(d.cluster) != 0)
         LB_WARN("redis", "%s; will keep trying", lb_cluster_error(d.cluster));
@@ -438,6 +535,8 @@ done:
         rd_kafka_message_destroy(d.carry[i]);
     d.ncarry = 0;
     lb_consumer_close(d.consumer);
+    /* before the batches go: late delivery reports write into them */
+    lb_dlq_free(d.dlq, 5000);
     if (d.pipeline)
         log_totals(&d);
     lb_pipeline_free(d.pipeline);
@@ -447,6 +546,9 @@ done:
         free(d.batches[b].msgs);
         free(d.batches[b].revoked);
         free(d.batches[b].durable);
+        free(d.batches[b].dlq);
+        free(d.batches[b].reason);
+        free(d.batches[b].detail);
         free(d.batches[b].records);
     }
     free(d.carry);

@@ -71,7 +71,15 @@ struct lb_pipeline {
     int64_t now_ms; /* the wall clock of the batch in flight, for planning again */
     lb_pipeline_filter_fn filter;
     void *filter_ctx;
+    lb_pipeline_reject_fn on_reject;
+    void *reject_ctx;
 };
+
+void lb_pipeline_set_reject_hook(struct lb_pipeline *p, lb_pipeline_reject_fn fn, void *ctx)
+{
+    p->on_reject = fn;
+    p->reject_ctx = ctx;
+}
 
 void lb_pipeline_set_filter(struct lb_pipeline *p, lb_pipeline_filter_fn filter, void *ctx)
 {
@@ -228,6 +236,8 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
         if (reason != LB_ACCEPT) {
             p->stats.rejected[reason]++;
             log_reject(r, reason, detail);
+            if (p->on_reject)
+                p->on_reject(p->reject_ctx, r, reason, detail);
         }
     }
     return lb_plan_finish(slot->plan);
@@ -388,6 +398,8 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot, int64_t now_ms)
             describe_plan_reject(&ev, LB_REJECT_SUM_RANGE, detail, sizeof(detail));
             p->stats.rejected[LB_REJECT_SUM_RANGE]++;
             log_reject(r, LB_REJECT_SUM_RANGE, detail);
+            if (p->on_reject)
+                p->on_reject(p->reject_ctx, r, LB_REJECT_SUM_RANGE, detail);
         }
         if (slot->fate[i] != FATE_PLANNED)
             continue;

@@ -83,6 +83,14 @@ int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *durable, lb_pipe
 
 const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *pipeline);
 
+/* Called for every record that cannot be projected (undecodable, invalid,
+ * out of range, a sum leaving its range), with the reason and a sentence;
+ * during prepare, or during complete for sums. The record counts as done
+ * for the pipeline; the daemon dead-letters it. */
+typedef void (*lb_pipeline_reject_fn)(void *ctx, const struct lb_record *record,
+                                      enum lb_reject reason, const char *detail);
+void lb_pipeline_set_reject_hook(struct lb_pipeline *pipeline, lb_pipeline_reject_fn fn, void *ctx);
+
 /* Only events for which 'filter' returns non-zero are planned; the others
  * count as done (durable) without a write. For replay's selection. */
 typedef int (*lb_pipeline_filter_fn)(void *ctx, const struct lb_event *event);

@@ -110,6 +110,17 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
     ev->op = o->retract_every > 0 &&
              index % (uint64_t)o->retract_every == (uint64_t)o->retract_every - 1;
     ev->dim_value[0] = '\0';
+    ev->poison = 0;
+    if (o->poison_every > 0 && index % (uint64_t)o->poison_every == (uint64_t)o->poison_every - 1)
+        ev->poison = 1 + (int)((index / (uint64_t)o->poison_every) % (GEN_POISON__COUNT - 1));
+    if (ev->poison == GEN_POISON_SCORE_RANGE)
+        ev->score = INT64_C(1) << 40;
+    else if (ev->poison == GEN_POISON_INVALID_BOARD)
+        snprintf(ev->board, sizeof(ev->board), "bad{%u}", board);
+    else if (ev->poison == GEN_POISON_INVALID_PLAYER)
+        ev->player[0] = '\0';
+    else if (ev->poison == GEN_POISON_UNKNOWN_OP)
+        ev->op = 2; /* BAN, in the writer schema with id 2 (tests/integration/schemas) */
     if (o->dim_name)
         snprintf(ev->dim_value, sizeof(ev->dim_value), "v%u",
                  (unsigned)(splitmix64(&state) % o->dim_values));
@@ -139,11 +150,19 @@ size_t gen_encode(const struct generator *gen, const struct gen_event *ev, uint8
     const struct gen_options *o = &gen->o;
     uint8_t *p = buf;
     if (!o->bare) {
-        *p++ = 0;
-        *p++ = (uint8_t)(o->schema_id >> 24);
-        *p++ = (uint8_t)(o->schema_id >> 16);
-        *p++ = (uint8_t)(o->schema_id >> 8);
-        *p++ = (uint8_t)o->schema_id;
+        int32_t id = ev->poison == GEN_POISON_UNKNOWN_SCHEMA ? 99
+                     : ev->poison == GEN_POISON_UNKNOWN_OP   ? 2
+                                                             : o->schema_id;
+        *p++ = ev->poison == GEN_POISON_BAD_MAGIC ? 7 : 0;
+        *p++ = (uint8_t)(id >> 24);
+        *p++ = (uint8_t)(id >> 16);
+        *p++ = (uint8_t)(id >> 8);
+        *p++ = (uint8_t)id;
+    }
+    if (ev->poison == GEN_POISON_MALFORMED) {
+        p = put_long(p, 100); /* an event_id of 100 bytes that are not there */
+        *p++ = 'x';
+        return (size_t)(p - buf);
     }
     /* the field order of score_event.avsc */
     p = put_string(p, ev->event_id);
@@ -163,7 +182,21 @@ size_t gen_encode(const struct generator *gen, const struct gen_event *ev, uint8
 
 void gen_print(FILE *out, const struct gen_event *ev)
 {
-    fprintf(out, "%s\t%s\t%s\t%lld\t%lld\t%s\t%s\n", ev->event_id, ev->board, ev->player,
-            (long long)ev->score, (long long)ev->ts_ms, ev->op ? "RETRACT" : "SUBMIT",
+    static const char *const poison_reasons[GEN_POISON__COUNT] = {
+        [GEN_POISON_BAD_MAGIC] = "bad_magic",
+        [GEN_POISON_UNKNOWN_SCHEMA] = "unknown_schema_id",
+        [GEN_POISON_MALFORMED] = "malformed_avro",
+        [GEN_POISON_SCORE_RANGE] = "score_out_of_range",
+        [GEN_POISON_INVALID_BOARD] = "invalid_board",
+        [GEN_POISON_INVALID_PLAYER] = "invalid_player",
+        [GEN_POISON_UNKNOWN_OP] = "unknown_op",
+    };
+    char op[48];
+    if (ev->poison)
+        snprintf(op, sizeof(op), "POISON:%s", poison_reasons[ev->poison]);
+    else
+        snprintf(op, sizeof(op), "%s", ev->op ? "RETRACT" : "SUBMIT");
+    fprintf(out, "%s\t%s\t%s\t%lld\t%lld\t%s\t%s\n", ev->event_id, ev->board,
+            ev->player[0] ? ev->player : "-", (long long)ev->score, (long long)ev->ts_ms, op,
             ev->dim_value[0] ? ev->dim_value : "-");
 }

@@ -31,6 +31,7 @@ struct gen_options {
     const char *dim_name;     /* optional: add dims {name: value} */
     uint32_t dim_values;
     int retract_every; /* every Nth event is a RETRACT */
+    int poison_every;  /* every Nth event is a poison event, of each kind in turn */
     int bare;          /* bare Avro instead of the Confluent framing */
     int32_t schema_id;
 };
@@ -43,6 +44,21 @@ struct gen_event {
     int64_t ts_ms;
     int op; /* 0 SUBMIT, 1 RETRACT */
     char dim_value[32];
+    int poison; /* 0, or the kind of poison (GEN_POISON_*) */
+};
+
+/* Events the projector must dead-letter, one of each reason it can see in
+ * an otherwise well-formed stream. */
+enum {
+    GEN_POISON_BAD_MAGIC = 1,
+    GEN_POISON_UNKNOWN_SCHEMA,
+    GEN_POISON_MALFORMED,
+    GEN_POISON_SCORE_RANGE,
+    GEN_POISON_INVALID_BOARD,
+    GEN_POISON_INVALID_PLAYER,
+    GEN_POISON_UNKNOWN_OP, /* op BAN under schema id 2, a writer the projector
+                            * must be configured with but cannot apply */
+    GEN_POISON__COUNT
 };
 
 #define GEN_PAYLOAD_MAX 512
@@ -61,7 +77,8 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
  * holds GEN_PAYLOAD_MAX bytes; returns the length. */
 size_t gen_encode(const struct generator *gen, const struct gen_event *ev, uint8_t *buf);
 
-/* One TSV line: event_id board player score ts_ms op dim_value. */
+/* One TSV line: event_id board player score ts_ms op dim_value, where op is
+ * SUBMIT, RETRACT or POISON:<the reason the projector must give>. */
 void gen_print(FILE *out, const struct gen_event *ev);
 
 #endif

@@ -6,6 +6,9 @@
  *                  watermarks, lag
  *   wait-caught-up wait until a group has committed the high watermark of
  *                  every partition (exit 0) or the timeout passes (exit 1)
+ *   dump           every record of a topic up to its high watermarks, one
+ *                  line each: partition, offset, key, value size, headers
+ *                  (name=value), e.g. to inspect the dead-letter topic
  *
  * stdout: results; stderr: errors. Exit 0 ok, 1 failure, 2 usage.
  */
@@ -267,11 +270,90 @@ static int wait_caught_up(const struct options *o)
     return 1;
 }
 
+/* Prints a header value with spaces and control bytes escaped. */
+static void print_escaped(const char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= ' ' || c == '\\' || c >= 0x7f)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
+    }
+}
+
+static int dump(const struct options *o)
+{
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER);
+    if (!rk)
+        return 1;
+    const struct rd_kafka_metadata *md;
+    rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, o->topic, NULL);
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, topic, &md, 10000);
+    rd_kafka_topic_destroy(topic);
+    if (e || md->topics[0].err) {
+        fprintf(stderr, "lbadmin: topic %s: %s\n", o->topic,
+                rd_kafka_err2str(e ? e : md->topics[0].err));
+        if (!e)
+            rd_kafka_metadata_destroy(md);
+        rd_kafka_destroy(rk);
+        return 1;
+    }
+    int n = md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
+    int64_t *high = calloc((size_t)n, sizeof(*high)), left = 0;
+    for (int p = 0; p < n; p++) {
+        int64_t low;
+        if (rd_kafka_query_watermark_offsets(rk, o->topic, p, &low, &high[p], 10000) != 0)
+            high[p] = low = 0;
+        rd_kafka_topic_partition_list_add(list, o->topic, p)->offset = low;
+        left += high[p] - low;
+    }
+    rd_kafka_assign(rk, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    double deadline = monotonic_s() + o->timeout_s;
+    while (left > 0 && monotonic_s() < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m)
+            continue;
+        if (!m->err && m->offset < high[m->partition]) {
+            left--;
+            printf("%d %lld key=", m->partition, (long long)m->offset);
+            print_escaped(m->key ? m->key : "", m->key_len);
+            printf(" bytes=%zu", m->len);
+            rd_kafka_headers_t *headers;
+            if (rd_kafka_message_headers(m, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                const char *name;
+                const void *value;
+                size_t size;
+                for (size_t i = 0; !rd_kafka_header_get_all(headers, i, &name, &value, &size);
+                     i++) {
+                    printf(" %s=", name);
+                    print_escaped(value ? value : "", value ? size : 0);
+                }
+            }
+            putchar('\n');
+        }
+        rd_kafka_message_destroy(m);
+    }
+    free(high);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    if (left > 0) {
+        fprintf(stderr, "lbadmin: %lld record(s) of %s not read within %d s\n", (long long)left,
+                o->topic, o->timeout_s);
+        return 1;
+    }
+    return 0;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: lbadmin create-topic   --topic T [--partitions N] [--brokers B]\n"
                  "       lbadmin offsets        --topic T --group G [--brokers B]\n"
                  "       lbadmin wait-caught-up --topic T --group G [--timeout S] [--brokers B]\n"
+                 "       lbadmin dump           --topic T [--timeout S] [--brokers B]\n"
                  "\n"
                  "  -b, --brokers LIST   bootstrap servers (default 127.0.0.1:9092)\n"
                  "  -t, --topic NAME     topic\n"
@@ -337,6 +419,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(command, "create-topic") == 0)
         return create_topic(&o);
+    if (strcmp(command, "dump") == 0) {
+        o.group = "lbadmin-dump"; /* needed by the consumer; nothing is committed */
+        return dump(&o);
+    }
     if (!o.group) {
         fprintf(stderr, "lbadmin: %s needs --group\n", command);
         return 2;

@@ -166,6 +166,8 @@ static void usage(FILE *out)
                  "      --dim NAME          add dims {NAME: vK}, K uniform in [0, --dim-values)\n"
                  "      --dim-values N      (default 3)\n"
                  "      --retract-every N   make every Nth event a RETRACT (default never)\n"
+                 "      --poison-every N    make every Nth event one the projector must\n"
+                 "                          dead-letter, each kind in turn (default never)\n"
                  "      --bare              bare Avro instead of the Confluent framing\n"
                  "      --schema-id N       Confluent schema id (default 1)\n"
                  "      --events-out FILE   also write every produced event to FILE as TSV\n"
@@ -196,6 +198,7 @@ int main(int argc, char **argv)
         O_DIM,
         O_DIM_VALUES,
         O_RETRACT,
+        O_POISON,
         O_TS_NOW
     };
     static const struct option longopts[] = {
@@ -218,6 +221,7 @@ int main(int argc, char **argv)
         {"dim", required_argument, NULL, O_DIM},
         {"dim-values", required_argument, NULL, O_DIM_VALUES},
         {"retract-every", required_argument, NULL, O_RETRACT},
+        {"poison-every", required_argument, NULL, O_POISON},
         {"ts-now", no_argument, NULL, O_TS_NOW},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
@@ -300,6 +304,10 @@ int main(int argc, char **argv)
         case O_RETRACT:
             NUMBER(v, 0, 1e9);
             o.gen.retract_every = (int)v;
+            break;
+        case O_POISON:
+            NUMBER(v, 0, 1e9);
+            o.gen.poison_every = (int)v;
             break;
         case O_START:
             if (lb_time_parse(optarg, &o.gen.start_ms) != 0) {

@@ -126,11 +126,15 @@ kafka:
   group: ${GROUP:-lb-test}
   topics: [scores]
   commit_interval: 200ms
-  session.timeout.ms: "6000"
+  session.timeout.ms: "6000"${DLQ_TOPIC:+
+  dlq_topic: $DLQ_TOPIC}
 input:
   format: confluent
   schemas:
     1: $repo/schemas/score_event.avsc
+    # loadgen's unknown_op poison events: a writer schema with an op (BAN)
+    # the projector does not know
+    2: $repo/tests/integration/schemas/score_event_ban.avsc
 redis:
   nodes: [$(seed_list)]
   command_timeout: ${COMMAND_TIMEOUT:-2s}

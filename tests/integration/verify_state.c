@@ -316,6 +316,8 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
             exit(2);
         }
         int retract = strcmp(op, "RETRACT") == 0;
+        if (!retract && strcmp(op, "SUBMIT") != 0)
+            continue; /* POISON:<reason>: dead-lettered, never applied */
         if ((!retract && (score < r->score_min || score > r->score_max)) || ts < r->epoch_ms ||
             ts >= r->horizon_ms)
             continue; /* rejected by the projector (a retraction has no score to check) */
