@@ -13,6 +13,7 @@ packages=(
     libssl-dev
     redis-server redis-tools
     clang clang-format shellcheck
+    curl
     maven
 )
 # Any Java will do for the broker; only pull one in if there is none.

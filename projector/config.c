@@ -615,13 +615,39 @@ static const struct key_def batch_keys[] = {
      .doc = "how long a batch waits to fill before it is written"},
     {0}};
 
+static const char *const log_format_choices[] = {"logfmt", "json", NULL};
+
 static const struct key_def log_keys[] = {{.name = "level",
                                            .type = KT_CHOICE,
                                            .offset = C(log_level),
                                            .def = "info",
                                            .choices = level_choices,
-                                           .doc = "error, warn, info or debug"},
+                                           .doc = "error, warn, info or debug; SIGHUP re-reads it"},
+                                          {.name = "format",
+                                           .type = KT_CHOICE,
+                                           .offset = C(log_json),
+                                           .def = "logfmt",
+                                           .choices = log_format_choices,
+                                           .doc = "logfmt or json (one object per line)"},
                                           {0}};
+
+static const struct key_def metrics_keys[] = {
+    {.name = "listen",
+     .type = KT_STRING,
+     .offset = C(metrics_listen),
+     .doc = "host:port of /metrics, /healthz and /readyz (unset: no server)"},
+    {0}};
+
+static const struct key_def shutdown_keys[] = {
+    {.name = "drain_timeout",
+     .type = KT_DURATION,
+     .offset = C(drain_timeout_ms),
+     .def = "20s",
+     .min = 0,
+     .max = 3600000,
+     .doc = "after SIGTERM, how long the batch in hand may keep retrying Redis or the DLQ "
+            "before the projector exits without committing it"},
+    {0}};
 
 static const struct key_def top_keys[] = {
     {.name = "kafka",
@@ -640,6 +666,11 @@ static const struct key_def top_keys[] = {
      .doc = "the Redis Cluster (or standalone Redis) written to"},
     {.name = "batch", .type = KT_SECTION, .section = batch_keys, .doc = "batching"},
     {.name = "log", .type = KT_SECTION, .section = log_keys, .doc = "logging"},
+    {.name = "shutdown", .type = KT_SECTION, .section = shutdown_keys, .doc = "stopping"},
+    {.name = "metrics",
+     .type = KT_SECTION,
+     .section = metrics_keys,
+     .doc = "the metrics and health endpoints"},
     {.name = "profiles",
      .type = KT_CUSTOM,
      .custom = parse_profiles,
@@ -1177,6 +1208,7 @@ void lb_config_free(struct lb_config *config)
     free(config->brokers);
     free(config->group);
     free(config->dlq_topic);
+    free(config->metrics_listen);
     free_strings(config->topics, config->ntopics);
     for (size_t i = 0; i < config->nkafka_props; i++) {
         free(config->kafka_props[i].key);

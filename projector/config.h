@@ -96,6 +96,13 @@ struct lb_config {
 
     /* log: */
     int log_level;
+    int log_json; /* 0 logfmt, 1 json */
+
+    /* shutdown: */
+    int64_t drain_timeout_ms;
+
+    /* metrics: */
+    char *metrics_listen; /* NULL: no HTTP server */
 
     struct lb_profile *profiles;
     size_t nprofiles;

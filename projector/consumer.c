@@ -22,7 +22,29 @@ struct lb_consumer {
     uint64_t stored;    /* stores since start */
     uint64_t committed; /* value of 'stored' at the last commit */
     int commit_failed;  /* an asynchronous commit failed: commit again even if idle */
+    int64_t commit_started_ms;
+    struct lb_consumer_stats stats;
 };
+
+static int64_t clock_ms(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A commit the broker acknowledged: its latency and time. */
+static void commit_done(struct lb_consumer *c)
+{
+    lb_histogram_observe(&c->stats.commit_latency,
+                         (double)(clock_ms(CLOCK_MONOTONIC) - c->commit_started_ms) / 1000.0);
+    c->stats.last_commit_ms = clock_ms(CLOCK_REALTIME);
+}
+
+const struct lb_consumer_stats *lb_consumer_stats(const struct lb_consumer *c)
+{
+    return &c->stats;
+}
 
 void lb_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
@@ -75,6 +97,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         LB_INFO("kafka", "assigned %d partition(s)", partitions->cnt);
         assign(rk, partitions);
+        c->stats.assigned = partitions->cnt;
         /* An application pause outlives unassign/assign in librdkafka, so
          * set the state we want on the new assignment explicitly: paused
          * while the daemon waits for Redis, fetching otherwise. */
@@ -95,6 +118,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         if (!rd_kafka_assignment_lost(rk))
             lb_consumer_commit(c, 0);
         assign(rk, NULL);
+        c->stats.assigned = 0;
         return;
     }
     LB_ERROR("kafka", "rebalance error: %s", rd_kafka_err2str(err));
@@ -114,6 +138,7 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                 rd_kafka_err2str(err));
         return;
     }
+    commit_done(c);
     for (int i = 0; offsets && i < offsets->cnt; i++)
         if (offsets->elems[i].err)
             LB_WARN("kafka", "offset commit for %s/%d failed: %s", offsets->elems[i].topic,
@@ -124,6 +149,8 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
                                     void *ctx, char *err, size_t errlen)
 {
     struct lb_consumer *c = calloc(1, sizeof(*c));
+    if (c)
+        lb_histogram_init(&c->stats.commit_latency, lb_latency_bounds, lb_latency_nbounds);
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_topic_partition_list_t *topics = NULL;
     char why[512];
@@ -261,6 +288,7 @@ void lb_consumer_pause(struct lb_consumer *c, int pause)
                     pause ? " until Redis takes writes again" : "");
     }
     c->paused = pause;
+    c->stats.paused = pause;
     rd_kafka_topic_partition_list_destroy(assigned);
 }
 
@@ -286,13 +314,14 @@ int lb_consumer_commit(struct lb_consumer *c, int async)
         return 0;
     uint64_t stored = c->stored;
     c->commit_failed = 0;
+    c->commit_started_ms = clock_ms(CLOCK_MONOTONIC);
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, async);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
         LB_WARN("kafka", "offset commit failed: %s", rd_kafka_err2str(err));
         c->commit_failed = 1;
         return -1;
     }
-    c->committed = stored;
+    c->committed = stored; /* commit_cb counts it (sync commits call it too) */
     return 0;
 }
 

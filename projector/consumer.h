@@ -14,6 +14,7 @@
 #define LB_CONSUMER_H
 
 #include "config.h"
+#include "metrics.h"
 
 #include <librdkafka/rdkafka.h>
 #include <stdint.h>
@@ -55,6 +56,14 @@ void lb_consumer_store(struct lb_consumer *consumer, const char *topic, int32_t 
 int lb_consumer_commit(struct lb_consumer *consumer, int async);
 
 rd_kafka_t *lb_consumer_handle(struct lb_consumer *consumer);
+
+struct lb_consumer_stats {
+    int assigned;                       /* partitions assigned now */
+    int paused;                         /* fetching paused (waiting for Redis or the DLQ) */
+    int64_t last_commit_ms;             /* wall clock of the last acknowledged commit, or 0 */
+    struct lb_histogram commit_latency; /* seconds from commit to the broker's answer */
+};
+const struct lb_consumer_stats *lb_consumer_stats(const struct lb_consumer *consumer);
 
 /* Shared by the tools: applies the kafka: section (brokers and passthrough
  * properties) to 'conf'. Returns 0, or -1 with "file:line: message". */

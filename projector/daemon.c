@@ -22,6 +22,7 @@
 #include "daemon.h"
 #include "consumer.h"
 #include "dlq.h"
+#include "metrics.h"
 #include "log.h"
 #include "pipeline.h"
 #include "planner.h"
@@ -57,7 +58,12 @@ struct daemon {
     struct lb_cluster *cluster;
     struct lb_decoder *decoder;
     struct lb_pipeline *pipeline;
-    struct lb_dlq *dlq; /* NULL: no dead-letter topic configured */
+    struct lb_dlq *dlq;         /* NULL: no dead-letter topic configured */
+    struct lb_metrics *metrics; /* NULL: no metrics.listen */
+    struct lb_histogram batch_events, batch_seconds;
+    int64_t batch_sent_ms, last_publish_ms, last_ping_ms;
+    int redis_ok;       /* the last write (or ping) reached Redis */
+    int64_t give_up_at; /* once stopping: when retries end (shutdown.drain_timeout) */
     volatile sig_atomic_t *stop;
 
     struct batch batches[2];
@@ -148,6 +154,10 @@ static void maybe_commit(struct daemon *d)
  * full, batch.linger has passed since its first record, or a stop is
  * requested. With 'wait' zero (a batch is in Redis and must not be kept
  * waiting) it takes only what has already arrived. */
+static void publish(struct daemon *d, int now);
+static void ping_if_idle(struct daemon *d);
+static void reload_log_level(const struct lb_config *config);
+
 static void collect(struct daemon *d, struct batch *b, int wait)
 {
     size_t max = (size_t)d->config->batch_max_events;
@@ -182,8 +192,13 @@ static void collect(struct daemon *d, struct batch *b, int wait)
         }
         if (!wait || (b->n && monotonic_ms() >= deadline))
             break;
-        if (!b->n)
+        if (!b->n) { /* idle */
             maybe_commit(d);
+            publish(d, 0);
+            ping_if_idle(d);
+            if (lb_log_reload)
+                reload_log_level(d->config);
+        }
     }
 }
 
@@ -210,6 +225,18 @@ static void destroy_messages(struct batch *b)
     b->n = 0;
 }
 
+/* Whether retrying (Redis, the DLQ) must end: only once stopping, and then
+ * only after shutdown.drain_timeout, so a short outage during a rolling
+ * restart still lets the batch in hand land and be committed. */
+static int give_up(struct daemon *d)
+{
+    if (!*d->stop)
+        return 0;
+    if (!d->give_up_at)
+        d->give_up_at = monotonic_ms() + d->config->drain_timeout_ms;
+    return monotonic_ms() >= d->give_up_at;
+}
+
 /* Between retries: poll (partitions paused) so the group keeps us, hold on
  * to anything polled, give up only when stopping or when every record of the
  * batch has lost its partition. */
@@ -219,12 +246,15 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
     int64_t deadline = monotonic_ms() + backoff_ms;
 
     lb_consumer_pause(d->consumer, 1);
+    d->redis_ok = 0;
+    publish(d, 0);
     for (;;) {
         size_t live = 0;
         for (size_t i = 0; i < d->inflight->n; i++)
             live += !d->inflight->revoked[i];
-        if (*d->stop || lb_consumer_fatal(d->consumer) || live == 0)
+        if (give_up(d) || lb_consumer_fatal(d->consumer) || live == 0)
             return 1;
+        publish(d, 0);
         int64_t left = deadline - monotonic_ms();
         if (left <= 0)
             return 0;
@@ -232,6 +262,158 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
         if (msg)
             carry_push(d, msg);
     }
+}
+
+/* SIGHUP: the log level from the file as it is now (nothing else changes
+ * while running). */
+static void reload_log_level(const struct lb_config *config)
+{
+    struct lb_config *fresh;
+    char err[1024];
+    lb_log_reload = 0;
+    if (lb_config_load(config->path, &fresh, err, sizeof(err)) != 0) {
+        LB_ERROR("daemon", "SIGHUP: %s; keeping log level %s", err,
+                 lb_log_level_name((enum lb_log_level)lb_log_threshold));
+        return;
+    }
+    lb_log_threshold = fresh->log_level;
+    lb_config_free(fresh);
+    LB_WARN("daemon", "SIGHUP: log level is now %s",
+            lb_log_level_name((enum lb_log_level)lb_log_threshold));
+}
+
+/* ---- metrics ---------------------------------------------------------------- */
+
+static void counter(struct lb_text *t, const char *name, const char *help)
+{
+    lb_text_printf(t, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+}
+
+static void gauge(struct lb_text *t, const char *name, const char *help)
+{
+    lb_text_printf(t, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+}
+
+static void render_lag(struct daemon *d, struct lb_text *t)
+{
+    rd_kafka_t *rk = lb_consumer_handle(d->consumer);
+    rd_kafka_topic_partition_list_t *list = NULL;
+    gauge(t, "lb_consumer_lag", "Events in the partition after the consumer's position.");
+    if (rd_kafka_assignment(rk, &list) != RD_KAFKA_RESP_ERR_NO_ERROR || !list)
+        return;
+    if (rd_kafka_position(rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        for (int i = 0; i < list->cnt; i++) {
+            int64_t low, high, pos = list->elems[i].offset;
+            if (rd_kafka_get_watermark_offsets(rk, list->elems[i].topic, list->elems[i].partition,
+                                               &low, &high) ||
+                high < 0)
+                continue;
+            if (pos < 0)
+                pos = low; /* nothing consumed yet in this assignment */
+            lb_text_printf(t, "lb_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n",
+                           list->elems[i].topic, list->elems[i].partition,
+                           (long long)(high > pos ? high - pos : 0));
+        }
+    rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* Renders every metric (all counters live in this thread) and publishes
+ * the page with the readiness, at most once a second unless 'now'. */
+static void publish(struct daemon *d, int now)
+{
+    if (!d->metrics || (!now && monotonic_ms() - d->last_publish_ms < 1000))
+        return;
+    d->last_publish_ms = monotonic_ms();
+    const struct lb_pipeline_stats *ps = lb_pipeline_stats(d->pipeline);
+    const struct lb_cluster_stats *cs = lb_cluster_stats(d->cluster);
+    const struct lb_consumer_stats *ks = lb_consumer_stats(d->consumer);
+    struct lb_text t = {0};
+    uint64_t rejected = 0;
+    for (int r = 1; r < LB_REJECT__COUNT; r++)
+        rejected += ps->rejected[r];
+
+    counter(&t, "lb_events_total", "Events read from Kafka and what became of them.");
+    lb_text_printf(&t, "lb_events_total{outcome=\"consumed\"} %llu\n",
+                   (unsigned long long)ps->records);
+    lb_text_printf(&t, "lb_events_total{outcome=\"applied\"} %llu\n",
+                   (unsigned long long)ps->applied);
+    lb_text_printf(&t, "lb_events_total{outcome=\"rejected\"} %llu\n",
+                   (unsigned long long)rejected);
+    lb_text_printf(&t, "lb_events_total{outcome=\"dead_lettered\"} %llu\n",
+                   (unsigned long long)(d->dlq ? lb_dlq_stats(d->dlq)->delivered : 0));
+    counter(&t, "lb_rejected_events_total", "Events that could not be projected, by reason.");
+    for (int r = 1; r < LB_REJECT__COUNT; r++)
+        lb_text_printf(&t, "lb_rejected_events_total{reason=\"%s\"} %llu\n",
+                       lb_reject_name((enum lb_reject)r), (unsigned long long)ps->rejected[r]);
+    counter(&t, "lb_late_window_writes_total",
+            "Window writes skipped because the window had expired (late events).");
+    lb_text_printf(&t, "lb_late_window_writes_total %llu\n", (unsigned long long)ps->late_windows);
+    counter(&t, "lb_dlq_records_total", "Records produced to the dead-letter topic, by result.");
+    if (d->dlq) {
+        const struct lb_dlq_stats *ds = lb_dlq_stats(d->dlq);
+        lb_text_printf(&t,
+                       "lb_dlq_records_total{result=\"sent\"} %llu\n"
+                       "lb_dlq_records_total{result=\"delivered\"} %llu\n"
+                       "lb_dlq_records_total{result=\"failed\"} %llu\n",
+                       (unsigned long long)ds->sent, (unsigned long long)ds->delivered,
+                       (unsigned long long)ds->failed);
+    }
+    counter(&t, "lb_redis_requests_total", "Requests sent to Redis (one per board per batch).");
+    lb_text_printf(&t, "lb_redis_requests_total %llu\n", (unsigned long long)cs->requests);
+    counter(&t, "lb_redis_redirections_total", "Cluster redirections followed, by kind.");
+    lb_text_printf(&t,
+                   "lb_redis_redirections_total{kind=\"moved\"} %llu\n"
+                   "lb_redis_redirections_total{kind=\"ask\"} %llu\n",
+                   (unsigned long long)cs->moved, (unsigned long long)cs->ask);
+    counter(&t, "lb_redis_errors_total", "Redis failures, by kind; the batch is retried.");
+    lb_text_printf(&t,
+                   "lb_redis_errors_total{kind=\"retry_later\"} %llu\n"
+                   "lb_redis_errors_total{kind=\"command\"} %llu\n"
+                   "lb_redis_errors_total{kind=\"connection\"} %llu\n"
+                   "lb_redis_errors_total{kind=\"timeout\"} %llu\n"
+                   "lb_redis_errors_total{kind=\"wait_shortfall\"} %llu\n",
+                   (unsigned long long)cs->retry_later, (unsigned long long)cs->command_errors,
+                   (unsigned long long)cs->connection_errors, (unsigned long long)cs->timeouts,
+                   (unsigned long long)cs->wait_shortfalls);
+    counter(&t, "lb_redis_retries_total", "Board requests written again after a failure.");
+    lb_text_printf(&t, "lb_redis_retries_total %llu\n", (unsigned long long)ps->write_failures);
+    counter(&t, "lb_redis_replans_total",
+            "Board requests planned again because part of them was applied before.");
+    lb_text_printf(&t, "lb_redis_replans_total %llu\n", (unsigned long long)ps->replans);
+    lb_text_histogram(&t, "lb_batch_events", "Events per batch.", &d->batch_events);
+    lb_text_histogram(&t, "lb_batch_seconds", "From sending a batch to Redis to its last reply.",
+                      &d->batch_seconds);
+    lb_text_histogram(&t, "lb_commit_seconds", "From an offset commit to the broker's answer.",
+                      &ks->commit_latency);
+    lb_text_histogram(&t, "lb_event_visible_seconds",
+                      "From an event's time to its write being acknowledged by Redis.",
+                      &ps->visible);
+    render_lag(d, &t);
+    gauge(&t, "lb_partitions_assigned", "Partitions assigned to this pod.");
+    lb_text_printf(&t, "lb_partitions_assigned %d\n", ks->assigned);
+    gauge(&t, "lb_partitions_paused", "Assigned partitions paused while Redis or the DLQ waits.");
+    lb_text_printf(&t, "lb_partitions_paused %d\n", ks->paused ? ks->assigned : 0);
+    gauge(&t, "lb_last_commit_timestamp_seconds", "When offsets were last committed (0: never).");
+    lb_text_printf(&t, "lb_last_commit_timestamp_seconds %.3f\n",
+                   (double)ks->last_commit_ms / 1000.0);
+    gauge(&t, "lb_redis_up", "1 when the last write or ping reached Redis.");
+    lb_text_printf(&t, "lb_redis_up %d\n", d->redis_ok);
+    lb_metrics_publish(d->metrics, &t, d->redis_ok && ks->assigned > 0);
+    lb_text_free(&t);
+}
+
+/* While idle, a PING tells /readyz whether Redis is still there. */
+static void ping_if_idle(struct daemon *d)
+{
+    if (!d->metrics || d->inflight || monotonic_ms() - d->last_ping_ms < 1000)
+        return;
+    d->last_ping_ms = monotonic_ms();
+    const char *argv[] = {"PING"};
+    size_t argvlen[] = {4};
+    redisReply *reply = lb_cluster_command(d->cluster, 0, 1, argv, argvlen);
+    d->redis_ok = reply && reply->type == REDIS_REPLY_STATUS;
+    if (reply)
+        freeReplyObject(reply);
 }
 
 /* The pipeline could not project a record: dead-letter it. */
@@ -267,7 +449,7 @@ static void settle_dlq(struct daemon *d, struct batch *b)
         }
         if (!pending && !failed)
             return;
-        if (*d->stop || lb_consumer_fatal(d->consumer)) {
+        if (give_up(d) || lb_consumer_fatal(d->consumer)) {
             lb_dlq_poll(d->dlq, pending ? 2000 : 0);
             for (size_t i = 0; i < b->n; i++)
                 if (b->dlq[i] == LB_DLQ_PENDING || b->dlq[i] == LB_DLQ_FAILED)
@@ -372,6 +554,7 @@ static int prepare_next(struct daemon *d)
 /* Sends d->next; it becomes the batch in flight. */
 static void send_next(struct daemon *d)
 {
+    d->batch_sent_ms = monotonic_ms();
     lb_pipeline_send(d->pipeline);
     d->inflight = d->next;
     d->next = d->next == &d->batches[0] ? &d->batches[1] : &d->batches[0];
@@ -384,7 +567,11 @@ static void send_next(struct daemon *d)
 static int complete_inflight(struct daemon *d, int send_ready)
 {
     struct batch *done = d->inflight;
-    lb_pipeline_complete(d->pipeline, done->durable, wait_for_redis, d);
+    int written = lb_pipeline_complete(d->pipeline, done->durable, wait_for_redis, d);
+    lb_histogram_observe(&d->batch_seconds, (double)(monotonic_ms() - d->batch_sent_ms) / 1000.0);
+    lb_histogram_observe(&d->batch_events, (double)done->n);
+    d->redis_ok = written == 0;
+    d->last_ping_ms = monotonic_ms();
     if (d->crash_after_batches && ++d->batches_written == d->crash_after_batches) {
         LB_WARN("daemon",
                 "LB_FAULT_CRASH_AFTER_BATCHES: exiting after writing batch %llu, "
@@ -482,6 +669,18 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         LB_WARN("daemon", "no kafka.dlq_topic: events that cannot be projected are only logged "
                           "and counted");
     }
+    lb_histogram_init(&d.batch_events, lb_size_bounds, lb_size_nbounds);
+    lb_histogram_init(&d.batch_seconds, lb_latency_bounds, lb_latency_nbounds);
+    if (config->metrics_listen) {
+        d.metrics = lb_metrics_start(config->metrics_listen, err, sizeof(err));
+        if (!d.metrics) {
+            LB_ERROR("daemon", "%s", err);
+            status = LB_EXIT_CONFIG;
+            goto done;
+        }
+        LB_INFO("daemon", "metrics on http://%s/metrics, probes on /healthz and /readyz",
+                config->metrics_listen);
+    }
     if (lb_cluster_refresh(d.cluster) != 0)
         LB_WARN("redis", "%s; will keep trying", lb_cluster_error(d.cluster));
     else
@@ -500,6 +699,10 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         d.crash_after_batches = strtoull(getenv("LB_FAULT_CRASH_AFTER_BATCHES"), NULL, 10);
 
     while (!*stop) {
+        if (lb_log_reload)
+            reload_log_level(config);
+        publish(&d, 0);
+        ping_if_idle(&d);
         collect(&d, d.next, d.inflight == NULL);
         if (lb_consumer_fatal(d.consumer)) {
             status = LB_EXIT_RUNTIME;
@@ -534,6 +737,7 @@ done:
     for (size_t i = 0; i < d.ncarry; i++)
         rd_kafka_message_destroy(d.carry[i]);
     d.ncarry = 0;
+    lb_metrics_stop(d.metrics);
     lb_consumer_close(d.consumer);
     /* before the batches go: late delivery reports write into them */
     lb_dlq_free(d.dlq, 5000);

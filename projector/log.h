@@ -1,7 +1,8 @@
 /* Leveled logging to stderr.
  *
- * Every line is one record in logfmt: ts=... level=... msg="..." so that a
- * log shipper can parse it and a human can read it. The macros test the level
+ * Every line is one record in logfmt (ts=... level=... component=...
+ * msg="...") or, with lb_log_json, one JSON object with the same fields, so
+ * that a log shipper can parse it and a human can read it. The macros test the level
  * before evaluating their arguments, so a debug line costs one comparison when
  * debug is off. Never pass secrets to these functions: nothing here masks them.
  */
@@ -10,7 +11,13 @@
 
 enum lb_log_level { LB_LOG_ERROR = 0, LB_LOG_WARN, LB_LOG_INFO, LB_LOG_DEBUG };
 
+#include <signal.h>
+
 extern int lb_log_threshold;
+extern int lb_log_json; /* non-zero: JSON lines instead of logfmt */
+
+/* Set by the daemon's SIGHUP handler: re-read log.level from the file. */
+extern volatile sig_atomic_t lb_log_reload;
 
 /* Writes one record; use the macros below instead. 'component' names the
  * subsystem ("kafka", "redis", ...). Thread-safe: one write(2) per record. */

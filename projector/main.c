@@ -1,7 +1,8 @@
 /* projector: the leaderboard projector daemon.
  *
  * stdout is for data (--check-config prints the effective configuration);
- * everything else goes to stderr as logfmt. */
+ * everything else goes to stderr as logfmt or JSON lines. SIGTERM/SIGINT
+ * drain and stop; SIGHUP re-reads log.level from the configuration file. */
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
@@ -15,8 +16,10 @@ static volatile sig_atomic_t stop_requested;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    stop_requested = 1;
+    if (sig == SIGHUP)
+        lb_log_reload = 1;
+    else
+        stop_requested = 1;
 }
 
 static void usage(FILE *out)
@@ -86,6 +89,7 @@ int main(int argc, char **argv)
         return LB_EXIT_CONFIG;
     }
     lb_log_threshold = level ? lb_log_level_parse(level) : config->log_level;
+    lb_log_json = config->log_json;
     if (check) {
         struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err));
         if (!decoder) {
@@ -105,6 +109,7 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     int status = lb_daemon_run(config, &stop_requested);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
@@ -48,6 +49,7 @@ struct slot {
     size_t count;
     uint32_t *txn_of; /* per record: its request (board), or UINT32_MAX when rejected */
     uint8_t *fate;    /* per record: enum record_fate */
+    int64_t *ts;      /* per record: the event time, for the visibility latency */
     size_t cap_records;
     struct lb_request *requests;
     uint32_t *request_txn; /* per request: the transaction it carries */
@@ -98,6 +100,7 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
     p->cluster = cluster;
     p->jitter = 0x9e3779b97f4a7c15u;
     p->prepared = p->inflight = -1;
+    lb_histogram_init(&p->stats.visible, lb_latency_bounds, lb_latency_nbounds);
     for (int i = 0; i < 2; i++) {
         lb_arena_init(&p->slots[i].arena, 1 << 16);
         if (!(p->slots[i].plan = lb_plan_new(config)) ||
@@ -120,6 +123,7 @@ void lb_pipeline_free(struct lb_pipeline *p)
         lb_arena_free(&s->arena);
         free(s->txn_of);
         free(s->fate);
+        free(s->ts);
         free(s->requests);
         free(s->request_txn);
         free(s->txn_ok);
@@ -142,7 +146,8 @@ static int ensure_capacity(struct slot *s, size_t records, size_t txns)
 {
     if (records > s->cap_records) {
         if (reserve((void **)&s->txn_of, records, sizeof(*s->txn_of)) != 0 ||
-            reserve((void **)&s->fate, records, sizeof(*s->fate)) != 0)
+            reserve((void **)&s->fate, records, sizeof(*s->fate)) != 0 ||
+            reserve((void **)&s->ts, records, sizeof(*s->ts)) != 0)
             return -1;
         s->cap_records = records;
     }
@@ -222,6 +227,7 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
             p->stats.filtered++;
             continue;
         }
+        slot->ts[i] = reason == LB_ACCEPT ? ev.ts_ms : 0;
         if (reason == LB_ACCEPT) {
             struct lb_position pos = {r->topic, r->partition, r->offset};
             reason = lb_plan_add(slot->plan, &ev, &pos, now_ms, &txn);
@@ -510,11 +516,17 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wa
         backoff = next_backoff(p, backoff);
         lb_cluster_exec(p->cluster, slot->requests, slot->pending);
     }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     for (size_t i = 0; i < slot->count; i++) {
         uint32_t txn = slot->txn_of[i];
         durable[i] = txn == UINT32_MAX || slot->fate[i] != FATE_PLANNED || slot->txn_ok[txn];
-        if (txn != UINT32_MAX && slot->fate[i] != FATE_REJECTED && durable[i])
+        if (txn != UINT32_MAX && slot->fate[i] != FATE_REJECTED && durable[i]) {
             p->stats.applied++;
+            if (slot->fate[i] == FATE_PLANNED)
+                lb_histogram_observe(&p->stats.visible, (double)(now_ms - slot->ts[i]) / 1000.0);
+        }
     }
     for (size_t k = 0; k < slot->pending; k++)
         if (slot->requests[k].reply) {

@@ -16,6 +16,7 @@
 #include "cluster.h"
 #include "config.h"
 #include "event.h"
+#include "metrics.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -36,10 +37,11 @@ struct lb_pipeline_stats {
     uint64_t rejected[LB_REJECT__COUNT];
     uint64_t member_updates;
     uint64_t late_windows;
-    uint64_t write_failures;   /* requests that failed and were retried */
-    uint64_t replans;          /* boards planned again without events already applied */
-    uint64_t filtered;         /* left out by the filter (replay's selection) */
-    uint64_t skipped_segments; /* a board's events from one partition found applied before */
+    uint64_t write_failures;     /* requests that failed and were retried */
+    uint64_t replans;            /* boards planned again without events already applied */
+    uint64_t filtered;           /* left out by the filter (replay's selection) */
+    struct lb_histogram visible; /* seconds from an event's time to its write in Redis */
+    uint64_t skipped_segments;   /* a board's events from one partition found applied before */
 };
 
 /* Called between retries: spend up to 'backoff_ms' (polling Kafka, say) and

@@ -1,0 +1,65 @@
+/* Metrics and health over HTTP, for Prometheus and Kubernetes probes.
+ *
+ * A small embedded server (libmicrohttpd, its own thread) serves:
+ *
+ *   /metrics  the Prometheus text format (version 0.0.4)
+ *   /healthz  200 while the process runs
+ *   /readyz   200 when the consumer is in its group with an assignment and
+ *             Redis took the last write (or ping), 503 otherwise
+ *
+ * The daemon renders the whole text in its own thread (every counter lives
+ * there, so nothing is shared but the finished page) and publishes it with
+ * the readiness; the server only copies the latest page under a mutex.
+ */
+#ifndef LB_METRICS_H
+#define LB_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A cumulative histogram with fixed upper bounds (seconds or counts). */
+#define LB_HISTOGRAM_MAX_BUCKETS 16
+struct lb_histogram {
+    const double *bounds; /* ascending; +Inf is implicit */
+    size_t nbounds;
+    uint64_t counts[LB_HISTOGRAM_MAX_BUCKETS + 1]; /* per bucket, not cumulative */
+    uint64_t count;
+    double sum;
+};
+
+void lb_histogram_init(struct lb_histogram *h, const double *bounds, size_t nbounds);
+void lb_histogram_observe(struct lb_histogram *h, double value);
+
+/* Bounds shared by the daemon: latencies in seconds, batch sizes in events. */
+extern const double lb_latency_bounds[];
+extern const size_t lb_latency_nbounds;
+extern const double lb_size_bounds[];
+extern const size_t lb_size_nbounds;
+
+/* A growing text buffer for rendering a page. */
+struct lb_text {
+    char *data;
+    size_t len, cap;
+    int oom;
+};
+
+void lb_text_printf(struct lb_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lb_text_free(struct lb_text *t);
+
+/* "# HELP"/"# TYPE" and the series of one histogram ('labels' may be ""). */
+void lb_text_histogram(struct lb_text *t, const char *name, const char *help,
+                       const struct lb_histogram *h);
+
+struct lb_metrics;
+
+/* Starts the server on "host:port" (":port" or "0.0.0.0:port" for every
+ * interface). NULL with a message on failure. */
+struct lb_metrics *lb_metrics_start(const char *listen, char *err, size_t errlen);
+
+/* Publishes a rendered page (copied) and the readiness. */
+void lb_metrics_publish(struct lb_metrics *metrics, const struct lb_text *page, int ready);
+
+/* Stops the server. Accepts NULL. */
+void lb_metrics_stop(struct lb_metrics *metrics);
+
+#endif
