@@ -9,6 +9,9 @@
  *   dump           every record of a topic up to its high watermarks, one
  *                  line each: partition, offset, key, value size, headers
  *                  (name=value), e.g. to inspect the dead-letter topic
+ *   redrive        produces the dead-letter records (optionally only those
+ *                  of one lb.reason) back to the topic they came from, key
+ *                  and bytes unchanged, once the cause is fixed
  *
  * stdout: results; stderr: errors. Exit 0 ok, 1 failure, 2 usage.
  */
@@ -24,6 +27,7 @@ struct options {
     const char *brokers;
     const char *topic;
     const char *group;
+    const char *reason;
     int partitions;
     int timeout_s;
     char *props[32];
@@ -348,18 +352,109 @@ static int dump(const struct options *o)
     return 0;
 }
 
+/* The value of header 'name' of 'm', or NULL. */
+static const char *header(rd_kafka_message_t *m, const char *name, char *out, size_t cap)
+{
+    rd_kafka_headers_t *headers;
+    const void *value;
+    size_t size;
+    if (rd_kafka_message_headers(m, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        !value)
+        return NULL;
+    snprintf(out, cap, "%.*s", (int)size, (const char *)value);
+    return out;
+}
+
+/* Reads the DLQ (o->topic) to its high watermarks and produces each record
+ * whose reason matches o->reason (all when NULL) to its lb.source.topic. */
+static int redrive(const struct options *o)
+{
+    rd_kafka_t *consumer = make_client(o, RD_KAFKA_CONSUMER);
+    rd_kafka_t *producer = make_client(o, RD_KAFKA_PRODUCER);
+    if (!consumer || !producer)
+        return 1;
+    const struct rd_kafka_metadata *md;
+    rd_kafka_topic_t *topic = rd_kafka_topic_new(consumer, o->topic, NULL);
+    rd_kafka_resp_err_t e = rd_kafka_metadata(consumer, 0, topic, &md, 10000);
+    rd_kafka_topic_destroy(topic);
+    if (e || md->topics[0].err) {
+        fprintf(stderr, "lbadmin: topic %s: %s\n", o->topic,
+                rd_kafka_err2str(e ? e : md->topics[0].err));
+        return 1;
+    }
+    int n = md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
+    int64_t *high = calloc((size_t)n, sizeof(*high)), left = 0, sent = 0, skipped = 0;
+    for (int p = 0; p < n; p++) {
+        int64_t low;
+        if (rd_kafka_query_watermark_offsets(consumer, o->topic, p, &low, &high[p], 10000) != 0)
+            high[p] = low = 0;
+        rd_kafka_topic_partition_list_add(list, o->topic, p)->offset = low;
+        left += high[p] - low;
+    }
+    rd_kafka_assign(consumer, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    double deadline = monotonic_s() + o->timeout_s;
+    int status = 0;
+    while (left > 0 && monotonic_s() < deadline && status == 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(consumer, 200);
+        if (!m)
+            continue;
+        if (!m->err && m->offset < high[m->partition]) {
+            char reason[64], source[256];
+            left--;
+            if (!header(m, "lb.source.topic", source, sizeof(source)) ||
+                (o->reason && (!header(m, "lb.reason", reason, sizeof(reason)) ||
+                               strcmp(reason, o->reason) != 0))) {
+                skipped++;
+            } else if (rd_kafka_producev(producer, RD_KAFKA_V_TOPIC(source),
+                                         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                         RD_KAFKA_V_KEY(m->key, m->key_len),
+                                         RD_KAFKA_V_VALUE(m->payload, m->len),
+                                         RD_KAFKA_V_END) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                fprintf(stderr, "lbadmin: producing to %s failed\n", source);
+                status = 1;
+            } else {
+                sent++;
+            }
+        }
+        rd_kafka_message_destroy(m);
+        rd_kafka_poll(producer, 0);
+    }
+    if (rd_kafka_flush(producer, 30000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        fprintf(stderr, "lbadmin: %d record(s) not acknowledged\n", rd_kafka_outq_len(producer));
+        status = 1;
+    }
+    free(high);
+    rd_kafka_consumer_close(consumer);
+    rd_kafka_destroy(consumer);
+    rd_kafka_destroy(producer);
+    if (left > 0) {
+        fprintf(stderr, "lbadmin: %lld record(s) of %s not read within %d s\n", (long long)left,
+                o->topic, o->timeout_s);
+        status = 1;
+    }
+    printf("redrive: %lld record(s) produced back to their source topic, %lld left alone\n",
+           (long long)sent, (long long)skipped);
+    return status;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: lbadmin create-topic   --topic T [--partitions N] [--brokers B]\n"
                  "       lbadmin offsets        --topic T --group G [--brokers B]\n"
                  "       lbadmin wait-caught-up --topic T --group G [--timeout S] [--brokers B]\n"
                  "       lbadmin dump           --topic T [--timeout S] [--brokers B]\n"
+                 "       lbadmin redrive        --topic DLQ [--reason R] [--brokers B]\n"
                  "\n"
                  "  -b, --brokers LIST   bootstrap servers (default 127.0.0.1:9092)\n"
                  "  -t, --topic NAME     topic\n"
                  "  -g, --group ID       consumer group\n"
                  "  -p, --partitions N   partitions of a new topic (default 6)\n"
                  "      --timeout S      seconds to wait (default 60)\n"
+                 "      --reason R       redrive: only records with lb.reason R\n"
                  "  -X key=value         librdkafka property\n"
                  "\n"
                  "Example:\n"
@@ -368,13 +463,11 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"brokers", required_argument, NULL, 'b'},
-                                             {"topic", required_argument, NULL, 't'},
-                                             {"group", required_argument, NULL, 'g'},
-                                             {"partitions", required_argument, NULL, 'p'},
-                                             {"timeout", required_argument, NULL, 'T'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"brokers", required_argument, NULL, 'b'}, {"topic", required_argument, NULL, 't'},
+        {"group", required_argument, NULL, 'g'},   {"partitions", required_argument, NULL, 'p'},
+        {"timeout", required_argument, NULL, 'T'}, {"reason", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     struct options o = {.brokers = "127.0.0.1:9092", .partitions = 6, .timeout_s = 60};
     int opt;
 
@@ -401,6 +494,9 @@ int main(int argc, char **argv)
         case 'T':
             o.timeout_s = atoi(optarg);
             break;
+        case 'R':
+            o.reason = optarg;
+            break;
         case 'X':
             if (o.nprops < 32)
                 o.props[o.nprops++] = optarg;
@@ -419,6 +515,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(command, "create-topic") == 0)
         return create_topic(&o);
+    if (strcmp(command, "redrive") == 0) {
+        o.group = "lbadmin-redrive"; /* needed by the consumer; nothing is committed */
+        return redrive(&o);
+    }
     if (strcmp(command, "dump") == 0) {
         o.group = "lbadmin-dump"; /* needed by the consumer; nothing is committed */
         return dump(&o);

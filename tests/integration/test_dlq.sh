@@ -49,6 +49,29 @@ dups=$(grep -o 'lb\.source\.partition=[0-9]* lb\.source\.offset=[0-9]*' "$T_DIR/
 ((dups == 0)) || fail "$dups source offsets dead-lettered twice"
 ok "DLQ records carry the original key and bytes, the detail, source and time headers"
 
+# re-drive: fix the cause (the producer's schema 99 is registered at last)
+# and produce those records back; they are applied, nothing is dead-lettered
+stop_projector "$PROJECTOR_PID"
+[[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
+sed -i "s|^    2: .*|&\n    99: $repo/schemas/score_event.avsc|" "$T_DIR/projector.yaml"
+grep -q '^    99: ' "$T_DIR/projector.yaml" || fail "could not add schema 99"
+"$BIN/lbadmin" redrive --brokers "$BROKERS" --topic scores-dlq --reason unknown_schema_id \
+    >"$T_DIR/redrive.out" 2>>"$T_DIR/lbadmin.log" || fail "redrive failed"
+unknown=$(awk '$6 == "POISON:unknown_schema_id"' "$T_DIR/events.tsv" | wc -l)
+grep -q "redrive: $unknown record(s) produced back" "$T_DIR/redrive.out" ||
+    fail "redrive did not produce the $unknown records: $(cat "$T_DIR/redrive.out")"
+start_projector projector "$T_DIR/projector.yaml"
+wait_caught_up 120
+awk -F'\t' -v OFS='\t' '$6 == "POISON:unknown_schema_id" { $6 = "SUBMIT"; print }' \
+    "$T_DIR/events.tsv" >"$T_DIR/redriven.tsv"
+cat "$T_DIR/redriven.tsv" >>"$T_DIR/events.tsv"
+verify
+"$BIN/lbadmin" dump --brokers "$BROKERS" --topic scores-dlq >"$T_DIR/dlq2.dump" 2>>"$T_DIR/lbadmin.log" ||
+    fail "cannot read the DLQ"
+[[ $(wc -l <"$T_DIR/dlq2.dump") == $(wc -l <"$T_DIR/dlq.dump") ]] ||
+    fail "re-driven records were dead-lettered again"
+ok "after the fix, lbadmin redrive put $unknown records back and they were applied exactly"
+
 # 2. the DLQ cannot be written: partitions stall at their first poison event
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
