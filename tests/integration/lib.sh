@@ -117,7 +117,10 @@ seed_list() {
 
 # write_config FILE [EXTRA_YAML [EXTRA_REDIS]] - a projector configuration
 # for these services; EXTRA_YAML is appended (more top-level sections),
-# EXTRA_REDIS goes into the redis: section.
+# EXTRA_REDIS goes into the redis: section. From the environment: GROUP,
+# BATCH_MAX, COMMAND_TIMEOUT, DRAIN_TIMEOUT (5s: tests stop projectors with
+# Redis down and should not wait the default 20s), DLQ_TOPIC, INSTANCE_ID
+# (group.instance.id).
 write_config() {
     local file=$1 more_yaml=${2-} more_redis=${3-}
     cat >"$file" <<YAML
@@ -127,7 +130,8 @@ kafka:
   topics: [scores]
   commit_interval: 200ms
   session.timeout.ms: "6000"${DLQ_TOPIC:+
-  dlq_topic: $DLQ_TOPIC}
+  dlq_topic: $DLQ_TOPIC}${INSTANCE_ID:+
+  group.instance.id: "$INSTANCE_ID"}
 input:
   format: confluent
   schemas:
@@ -142,6 +146,8 @@ $more_redis
 batch:
   max_events: ${BATCH_MAX:-2000}
   linger: 20ms
+shutdown:
+  drain_timeout: ${DRAIN_TIMEOUT:-5s}
 $more_yaml
 YAML
 }

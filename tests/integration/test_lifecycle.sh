@@ -4,19 +4,19 @@
 #    the committed offsets stop mid-stream, and a restart continues without
 #    loss or double count (sum boards would show either);
 #  - SIGHUP re-reads log.level from the file;
-#  - log.format json gives one JSON object per line.
+#  - log.format json gives one JSON object per line;
+#  - a static member fenced by a second process with the same
+#    group.instance.id exits 1 with the reason.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 start_services
 export GROUP=lb-lifecycle
 config() { # LEVEL
-    write_config "$T_DIR/projector.yaml" "$MODE_PROFILES
+    DRAIN_TIMEOUT=10s write_config "$T_DIR/projector.yaml" "$MODE_PROFILES
 log:
   level: $1
-  format: json
-shutdown:
-  drain_timeout: 10s"
+  format: json"
 }
 config info
 
@@ -59,3 +59,24 @@ assert_committed_at_end
 ok "the restart continued exactly where the committed offsets said: no loss, no double count"
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
+
+# static membership: a second process with the same group.instance.id
+# fences the first, which must stop with a clear error and exit 1
+INSTANCE_ID=pod-0 write_config "$T_DIR/static.yaml"
+start_projector static-a "$T_DIR/static.yaml"
+pod_a=$PROJECTOR_PID
+wait_log "$T_DIR/static-a.log" "assigned" 30
+start_projector static-b "$T_DIR/static.yaml"
+pod_b=$PROJECTOR_PID
+deadline=$((SECONDS + 60))
+while kill -0 "$pod_a" 2>/dev/null && kill -0 "$pod_b" 2>/dev/null && ((SECONDS < deadline)); do
+    sleep 0.5
+done
+if ! kill -0 "$pod_a" 2>/dev/null; then fenced=$pod_a name=static-a other=$pod_b; else fenced=$pod_b name=static-b other=$pod_a; fi
+kill -0 "$fenced" 2>/dev/null && fail "neither member was fenced within 60 s"
+status=0
+wait "$fenced" || status=$?
+[[ $status == 1 ]] || fail "the fenced member exited $status, not 1"
+grep -q 'fatal consumer error.*FENCED' "$T_DIR/$name.log" || fail "the fencing is not explained in the log"
+ok "a fenced static member exits 1 and says why"
+stop_projector "$other"

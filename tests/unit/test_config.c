@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -186,6 +187,45 @@ static void sum_boards_budget_their_totals(void **state)
     expect_error(text, 10, "not one of: best, latest, sum");
 }
 
+/* The operability settings, as files on disk: each invalid file is refused
+ * with "<its path>:<line>: <what>". */
+static void invalid_files_are_refused_with_their_path_and_line(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *tail; /* appended to the minimal configuration (9 lines) */
+        int line;
+        const char *needle;
+    } cases[] = {
+        {"log:\n  format: xml\n", 10, "not one of: logfmt, json"},
+        {"log:\n  level: chatty\n", 10, "not one of: error, warn, info, debug"},
+        {"metrics:\n  listen: [1, 2]\n", 10, "expected a single value, not a list"},
+        {"metrics:\n  port: 9464\n", 10, "unknown key 'port'"},
+        {"shutdown:\n  drain_timeout: soon\n", 10, "not a duration"},
+        {"shutdown:\n  drain_timeout: 2h\n", 10, "out of range"},
+        {"shutdown:\n  grace: 1s\n", 10, "unknown key 'grace'"},
+        {"bogus_section: {}\n", 9, "unknown key 'bogus_section'"},
+    };
+    char dir[] = "/tmp/lb-config-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char path[64], err[1024], prefix[96];
+        snprintf(path, sizeof(path), "%s/case%zu.yaml", dir, i);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fprintf(f, "%s%s", minimal, cases[i].tail);
+        fclose(f);
+        struct lb_config *config = NULL;
+        assert_int_equal(lb_config_load(path, &config, err, sizeof(err)), -1);
+        assert_null(config);
+        snprintf(prefix, sizeof(prefix), "%s:%d: ", path, cases[i].line);
+        if (strncmp(err, prefix, strlen(prefix)) != 0 || !strstr(err, cases[i].needle))
+            fail_msg("case %zu: expected \"%s...%s\", got \"%s\"", i, prefix, cases[i].needle, err);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
 static void kafka_overrides_that_break_the_offset_contract_are_refused(void **state)
 {
     (void)state;
@@ -297,6 +337,7 @@ int main(void)
         cmocka_unit_test(kafka_properties_pass_through),
         cmocka_unit_test(durations_and_times_parse),
         cmocka_unit_test(sum_boards_budget_their_totals),
+        cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
