@@ -1,10 +1,11 @@
 /* The server-side half of a board's batch: a Redis Lua script.
  *
- * The semantics issue allows a Lua script for this, and it is the only code
- * in the project that is not C or shell: exactly-once across redelivery,
- * zombie pods and replay needs a check and a write in one atomic step on the
- * server, which MULTI alone cannot express. The script is small, takes every
- * decision from its arguments, and is loaded by SHA1 on every connection.
+ * The semantics issue allows a Lua script for this, and it is, with replay's
+ * swap script (replay/replay.c), the only code in the project that is not C
+ * or shell: exactly-once across redelivery, zombie pods and replay needs a
+ * check and a write in one atomic step on the server, which MULTI alone
+ * cannot express. The script is small, takes every decision from its
+ * arguments, and is loaded by SHA1 on every connection.
  *
  * KEYS: [1] the board's applied-offset marker hash "<prefix>{B}:~applied"
  *       [2 .. n+1] the window keys

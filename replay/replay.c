@@ -59,7 +59,7 @@
 
 enum {
     EXIT_OK = 0,
-    EXIT_FAILURE_ = 1,
+    EXIT_BROKEN = 1,
     EXIT_USAGE = 2,
     EXIT_CONFIG = 3,
     EXIT_GAP = 4,
@@ -114,13 +114,13 @@ static void strings_add(struct strings *s, const char *text, size_t len)
         s->items = realloc(s->items, s->cap * sizeof(*s->items));
         if (!s->items) {
             fprintf(stderr, "replay: out of memory\n");
-            exit(EXIT_FAILURE_);
+            exit(EXIT_BROKEN);
         }
     }
     s->items[s->count] = strndup(text, len);
     if (!s->items[s->count]) {
         fprintf(stderr, "replay: out of memory\n");
-        exit(EXIT_FAILURE_);
+        exit(EXIT_BROKEN);
     }
     s->count++;
 }
@@ -154,7 +154,7 @@ static void board_set_add(struct board_set *set, const char *id, size_t len)
         bigger.slots = calloc(bigger.cap, sizeof(char *));
         if (!bigger.slots) {
             fprintf(stderr, "replay: out of memory\n");
-            exit(EXIT_FAILURE_);
+            exit(EXIT_BROKEN);
         }
         for (size_t i = 0; i < set->cap; i++)
             if (set->slots[i])
@@ -896,7 +896,7 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
                           const struct strings *live, const struct strings *staged,
                           struct board_keys *bk)
 {
-    size_t sp = strlen(r->staging_prefix), lp = strlen(r->config->key_prefix);
+    size_t sp = strlen(r->staging_prefix);
     memset(bk, 0, sizeof(*bk));
     for (size_t i = 0; i < staged->count; i++) {
         size_t len;
@@ -923,7 +923,6 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
         if (!replaced)
             strings_add(&bk->extra, live->items[i], strlen(live->items[i]));
     }
-    (void)lp;
 }
 
 static void board_keys_free(struct board_keys *bk)
@@ -1465,7 +1464,7 @@ int main(int argc, char **argv)
     if (!(r.cluster = lb_cluster_new(&copts)) || lb_cluster_refresh(r.cluster) != 0) {
         fprintf(stderr, "replay: Redis: %s\n",
                 r.cluster ? lb_cluster_error(r.cluster) : "out of memory");
-        status = EXIT_FAILURE_;
+        status = EXIT_BROKEN;
         goto out;
     }
     if (r.o.node && node_slots(&r, r.o.node) != 0) {
@@ -1483,7 +1482,7 @@ int main(int argc, char **argv)
         goto out;
     }
     if (make_plan(r.meta, r.config, &r.o, &r.plan) != 0) {
-        status = EXIT_FAILURE_;
+        status = EXIT_BROKEN;
         goto out;
     }
     int gaps = print_plan(&r.plan, &r.o, r.config->group);
@@ -1500,17 +1499,17 @@ int main(int argc, char **argv)
         goto out;
 
     if (!(r.pipeline = lb_pipeline_new(&r.staged, r.decoder, r.cluster))) {
-        status = EXIT_FAILURE_;
+        status = EXIT_BROKEN;
         goto out;
     }
     lb_pipeline_set_filter(r.pipeline, filter_event, &r.sel);
     if (clear_staging(&r) != 0) {
-        status = EXIT_FAILURE_;
+        status = EXIT_BROKEN;
         goto out;
     }
     r.started = mono_s();
     if (read_until_end(&r) != 0) {
-        status = EXIT_FAILURE_;
+        status = EXIT_BROKEN;
         goto out;
     }
     progress(&r, 1);
@@ -1522,7 +1521,7 @@ int main(int argc, char **argv)
     if (r.o.verify) {
         struct verify_report v = {0};
         if (verify_all(&r, &v) != 0) {
-            status = EXIT_FAILURE_;
+            status = EXIT_BROKEN;
             goto out;
         }
         printf("replay --verify: %zu board(s), %zu key(s) checked, %zu differing; members: %zu "
@@ -1534,7 +1533,7 @@ int main(int argc, char **argv)
          * every event the live projector may have applied before the loss. */
         size_t swapped = 0;
         if (extend_to_latest(&r) != 0 || read_until_end(&r) != 0 || swap_all(&r, &swapped) != 0)
-            status = EXIT_FAILURE_;
+            status = EXIT_BROKEN;
         clear_staging(&r); /* what a board that was not swapped left behind */
         printf("replay: %llu events read in %.1f s (%.0f/s), %llu in the selection applied, "
                "%llu rejected; %zu of %zu board(s) rebuilt\n",
@@ -1544,7 +1543,7 @@ int main(int argc, char **argv)
     }
 out:
     if (interrupted && status == EXIT_OK)
-        status = EXIT_FAILURE_;
+        status = EXIT_BROKEN;
     lb_pipeline_free(r.pipeline);
     if (r.reader) {
         rd_kafka_consumer_close(r.reader);
