@@ -18,6 +18,7 @@
  * idempotent, the caller can simply send them again.
  */
 #include "cluster.h"
+#include "clock.h"
 #include "log.h"
 #include "resp.h"
 #include "slot.h"
@@ -104,13 +105,6 @@ struct lb_cluster {
     char readbuf[65536];
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void set_error(struct lb_cluster *cl, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -175,7 +169,7 @@ static void node_close(struct lb_cluster *cl, struct node *n)
 static int wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - lb_monotonic_ms();
         if (left <= 0)
             return 0;
         struct pollfd pfd = {.fd = fd, .events = events};
@@ -238,7 +232,7 @@ static int node_connect(struct lb_cluster *cl, struct node *n)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
     char port[16];
-    int64_t deadline = now_ms() + cl->connect_timeout_ms;
+    int64_t deadline = lb_monotonic_ms() + cl->connect_timeout_ms;
     int err = 0;
 
     if (n->fd >= 0)
@@ -336,7 +330,7 @@ static ssize_t node_read(struct lb_cluster *cl, struct node *n)
 static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, size_t len,
                      redisReply **reply)
 {
-    int64_t deadline = now_ms() + cl->command_timeout_ms;
+    int64_t deadline = lb_monotonic_ms() + cl->command_timeout_ms;
     size_t sent = 0;
     void *r = NULL;
 
@@ -902,7 +896,7 @@ static void node_io(struct lb_cluster *cl, struct node *n, short revents)
         return;
     }
     /* The timeout counts silence, not the length of a big pipeline. */
-    n->deadline = now_ms() + cl->command_timeout_ms;
+    n->deadline = lb_monotonic_ms() + cl->command_timeout_ms;
     void *reply;
     while (n->qlen) {
         if (redisReaderGetReply(n->reader, &reply) != REDIS_OK) {
@@ -929,7 +923,7 @@ static void run_io(struct lb_cluster *cl)
     }
     for (;;) {
         nfds_t count = 0;
-        int64_t now = now_ms(), wake = INT64_MAX;
+        int64_t now = lb_monotonic_ms(), wake = INT64_MAX;
         for (size_t i = 0; i < cl->nnodes; i++) {
             struct node *n = cl->nodes[i];
             if (!n->qlen)
@@ -1005,7 +999,7 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
         return -1;
     }
     if (n->qlen == 1) /* the first request of this call on this node */
-        n->deadline = now_ms() + cl->command_timeout_ms;
+        n->deadline = lb_monotonic_ms() + cl->command_timeout_ms;
     run->node = node;
     run->round = (uint8_t)cl->round;
     n->wrote |= req->is_txn | req->writes;

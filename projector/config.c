@@ -15,6 +15,7 @@
 #include "config.h"
 #include "log.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fnmatch.h>
@@ -502,6 +503,7 @@ static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_windows(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_wait_replicas(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_listen(struct parser *p, yaml_node_t *node, void *obj);
 
 #define C(member) FIELD(struct lb_config, member)
 
@@ -633,8 +635,8 @@ static const struct key_def log_keys[] = {{.name = "level",
 
 static const struct key_def metrics_keys[] = {
     {.name = "listen",
-     .type = KT_STRING,
-     .offset = C(metrics_listen),
+     .type = KT_CUSTOM,
+     .custom = parse_listen,
      .doc = "host:port of /metrics, /healthz and /readyz (unset: no server)"},
     {0}};
 
@@ -777,6 +779,36 @@ static int parse_wait_replicas(struct parser *p, yaml_node_t *node, void *obj)
     if (node->type != YAML_SCALAR_NODE || parse_int(scalar_text(node), &n) != 0 || n < 0 || n > 16)
         return fail(p, line_of(node), "wait_replicas: expected auto or a number from 0 to 16");
     config->wait_replicas = (int)n;
+    return 0;
+}
+
+/* metrics.listen: "host:port" with an IPv4 host (or none: every
+ * interface), checked here so a typo stops the start with its line. */
+static int parse_listen(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_config *config = obj;
+    if (node->type != YAML_SCALAR_NODE)
+        return fail(p, line_of(node), "listen: expected host:port, e.g. 0.0.0.0:9464");
+    char *text = expand(p, line_of(node), scalar_text(node));
+    if (!text)
+        return -1;
+    const char *colon = strrchr(text, ':');
+    char host[64];
+    struct in_addr addr;
+    int64_t port;
+    if (!colon || (size_t)(colon - text) >= sizeof(host) || parse_int(colon + 1, &port) != 0 ||
+        port < 1 || port > 65535) {
+        free(text);
+        return fail(p, line_of(node), "listen: expected host:port, e.g. 0.0.0.0:9464");
+    }
+    memcpy(host, text, (size_t)(colon - text));
+    host[colon - text] = '\0';
+    if (host[0] && inet_pton(AF_INET, host, &addr) != 1) {
+        free(text);
+        return fail(p, line_of(node), "listen: '%s' is not an IPv4 address", host);
+    }
+    free(config->metrics_listen);
+    config->metrics_listen = text;
     return 0;
 }
 
@@ -1340,6 +1372,8 @@ void lb_config_print(const struct lb_config *config, FILE *out)
                         strstr(config->kafka_props[i].key, "secret")
                     ? "*****"
                     : config->kafka_props[i].value);
+    fprintf(out, "metrics_listen: %s\n",
+            config->metrics_listen ? config->metrics_listen : "(none)");
     if (config->wait_replicas < 0)
         fprintf(out, "redis_wait_replicas: auto\n");
     else

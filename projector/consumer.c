@@ -6,6 +6,7 @@
  * lb_kafka_log_cb, which is thread-safe.
  */
 #include "consumer.h"
+#include "clock.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -18,7 +19,6 @@ struct lb_consumer {
     lb_revoke_fn on_revoke;
     void *ctx;
     int fatal;
-    int paused;
     uint64_t stored;    /* stores since start */
     uint64_t committed; /* value of 'stored' at the last commit */
     int commit_failed;  /* an asynchronous commit failed: commit again even if idle */
@@ -26,19 +26,12 @@ struct lb_consumer {
     struct lb_consumer_stats stats;
 };
 
-static int64_t clock_ms(clockid_t clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A commit the broker acknowledged: its latency and time. */
 static void commit_done(struct lb_consumer *c)
 {
     lb_histogram_observe(&c->stats.commit_latency,
-                         (double)(clock_ms(CLOCK_MONOTONIC) - c->commit_started_ms) / 1000.0);
-    c->stats.last_commit_ms = clock_ms(CLOCK_REALTIME);
+                         (double)(lb_monotonic_ms() - c->commit_started_ms) / 1000.0);
+    c->stats.last_commit_ms = lb_wall_ms();
 }
 
 const struct lb_consumer_stats *lb_consumer_stats(const struct lb_consumer *c)
@@ -102,11 +95,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
          * set the state we want on the new assignment explicitly: paused
          * while the daemon waits for Redis, fetching otherwise. */
         if (partitions->cnt) {
-            rd_kafka_resp_err_t perr = c->paused ? rd_kafka_pause_partitions(rk, partitions)
-                                                 : rd_kafka_resume_partitions(rk, partitions);
+            rd_kafka_resp_err_t perr = c->stats.paused ? rd_kafka_pause_partitions(rk, partitions)
+                                                       : rd_kafka_resume_partitions(rk, partitions);
             if (perr)
-                LB_WARN("kafka", "%s the new assignment: %s", c->paused ? "pausing" : "resuming",
-                        rd_kafka_err2str(perr));
+                LB_WARN("kafka", "%s the new assignment: %s",
+                        c->stats.paused ? "pausing" : "resuming", rd_kafka_err2str(perr));
         }
         return;
     }
@@ -273,9 +266,9 @@ int lb_consumer_fatal(const struct lb_consumer *c)
 void lb_consumer_pause(struct lb_consumer *c, int pause)
 {
     rd_kafka_topic_partition_list_t *assigned = NULL;
-    /* 'paused' is the wanted state; rebalance_cb applies it to every new
+    /* stats.paused is the wanted state; rebalance_cb applies it to every new
      * assignment, so it is only ever changed here. */
-    if (c->paused == pause || rd_kafka_assignment(c->rk, &assigned) != 0)
+    if (c->stats.paused == pause || rd_kafka_assignment(c->rk, &assigned) != 0)
         return;
     if (assigned->cnt) {
         rd_kafka_resp_err_t err = pause ? rd_kafka_pause_partitions(c->rk, assigned)
@@ -287,7 +280,6 @@ void lb_consumer_pause(struct lb_consumer *c, int pause)
             LB_INFO("kafka", "%s %d partition(s)%s", pause ? "paused" : "resumed", assigned->cnt,
                     pause ? " until Redis takes writes again" : "");
     }
-    c->paused = pause;
     c->stats.paused = pause;
     rd_kafka_topic_partition_list_destroy(assigned);
 }
@@ -314,7 +306,7 @@ int lb_consumer_commit(struct lb_consumer *c, int async)
         return 0;
     uint64_t stored = c->stored;
     c->commit_failed = 0;
-    c->commit_started_ms = clock_ms(CLOCK_MONOTONIC);
+    c->commit_started_ms = lb_monotonic_ms();
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, async);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
         LB_WARN("kafka", "offset commit failed: %s", rd_kafka_err2str(err));

@@ -20,6 +20,7 @@
  * starts from the last commit.
  */
 #include "daemon.h"
+#include "clock.h"
 #include "consumer.h"
 #include "dlq.h"
 #include "metrics.h"
@@ -85,20 +86,6 @@ struct daemon {
     uint64_t batches_written;
 };
 
-static int64_t monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int in_list(const rd_kafka_topic_partition_list_t *list, const rd_kafka_message_t *msg)
 {
     return rd_kafka_topic_partition_list_find(list, rd_kafka_topic_name(msg->rkt),
@@ -143,7 +130,7 @@ static void carry_push(struct daemon *d, rd_kafka_message_t *msg)
 
 static void maybe_commit(struct daemon *d)
 {
-    int64_t now = monotonic_ms();
+    int64_t now = lb_monotonic_ms();
     if (now - d->last_commit_ms < d->config->commit_interval_ms)
         return;
     lb_consumer_commit(d->consumer, 1);
@@ -172,14 +159,14 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     b->n = take;
     memset(b->revoked, 0, max);
     if (b->n)
-        deadline = monotonic_ms() + d->config->batch_linger_ms;
+        deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
 
     while (b->n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
         int64_t timeout = 200;
         if (!wait)
             timeout = 0;
         else if (b->n) {
-            timeout = deadline - monotonic_ms();
+            timeout = deadline - lb_monotonic_ms();
             if (timeout < 0)
                 timeout = 0;
         }
@@ -187,10 +174,10 @@ static void collect(struct daemon *d, struct batch *b, int wait)
         if (msg) {
             b->msgs[b->n++] = msg;
             if (b->n == 1)
-                deadline = monotonic_ms() + d->config->batch_linger_ms;
+                deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
             continue;
         }
-        if (!wait || (b->n && monotonic_ms() >= deadline))
+        if (!wait || (b->n && lb_monotonic_ms() >= deadline))
             break;
         if (!b->n) { /* idle */
             maybe_commit(d);
@@ -233,8 +220,8 @@ static int give_up(struct daemon *d)
     if (!*d->stop)
         return 0;
     if (!d->give_up_at)
-        d->give_up_at = monotonic_ms() + d->config->drain_timeout_ms;
-    return monotonic_ms() >= d->give_up_at;
+        d->give_up_at = lb_monotonic_ms() + d->config->drain_timeout_ms;
+    return lb_monotonic_ms() >= d->give_up_at;
 }
 
 /* Between retries: poll (partitions paused) so the group keeps us, hold on
@@ -243,7 +230,7 @@ static int give_up(struct daemon *d)
 static int wait_for_redis(void *ctx, int64_t backoff_ms)
 {
     struct daemon *d = ctx;
-    int64_t deadline = monotonic_ms() + backoff_ms;
+    int64_t deadline = lb_monotonic_ms() + backoff_ms;
 
     lb_consumer_pause(d->consumer, 1);
     d->redis_ok = 0;
@@ -255,7 +242,7 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
         if (give_up(d) || lb_consumer_fatal(d->consumer) || live == 0)
             return 1;
         publish(d, 0);
-        int64_t left = deadline - monotonic_ms();
+        int64_t left = deadline - lb_monotonic_ms();
         if (left <= 0)
             return 0;
         rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, (int)(left < 100 ? left : 100));
@@ -321,9 +308,9 @@ static void render_lag(struct daemon *d, struct lb_text *t)
  * the page with the readiness, at most once a second unless 'now'. */
 static void publish(struct daemon *d, int now)
 {
-    if (!d->metrics || (!now && monotonic_ms() - d->last_publish_ms < 1000))
+    if (!d->metrics || (!now && lb_monotonic_ms() - d->last_publish_ms < 1000))
         return;
-    d->last_publish_ms = monotonic_ms();
+    d->last_publish_ms = lb_monotonic_ms();
     const struct lb_pipeline_stats *ps = lb_pipeline_stats(d->pipeline);
     const struct lb_cluster_stats *cs = lb_cluster_stats(d->cluster);
     const struct lb_consumer_stats *ks = lb_consumer_stats(d->consumer);
@@ -405,9 +392,9 @@ static void publish(struct daemon *d, int now)
 /* While idle, a PING tells /readyz whether Redis is still there. */
 static void ping_if_idle(struct daemon *d)
 {
-    if (!d->metrics || d->inflight || monotonic_ms() - d->last_ping_ms < 1000)
+    if (!d->metrics || d->inflight || lb_monotonic_ms() - d->last_ping_ms < 1000)
         return;
-    d->last_ping_ms = monotonic_ms();
+    d->last_ping_ms = lb_monotonic_ms();
     const char *argv[] = {"PING"};
     size_t argvlen[] = {4};
     redisReply *reply = lb_cluster_command(d->cluster, 0, 1, argv, argvlen);
@@ -440,7 +427,7 @@ static void on_reject(void *ctx, const struct lb_record *r, enum lb_reject reaso
  * partition stops there. Gives up only when stopping. */
 static void settle_dlq(struct daemon *d, struct batch *b)
 {
-    int64_t backoff = 100, since = monotonic_ms(), warned = since;
+    int64_t backoff = 100, since = lb_monotonic_ms(), warned = since;
     for (;;) {
         size_t pending = 0, failed = 0;
         for (size_t i = 0; i < b->n; i++) {
@@ -458,8 +445,8 @@ static void settle_dlq(struct daemon *d, struct batch *b)
         }
         if (pending) {
             lb_dlq_poll(d->dlq, 100);
-            if (monotonic_ms() - warned >= 5000) {
-                warned = monotonic_ms();
+            if (lb_monotonic_ms() - warned >= 5000) {
+                warned = lb_monotonic_ms();
                 LB_WARN("dlq",
                         "%zu event(s) waiting %lld s for the dead-letter topic '%s'; their "
                         "partitions wait (is the topic there and writable?)",
@@ -472,8 +459,8 @@ static void settle_dlq(struct daemon *d, struct batch *b)
                 "partitions wait",
                 failed, (long long)backoff);
         lb_consumer_pause(d->consumer, 1);
-        int64_t until = monotonic_ms() + backoff;
-        while (!*d->stop && monotonic_ms() < until) {
+        int64_t until = lb_monotonic_ms() + backoff;
+        while (!*d->stop && lb_monotonic_ms() < until) {
             rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, 100);
             if (msg)
                 carry_push(d, msg);
@@ -544,7 +531,7 @@ static int prepare_next(struct daemon *d)
                                            .partition = msg->partition,
                                            .offset = msg->offset};
     }
-    if (lb_pipeline_prepare(d->pipeline, b->records, b->n, wall_ms()) != 0) {
+    if (lb_pipeline_prepare(d->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
         LB_ERROR("daemon", "out of memory projecting a batch of %zu records; stopping", b->n);
         return -1;
     }
@@ -554,7 +541,7 @@ static int prepare_next(struct daemon *d)
 /* Sends d->next; it becomes the batch in flight. */
 static void send_next(struct daemon *d)
 {
-    d->batch_sent_ms = monotonic_ms();
+    d->batch_sent_ms = lb_monotonic_ms();
     lb_pipeline_send(d->pipeline);
     d->inflight = d->next;
     d->next = d->next == &d->batches[0] ? &d->batches[1] : &d->batches[0];
@@ -568,10 +555,11 @@ static int complete_inflight(struct daemon *d, int send_ready)
 {
     struct batch *done = d->inflight;
     int written = lb_pipeline_complete(d->pipeline, done->durable, wait_for_redis, d);
-    lb_histogram_observe(&d->batch_seconds, (double)(monotonic_ms() - d->batch_sent_ms) / 1000.0);
+    lb_histogram_observe(&d->batch_seconds,
+                         (double)(lb_monotonic_ms() - d->batch_sent_ms) / 1000.0);
     lb_histogram_observe(&d->batch_events, (double)done->n);
     d->redis_ok = written == 0;
-    d->last_ping_ms = monotonic_ms();
+    d->last_ping_ms = lb_monotonic_ms();
     if (d->crash_after_batches && ++d->batches_written == d->crash_after_batches) {
         LB_WARN("daemon",
                 "LB_FAULT_CRASH_AFTER_BATCHES: exiting after writing batch %llu, "
@@ -694,7 +682,7 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         goto done;
     }
     LB_INFO("daemon", "consuming %zu topic(s) as group '%s'", config->ntopics, config->group);
-    d.last_commit_ms = monotonic_ms();
+    d.last_commit_ms = lb_monotonic_ms();
     if (getenv("LB_FAULT_CRASH_AFTER_BATCHES"))
         d.crash_after_batches = strtoull(getenv("LB_FAULT_CRASH_AFTER_BATCHES"), NULL, 10);
 

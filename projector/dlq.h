@@ -36,7 +36,8 @@ struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errl
  * records still undelivered are set to LB_DLQ_FAILED. Accepts NULL. */
 void lb_dlq_free(struct lb_dlq *dlq, int timeout_ms);
 
-/* Produces 'msg' (its key and bytes) with the headers above. Sets '*state'
+/* Produces 'msg' (its key and bytes, copied: the caller may destroy 'msg'
+ * at once) with the headers above. Sets '*state'
  * to LB_DLQ_PENDING, later (from lb_dlq_poll) to LB_DLQ_DONE or
  * LB_DLQ_FAILED; at once to LB_DLQ_FAILED if it cannot even be queued.
  * 'state' must stay valid until then. */

@@ -46,7 +46,7 @@ struct lb_text {
 void lb_text_printf(struct lb_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void lb_text_free(struct lb_text *t);
 
-/* "# HELP"/"# TYPE" and the series of one histogram ('labels' may be ""). */
+/* "# HELP"/"# TYPE" and the series of one histogram (no labels). */
 void lb_text_histogram(struct lb_text *t, const char *name, const char *help,
                        const struct lb_histogram *h);
 

@@ -15,6 +15,7 @@
  * whose reply was lost does no harm when it is applied again.
  */
 #include "pipeline.h"
+#include "clock.h"
 #include "log.h"
 #include "planner.h"
 
@@ -516,9 +517,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wa
         backoff = next_backoff(p, backoff);
         lb_cluster_exec(p->cluster, slot->requests, slot->pending);
     }
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    int64_t now_ms = lb_wall_ms();
     for (size_t i = 0; i < slot->count; i++) {
         uint32_t txn = slot->txn_of[i];
         durable[i] = txn == UINT32_MAX || slot->fate[i] != FATE_PLANNED || slot->txn_ok[txn];

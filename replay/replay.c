@@ -36,6 +36,7 @@
  * 3 configuration, 4 retention gap (refused without --allow-gap), 5 verify
  * found differences.
  */
+#include "clock.h"
 #include "cluster.h"
 #include "config.h"
 #include "consumer.h"
@@ -291,18 +292,9 @@ static void on_signal(int sig)
     interrupted = 1;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static double mono_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)lb_monotonic_ms() / 1000.0;
 }
 
 static void group_digits(int64_t v, char *out, size_t cap)
@@ -625,7 +617,7 @@ static int flush_batch(struct replay *r, struct batch *b, struct batch **infligh
         b->records[i] = (struct lb_record){b->msgs[i]->payload, b->msgs[i]->len,
                                            rd_kafka_topic_name(b->msgs[i]->rkt),
                                            b->msgs[i]->partition, b->msgs[i]->offset};
-    if (lb_pipeline_prepare(r->pipeline, b->records, b->n, now_ms()) != 0) {
+    if (lb_pipeline_prepare(r->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
         fprintf(stderr, "replay: out of memory\n");
         return -1;
     }

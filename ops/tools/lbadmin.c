@@ -274,6 +274,44 @@ static int wait_caught_up(const struct options *o)
     return 1;
 }
 
+/* Assigns every partition of o->topic from its low watermark; stores each
+ * partition's high watermark in '*high' (owned by the caller) and the
+ * number of records up to them in '*left'. Returns 0 or 1 (failure). */
+static int assign_whole_topic(rd_kafka_t *rk, const struct options *o, int64_t **high,
+                              int64_t *left)
+{
+    const struct rd_kafka_metadata *md;
+    rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, o->topic, NULL);
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, topic, &md, 10000);
+    rd_kafka_topic_destroy(topic);
+    if (e || md->topics[0].err) {
+        fprintf(stderr, "lbadmin: topic %s: %s\n", o->topic,
+                rd_kafka_err2str(e ? e : md->topics[0].err));
+        if (!e)
+            rd_kafka_metadata_destroy(md);
+        return 1;
+    }
+    int n = md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n ? n : 1);
+    *high = calloc((size_t)n + 1, sizeof(**high));
+    *left = 0;
+    for (int p = 0; *high && p < n; p++) {
+        int64_t low;
+        if (rd_kafka_query_watermark_offsets(rk, o->topic, p, &low, &(*high)[p], 10000) != 0)
+            (*high)[p] = low = 0;
+        rd_kafka_topic_partition_list_add(list, o->topic, p)->offset = low;
+        *left += (*high)[p] - low;
+    }
+    e = *high ? rd_kafka_assign(rk, list) : RD_KAFKA_RESP_ERR__FAIL;
+    rd_kafka_topic_partition_list_destroy(list);
+    if (e) {
+        fprintf(stderr, "lbadmin: reading %s: %s\n", o->topic, rd_kafka_err2str(e));
+        return 1;
+    }
+    return 0;
+}
+
 /* Prints a header value with spaces and control bytes escaped. */
 static void print_escaped(const char *p, size_t len)
 {
@@ -291,31 +329,12 @@ static int dump(const struct options *o)
     rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER);
     if (!rk)
         return 1;
-    const struct rd_kafka_metadata *md;
-    rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, o->topic, NULL);
-    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, topic, &md, 10000);
-    rd_kafka_topic_destroy(topic);
-    if (e || md->topics[0].err) {
-        fprintf(stderr, "lbadmin: topic %s: %s\n", o->topic,
-                rd_kafka_err2str(e ? e : md->topics[0].err));
-        if (!e)
-            rd_kafka_metadata_destroy(md);
+    int64_t *high = NULL, left = 0;
+    if (assign_whole_topic(rk, o, &high, &left) != 0) {
+        free(high);
         rd_kafka_destroy(rk);
         return 1;
     }
-    int n = md->topics[0].partition_cnt;
-    rd_kafka_metadata_destroy(md);
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
-    int64_t *high = calloc((size_t)n, sizeof(*high)), left = 0;
-    for (int p = 0; p < n; p++) {
-        int64_t low;
-        if (rd_kafka_query_watermark_offsets(rk, o->topic, p, &low, &high[p], 10000) != 0)
-            high[p] = low = 0;
-        rd_kafka_topic_partition_list_add(list, o->topic, p)->offset = low;
-        left += high[p] - low;
-    }
-    rd_kafka_assign(rk, list);
-    rd_kafka_topic_partition_list_destroy(list);
     double deadline = monotonic_s() + o->timeout_s;
     while (left > 0 && monotonic_s() < deadline) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
@@ -372,30 +391,20 @@ static int redrive(const struct options *o)
 {
     rd_kafka_t *consumer = make_client(o, RD_KAFKA_CONSUMER);
     rd_kafka_t *producer = make_client(o, RD_KAFKA_PRODUCER);
-    if (!consumer || !producer)
-        return 1;
-    const struct rd_kafka_metadata *md;
-    rd_kafka_topic_t *topic = rd_kafka_topic_new(consumer, o->topic, NULL);
-    rd_kafka_resp_err_t e = rd_kafka_metadata(consumer, 0, topic, &md, 10000);
-    rd_kafka_topic_destroy(topic);
-    if (e || md->topics[0].err) {
-        fprintf(stderr, "lbadmin: topic %s: %s\n", o->topic,
-                rd_kafka_err2str(e ? e : md->topics[0].err));
+    if (!consumer || !producer) {
+        if (consumer)
+            rd_kafka_destroy(consumer);
+        if (producer)
+            rd_kafka_destroy(producer);
         return 1;
     }
-    int n = md->topics[0].partition_cnt;
-    rd_kafka_metadata_destroy(md);
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
-    int64_t *high = calloc((size_t)n, sizeof(*high)), left = 0, sent = 0, skipped = 0;
-    for (int p = 0; p < n; p++) {
-        int64_t low;
-        if (rd_kafka_query_watermark_offsets(consumer, o->topic, p, &low, &high[p], 10000) != 0)
-            high[p] = low = 0;
-        rd_kafka_topic_partition_list_add(list, o->topic, p)->offset = low;
-        left += high[p] - low;
+    int64_t *high = NULL, left = 0, sent = 0, skipped = 0;
+    if (assign_whole_topic(consumer, o, &high, &left) != 0) {
+        free(high);
+        rd_kafka_destroy(consumer);
+        rd_kafka_destroy(producer);
+        return 1;
     }
-    rd_kafka_assign(consumer, list);
-    rd_kafka_topic_partition_list_destroy(list);
     double deadline = monotonic_s() + o->timeout_s;
     int status = 0;
     while (left > 0 && monotonic_s() < deadline && status == 0) {

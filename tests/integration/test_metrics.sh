@@ -80,5 +80,13 @@ readyz_becomes 200 40 || fail "/readyz did not come back after Redis did"
 ok "/readyz is 200 again once Redis answers"
 scrape "$T_DIR/m2"
 [[ $(value "$T_DIR/m2" 'lb_redis_up{}') == 1 ]] || fail "lb_redis_up is not 1"
+
+# a second pod on the same metrics port: refused at start, exit 3, and why
+status=0
+timeout 30 "$BIN/projector" --config "$T_DIR/projector.yaml" >"$T_DIR/second.log" 2>&1 || status=$?
+[[ $status == 3 ]] || fail "a second projector on port $mport exited $status, not 3"
+grep -q "cannot listen on 127.0.0.1:$mport" "$T_DIR/second.log" || fail "the port clash is not explained"
+ok "a metrics port already in use stops the start with exit 3 and says so"
+
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"

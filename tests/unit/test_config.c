@@ -199,7 +199,10 @@ static void invalid_files_are_refused_with_their_path_and_line(void **state)
     } cases[] = {
         {"log:\n  format: xml\n", 10, "not one of: logfmt, json"},
         {"log:\n  level: chatty\n", 10, "not one of: error, warn, info, debug"},
-        {"metrics:\n  listen: [1, 2]\n", 10, "expected a single value, not a list"},
+        {"metrics:\n  listen: [1, 2]\n", 10, "listen: expected host:port"},
+        {"metrics:\n  listen: 9464\n", 10, "listen: expected host:port"},
+        {"metrics:\n  listen: localhost:9464\n", 10, "'localhost' is not an IPv4 address"},
+        {"metrics:\n  listen: 0.0.0.0:99999\n", 10, "listen: expected host:port"},
         {"metrics:\n  port: 9464\n", 10, "unknown key 'port'"},
         {"shutdown:\n  drain_timeout: soon\n", 10, "not a duration"},
         {"shutdown:\n  drain_timeout: 2h\n", 10, "out of range"},
