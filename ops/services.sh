@@ -35,6 +35,10 @@
 #   REDIS_PORT_BASE         [7000]  nodes use ports BASE .. BASE+n-1
 #                                   (and BASE+10000 .. for the cluster bus)
 #   REDIS_NODE_TIMEOUT_MS   [2000]
+#   REDIS_PERSIST           [0]  1: nodes keep their data on disk (AOF, fsync
+#                                every second, and RDB snapshots), so
+#                                lb_redis_cluster_resume brings the cluster
+#                                back with it after lb_redis_cluster_stop
 #   REDIS_PASSWORD          []  set: every node requires it (requirepass and
 #                               masterauth); the redis-cli calls here use it
 #   REDIS_USER              []  with REDIS_PASSWORD: an ACL user with every
@@ -395,12 +399,20 @@ lb_redis_seeds() (
     printf '%s\n' "${a[*]}"
 )
 
+# _lb_redis_alive PID PORT - PID is the node of PORT: redis-server with
+# ":PORT" in its title, or, before it has initialised and set that title,
+# with its own redis.conf on the command line.
+_lb_redis_alive() {
+    _lb_pid_alive_as "$1" redis-server ":$2" ||
+        _lb_pid_alive_as "$1" redis-server "$(lb_state_dir)/redis/$2/redis.conf"
+}
+
 # lb_redis_pid PORT - pid of the node on PORT if it is running.
 lb_redis_pid() (
     _lb_isolate
     local port=$1 pid
     pid=$(_lb_read_pid "$(lb_state_dir)/redis/$port/redis.pid")
-    _lb_pid_alive_as "$pid" redis-server ":$port" || return 1
+    _lb_redis_alive "$pid" "$port" || return 1
     printf '%s\n' "$pid"
 )
 
@@ -418,8 +430,11 @@ loglevel notice
 cluster-enabled yes
 cluster-config-file $dir/nodes.conf
 cluster-node-timeout ${REDIS_NODE_TIMEOUT_MS:-2000}
-save ""
-appendonly no
+$(if [[ ${REDIS_PERSIST:-0} == 1 ]]; then
+        printf 'save 60 1\nappendonly yes\nappendfsync everysec\n'
+    else
+        printf 'save ""\nappendonly no\n'
+    fi)
 repl-diskless-sync yes
 repl-diskless-sync-delay 0
 EOF
@@ -441,7 +456,7 @@ _lb_redis_check_up() {
     local p pid
     for p in "${_rports[@]}"; do
         pid=$(_lb_read_pid "$_rdir/$p/redis.pid")
-        if ! _lb_pid_alive_as "$pid" redis-server ":$p"; then
+        if ! _lb_redis_alive "$pid" "$p"; then
             _lb_bad_port=$p
             return 2
         fi
@@ -455,11 +470,13 @@ _lb_redis_check_up() {
     return 0
 }
 
-# Cluster fully formed: every node has cluster_state:ok and knows all nodes,
-# the roles add up and every replica's link to its master is up.
-_lb_redis_check_formed() {
-    local p info repl known masters=0 replicas=0
-    for p in "${_rports[@]}"; do
+# Every node on the given ports has cluster_state:ok, knows every one of
+# them, and, if a replica, has its link to its master up. Counts the roles
+# in _lb_masters and _lb_replicas.
+_lb_redis_check_nodes() {
+    local p info repl known
+    _lb_masters=0 _lb_replicas=0
+    for p in "$@"; do
         info=$(_lb_redis_cli "$p" cluster info 2>/dev/null)
         info=${info//$'\r'/}
         _lb_bad_port=$p
@@ -467,24 +484,30 @@ _lb_redis_check_formed() {
         [[ $info == *cluster_state:ok* ]] || return 1
         known=
         [[ $info =~ cluster_known_nodes:([0-9]+) ]] && known=${BASH_REMATCH[1]}
-        _lb_bad_why="knows ${known:-?} of $_rn nodes"
-        [[ $known == "$_rn" ]] || return 1
+        _lb_bad_why="knows ${known:-?} of $# nodes"
+        [[ $known == "$#" ]] || return 1
         repl=$(_lb_redis_cli "$p" info replication 2>/dev/null)
         repl=${repl//$'\r'/}
         if [[ $repl == *role:master* ]]; then
-            masters=$((masters + 1))
+            _lb_masters=$((_lb_masters + 1))
         elif [[ $repl == *role:slave* ]]; then
             _lb_bad_why="replica link to master not up"
             [[ $repl == *master_link_status:up* ]] || return 1
-            replicas=$((replicas + 1))
+            _lb_replicas=$((_lb_replicas + 1))
         else
             _lb_bad_why="no role"
             return 1
         fi
     done
+}
+
+# Cluster fully formed as configured: every node agrees (above) and the
+# roles add up.
+_lb_redis_check_formed() {
+    _lb_redis_check_nodes "${_rports[@]}" || return 1
     _lb_bad_port=all
-    _lb_bad_why="$masters masters/$replicas replicas, want $_rm/$((_rm * _rr))"
-    ((masters == _rm && replicas == _rm * _rr))
+    _lb_bad_why="$_lb_masters masters/$_lb_replicas replicas, want $_rm/$((_rm * _rr))"
+    ((_lb_masters == _rm && _lb_replicas == _rm * _rr))
 }
 
 _lb_redis_node_logs() {
@@ -505,6 +528,8 @@ _lb_redis_stop_ports() {
         pid=$(_lb_read_pid "$pidf")
         if _lb_pid_alive_as "$pid" redis-server ":$p"; then
             items+=("$pid|:$p")
+        elif _lb_pid_alive_as "$pid" redis-server "$_rdir/$p/redis.conf"; then
+            items+=("$pid|$_rdir/$p/redis.conf")
         else
             stale=$((stale + 1))
         fi
@@ -538,7 +563,7 @@ _lb_redis_cluster_start() {
     # Ours already running?
     for p in $(_lb_redis_known_ports) "${_rports[@]}"; do
         pid=$(_lb_read_pid "$_rdir/$p/redis.pid")
-        if _lb_pid_alive_as "$pid" redis-server ":$p"; then
+        if _lb_redis_alive "$pid" "$p"; then
             _lb_msg "redis-cluster: already running: node on port $p (pid $pid, state $_rdir)."
             _lb_msg "  Stop it first: REDIS_PORT_BASE=$_rbase LB_STATE_DIR=$(lb_state_dir) $_lb_repo/ops/redis-cluster.sh stop"
             return 1
@@ -634,8 +659,10 @@ lb_redis_cluster_start() (
     _lb_redis_cluster_start
 )
 
-# lb_redis_cluster_stop - stop every node of the cluster on REDIS_PORT_BASE.
-# LB_WIPE=1 also removes the node directories (logs, nodes.conf).
+# lb_redis_cluster_stop - stop every node of the cluster on REDIS_PORT_BASE
+# (SIGTERM: with REDIS_PERSIST=1 each node writes its data first). Data and
+# the list of nodes are kept for lb_redis_cluster_resume; LB_WIPE=1 removes
+# them (node directories, logs, nodes.conf).
 lb_redis_cluster_stop() (
     _lb_isolate
     local t0 rc=0
@@ -644,8 +671,8 @@ lb_redis_cluster_stop() (
     local -a ports
     mapfile -t ports < <(_lb_redis_known_ports)
     _lb_redis_stop_ports "${ports[@]}" || rc=1
-    rm -f "$_rmanifest"
     if [[ ${LB_WIPE:-0} == 1 ]]; then
+        rm -f "$_rmanifest"
         local p
         for p in "${ports[@]}"; do
             rm -rf "${_rdir:?}/$p"
@@ -657,6 +684,106 @@ lb_redis_cluster_stop() (
     return $rc
 )
 
+# Every node of the manifest agrees the cluster is whole. (After failovers
+# and replaced shards the roles no longer follow the configuration, so they
+# are not counted here.)
+_lb_redis_check_whole() {
+    local -a ports
+    mapfile -t ports < <(_lb_redis_known_ports)
+    _lb_redis_check_nodes "${ports[@]}"
+}
+
+# lb_redis_cluster_resume - start again every node of a cluster stopped with
+# lb_redis_cluster_stop, from the data it kept (nodes.conf, and the AOF/RDB
+# files with REDIS_PERSIST=1), and wait until the cluster is whole again.
+lb_redis_cluster_resume() (
+    _lb_isolate
+    local t0 p dir pid
+    t0=$(_lb_now_ms)
+    _lb_redis_cfg || return 1
+    local -a ports
+    mapfile -t ports < <(_lb_redis_known_ports)
+    for p in "${ports[@]}"; do
+        dir=$_rdir/$p
+        if [[ ! -f $dir/nodes.conf ]]; then
+            _lb_msg "redis-cluster: $dir/nodes.conf is missing: nothing to resume on port $p"
+            return 1
+        fi
+        pid=$(_lb_read_pid "$dir/redis.pid")
+        _lb_redis_alive "$pid" "$p" && continue
+        _lb_redis_write_conf "$p" "$dir"
+        _lb_spawn "$dir/redis.out" redis-server "$dir/redis.conf"
+        printf '%s\n' "$_lb_spawned_pid" >"$dir/redis.pid"
+    done
+    local deadline=$(($(_lb_now_ms) + 60000))
+    until _lb_redis_check_whole; do
+        if (($(_lb_now_ms) >= deadline)); then
+            _lb_msg "redis-cluster: not whole 60 s after resuming (node $_lb_bad_port: $_lb_bad_why)"
+            return 1
+        fi
+        sleep 0.2
+    done
+    _lb_msg "redis-cluster: resumed ${#ports[@]} nodes in $(_lb_elapsed "$t0") s"
+    return 0
+)
+
+# lb_redis_node_add PORT - start a new, empty cluster node on PORT (not yet
+# part of any cluster: CLUSTER MEET it) and record it with the cluster, so
+# stop and status include it. Returns once it answers PING.
+lb_redis_node_add() (
+    _lb_isolate
+    local port=$1 dir
+    _lb_redis_cfg || return 1
+    dir=$_rdir/$port
+    if lb_port_in_use "$port" || lb_port_in_use $((port + 10000)); then
+        _lb_msg "redis-cluster: port $port or its bus port is in use"
+        return 1
+    fi
+    rm -rf "$dir"
+    mkdir -p "$dir" || return 1
+    _lb_redis_write_conf "$port" "$dir"
+    _lb_spawn "$dir/redis.out" redis-server "$dir/redis.conf"
+    printf '%s\n' "$_lb_spawned_pid" >"$dir/redis.pid"
+    local -a ports
+    mapfile -t ports < <(_lb_redis_known_ports)
+    printf '%s\n' "${ports[*]} $port" >"$_rmanifest"
+    local deadline=$(($(_lb_now_ms) + 10000))
+    until [[ $(_lb_redis_cli "$port" ping 2>/dev/null) == PONG ]]; do
+        if ! _lb_redis_alive "$_lb_spawned_pid" "$port" || (($(_lb_now_ms) >= deadline)); then
+            _lb_msg "redis-cluster: the new node on port $port did not start"
+            _lb_tail_logs 15 "$dir/redis.out" "$dir/redis.log"
+            return 1
+        fi
+        sleep 0.1
+    done
+    return 0
+)
+
+# lb_redis_node_destroy PORT - SIGKILL the node on PORT and delete its data
+# directory: a machine lost with its disk. It leaves the manifest.
+lb_redis_node_destroy() (
+    _lb_isolate
+    local port=$1 pid
+    _lb_redis_cfg || return 1
+    pid=$(_lb_read_pid "$_rdir/$port/redis.pid")
+    if _lb_redis_alive "$pid" "$port"; then
+        kill -KILL "$pid" 2>/dev/null
+        local i
+        for ((i = 0; i < 50; i++)); do
+            _lb_redis_alive "$pid" "$port" || break
+            sleep 0.1
+        done
+    fi
+    rm -rf "${_rdir:?}/$port"
+    local -a ports keep=()
+    mapfile -t ports < <(_lb_redis_known_ports)
+    for p in "${ports[@]}"; do
+        [[ $p == "$port" ]] || keep+=("$p")
+    done
+    printf '%s\n' "${keep[*]}" >"$_rmanifest"
+    return 0
+)
+
 # lb_redis_cluster_status - one line per node: port, pid, alive|dead, role.
 # Returns 0 if every node is alive.
 lb_redis_cluster_status() (
@@ -666,7 +793,7 @@ lb_redis_cluster_status() (
     for p in $(_lb_redis_known_ports); do
         pid=$(_lb_read_pid "$_rdir/$p/redis.pid")
         role=-
-        if _lb_pid_alive_as "$pid" redis-server ":$p"; then
+        if _lb_redis_alive "$pid" "$p"; then
             state=alive
             r=$(_lb_redis_cli "$p" role 2>/dev/null | head -n 1)
             r=${r//$'\r'/}

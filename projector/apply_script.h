@@ -8,8 +8,10 @@
  * arguments, and is loaded by SHA1 on every connection.
  *
  * KEYS: [1] the board's applied-offset marker hash "<prefix>{B}:~applied"
- *       [2 .. n+1] the window keys
- *       [n+2 .. 2n+1] (latest boards only) each window key's event-time hash
+ *       [2] the board's fence "<prefix>{B}:~fence": while replay swaps the
+ *           board, the script writes nothing and answers {"fenced", key}
+ *       [3 .. n+2] the window keys
+ *       [n+3 .. 2n+2] (latest boards only) each window key's event-time hash
  *                     "<window key>:~ts"
  * ARGV: [1] protocol "1"      [2] mode "b" best, "l" latest, "s" sum
  *       [3] "d" desc or "a" asc (best: ZADD GT or LT)
@@ -46,11 +48,12 @@
     "local nkeys, nseg = tonumber(ARGV[8]), tonumber(ARGV[9])\n"                                   \
     "local pos = 10\n"                                                                             \
     "local function kind(k) return redis.call('TYPE', k).ok end\n"                                 \
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return {'fenced', KEYS[2]} end\n"                  \
     "local t = kind(KEYS[1])\n"                                                                    \
     "if t ~= 'hash' and t ~= 'none' then return {'wrongtype', KEYS[1]} end\n"                      \
-    "for i = 2, #KEYS do\n"                                                                        \
+    "for i = 3, #KEYS do\n"                                                                        \
     "  t = kind(KEYS[i])\n"                                                                        \
-    "  local want = (i <= nkeys + 1) and 'zset' or 'hash'\n"                                       \
+    "  local want = (i <= nkeys + 2) and 'zset' or 'hash'\n"                                       \
     "  if t ~= want and t ~= 'none' then return {'wrongtype', KEYS[i]} end\n"                      \
     "end\n"                                                                                        \
     "local apply, field, last, partial = {}, {}, {}, {}\n"                                         \
@@ -69,7 +72,7 @@
     "local width = (mode == 'b') and 4 or 5\n"                                                     \
     "local plans, overflow = {}, {}\n"                                                             \
     "for k = 1, nkeys do\n"                                                                        \
-    "  local key = KEYS[k + 1]\n"                                                                  \
+    "  local key = KEYS[k + 2]\n"                                                                  \
     "  local plan = {expire = ARGV[pos], at = ARGV[pos + 1], final = {}, order = {},\n"            \
     "                removed = {}}\n"                                                              \
     "  local n = tonumber(ARGV[pos + 2])\n"                                                        \
@@ -93,7 +96,7 @@
     "  else\n"                                                                                     \
     "  local current = {}\n"                                                                       \
     "  if #entries > 0 and mode ~= 'b' then\n"                                                     \
-    "    local from = (mode == 's') and key or KEYS[nkeys + 1 + k]\n"                              \
+    "    local from = (mode == 's') and key or KEYS[nkeys + 2 + k]\n"                              \
     "    local cmd = (mode == 's') and 'ZMSCORE' or 'HMGET'\n"                                     \
     "    for i = 1, #entries, 1000 do\n"                                                           \
     "      local members = {}\n"                                                                   \
@@ -154,8 +157,8 @@
     "end\n"                                                                                        \
     "local zadd_mode = (mode == 'b') and ((order == 'd') and 'GT' or 'LT') or nil\n"               \
     "for k = 1, nkeys do\n"                                                                        \
-    "  local key, plan = KEYS[k + 1], plans[k]\n"                                                  \
-    "  local tskey = (mode == 'l') and KEYS[nkeys + 1 + k] or nil\n"                               \
+    "  local key, plan = KEYS[k + 2], plans[k]\n"                                                  \
+    "  local tskey = (mode == 'l') and KEYS[nkeys + 2 + k] or nil\n"                               \
     "  local gone, adds, stamps = {}, plan.adds or {}, {}\n"                                       \
     "  for _, m in ipairs(plan.order) do\n"                                                        \
     "    if plan.removed[m] then gone[#gone + 1] = m end\n"                                        \

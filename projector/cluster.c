@@ -37,8 +37,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ROUNDS 6
-#define WAIT_MARK  UINT32_MAX /* a node queue entry for the WAIT that ends a round */
+#define MAX_ROUNDS  6
+#define WAIT_MARK   UINT32_MAX       /* a node queue entry for the WAIT that ends a round */
+#define SCRIPT_MARK (UINT32_MAX - 1) /* one for a SCRIPT LOAD after NOSCRIPT */
 
 struct node {
     char *host;
@@ -50,17 +51,27 @@ struct node {
     size_t sent;
     uint32_t *queue; /* request indices awaiting replies, in send order */
     size_t qhead, qlen, qcap;
-    uint32_t replies;   /* replies already matched to queue[qhead] */
-    int64_t deadline;   /* when the node is given up on if it stays silent */
-    int replicas;       /* healthy replicas of this master, at the last refresh */
-    int wait_needed;    /* WAIT queued in this round: replicas it must reach (0: none) */
-    int wrote;          /* a transaction was queued in this round */
-    int reload;         /* close once idle: the script must be loaded again */
-    uint64_t failed_in; /* exec call in which connecting failed (0: never) */
-    char failure[200];  /* why, for the other requests of that call */
+    uint32_t replies;          /* replies already matched to queue[qhead] */
+    int64_t deadline;          /* when the node is given up on if it stays silent */
+    int replicas;              /* healthy replicas of this master, at the last refresh */
+    int wait_needed;           /* WAIT queued in this round: replicas it must reach (0: none) */
+    int wrote;                 /* a transaction was queued in this round */
+    int load_script;           /* SCRIPT LOAD before the next request queued here */
+    int in_topology;           /* named by the last slot map read (or new since) */
+    uint64_t failed_in;        /* exec call in which connecting failed (0: never) */
+    uint64_t script_failed_in; /* exec call in which SCRIPT LOAD failed here */
+    char script_error[200];    /* why, for the requests that needed it */
+    enum lb_redis_error script_class;
+    char failure[200]; /* why, for the other requests of that call */
 };
 
-enum redirect { REDIRECT_NONE = 0, REDIRECT_MOVED, REDIRECT_ASK };
+/* Why a request goes out again in the next round of the same call. */
+enum redirect {
+    REDIRECT_NONE = 0,
+    REDIRECT_MOVED,
+    REDIRECT_ASK,
+    REDIRECT_NOSCRIPT, /* the node's script cache lacks our script: load it, resend */
+};
 
 /* Per-request state of one lb_cluster_exec call. */
 struct run {
@@ -69,6 +80,7 @@ struct run {
     uint8_t asking; /* ASKING precedes the request in this round */
     uint8_t done;
     uint8_t redirect;
+    uint8_t eclass; /* enum lb_redis_error, with 'error' */
     int32_t redirect_node;
     char error[160];
 };
@@ -97,10 +109,12 @@ struct lb_cluster {
     struct lb_request *requests; /* of the call in progress */
     size_t nrequests;
     int started;       /* lb_cluster_start called, lb_cluster_finish not yet */
+    int in_call;       /* inside start .. the end of finish: node indices are in use */
     int oom;           /* the call in progress could not even start */
     size_t round_sent; /* requests queued by lb_cluster_start */
     int round;         /* of the call in progress */
     struct lb_cluster_stats stats;
+    enum lb_redis_error errclass; /* of errstr, for lb_cluster_command */
     char errstr[640];
     char readbuf[65536];
 };
@@ -147,6 +161,7 @@ static int32_t add_node(struct lb_cluster *cl, const char *host, int port)
     cl->nodes[cl->nnodes] = n;
     n->port = port;
     n->fd = -1;
+    n->in_topology = 1; /* until a slot map says otherwise */
     snprintf(n->name, sizeof(n->name), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     return (int32_t)cl->nnodes++;
 }
@@ -164,6 +179,7 @@ static void node_close(struct lb_cluster *cl, struct node *n)
     n->sent = 0;
     n->qhead = n->qlen = 0;
     n->replies = 0;
+    n->load_script = 0; /* a new connection loads it anyway */
 }
 
 static int wait_fd(int fd, short events, int64_t deadline)
@@ -335,7 +351,7 @@ static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, s
     void *r = NULL;
 
     while (sent < len) {
-        ssize_t w = write(n->fd, bytes + sent, len - sent);
+        ssize_t w = send(n->fd, bytes + sent, len - sent, MSG_NOSIGNAL);
         if (w > 0) {
             sent += (size_t)w;
         } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -376,12 +392,51 @@ broken:
 
 /* ---- the slot map --------------------------------------------------------------- */
 
-/* A topology being read: the slot map and each master's healthy replicas.
- * It replaces the current one only when complete. */
+/* A topology being read: the slot map, each master's healthy replicas and
+ * which known nodes it names. It replaces the current one only when
+ * complete. The per-node arrays follow the node table, which parsing may
+ * grow. */
 struct topology {
     int32_t slots[LB_SLOTS];
-    int replicas[256]; /* per node index, for the first 256 nodes */
+    int *replicas;  /* per node index */
+    uint8_t *named; /* per node index: the reply lists the node */
+    size_t cap;     /* entries in both arrays */
+    int oom;
 };
+
+/* Makes room for node index 'i'; on failure the topology is marked out of
+ * memory and the refresh fails. */
+static int topology_room(struct topology *t, size_t i)
+{
+    if (i < t->cap)
+        return 0;
+    size_t cap = t->cap ? t->cap : 16;
+    while (cap <= i)
+        cap *= 2;
+    int *replicas = realloc(t->replicas, cap * sizeof(*replicas));
+    if (replicas)
+        t->replicas = replicas;
+    uint8_t *named = replicas ? realloc(t->named, cap) : NULL;
+    if (!named) {
+        t->oom = 1;
+        return -1;
+    }
+    t->named = named;
+    memset(t->replicas + t->cap, 0, (cap - t->cap) * sizeof(*replicas));
+    memset(t->named + t->cap, 0, cap - t->cap);
+    t->cap = cap;
+    return 0;
+}
+
+static void topology_clear(struct topology *t)
+{
+    for (size_t s = 0; s < LB_SLOTS; s++)
+        t->slots[s] = -1;
+    if (t->cap) {
+        memset(t->replicas, 0, t->cap * sizeof(*t->replicas));
+        memset(t->named, 0, t->cap);
+    }
+}
 
 static int reply_port(const redisReply *r, int *port)
 {
@@ -413,16 +468,21 @@ static int reply_slot(const redisReply *r, long long *slot)
 
 /* The node a topology reply names: 'host' may be empty or "?" when the node
  * does not know its own address; it is then the node that answered. */
-static int32_t topology_node(struct lb_cluster *cl, const char *host, int port, int32_t asked)
+static int32_t topology_node(struct lb_cluster *cl, struct topology *t, const char *host, int port,
+                             int32_t asked)
 {
     if (!host || !*host || strcmp(host, "?") == 0)
         host = cl->nodes[asked]->host;
-    return add_node(cl, host, port);
+    int32_t index = add_node(cl, host, port);
+    if (index < 0 || topology_room(t, (size_t)index) != 0)
+        return -1;
+    t->named[index] = 1;
+    return index;
 }
 
 static void note_replicas(struct topology *t, int32_t master, int healthy)
 {
-    if (master >= 0 && master < 256)
+    if (master >= 0 && (size_t)master < t->cap)
         t->replicas[master] = healthy;
 }
 
@@ -448,7 +508,7 @@ static int parse_cluster_slots(struct lb_cluster *cl, const redisReply *reply, i
                 node->element[0]->type != REDIS_REPLY_STRING ||
                 reply_port(node->element[1], &port) != 0)
                 return -1;
-            int32_t index = topology_node(cl, node->element[0]->str, port, asked);
+            int32_t index = topology_node(cl, t, node->element[0]->str, port, asked);
             if (index < 0)
                 return -1;
             if (k == 2)
@@ -502,11 +562,13 @@ static int parse_cluster_shards(struct lb_cluster *cl, const redisReply *reply, 
             if (!port || reply_port(port, &p) != 0)
                 continue; /* a TLS-only node: not for us */
             int32_t index = topology_node(
-                cl, addr && addr->type == REDIS_REPLY_STRING ? addr->str : NULL, p, asked);
+                cl, t, addr && addr->type == REDIS_REPLY_STRING ? addr->str : NULL, p, asked);
             if (index < 0)
                 return -1;
             if (field_is(node, "role", "master")) {
-                if (!field_is(node, "health", "failed"))
+                /* Redis 7.0 says "fail" (documented as "failed"): either
+                 * way its slots have no master until one is promoted */
+                if (!field_is(node, "health", "fail") && !field_is(node, "health", "failed"))
                     master = index;
             } else if (field_is(node, "health", "online")) {
                 healthy++;
@@ -542,11 +604,53 @@ static int standalone_replicas(struct lb_cluster *cl, struct node *n)
     return count;
 }
 
+/* Makes 't' the current topology. Nodes it does not name (and that are not
+ * seeds) are forgotten at the next opportunity (forget_departed). */
 static void install(struct lb_cluster *cl, const struct topology *t)
 {
     memcpy(cl->slots, t->slots, sizeof(t->slots));
-    for (size_t i = 0; i < cl->nnodes; i++)
-        cl->nodes[i]->replicas = i < 256 ? t->replicas[i] : 0;
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        struct node *n = cl->nodes[i];
+        n->replicas = i < t->cap ? t->replicas[i] : 0;
+        n->in_topology = i < cl->nseeds || (i < t->cap && t->named[i]);
+    }
+}
+
+/* Drops nodes that left the topology: a long-running client meets new node
+ * addresses after every restart of a pod or node, and would otherwise keep
+ * every one it ever saw. Only between calls (no request refers to a node
+ * index then); seeds stay. */
+static void forget_departed(struct lb_cluster *cl)
+{
+    size_t kept = 0, departed = 0;
+    int32_t *moved_to;
+    for (size_t i = cl->nseeds; i < cl->nnodes; i++)
+        departed += !cl->nodes[i]->in_topology;
+    if (!departed || cl->in_call)
+        return;
+    if (!(moved_to = malloc(cl->nnodes * sizeof(*moved_to))))
+        return; /* try again next time */
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        struct node *n = cl->nodes[i];
+        if (n->in_topology || n->qlen || i < cl->nseeds) {
+            moved_to[i] = (int32_t)kept;
+            cl->nodes[kept++] = n;
+            continue;
+        }
+        moved_to[i] = -1;
+        LB_DEBUG("redis", "forgetting %s: no longer in the cluster", n->name);
+        node_close(cl, n);
+        free(n->host);
+        free(n->queue);
+        lb_buf_free(&n->out);
+        free(n);
+    }
+    for (size_t s = 0; s < LB_SLOTS; s++)
+        if (cl->slots[s] >= 0)
+            cl->slots[s] = moved_to[cl->slots[s]];
+    cl->last_good = moved_to[cl->last_good] >= 0 ? (size_t)moved_to[cl->last_good] : 0;
+    cl->nnodes = kept;
+    free(moved_to);
 }
 
 /* Asks node 'i' for the topology. Returns 0 when it was installed. */
@@ -567,9 +671,14 @@ static int refresh_from(struct lb_cluster *cl, size_t i, struct topology *t, cha
     }
     if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "cluster support disabled")) {
         freeReplyObject(reply);
+        topology_clear(t);
+        if (topology_room(t, i) != 0) {
+            set_error(cl, "out of memory");
+            return -1;
+        }
         for (size_t s = 0; s < LB_SLOTS; s++)
             t->slots[s] = (int32_t)i;
-        memset(t->replicas, 0, sizeof(t->replicas));
+        t->named[i] = 1;
         note_replicas(t, (int32_t)i, standalone_replicas(cl, n));
         if (!cl->standalone)
             LB_INFO("redis",
@@ -587,13 +696,13 @@ static int refresh_from(struct lb_cluster *cl, size_t i, struct topology *t, cha
         cl->no_shards = 1;
         return refresh_from(cl, i, t, first_error, errlen);
     }
-    for (size_t s = 0; s < LB_SLOTS; s++)
-        t->slots[s] = -1;
-    memset(t->replicas, 0, sizeof(t->replicas));
+    topology_clear(t);
     int rc = reply->type == REDIS_REPLY_ERROR ? -1
              : cl->no_shards                  ? parse_cluster_slots(cl, reply, (int32_t)i, t)
                                               : parse_cluster_shards(cl, reply, (int32_t)i, t);
-    if (rc != 0 && !first_error[0])
+    if (rc != 0 && t->oom)
+        snprintf(first_error, errlen, "out of memory reading the topology");
+    else if (rc != 0 && !first_error[0])
         snprintf(first_error, errlen, "unexpected topology reply from %s%s%.200s", n->name,
                  reply->type == REDIS_REPLY_ERROR ? ": " : "",
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "");
@@ -605,9 +714,18 @@ static int refresh_from(struct lb_cluster *cl, size_t i, struct topology *t, cha
     return 0;
 }
 
+static void topology_free(struct topology *t)
+{
+    if (!t)
+        return;
+    free(t->replicas);
+    free(t->named);
+    free(t);
+}
+
 int lb_cluster_refresh(struct lb_cluster *cl)
 {
-    struct topology *t = malloc(sizeof(*t));
+    struct topology *t = calloc(1, sizeof(*t));
     char first_error[sizeof(cl->errstr)] = "";
 
     if (!t) {
@@ -624,11 +742,13 @@ int lb_cluster_refresh(struct lb_cluster *cl)
         if (refresh_from(cl, i, t, first_error, sizeof(first_error)) == 0) {
             cl->need_refresh = 0;
             cl->last_good = i;
-            free(t);
+            topology_free(t);
+            forget_departed(cl);
             return 0;
         }
     }
-    free(t);
+    topology_free(t);
+    cl->errclass = LB_REDIS_RETRY;
     set_error(cl, "no Redis node could serve the slot map%s%s",
               first_error[0] ? "; first error: " : "", first_error);
     return -1;
@@ -655,13 +775,15 @@ static int queue_push(struct node *n, uint32_t request)
     return 0;
 }
 
-static void fail_run(struct run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_run(struct run *run, enum lb_redis_error class, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void fail_run(struct run *run, const char *fmt, ...)
+static void fail_run(struct run *run, enum lb_redis_error class, const char *fmt, ...)
 {
     va_list ap;
     if (run->error[0])
         return; /* keep the first reason */
+    run->eclass = (uint8_t) class;
     va_start(ap, fmt);
     vsnprintf(run->error, sizeof(run->error), fmt, ap);
     va_end(ap);
@@ -699,6 +821,39 @@ static int starts_with(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+/* The error code: the word before the first space of an error reply. */
+static int error_code_is(const char *msg, const char *code)
+{
+    size_t n = strlen(code);
+    return strncmp(msg, code, n) == 0 && (msg[n] == ' ' || msg[n] == '\0');
+}
+
+enum lb_redis_error lb_redis_classify(const char *msg)
+{
+    static const char *const transient[] = {"TRYAGAIN", "CLUSTERDOWN", "LOADING",
+                                            "BUSY",     "MASTERDOWN",  "READONLY",
+                                            "MOVED",    "ASK",         "NOREPLICAS"};
+    for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
+        if (error_code_is(msg, transient[i]))
+            return LB_REDIS_RETRY;
+    return LB_REDIS_FIX; /* WRONGTYPE, NOPERM, OOM, NOSCRIPT, ERR ...: an operator acts */
+}
+
+const char *lb_redis_error_name(enum lb_redis_error class)
+{
+    switch (class) {
+    case LB_REDIS_OK:
+        return "ok";
+    case LB_REDIS_RETRY:
+        return "retry";
+    case LB_REDIS_FIX:
+        return "fix";
+    case LB_REDIS_NOMEM:
+        return "out of memory";
+    }
+    return "?";
+}
+
 /* Classifies an error reply met by a request. */
 static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, const redisReply *r)
 {
@@ -708,7 +863,7 @@ static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, c
             return;
         int32_t target = redirect_target(cl, msg);
         if (target < 0) {
-            fail_run(run, "unparsable redirection from %s: %.80s", n->name, msg);
+            fail_run(run, LB_REDIS_RETRY, "unparsable redirection from %s: %.80s", n->name, msg);
             return;
         }
         run->redirect = msg[0] == 'M' ? REDIRECT_MOVED : REDIRECT_ASK;
@@ -717,16 +872,26 @@ static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, c
     }
     if (starts_with(msg, "EXECABORT") && (run->redirect || run->error[0]))
         return; /* the consequence of an error already noted */
-    if (starts_with(msg, "CLUSTERDOWN"))
-        cl->need_refresh = 1; /* the cluster is failing over: read the map again */
-    if (starts_with(msg, "NOSCRIPT"))
-        n->reload = 1; /* the script cache was flushed: reconnect, which loads it */
-    if (starts_with(msg, "TRYAGAIN") || starts_with(msg, "CLUSTERDOWN") ||
-        starts_with(msg, "LOADING") || starts_with(msg, "MASTERDOWN"))
+    if (starts_with(msg, "CLUSTERDOWN") || starts_with(msg, "READONLY"))
+        cl->need_refresh = 1; /* failing over, or failed over: read the map again */
+    if (starts_with(msg, "NOSCRIPT") && cl->script && !run->redirect && !run->error[0]) {
+        /* A node that never saw the script (a new or promoted node, a
+         * flushed cache): load it on this connection and resend, in order,
+         * every request it answered so. Not a failure. */
+        if (n->script_failed_in == cl->exec_calls) {
+            fail_run(run, n->script_class, "%s: %s", n->name, n->script_error);
+            return;
+        }
+        run->redirect = REDIRECT_NOSCRIPT;
+        run->redirect_node = -1; /* resent to the slot's owner, as before */
+        n->load_script = 1;
+        return;
+    }
+    if (lb_redis_classify(msg) == LB_REDIS_RETRY)
         cl->stats.retry_later++;
     else
         cl->stats.command_errors++;
-    fail_run(run, "%s: %.120s", n->name, msg);
+    fail_run(run, lb_redis_classify(msg), "%s: %.120s", n->name, msg);
 }
 
 static uint32_t replies_expected(const struct lb_request *req, const struct run *run)
@@ -748,7 +913,7 @@ static void fail_unreplicated(struct lb_cluster *cl, struct node *n, const char 
         struct run *run = &cl->runs[i];
         if (run->node >= 0 && cl->nodes[run->node] == n && run->round == cl->round && run->done &&
             !run->redirect)
-            fail_run(run, "%s", why);
+            fail_run(run, LB_REDIS_RETRY, "%s", why);
     }
 }
 
@@ -767,11 +932,34 @@ static void on_wait_reply(struct lb_cluster *cl, struct node *n, const redisRepl
     fail_unreplicated(cl, n, why);
 }
 
+/* The reply to a SCRIPT LOAD queued after NOSCRIPT. If it failed, the
+ * requests resent behind it will meet NOSCRIPT again: they fail with this
+ * reason instead of looping. */
+static void on_script_reply(struct lb_cluster *cl, struct node *n, const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_STRING &&
+        (!cl->script_sha[0] || strcmp(r->str, cl->script_sha) == 0)) {
+        cl->stats.script_loads++;
+        LB_INFO("redis", "loaded the script into %s (its script cache did not have it)", n->name);
+        return;
+    }
+    snprintf(n->script_error, sizeof(n->script_error), "SCRIPT LOAD failed: %.150s",
+             r->type == REDIS_REPLY_ERROR    ? r->str
+             : r->type == REDIS_REPLY_STRING ? "the node's SHA1 of the script differs from ours"
+                                             : "unexpected reply");
+    n->script_failed_in = cl->exec_calls;
+    n->script_class = r->type == REDIS_REPLY_ERROR ? lb_redis_classify(r->str) : LB_REDIS_FIX;
+    cl->stats.command_errors++;
+}
+
 static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
 {
     uint32_t index = n->queue[n->qhead];
-    if (index == WAIT_MARK) {
-        on_wait_reply(cl, n, r);
+    if (index == WAIT_MARK || index == SCRIPT_MARK) {
+        if (index == WAIT_MARK)
+            on_wait_reply(cl, n, r);
+        else
+            on_script_reply(cl, n, r);
         freeReplyObject(r);
         n->qhead++;
         n->qlen--;
@@ -793,22 +981,25 @@ static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
             if (r->type == REDIS_REPLY_ERROR)
                 note_error(cl, run, n, r);
             else if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, want) != 0)
-                fail_run(run, "%s: expected +%s inside MULTI, got a reply of type %d", n->name,
-                         want, r->type);
+                fail_run(run, LB_REDIS_RETRY,
+                         "%s: expected +%s inside MULTI, got a reply of type %d", n->name, want,
+                         r->type);
         } else if (r->type == REDIS_REPLY_ARRAY) { /* EXEC */
             if (r->elements != req->ncommands)
-                fail_run(run, "%s: EXEC returned %zu replies for %u commands", n->name, r->elements,
-                         req->ncommands);
+                fail_run(run, LB_REDIS_RETRY, "%s: EXEC returned %zu replies for %u commands",
+                         n->name, r->elements, req->ncommands);
             for (size_t e = 0; e < r->elements; e++)
                 if (r->element[e]->type == REDIS_REPLY_ERROR) {
                     cl->stats.command_errors++;
-                    fail_run(run, "%s: command %zu of the transaction failed: %.100s", n->name,
-                             e + 1, r->element[e]->str);
+                    fail_run(run, lb_redis_classify(r->element[e]->str),
+                             "%s: command %zu of the transaction failed: %.100s", n->name, e + 1,
+                             r->element[e]->str);
                 }
         } else if (r->type == REDIS_REPLY_ERROR) {
             note_error(cl, run, n, r);
         } else {
-            fail_run(run, "%s: the transaction was aborted (EXEC returned nil)", n->name);
+            fail_run(run, LB_REDIS_RETRY, "%s: the transaction was aborted (EXEC returned nil)",
+                     n->name);
         }
     } else {
         if (r->type == REDIS_REPLY_ERROR)
@@ -840,9 +1031,11 @@ static void node_abort(struct lb_cluster *cl, struct node *n, const char *why)
             fail_unreplicated(cl, n, why);
             continue;
         }
+        if (n->queue[n->qhead + i] == SCRIPT_MARK)
+            continue;
         struct run *run = &cl->runs[n->queue[n->qhead + i]];
         run->redirect = REDIRECT_NONE;
-        fail_run(run, "%s", why);
+        fail_run(run, LB_REDIS_RETRY, "%s", why);
         run->done = 1;
     }
     LB_WARN("redis", "%s", why);
@@ -871,7 +1064,8 @@ static void node_io(struct lb_cluster *cl, struct node *n, short revents)
 {
     char why[400];
     if (revents & POLLOUT) {
-        ssize_t w = write(n->fd, n->out.data + n->sent, n->out.len - n->sent);
+        /* send, not write: a node that hung up must not SIGPIPE the tool */
+        ssize_t w = send(n->fd, n->out.data + n->sent, n->out.len - n->sent, MSG_NOSIGNAL);
         if (w < 0 && errno != EAGAIN && errno != EINTR) {
             cl->stats.connection_errors++;
             snprintf(why, sizeof(why), "writing to Redis %s failed: %s", n->name, strerror(errno));
@@ -953,6 +1147,22 @@ static void run_io(struct lb_cluster *cl)
     }
 }
 
+/* Queues SCRIPT LOAD on 'n' ahead of the requests a NOSCRIPT sends again. */
+static int queue_script_load(struct lb_cluster *cl, struct node *n)
+{
+    const char *argv[] = {"SCRIPT", "LOAD", cl->script};
+    size_t argvlen[] = {6, 4, strlen(cl->script)};
+    size_t mark = n->out.len;
+    if (encode_argv(&n->out, 3, argv, argvlen) != 0 || queue_push(n, SCRIPT_MARK) != 0) {
+        n->out.len = mark;
+        return -1;
+    }
+    if (n->qlen == 1)
+        n->deadline = lb_monotonic_ms() + cl->command_timeout_ms;
+    n->load_script = 0;
+    return 0;
+}
+
 static int32_t target_node(struct lb_cluster *cl, const struct lb_request *req, struct run *run)
 {
     if (run->redirect == REDIRECT_ASK) {
@@ -974,28 +1184,32 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
     run->redirect = REDIRECT_NONE;
     run->done = 0;
     if (node < 0) {
-        fail_run(run, "no Redis master serves slot %u", req->slot);
+        fail_run(run, LB_REDIS_RETRY, "no Redis master serves slot %u", req->slot);
         cl->need_refresh = 1;
         return -1;
     }
     struct node *n = cl->nodes[node];
     if (n->failed_in == cl->exec_calls) {
         /* one connect attempt per node per call, not one per request */
-        fail_run(run, "%s", n->failure);
+        fail_run(run, LB_REDIS_RETRY, "%s", n->failure);
         return -1;
     }
     if (n->fd < 0 && node_connect(cl, n) != 0) {
         n->failed_in = cl->exec_calls;
         snprintf(n->failure, sizeof(n->failure), "%.199s", cl->errstr);
-        fail_run(run, "%s", cl->errstr);
+        fail_run(run, LB_REDIS_RETRY, "%s", cl->errstr);
         cl->need_refresh = 1;
+        return -1;
+    }
+    if (n->load_script && queue_script_load(cl, n) != 0) {
+        fail_run(run, LB_REDIS_NOMEM, "out of memory");
         return -1;
     }
     size_t mark = n->out.len;
     if ((run->asking && lb_buf_append(&n->out, asking, sizeof(asking) - 1) != 0) ||
         lb_buf_append(&n->out, req->bytes, req->len) != 0 || queue_push(n, index) != 0) {
         n->out.len = mark; /* nothing half-queued: replies must match requests */
-        fail_run(run, "out of memory");
+        fail_run(run, LB_REDIS_NOMEM, "out of memory");
         return -1;
     }
     if (n->qlen == 1) /* the first request of this call on this node */
@@ -1068,7 +1282,7 @@ static size_t dispatch_round(struct lb_cluster *cl, int round)
             continue;
         }
         if (!queued_before) {
-            fail_run(run, "out of memory");
+            fail_run(run, LB_REDIS_NOMEM, "out of memory");
             continue;
         }
         if (dispatch(cl, (uint32_t)i) == 0)
@@ -1092,6 +1306,8 @@ static void flush_nonblocking(struct lb_cluster *cl)
 
 void lb_cluster_start(struct lb_cluster *cl, struct lb_request *requests, size_t count)
 {
+    forget_departed(cl);
+    cl->in_call = 1;
     cl->requests = requests;
     cl->nrequests = count;
     cl->started = 1;
@@ -1099,6 +1315,7 @@ void lb_cluster_start(struct lb_cluster *cl, struct lb_request *requests, size_t
     for (size_t i = 0; i < count; i++) {
         requests[i].ok = 0;
         requests[i].error[0] = '\0';
+        requests[i].error_class = LB_REDIS_OK;
     }
     if (count > cl->capruns) {
         struct run *runs = realloc(cl->runs, count * sizeof(*runs));
@@ -1125,9 +1342,12 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
         return 0;
     cl->started = 0;
     if (cl->oom) {
-        for (size_t i = 0; i < count; i++)
+        for (size_t i = 0; i < count; i++) {
             snprintf(requests[i].error, sizeof(requests[i].error), "out of memory");
+            requests[i].error_class = LB_REDIS_NOMEM;
+        }
         cl->requests = NULL;
+        cl->in_call = 0;
         return count;
     }
     size_t sent = cl->round_sent;
@@ -1137,11 +1357,6 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
         if (!sent)
             break;
         run_io(cl);
-        for (size_t i = 0; i < cl->nnodes; i++)
-            if (cl->nodes[i]->reload) {
-                cl->nodes[i]->reload = 0;
-                node_close(cl, cl->nodes[i]);
-            }
         size_t redirected = 0;
         for (size_t i = 0; i < count; i++) {
             struct run *run = &cl->runs[i];
@@ -1152,6 +1367,8 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
                 redirected++;
             } else if (run->redirect == REDIRECT_ASK) {
                 cl->stats.ask++;
+                redirected++;
+            } else if (run->redirect == REDIRECT_NOSCRIPT) {
                 redirected++;
             }
         }
@@ -1165,12 +1382,13 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
     for (size_t i = 0; i < count; i++) {
         struct run *run = &cl->runs[i];
         if (run->redirect && !run->error[0])
-            fail_run(run, "still redirected after %d rounds", MAX_ROUNDS);
+            fail_run(run, LB_REDIS_RETRY, "still redirected after %d rounds", MAX_ROUNDS);
         requests[i].ok = run->done && !run->error[0];
         if (!requests[i].ok) {
             if (!run->error[0])
-                fail_run(run, "no reply");
+                fail_run(run, LB_REDIS_RETRY, "no reply");
             snprintf(requests[i].error, sizeof(requests[i].error), "%s", run->error);
+            requests[i].error_class = run->eclass;
             if (requests[i].reply) {
                 freeReplyObject(requests[i].reply);
                 requests[i].reply = NULL;
@@ -1179,6 +1397,7 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
         }
     }
     cl->requests = NULL;
+    cl->in_call = 0;
     return failed;
 }
 
@@ -1282,6 +1501,7 @@ redisReply *lb_cluster_command(struct lb_cluster *cl, uint16_t slot, int argc, c
     req.len = buf.len;
     lb_cluster_exec(cl, &req, 1);
     lb_buf_free(&buf);
+    cl->errclass = req.ok ? LB_REDIS_OK : (enum lb_redis_error)req.error_class;
     if (!req.ok)
         set_error(cl, "%s", req.error);
     return req.ok ? req.reply : NULL;
@@ -1328,9 +1548,19 @@ int lb_cluster_is_standalone(const struct lb_cluster *cl)
     return cl->standalone;
 }
 
+size_t lb_cluster_known_nodes(const struct lb_cluster *cl)
+{
+    return cl->nnodes;
+}
+
 const char *lb_cluster_error(const struct lb_cluster *cl)
 {
     return cl->errstr;
+}
+
+enum lb_redis_error lb_cluster_error_class(const struct lb_cluster *cl)
+{
+    return cl->errclass;
 }
 
 const struct lb_cluster_stats *lb_cluster_stats(const struct lb_cluster *cl)

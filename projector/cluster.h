@@ -36,12 +36,35 @@ struct lb_cluster_options {
      * none. A shortfall fails that node's requests of the round. */
     int wait_replicas;
     int64_t wait_timeout_ms;
-    /* A Lua script (borrowed; NULL: none) loaded with SCRIPT LOAD on every
-     * new connection, so EVALSHA always finds it; a NOSCRIPT reply (the
-     * script cache was flushed) fails the request and reconnects. */
+    /* A Lua script (copied; NULL: none) loaded with SCRIPT LOAD on every
+     * new connection. A node that answers NOSCRIPT all the same (its script
+     * cache was flushed, or it was promoted or added since we connected)
+     * gets SCRIPT LOAD on the same connection, then every request it
+     * answered so is resent there, in the original order: no reconnect,
+     * no failure counted. */
     const char *script;
     const char *script_sha; /* what SCRIPT LOAD must answer (40 hex digits) */
 };
+
+/* What a failed request needs, decided once, here: from an error reply's
+ * code (the word before its first space, which Redis 7.0 keeps for errors
+ * raised inside scripts) or from the I/O failure. */
+enum lb_redis_error {
+    LB_REDIS_OK = 0,
+    /* Transient: a connection lost or refused, a timeout, a protocol error,
+     * TRYAGAIN, CLUSTERDOWN, LOADING, BUSY, MASTERDOWN, READONLY, a WAIT
+     * shortfall, no master for the slot. Send it again later. */
+    LB_REDIS_RETRY,
+    /* An operator must act: WRONGTYPE, NOPERM, OOM, a script Redis refused,
+     * any other error reply. Retrying alone will not help. */
+    LB_REDIS_FIX,
+    /* This process ran out of memory. */
+    LB_REDIS_NOMEM,
+};
+
+/* The class of an error reply's text ("WRONGTYPE Operation ..."). */
+enum lb_redis_error lb_redis_classify(const char *message);
+const char *lb_redis_error_name(enum lb_redis_error class);
 
 /* One request: a run of RESP commands for one slot. A transaction
  * (is_txn) is MULTI, 'ncommands' commands, EXEC; otherwise 'ncommands' plain
@@ -56,8 +79,9 @@ struct lb_request {
     size_t len;
     /* out: */
     int ok;
-    redisReply *reply; /* plain requests: the last command's reply, owned by the caller */
-    char error[160];   /* why it failed, when !ok */
+    uint8_t error_class; /* enum lb_redis_error, when !ok */
+    redisReply *reply;   /* plain requests: the last command's reply, owned by the caller */
+    char error[160];     /* why it failed, when !ok */
 };
 
 struct lb_cluster_stats {
@@ -70,6 +94,7 @@ struct lb_cluster_stats {
     uint64_t timeouts;
     uint64_t refreshes;       /* slot map reloads */
     uint64_t wait_shortfalls; /* WAITs that fewer replicas than needed acknowledged */
+    uint64_t script_loads;    /* SCRIPT LOADs after a NOSCRIPT */
 };
 
 struct lb_cluster;
@@ -116,7 +141,12 @@ int lb_cluster_each_master(struct lb_cluster *cluster, int argc, const char **ar
 /* "host:port" of the master serving 'slot', or NULL when unknown. */
 const char *lb_cluster_slot_owner(const struct lb_cluster *cluster, uint16_t slot);
 int lb_cluster_is_standalone(const struct lb_cluster *cluster);
+/* Nodes the client knows now: seeds and those the last slot map named. */
+size_t lb_cluster_known_nodes(const struct lb_cluster *cluster);
 const char *lb_cluster_error(const struct lb_cluster *cluster);
+/* The class of the last lb_cluster_command failure (refresh failures are
+ * LB_REDIS_RETRY). */
+enum lb_redis_error lb_cluster_error_class(const struct lb_cluster *cluster);
 const struct lb_cluster_stats *lb_cluster_stats(const struct lb_cluster *cluster);
 
 #endif

@@ -39,6 +39,8 @@ const struct lb_consumer_stats *lb_consumer_stats(const struct lb_consumer *c)
     return &c->stats;
 }
 
+int lb_kafka_log_quiet;
+
 void lb_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     (void)rk;
@@ -47,6 +49,8 @@ void lb_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const cha
                              : level == 4 ? LB_LOG_WARN
                              : level <= 6 ? LB_LOG_INFO
                                           : LB_LOG_DEBUG;
+    if (lb_kafka_log_quiet && ours < LB_LOG_INFO)
+        ours = LB_LOG_INFO;
     lb_log(ours, "kafka", "%s: %s", fac, buf);
 }
 

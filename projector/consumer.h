@@ -69,6 +69,9 @@ const struct lb_consumer_stats *lb_consumer_stats(const struct lb_consumer *cons
  * properties) to 'conf'. Returns 0, or -1 with "file:line: message". */
 int lb_kafka_conf_apply(const struct lb_config *config, rd_kafka_conf_t *conf, char *err,
                         size_t errlen);
+/* Non-zero: librdkafka's errors and warnings are logged at info level, for
+ * tools that report failures themselves in one line. */
+extern int lb_kafka_log_quiet;
 /* Routes librdkafka's logs through lb_log. */
 void lb_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
 

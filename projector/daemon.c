@@ -614,9 +614,7 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     int status = LB_EXIT_OK;
 
     struct lb_cluster_options options;
-    lb_cluster_options_from_config(config, &options);
-    options.script = lb_apply_script();
-    options.script_sha = lb_apply_script_sha();
+    lb_pipeline_cluster_options(config, &options);
 
     d.decoder = lb_config_decoder(config, err, sizeof(err));
     if (!d.decoder) {

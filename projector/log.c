@@ -2,6 +2,7 @@
  * concurrent threads (the librdkafka log callback runs on its own threads)
  * never interleave lines. */
 #include "log.h"
+#include "clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -82,4 +83,17 @@ void lb_log_write(enum lb_log_level level, const char *component, const char *fm
     line[pos++] = '\n';
     ssize_t ignored = write(STDERR_FILENO, line, pos);
     (void)ignored;
+}
+
+int lb_ratelimit_allow(struct lb_ratelimit *rl, int64_t interval_ms, uint64_t *suppressed)
+{
+    int64_t now = lb_monotonic_ms();
+    if (rl->next_ms && now < rl->next_ms) {
+        rl->suppressed++;
+        return 0;
+    }
+    *suppressed = rl->suppressed;
+    rl->suppressed = 0;
+    rl->next_ms = now + interval_ms;
+    return 1;
 }

@@ -70,6 +70,7 @@ struct lb_pipeline {
     int prepared; /* slot planned but not sent, or -1 */
     int inflight; /* slot sent but not completed, or -1 */
     struct lb_pipeline_stats stats;
+    struct lb_pipeline_failure failure;
     uint64_t jitter;
     int64_t now_ms; /* the wall clock of the batch in flight, for planning again */
     lb_pipeline_filter_fn filter;
@@ -88,6 +89,13 @@ void lb_pipeline_set_filter(struct lb_pipeline *p, lb_pipeline_filter_fn filter,
 {
     p->filter = filter;
     p->filter_ctx = ctx;
+}
+
+void lb_pipeline_cluster_options(const struct lb_config *config, struct lb_cluster_options *options)
+{
+    lb_cluster_options_from_config(config, options);
+    options->script = lb_apply_script();
+    options->script_sha = lb_apply_script_sha();
 }
 
 struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
@@ -330,10 +338,19 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
         return 0;
     }
     if (!again) {
-        snprintf(req->error, sizeof(req->error), "%s",
-                 status && strcmp(status, "wrongtype") == 0
-                     ? "WRONGTYPE: a key under the board's hash tag is not of our type"
-                     : "unexpected answer from the apply script");
+        int wrongtype = status && strcmp(status, "wrongtype") == 0;
+        int fenced = status && strcmp(status, "fenced") == 0;
+        const char *key = reply_word(req->reply, 1);
+        if (wrongtype)
+            snprintf(req->error, sizeof(req->error),
+                     "WRONGTYPE: key %.90s under the board's hash tag holds another type",
+                     key ? key : "?");
+        else
+            snprintf(req->error, sizeof(req->error), "%s",
+                     fenced ? "fenced: replay is swapping the board in; it is written once "
+                              "replay is done"
+                            : "unexpected answer from the apply script");
+        req->error_class = wrongtype ? LB_REDIS_FIX : LB_REDIS_RETRY;
         return -1;
     }
     int members = strcmp(status, "overflow") == 0;
@@ -449,6 +466,8 @@ static size_t keep_failed(struct lb_pipeline *p, struct slot *slot, int64_t back
     size_t ntxns, still = 0, again = 0;
     const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
     slot->nexclusions = 0;
+    p->failure.requests = 0;
+    p->failure.attempt++;
     for (size_t k = 0; k < slot->pending; k++) {
         struct lb_request *req = &slot->requests[k];
         uint32_t txn = slot->request_txn[k];
@@ -465,12 +484,16 @@ static size_t keep_failed(struct lb_pipeline *p, struct slot *slot, int64_t back
             again++;
         } else {
             const struct lb_txn *t = &txns[txn];
-            if (strstr(req->error, "WRONGTYPE"))
-                /* Not transient: someone wrote another type of value under our
-                 * prefix. Retrying keeps the events safe until it is fixed. */
+            if (!p->failure.requests++)
+                snprintf(p->failure.reason, sizeof(p->failure.reason), "board '%.*s': %s",
+                         (int)t->board.len, t->board.ptr, req->error);
+            if (req->error_class == LB_REDIS_FIX)
+                /* Not transient (a key of another type under our prefix, a
+                 * missing ACL permission, Redis out of memory): retrying keeps
+                 * the events safe until an operator fixes it. */
                 LB_ERROR("pipeline",
-                         "board '%.*s': a key under its hash tag holds another type; delete or "
-                         "rename it, the batch is retried until then: %s",
+                         "board '%.*s' cannot be written until an operator fixes this; the "
+                         "batch is retried until then: %s",
                          (int)t->board.len, t->board.ptr, req->error);
             else if (still == again)
                 LB_WARN("pipeline", "writing board '%.*s' failed, retrying in ~%lld ms: %s",
@@ -493,6 +516,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wa
         return 0;
     struct slot *slot = &p->slots[p->inflight];
 
+    p->failure = (struct lb_pipeline_failure){0};
     lb_cluster_finish(p->cluster);
     for (;;) {
         size_t again = keep_failed(p, slot, backoff);
@@ -548,4 +572,9 @@ int lb_pipeline_run(struct lb_pipeline *p, const struct lb_record *records, size
 const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *p)
 {
     return &p->stats;
+}
+
+const struct lb_pipeline_failure *lb_pipeline_last_failure(const struct lb_pipeline *p)
+{
+    return &p->failure;
 }

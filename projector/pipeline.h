@@ -44,11 +44,26 @@ struct lb_pipeline_stats {
     uint64_t skipped_segments;   /* a board's events from one partition found applied before */
 };
 
+/* What the last attempt to write the batch in flight met, for the caller's
+ * messages between retries. */
+struct lb_pipeline_failure {
+    size_t requests;  /* board requests that failed */
+    unsigned attempt; /* 1 for the first write, 2 for the first retry, ... */
+    char reason[200]; /* the first failed request's reason, naming its node */
+};
+
 /* Called between retries: spend up to 'backoff_ms' (polling Kafka, say) and
  * return 0 to retry, or non-zero to give up on what is still failing. */
 typedef int (*lb_pipeline_wait_fn)(void *ctx, int64_t backoff_ms);
 
 struct lb_pipeline;
+
+/* The cluster options of every program that writes through the pipeline:
+ * the redis: section of 'config' (borrowed) and the apply script, which the
+ * client loads on every connection and again wherever a node answers
+ * NOSCRIPT. */
+void lb_pipeline_cluster_options(const struct lb_config *config,
+                                 struct lb_cluster_options *options);
 
 /* Creates a pipeline. 'config', 'decoder' and 'cluster' are borrowed and
  * must outlive it. Returns NULL when out of memory. */
@@ -84,6 +99,8 @@ int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *durable, lb_pipe
                          void *ctx);
 
 const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *pipeline);
+/* Valid during a 'wait' callback: what the attempt before it met. */
+const struct lb_pipeline_failure *lb_pipeline_last_failure(const struct lb_pipeline *pipeline);
 
 /* Called for every record that cannot be projected (undecodable, invalid,
  * out of range, a sum leaving its range), with the reason and a sentence;

@@ -658,6 +658,11 @@ size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t 
     return build_key(out, cap, prefix, board, "~applied", 8, NULL, 0);
 }
 
+size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t cap)
+{
+    return build_key(out, cap, prefix, board, "~fence", 6, NULL, 0);
+}
+
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s:%d", topic, partition);
@@ -751,7 +756,7 @@ static int encode_board(struct lb_plan *plan, const struct board *b, struct lb_t
         nargs += 3 + entry_width(aggregation) * plan->keys.items[k].nentries;
         plan->stats.member_updates += plan->keys.items[k].nentries;
     }
-    uint32_t numkeys = 1 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1);
+    uint32_t numkeys = 2 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1);
     if (lb_buf_reserve(out, board_size_bound(plan, b)) != 0)
         return -1;
 
@@ -762,6 +767,7 @@ static int encode_board(struct lb_plan *plan, const struct board *b, struct lb_t
     p = lb_resp_bulk_int(p, numkeys);
     char marker[KEY_MAX];
     p = lb_resp_bulk(p, marker, lb_marker_key(plan->config->key_prefix, b->id, marker, KEY_MAX));
+    p = lb_resp_bulk(p, marker, lb_fence_key(plan->config->key_prefix, b->id, marker, KEY_MAX));
     for (uint32_t k = b->first_key; k != NONE; k = plan->keys.items[k].next_key)
         p = put_window_key(plan, p, b, &plan->keys.items[k], 0);
     if (aggregation == LB_AGG_LATEST)

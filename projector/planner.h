@@ -102,6 +102,10 @@ size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_wi
 size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t cap);
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap);
 
+/* "<prefix>{<board>}:~fence": set by replay (with a TTL) while it swaps the
+ * board; the apply script writes nothing to a fenced board. */
+size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t cap);
+
 /* What the apply script answered, parsed. */
 enum lb_apply_status {
     LB_APPLY_OK = 0,

@@ -41,9 +41,11 @@
 #include "config.h"
 #include "consumer.h"
 #include "event.h"
+#include "lease.h"
 #include "log.h"
 #include "pipeline.h"
 #include "planner.h"
+#include "resp.h"
 #include "slot.h"
 
 #include <errno.h>
@@ -70,14 +72,22 @@ enum {
 #define STAGING_INFIX    "~replay:"
 #define SWAP_ATTEMPTS    30
 #define KAFKA_TIMEOUT_MS 10000
+#define FENCE_TTL_MS     60000
 
 /* The swap, atomically per board (see the top of the file).
- * KEYS: [1] live marker hash, [2] staging marker hash, then n staging keys,
- *       then their n live names, then live keys to delete.
+ * KEYS: [1] live marker hash, [2] staging marker hash, [3] the board's
+ *       fence, then n staging keys, then their n live names, then live keys
+ *       to delete.
  * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, then f
- *       pairs (marker field, last offset read from there). */
+ *       pairs (marker field, last offset read from there).
+ * A swap that happens also lifts the fence, if replay had set one. Staging
+ * keys always come with their marker hash (the apply script writes both),
+ * so staging keys listed without it mean the swap was done already: the
+ * script then answers {"gone"} and changes nothing, which makes sending it
+ * again after a lost reply safe. */
 static const char swap_script[] =
     "local n, mode, f = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])\n"
+    "if n > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return {'gone'} end\n"
     "for i = 0, f - 1 do\n"
     "  local field, read = ARGV[4 + 2 * i], tonumber(ARGV[5 + 2 * i])\n"
     "  local live = tonumber(redis.call('HGET', KEYS[1], field) or '-1')\n"
@@ -88,17 +98,17 @@ static const char swap_script[] =
     "  end\n"
     "end\n"
     "for i = 1, n do\n"
-    "  if redis.call('EXISTS', KEYS[2 + i]) == 1 then\n"
-    "    redis.call('RENAME', KEYS[2 + i], KEYS[2 + n + i])\n"
+    "  if redis.call('EXISTS', KEYS[3 + i]) == 1 then\n"
+    "    redis.call('RENAME', KEYS[3 + i], KEYS[3 + n + i])\n"
     "  else\n"
-    "    redis.call('DEL', KEYS[2 + n + i])\n"
+    "    redis.call('DEL', KEYS[3 + n + i])\n"
     "  end\n"
     "end\n"
-    "for i = 3 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end\n"
+    "for i = 4 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end\n"
     "if mode == 'advance' then\n"
     "  for i = 0, f - 1 do redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i]) end\n"
     "end\n"
-    "redis.call('DEL', KEYS[2])\n"
+    "redis.call('DEL', KEYS[2], KEYS[3])\n"
     "return {'ok'}\n";
 
 /* ---- small containers ---------------------------------------------------------------- */
@@ -124,6 +134,21 @@ static void strings_add(struct strings *s, const char *text, size_t len)
         exit(EXIT_BROKEN);
     }
     s->count++;
+}
+
+/* Appends one command in RESP to 'buf'. */
+static int encode_command(struct lb_buf *buf, int argc, const char **argv)
+{
+    size_t need = LB_RESP_HEADER_MAX;
+    for (int i = 0; i < argc; i++)
+        need += LB_RESP_HEADER_MAX + strlen(argv[i]) + 2;
+    if (lb_buf_reserve(buf, need) != 0)
+        return -1;
+    char *p = lb_resp_header(buf->data + buf->len, '*', (uint64_t)argc);
+    for (int i = 0; i < argc; i++)
+        p = lb_resp_bulk(p, argv[i], strlen(argv[i]));
+    buf->len = (size_t)(p - buf->data);
+    return 0;
 }
 
 static void strings_free(struct strings *s)
@@ -389,8 +414,10 @@ static int make_plan(rd_kafka_t *meta, const struct lb_config *config, const str
         rd_kafka_resp_err_t e = rd_kafka_metadata(meta, 0, topic, &md, KAFKA_TIMEOUT_MS);
         rd_kafka_topic_destroy(topic);
         if (e || md->topic_cnt != 1 || md->topics[0].err) {
-            fprintf(stderr, "replay: cannot read the partitions of topic %s: %s\n",
-                    config->topics[t],
+            fprintf(stderr,
+                    "replay: cannot read the partitions of topic %s from Kafka (%s) within "
+                    "%d s: %s\n",
+                    config->topics[t], config->brokers, KAFKA_TIMEOUT_MS / 1000,
                     rd_kafka_err2str(e               ? e
                                      : md->topic_cnt ? md->topics[0].err
                                                      : e));
@@ -486,6 +513,9 @@ static int print_plan(const struct plan *plan, const struct options *o, const ch
 
 struct replay {
     struct options o;
+    struct replay_lease lease;
+    struct board_set fenced; /* boards whose fence replay set */
+    char selection[400];     /* the selection as given, for the journal */
     struct lb_config *config, staged;
     char staging_prefix[128];
     struct lb_decoder *decoder;
@@ -525,9 +555,18 @@ static double part_eta(const struct part *p, double elapsed, double *rate)
 
 /* A progress bar on a terminal, a line every 5 s otherwise: events read,
  * rate, and the ETA of the slowest partition (all of them with --verbose). */
+static void keep_lease(struct replay *r)
+{
+    if (replay_lease_keep(&r->lease) != 0 && !interrupted) {
+        fprintf(stderr, "replay: another run took the replay lease %s; stopping\n", r->lease.key);
+        interrupted = 1;
+    }
+}
+
 static void progress(struct replay *r, int final)
 {
     double t = mono_s(), elapsed = t - r->started;
+    keep_lease(r);
     if (!final && t - r->last_progress < (r->tty ? 0.25 : 5.0))
         return;
     r->last_progress = t;
@@ -569,13 +608,24 @@ static void progress(struct replay *r, int final)
     }
 }
 
-/* Always "ready": replay retries a failing batch until it is written; an
- * interrupt gives up. */
+/* Always "ready": replay retries a failing batch until it is written (Redis
+ * failing over, a node being replaced), saying why at every failed round,
+ * rate-limited; an interrupt gives up. */
 static int wait_between_retries(void *ctx, int64_t backoff_ms)
 {
-    (void)ctx;
+    struct replay *r = ctx;
+    static struct lb_ratelimit said;
+    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(r->pipeline);
+    uint64_t suppressed;
+    keep_lease(r);
     if (interrupted)
         return -1;
+    if (lb_ratelimit_allow(&said, 5000, &suppressed))
+        fprintf(stderr,
+                "replay: writing to Redis failed (attempt %u, %zu board request(s)): %s; "
+                "retrying in %lld ms%s\n",
+                f->attempt, f->requests, f->reason, (long long)backoff_ms,
+                suppressed ? " (earlier failures suppressed)" : "");
     usleep((useconds_t)backoff_ms * 1000);
     return interrupted ? -1 : 0;
 }
@@ -601,9 +651,9 @@ static int finish_inflight(struct replay *r, struct batch **inflight)
 {
     if (!*inflight)
         return 0;
-    int rc = lb_pipeline_complete(r->pipeline, (*inflight)->durable, wait_between_retries, NULL);
-    if (rc != 0)
-        fprintf(stderr, "replay: writing to Redis failed%s\n", interrupted ? " (interrupted)" : "");
+    int rc = lb_pipeline_complete(r->pipeline, (*inflight)->durable, wait_between_retries, r);
+    if (rc < 0)
+        fprintf(stderr, "replay: out of memory writing a batch\n");
     batch_release(*inflight);
     *inflight = NULL;
     r->applied_batches++;
@@ -647,6 +697,25 @@ static void skip_gaps(struct replay *r)
     rd_kafka_topic_partition_list_destroy(list);
 }
 
+static int retry_pause(struct replay *r, const char *what, const char *why, int attempt,
+                       int64_t since_ms);
+
+/* Says what went wrong reading Kafka: once and stop when 'broken', else at
+ * most every 5 s while librdkafka reconnects. */
+static void kafka_trouble(struct replay *r, const rd_kafka_message_t *m, int broken)
+{
+    static struct lb_ratelimit said;
+    uint64_t suppressed;
+    (void)r;
+    if (broken)
+        fprintf(stderr, "replay: reading %s [%d] from Kafka failed: %s\n",
+                m->rkt ? rd_kafka_topic_name(m->rkt) : "?", m->partition,
+                rd_kafka_message_errstr(m));
+    else if (lb_ratelimit_allow(&said, 5000, &suppressed))
+        fprintf(stderr, "replay: Kafka: %s; waiting for the brokers%s\n",
+                rd_kafka_message_errstr(m), suppressed ? " (earlier messages suppressed)" : "");
+}
+
 /* Reads every partition from read_to up to end, applying as it goes. */
 static int read_until_end(struct replay *r)
 {
@@ -681,16 +750,21 @@ static int read_until_end(struct replay *r)
     while (status == 0 && remaining(r) > 0 && !interrupted) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, inflight ? 0 : 100);
         if (m && m->err) {
-            if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-                rd_kafka_message_destroy(m);
-                continue;
-            }
-            fprintf(stderr, "replay: reading %s [%d]: %s\n",
-                    m->rkt ? rd_kafka_topic_name(m->rkt) : "?", m->partition,
-                    rd_kafka_message_errstr(m));
+            /* A broker restarting or unreachable is reported here too:
+             * librdkafka reconnects by itself, so only what cannot heal
+             * (retention deleting what replay still has to read, a fatal
+             * client error) stops replay. */
+            int broken = m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE ||
+                         m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+                         rd_kafka_fatal_error(r->reader, NULL, 0);
+            if (broken || m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                kafka_trouble(r, m, broken);
             rd_kafka_message_destroy(m);
-            status = -1;
-            break;
+            if (broken) {
+                status = -1;
+                break;
+            }
+            continue;
         }
         if (!m && inflight) {
             status = finish_inflight(r, &inflight); /* nothing to read: let Redis catch up */
@@ -739,21 +813,112 @@ static int read_until_end(struct replay *r)
     return status;
 }
 
-/* Moves every partition's end to its current high watermark. */
+/* Moves every partition's end to its current high watermark, waiting out a
+ * broker that is restarting. */
 static int extend_to_latest(struct replay *r)
 {
     for (size_t i = 0; i < r->plan.count; i++) {
         struct part *p = &r->plan.parts[i];
-        int64_t low, high;
-        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(r->meta, p->topic, p->partition,
-                                                                 &low, &high, KAFKA_TIMEOUT_MS);
-        if (e) {
-            fprintf(stderr, "replay: watermarks of %s [%d]: %s\n", p->topic, p->partition,
-                    rd_kafka_err2str(e));
-            return -1;
-        }
+        int64_t low, high, since = lb_monotonic_ms();
+        rd_kafka_resp_err_t e;
+        for (int attempt = 1;
+             (e = rd_kafka_query_watermark_offsets(r->meta, p->topic, p->partition, &low, &high,
+                                                   KAFKA_TIMEOUT_MS)) != RD_KAFKA_RESP_ERR_NO_ERROR;
+             attempt++)
+            if (retry_pause(r, "reading Kafka's watermarks", rd_kafka_err2str(e), attempt, since) !=
+                0)
+                return -1;
         if (high > p->end)
             p->end = high;
+    }
+    return 0;
+}
+
+/* ---- talking to Redis ---------------------------------------------------------------- */
+
+#define RETRY_FOR_MS 120000 /* how long a transient failure is retried */
+
+/* Waits before the next attempt of 'what' (the back-off doubles from 100 ms
+ * to 2 s), saying why, at most every 5 s. Returns -1 when replay must stop
+ * instead (interrupted, or transient failures for RETRY_FOR_MS). */
+static int retry_pause(struct replay *r, const char *what, const char *why, int attempt,
+                       int64_t since_ms)
+{
+    static struct lb_ratelimit said;
+    uint64_t suppressed;
+    int64_t backoff = attempt < 5 ? 100 << attempt : 2000;
+    keep_lease(r);
+    if (interrupted)
+        return -1;
+    if (lb_monotonic_ms() - since_ms > RETRY_FOR_MS) {
+        fprintf(stderr, "replay: %s kept failing for %d s: %s\n", what, RETRY_FOR_MS / 1000, why);
+        return -1;
+    }
+    if (lb_ratelimit_allow(&said, 5000, &suppressed))
+        fprintf(stderr, "replay: %s failed (attempt %d): %s; retrying in %lld ms%s\n", what,
+                attempt, why, (long long)backoff,
+                suppressed ? " (earlier failures suppressed)" : "");
+    for (int64_t left = backoff; left > 0 && !interrupted; left -= 50)
+        usleep(50000);
+    return interrupted ? -1 : 0;
+}
+
+/* One command on the master of 'slot', sent again after transient failures
+ * (a node hanging up, failing over, or still loading), which is what nodes
+ * do during the incidents replay is run for. Only for commands that can be
+ * sent twice. Returns the reply, or NULL with the reason printed. '*tries'
+ * (if given) says how many attempts were made. */
+static redisReply *redis_call(struct replay *r, const char *what, uint16_t slot, int argc,
+                              const char **argv, const size_t *argvlen, int *tries)
+{
+    int64_t since = lb_monotonic_ms();
+    for (int attempt = 1;; attempt++) {
+        redisReply *reply = lb_cluster_command(r->cluster, slot, argc, argv, argvlen);
+        if (tries)
+            *tries = attempt;
+        if (reply)
+            return reply;
+        if (lb_cluster_error_class(r->cluster) != LB_REDIS_RETRY) {
+            fprintf(stderr, "replay: %s failed: %s\n", what, lb_cluster_error(r->cluster));
+            return NULL;
+        }
+        if (retry_pause(r, what, lb_cluster_error(r->cluster), attempt, since) != 0)
+            return NULL;
+    }
+}
+
+/* lb_cluster_exec for requests that can be sent twice, sending the failed
+ * ones again after transient failures. Returns 0 when all succeeded. */
+static int exec_retrying(struct replay *r, const char *what, struct lb_request *reqs, size_t n)
+{
+    int64_t since = lb_monotonic_ms();
+    size_t pending = n;
+    struct lb_request *todo = reqs;
+    for (int attempt = 1; pending; attempt++) {
+        lb_cluster_exec(r->cluster, todo, pending);
+        size_t still = 0;
+        const char *why = NULL;
+        int fatal = 0;
+        for (size_t i = 0; i < pending; i++) {
+            if (todo[i].reply) {
+                freeReplyObject(todo[i].reply);
+                todo[i].reply = NULL;
+            }
+            if (todo[i].ok)
+                continue;
+            fatal |= todo[i].error_class != LB_REDIS_RETRY;
+            todo[still++] = todo[i]; /* reqs is ours: compact the failed ones */
+            why = todo[still - 1].error;
+        }
+        pending = still;
+        if (!pending)
+            break;
+        if (fatal) {
+            fprintf(stderr, "replay: %s failed: %s\n", what, why);
+            return -1;
+        }
+        if (retry_pause(r, what, why, attempt, since) != 0)
+            return -1;
     }
     return 0;
 }
@@ -763,6 +928,7 @@ static int extend_to_latest(struct replay *r)
 struct scan_ctx {
     struct replay *r;
     struct strings *live, *staged;
+    int all_staged; /* every staging key, whatever board: the leftovers */
 };
 
 /* Whether 'key' ("<prefix>{B}:...") belongs to a selected board that had
@@ -787,7 +953,10 @@ static void collect_key(void *ctx, const redisReply *reply)
     for (size_t i = 0; i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
         size_t len = keys->element[i]->len;
-        if (key_in_selection(s->r, k, len, s->r->staging_prefix))
+        size_t sp = strlen(s->r->staging_prefix);
+        if (s->all_staged && len > sp && memcmp(k, s->r->staging_prefix, sp) == 0 && k[sp] == '{')
+            strings_add(s->staged, k, len);
+        else if (key_in_selection(s->r, k, len, s->r->staging_prefix))
             strings_add(s->staged, k, len);
         else if (key_in_selection(s->r, k, len, s->r->config->key_prefix))
             strings_add(s->live, k, len);
@@ -796,11 +965,11 @@ static void collect_key(void *ctx, const redisReply *reply)
 
 /* Every key under the prefix on every master, split into live and staging
  * keys of the selection. */
-static int scan_keys(struct replay *r, struct strings *live, struct strings *staged)
+static int scan_keys(struct replay *r, struct strings *live, struct strings *staged, int all_staged)
 {
     char pattern[160];
     snprintf(pattern, sizeof(pattern), "%s*", r->config->key_prefix);
-    struct scan_ctx ctx = {r, live, staged};
+    struct scan_ctx ctx = {r, live, staged, all_staged};
     /* one SCAN cursor loop per master, reached through a slot it owns */
     for (uint16_t slot = 0;;) {
         /* One representative slot per master: walk the slot map. */
@@ -822,10 +991,10 @@ static int scan_keys(struct replay *r, struct strings *live, struct strings *sta
                     size_t al[6];
                     for (int i = 0; i < 6; i++)
                         al[i] = strlen(a[i]);
-                    redisReply *reply = lb_cluster_command(r->cluster, slot, 6, a, al);
+                    redisReply *reply = redis_call(r, "SCAN", slot, 6, a, al, NULL);
                     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
-                        fprintf(stderr, "replay: SCAN on %s failed: %s\n", owner,
-                                reply ? "unexpected reply" : lb_cluster_error(r->cluster));
+                        if (reply)
+                            fprintf(stderr, "replay: SCAN on %s: unexpected reply\n", owner);
                         if (reply)
                             freeReplyObject(reply);
                         return -1;
@@ -869,8 +1038,9 @@ static void delete_keys(struct replay *r, const struct strings *keys)
     for (size_t i = 0; i < keys->count; i++) {
         const char *argv[] = {"DEL", keys->items[i]};
         size_t argvlen[] = {3, strlen(keys->items[i])};
-        redisReply *reply = lb_cluster_command(r->cluster, lb_key_slot(keys->items[i], argvlen[1]),
-                                               2, argv, argvlen);
+        redisReply *reply =
+            redis_call(r, "deleting a staging key", lb_key_slot(keys->items[i], argvlen[1]), 2,
+                       argv, argvlen, NULL);
         if (reply)
             freeReplyObject(reply);
     }
@@ -934,7 +1104,10 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
                   sizeof(live_marker));
     lb_marker_key(r->staging_prefix, (struct lb_str){board, (uint32_t)blen}, staged_marker,
                   sizeof(staged_marker));
-    size_t n = bk->staged.count, nkeys = 2 + 2 * n + bk->extra.count;
+    char fence[600];
+    lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, fence,
+                 sizeof(fence));
+    size_t n = bk->staged.count, nkeys = 3 + 2 * n + bk->extra.count;
     size_t argc = 3 + nkeys + 3 + 2 * r->plan.count;
     const char **argv = calloc(argc, sizeof(char *));
     size_t *argvlen = calloc(argc, sizeof(size_t));
@@ -954,6 +1127,7 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     argv[a++] = numbers[0];
     argv[a++] = live_marker;
     argv[a++] = staged_marker;
+    argv[a++] = fence;
     for (size_t i = 0; i < n; i++)
         argv[a++] = bk->staged.items[i];
     for (size_t i = 0; i < n; i++)
@@ -971,15 +1145,25 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     }
     for (size_t i = 0; i < a; i++)
         argvlen[i] = strlen(argv[i]);
-    redisReply *reply = lb_cluster_command(r->cluster, lb_crc16(board, blen) & (LB_SLOTS - 1),
-                                           (int)a, argv, argvlen);
+    /* Sent again after a lost reply: the script answers "gone" when its
+     * staging copy has already been swapped in (see swap_script). */
+    int tries = 0;
+    redisReply *reply = redis_call(r, "swapping a board", lb_crc16(board, blen) & (LB_SLOTS - 1),
+                                   (int)a, argv, argvlen, &tries);
     int rc = -1;
+    const char *answer = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+                                 reply->element[0]->type == REDIS_REPLY_STRING
+                             ? reply->element[0]->str
+                             : NULL;
     if (!reply) {
-        fprintf(stderr, "replay: swapping board '%s' failed: %s\n", board,
-                lb_cluster_error(r->cluster));
-    } else if (reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
-               reply->element[0]->type == REDIS_REPLY_STRING) {
-        rc = strcmp(reply->element[0]->str, "ok") == 0 ? 0 : 1;
+        /* said by redis_call */
+    } else if (answer && strcmp(answer, "gone") == 0 && tries == 1) {
+        fprintf(stderr,
+                "replay: the staging copy of board '%s' vanished before its swap (deleted by "
+                "hand?); run replay again\n",
+                board);
+    } else if (answer) {
+        rc = strcmp(answer, "ok") == 0 || strcmp(answer, "gone") == 0 ? 0 : 1;
     } else {
         fprintf(stderr, "replay: swapping board '%s' failed: %s\n", board,
                 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
@@ -1016,7 +1200,7 @@ static redisReply *zrange(struct replay *r, const char *key)
 {
     const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
     size_t argvlen[] = {6, strlen(key), 1, 2, 10};
-    return lb_cluster_command(r->cluster, lb_key_slot(key, argvlen[1]), 5, argv, argvlen);
+    return redis_call(r, "reading a key", lb_key_slot(key, argvlen[1]), 5, argv, argvlen, NULL);
 }
 
 struct pair {
@@ -1113,8 +1297,8 @@ static int live_ahead(struct replay *r, const char *board)
     lb_marker_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, key, sizeof(key));
     const char *argv[] = {"HGETALL", key};
     size_t argvlen[] = {7, strlen(key)};
-    redisReply *reply =
-        lb_cluster_command(r->cluster, lb_key_slot(key, argvlen[1]), 2, argv, argvlen);
+    redisReply *reply = redis_call(r, "reading a board's markers", lb_key_slot(key, argvlen[1]), 2,
+                                   argv, argvlen, NULL);
     if (!reply || reply->type != REDIS_REPLY_ARRAY) {
         if (reply)
             freeReplyObject(reply);
@@ -1140,8 +1324,71 @@ static struct strings boards_of(const struct board_set *set)
     return list;
 }
 
+/* Sets (or, with 'lift', deletes) the fence of every board in 'boards' that
+ * is not swapped yet, in one pipeline per node. A fenced board takes no
+ * writes from the live projector (the apply script answers "fenced" and the
+ * projector retries it later), so its markers hold still while replay reads
+ * up to the end of every partition and swaps it: the swap then cannot find
+ * the projector ahead. The TTL bounds the pause if replay dies meanwhile. */
+static int fence_boards(struct replay *r, const struct strings *boards, int lift)
+{
+    struct lb_buf buf = {0};
+    struct lb_request *reqs = calloc(boards->count ? boards->count : 1, sizeof(*reqs));
+    size_t *at = calloc(boards->count ? boards->count : 1, sizeof(*at)), n = 0;
+    int status = reqs && at ? 0 : -1;
+    char fence[600], ttl[24];
+    snprintf(ttl, sizeof(ttl), "%d", FENCE_TTL_MS);
+    for (size_t b = 0; status == 0 && b < boards->count; b++) {
+        const char *board = boards->items[b];
+        size_t blen = strlen(board);
+        if (board_set_contains(&r->sel.done, board, blen) ||
+            (lift && !board_set_contains(&r->fenced, board, blen)))
+            continue;
+        size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen},
+                                   fence, sizeof(fence));
+        const char *set[] = {"SET", fence, r->lease.owner, "PX", ttl};
+        const char *del[] = {"DEL", fence};
+        at[n] = buf.len;
+        if (encode_command(&buf, lift ? 2 : 5, lift ? del : set) != 0) {
+            status = -1;
+            break;
+        }
+        reqs[n++] = (struct lb_request){.slot = lb_key_slot(fence, flen), .ncommands = 1};
+        if (!lift)
+            board_set_add(&r->fenced, board, blen);
+    }
+    for (size_t i = 0; status == 0 && i < n; i++) {
+        reqs[i].bytes = buf.data + at[i];
+        reqs[i].len = (i + 1 < n ? at[i + 1] : buf.len) - at[i];
+    }
+    if (status == 0 && n &&
+        exec_retrying(r, lift ? "lifting fences" : "setting fences", reqs, n) != 0)
+        status = -1;
+    if (status == 0 && n && !lift)
+        LB_INFO("replay",
+                "fenced %zu board(s): the live projector waits while replay catches up "
+                "and swaps them",
+                n);
+    free(reqs);
+    free(at);
+    lb_buf_free(&buf);
+    return status;
+}
+
+/* A pause after each swap, for the tests that kill replay between two
+ * boards (LB_FAULT_SWAP_PAUSE_MS). */
+static void fault_pause_after_swap(void)
+{
+    const char *ms = getenv("LB_FAULT_SWAP_PAUSE_MS");
+    for (long left = ms ? atol(ms) : 0; left > 0 && !interrupted; left -= 50)
+        usleep(50000);
+}
+
 /* Replaces the live keys of every selected board with the staging copy.
- * Boards first seen while catching up are swapped in a later round. */
+ * Boards first seen while catching up are swapped in a later round. A board
+ * the live projector got ahead of is fenced for the next round (except
+ * with --window, whose swap needs the projector's markers to match replay's
+ * copy exactly, which a fence would not give). */
 static int swap_all(struct replay *r, size_t *swapped)
 {
     int status = 0;
@@ -1157,36 +1404,52 @@ static int swap_all(struct replay *r, size_t *swapped)
             break;
         }
         if (attempt > 0) {
-            /* the live projector got ahead: read what it has seen, and more */
-            usleep(200000);
-            if (extend_to_latest(r) != 0 || read_until_end(r) != 0) {
+            /* the live projector got ahead: stop it on those boards (or,
+             * with --window, give it a moment), then read what it has seen */
+            struct strings ahead = boards_of(&r->sel.seen);
+            if (r->sel.windows.count)
+                usleep(200000);
+            else if (fence_boards(r, &ahead, 0) != 0)
+                status = -1;
+            strings_free(&ahead);
+            if (status != 0 || extend_to_latest(r) != 0 || read_until_end(r) != 0) {
                 status = -1;
                 break;
             }
         }
         struct strings live = {0}, staged = {0}, boards = boards_of(&r->sel.seen);
-        if (scan_keys(r, &live, &staged) != 0)
+        if (scan_keys(r, &live, &staged, 0) != 0)
             status = -1;
         for (size_t b = 0; b < boards.count && status == 0; b++) {
             const char *board = boards.items[b];
             if (board_set_contains(&r->sel.done, board, strlen(board)))
                 continue;
+            keep_lease(r);
+            if (interrupted) {
+                status = -1;
+                break;
+            }
             struct board_keys bk;
             board_keys_of(r, board, strlen(board), &live, &staged, &bk);
             int rc = swap_board(r, board, &bk);
-            LB_INFO("replay", "board '%s': %s (%zu staging key(s), %zu live key(s) to delete)",
+            if (rc == 0) {
+                board_set_add(&r->sel.done, board, strlen(board));
+                (*swapped)++;
+                replay_journal_swapped(&r->lease, board);
+            }
+            LB_INFO("replay",
+                    "board '%s': %s (%zu of %zu swapped; %zu staging key(s), %zu live key(s) to "
+                    "delete)",
                     board,
                     rc == 0  ? "swapped"
                     : rc > 0 ? "live projector ahead"
                              : "failed",
-                    bk.staged.count, bk.extra.count);
+                    r->sel.done.count, r->sel.seen.count, bk.staged.count, bk.extra.count);
             board_keys_free(&bk);
-            if (rc < 0) {
+            if (rc < 0)
                 status = -1;
-            } else if (rc == 0) {
-                board_set_add(&r->sel.done, board, strlen(board));
-                (*swapped)++;
-            }
+            else if (rc == 0)
+                fault_pause_after_swap();
         }
         strings_free(&boards);
         strings_free(&live);
@@ -1237,7 +1500,7 @@ static int verify_all(struct replay *r, struct verify_report *v)
             continue;
         }
         struct strings live = {0}, staged = {0};
-        if (scan_keys(r, &live, &staged) != 0) {
+        if (scan_keys(r, &live, &staged, 0) != 0) {
             strings_free(&boards);
             status = -1;
             break;
@@ -1282,19 +1545,117 @@ static int verify_all(struct replay *r, struct verify_report *v)
     return status;
 }
 
-/* Deletes staging keys a previous, interrupted replay left behind. */
-static int clear_staging(struct replay *r)
+/* Deletes every staging key (while we hold the lease, none is another
+ * live run's): what a board that was not swapped left, or what an earlier,
+ * interrupted run did. */
+static int clear_staging(struct replay *r, size_t *deleted)
 {
     struct strings live = {0}, staged = {0};
-    int rc = scan_keys(r, &live, &staged);
-    if (rc == 0 && staged.count)
-        fprintf(stderr, "replay: deleting %zu staging key(s) left by an earlier run\n",
-                staged.count);
+    int rc = scan_keys(r, &live, &staged, 1);
     if (rc == 0)
         delete_keys(r, &staged);
+    if (deleted)
+        *deleted = staged.count;
     strings_free(&live);
     strings_free(&staged);
     return rc;
+}
+
+/* Whether --from/--to 'spec' has a form resolve() understands. */
+static int offset_spec_valid(const char *spec)
+{
+    int64_t ms;
+    char *end;
+    if (strcmp(spec, "earliest") == 0 || strcmp(spec, "latest") == 0 ||
+        strcmp(spec, "committed") == 0 || lb_time_parse(spec, &ms) == 0)
+        return 1;
+    long long offset = strtoll(spec, &end, 10);
+    return *end == '\0' && end != spec && offset >= 0;
+}
+
+/* The command line's selection and range, for the journal. */
+static void describe_selection(struct replay *r, int argc, char **argv)
+{
+    size_t used = 0;
+    for (int i = 1; i < argc && used + 2 < sizeof(r->selection); i++) {
+        if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "-c") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(argv[i], "--config=", 9) == 0)
+            continue;
+        int n = snprintf(r->selection + used, sizeof(r->selection) - used, "%s%s", used ? " " : "",
+                         argv[i]);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    if (used >= sizeof(r->selection))
+        used = sizeof(r->selection) - 1;
+    r->selection[used] = '\0';
+}
+
+/* Shows, after the plan, what an earlier run that did not finish left: the
+ * boards it swapped (they are rebuilt again; the result is the same) and
+ * the staging keys that are deleted before reading. */
+static int print_leftovers(struct replay *r)
+{
+    struct replay_leftover old;
+    struct strings live = {0}, staged = {0};
+    if (replay_journal_read(r->cluster, r->config->key_prefix, &old) != 0 ||
+        scan_keys(r, &live, &staged, 1) != 0) {
+        fprintf(stderr, "replay: cannot read what an earlier run left in Redis: %s\n",
+                lb_cluster_error(r->cluster));
+        strings_free(&live);
+        strings_free(&staged);
+        return -1;
+    }
+    if (old.found)
+        printf("  an earlier replay did not finish: %s, started %s, selection '%s'; it swapped "
+               "%zu board(s)%s%s%s\n",
+               old.owner, old.started, old.selection, old.swapped, old.swapped ? " (" : "",
+               old.examples,
+               old.swapped > 5 ? ", ...)"
+               : old.swapped   ? ")"
+                               : "");
+    if (staged.count)
+        printf("  %zu staging key(s) left by an earlier run %s\n", staged.count,
+               r->o.dry_run ? "would be deleted" : "are deleted before reading");
+    if (old.found || staged.count)
+        printf("  (this run rebuilds its whole selection; boards swapped before are simply "
+               "rebuilt again)\n");
+    fflush(stdout);
+    strings_free(&live);
+    strings_free(&staged);
+    return 0;
+}
+
+/* The end of a run that holds the lease: on success the journal goes; on
+ * failure or interrupt, staging keys and fences this run set are removed
+ * (every swap is atomic per board, so nothing is half-swapped), the journal
+ * stays for the next run to show, and one line says what was done. */
+static int finish(struct replay *r, int status)
+{
+    if (status == EXIT_GAP) {
+        /* refused before writing anything */
+    } else if (status == EXIT_OK || status == EXIT_DIFFERENT) {
+        clear_staging(r, NULL);
+        replay_journal_finish(&r->lease);
+    } else {
+        struct strings fenced = boards_of(&r->fenced);
+        fence_boards(r, &fenced, 1);
+        strings_free(&fenced);
+        size_t deleted = 0;
+        int cleared = clear_staging(r, &deleted) == 0;
+        fprintf(stderr,
+                "replay: %s: %zu of %zu board(s) swapped (each swap is atomic; the others are "
+                "untouched)%s; run replay again to finish\n",
+                interrupted ? "interrupted" : "stopped on the error above", r->sel.done.count,
+                r->sel.seen.count,
+                cleared ? ", staging keys deleted" : ", staging keys left for the next run");
+    }
+    replay_lease_release(&r->lease);
+    return status;
 }
 
 static void usage(FILE *out)
@@ -1434,7 +1795,20 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
+    for (const char *spec = r.o.from, *name = "--from"; spec;
+         spec = spec == r.o.from ? r.o.to : NULL, name = "--to") {
+        if (!offset_spec_valid(spec)) {
+            fprintf(stderr,
+                    "replay: %s wants earliest, latest, committed, an offset or an RFC 3339 "
+                    "time like 2026-05-04T00:00:00Z, not '%s'\n",
+                    name, spec);
+            return EXIT_USAGE;
+        }
+    }
+    describe_selection(&r, argc, argv);
     lb_log_threshold = r.o.verbose ? LB_LOG_INFO : LB_LOG_ERROR;
+    /* librdkafka's own lines only with --verbose: replay says what failed */
+    lb_kafka_log_quiet = !r.o.verbose;
     if (lb_config_load(r.o.config_path, &r.config, err, sizeof(err)) != 0 ||
         !(r.decoder = lb_config_decoder(r.config, err, sizeof(err)))) {
         fprintf(stderr, "%s\n", err);
@@ -1448,13 +1822,14 @@ int main(int argc, char **argv)
     r.tty = isatty(STDERR_FILENO);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN); /* stdout piped to a pager that quit */
 
     struct lb_cluster_options copts;
-    lb_cluster_options_from_config(r.config, &copts);
+    lb_pipeline_cluster_options(r.config, &copts);
     char group[256];
     snprintf(group, sizeof(group), "lb-replay-%ld", (long)getpid());
     if (!(r.cluster = lb_cluster_new(&copts)) || lb_cluster_refresh(r.cluster) != 0) {
-        fprintf(stderr, "replay: Redis: %s\n",
+        fprintf(stderr, "replay: cannot reach Redis: %s\n",
                 r.cluster ? lb_cluster_error(r.cluster) : "out of memory");
         status = EXIT_BROKEN;
         goto out;
@@ -1477,7 +1852,19 @@ int main(int argc, char **argv)
         status = EXIT_BROKEN;
         goto out;
     }
+    if (!r.o.dry_run) {
+        int rc = replay_lease_take(&r.lease, r.cluster, r.config->key_prefix, err, sizeof(err));
+        if (rc != 0) {
+            fprintf(stderr, "replay: %s\n", err);
+            status = EXIT_BROKEN;
+            goto out;
+        }
+    }
     int gaps = print_plan(&r.plan, &r.o, r.config->group);
+    if (print_leftovers(&r) != 0) {
+        status = EXIT_BROKEN;
+        goto out;
+    }
     if (gaps && !r.o.allow_gap) {
         fprintf(stderr,
                 "replay: refusing to run with a retention gap in %d partition(s); the "
@@ -1491,14 +1878,17 @@ int main(int argc, char **argv)
         goto out;
 
     if (!(r.pipeline = lb_pipeline_new(&r.staged, r.decoder, r.cluster))) {
+        fprintf(stderr, "replay: out of memory\n");
         status = EXIT_BROKEN;
         goto out;
     }
     lb_pipeline_set_filter(r.pipeline, filter_event, &r.sel);
-    if (clear_staging(&r) != 0) {
+    size_t leftovers = 0;
+    if (clear_staging(&r, &leftovers) != 0) {
         status = EXIT_BROKEN;
         goto out;
     }
+    replay_journal_start(&r.lease, r.selection);
     r.started = mono_s();
     if (read_until_end(&r) != 0) {
         status = EXIT_BROKEN;
@@ -1526,16 +1916,18 @@ int main(int argc, char **argv)
         size_t swapped = 0;
         if (extend_to_latest(&r) != 0 || read_until_end(&r) != 0 || swap_all(&r, &swapped) != 0)
             status = EXIT_BROKEN;
-        clear_staging(&r); /* what a board that was not swapped left behind */
-        printf("replay: %llu events read in %.1f s (%.0f/s), %llu in the selection applied, "
-               "%llu rejected; %zu of %zu board(s) rebuilt\n",
-               (unsigned long long)r.read, secs, secs > 0 ? (double)r.read / secs : 0.0,
-               (unsigned long long)(ps->records - ps->filtered - rejected),
-               (unsigned long long)rejected, swapped, r.sel.seen.count);
+        if (status == EXIT_OK)
+            printf("replay: %llu events read in %.1f s (%.0f/s), %llu in the selection applied, "
+                   "%llu rejected; %zu of %zu board(s) rebuilt\n",
+                   (unsigned long long)r.read, secs, secs > 0 ? (double)r.read / secs : 0.0,
+                   (unsigned long long)(ps->records - ps->filtered - rejected),
+                   (unsigned long long)rejected, swapped, r.sel.seen.count);
     }
 out:
-    if (interrupted && status == EXIT_OK)
+    if (interrupted && status != EXIT_USAGE && status != EXIT_CONFIG)
         status = EXIT_BROKEN;
+    if (r.lease.held)
+        status = finish(&r, status);
     lb_pipeline_free(r.pipeline);
     if (r.reader) {
         rd_kafka_consumer_close(r.reader);
@@ -1551,5 +1943,6 @@ out:
     strings_free(&r.sel.windows);
     board_set_free(&r.sel.seen);
     board_set_free(&r.sel.done);
+    board_set_free(&r.fenced);
     return status;
 }

@@ -16,6 +16,7 @@
 #include "consumer.h"
 #include "eventgen.h"
 #include "log.h"
+#include "pipeline.h"
 #include "planner.h"
 #include "slot.h"
 
@@ -45,9 +46,7 @@ static int64_t wall_ms(void)
 static struct lb_cluster *connect_cluster(const struct lb_config *config)
 {
     struct lb_cluster_options options;
-    lb_cluster_options_from_config(config, &options);
-    options.script = lb_apply_script();
-    options.script_sha = lb_apply_script_sha();
+    lb_pipeline_cluster_options(config, &options);
     struct lb_cluster *cl = lb_cluster_new(&options);
     if (!cl || lb_cluster_refresh(cl) != 0) {
         fprintf(stderr, "lbbench: %s\n", cl ? lb_cluster_error(cl) : "out of memory");

@@ -105,6 +105,10 @@ redis_cli() {
     _lb_redis_cli "$port" "$@"
 }
 
+# live_ports - the ports of every running node of the test cluster, nodes
+# added since it started included.
+live_ports() { lb_redis_cluster_status 2>/dev/null | awk '$3 == "alive" { print $1 }'; }
+
 # every node as a seed: tests kill masters, and a projector started later
 # must still find a live node to learn the cluster from
 seed_list() {
@@ -213,9 +217,9 @@ assert_committed_at_end() {
 
 # verify [ARGS...] - compare Redis with the independent oracle.
 verify() {
-    local nodes="" i
-    for ((i = 0; i < 6; i++)); do
-        nodes+="${nodes:+,}127.0.0.1:$(redis_port "$i")"
+    local nodes="" p
+    for p in $(live_ports); do
+        nodes+="${nodes:+,}127.0.0.1:$p"
     done
     "$BIN/verify_state" --events "$T_DIR/events.tsv" --nodes "$nodes" "$@" >"$T_DIR/verify.out" 2>&1 || {
         cat "$T_DIR/verify.out" >&2
@@ -272,4 +276,48 @@ wait_log() {
         ((SECONDS < deadline)) || fail "no '$2' in $(basename "$1") after $3 s"
         sleep 0.2
     done
+}
+
+# metrics_scrape URL FILE - /metrics of URL, checked by the strict parser,
+# into FILE as "series value" lines.
+metrics_scrape() {
+    curl -sf "$1/metrics" >"$2.raw" || fail "GET $1/metrics failed"
+    "$BIN/promparse" <"$2.raw" >"$2" 2>"$2.err" || fail "/metrics is not valid: $(cat "$2.err")"
+}
+
+# metrics_value FILE SERIES - its value in a scraped page, or fail.
+metrics_value() {
+    local v
+    v=$(awk -v s="$2" '$1 == s { print $2 }' "$1")
+    [[ -n $v ]] || fail "no series $2 in /metrics"
+    printf '%s\n' "$v"
+}
+
+# committed_sum - the sum of the group's committed offsets (-1 if none).
+committed_sum() {
+    committed_offsets | awk '{ s += ($2 < 0 ? 0 : $2) } END { print s + 0 }'
+}
+
+# runbook_procedure RUNBOOK OUT - the shell blocks between the runbook's
+# "procedure: begin" and "procedure: end" markers, as one script: the tests
+# run an operator procedure exactly as the runbook writes it.
+runbook_procedure() {
+    awk '/<!-- procedure: begin -->/ { on = 1; next }
+         /<!-- procedure: end -->/ { on = 0 }
+         on && /^```sh$/ { code = 1; next }
+         on && /^```$/ { code = 0; next }
+         on && code' "$1" >"$2"
+    [[ -s $2 ]] || fail "no procedure in $1"
+}
+
+# pick_metrics_port - a free port for the projector's /metrics: sets
+# METRICS_URL and METRICS_YAML (a metrics: section for write_config).
+pick_metrics_port() {
+    local port
+    port=$(lb_free_port_base 1 31000 32000) || fail "no free port for metrics"
+    # shellcheck disable=SC2034 # read by the tests
+    METRICS_URL=http://127.0.0.1:$port
+    # shellcheck disable=SC2034
+    METRICS_YAML="metrics:
+  listen: 127.0.0.1:$port"
 }

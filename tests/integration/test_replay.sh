@@ -121,6 +121,129 @@ replay --board "$wboard" --window "$window" >"$T_DIR/window.out" 2>&1 ||
 verify "${MODE_ORACLE[@]}"
 ok "replay --board $wboard --window $window rebuilt that one key exactly"
 
+# 4. replay interrupted, and run again; one replay at a time
+staging_keys() { redis_cli "$lost" --scan --pattern 'lb:~replay:*' | wc -l; }
+# replay_bg NAME [VAR=VALUE...] -- ARGS... - replay in the background, its
+# output in NAME.out and NAME.err, its pid in rpid.
+replay_bg() {
+    local name=$1
+    local -a vars=()
+    shift
+    while [[ $1 != -- ]]; do
+        vars+=("$1")
+        shift
+    done
+    shift
+    env "${vars[@]}" "$BIN/replay" --config "$T_DIR/projector.yaml" "$@" >"$T_DIR/$name.out" \
+        2>"$T_DIR/$name.err" &
+    rpid=$!
+    T_PIDS+=("$rpid")
+}
+redis_cli "$lost" FLUSHALL >/dev/null
+produce -n 20000 --seed 73 "${gen[@]}" --rate 20000
+# a. killed while writing staging keys
+replay_bg kill1 -- --node "127.0.0.1:$lost" --max-rate 2000
+wait_log "$T_DIR/kill1.err" 'events read' 30
+lb_wait_for 10 bash -c "(($(staging_keys) > 0))" || fail "no staging key written yet"
+kill -9 "$rpid"
+wait "$rpid" 2>/dev/null || true
+ok "replay SIGKILLed after writing $(staging_keys) staging key(s)"
+# b. killed after swapping board 1 of n (its log says when)
+replay_bg kill2 LB_FAULT_SWAP_PAUSE_MS=60000 -- --node "127.0.0.1:$lost" --verbose
+wait_log "$T_DIR/kill2.err" "swapped (1 of" 60
+grep -q 'an earlier replay did not finish: pid [0-9]* on host .*it swapped 0 board' \
+    "$T_DIR/kill2.out" || fail "the plan does not show the killed run: $(cat "$T_DIR/kill2.out")"
+grep -q 'staging key(s) left by an earlier run are deleted' "$T_DIR/kill2.out" ||
+    fail "the plan does not list the leftover staging keys"
+kill -9 "$rpid"
+wait "$rpid" 2>/dev/null || true
+swapped=$(grep -o "board '[^']*': swapped" "$T_DIR/kill2.err" | head -n 1 | cut -d"'" -f2)
+ok "replay SIGKILLed after swapping board '$swapped' of $(grep -o 'swapped (1 of [0-9]*' "$T_DIR/kill2.err" | awk '{ print $4 }')"
+# c. run again: the plan names what the dead runs left; the end state is exact
+replay --node "127.0.0.1:$lost" >"$T_DIR/again.out" 2>"$T_DIR/again.err" ||
+    fail "replay after the kills failed: $(cat "$T_DIR/again.err")"
+grep -q "it swapped 1 board(s) ($swapped)" "$T_DIR/again.out" ||
+    fail "the plan does not list the board swapped before: $(cat "$T_DIR/again.out")"
+grep -q 'staging key(s) left by an earlier run' "$T_DIR/again.out" ||
+    fail "the plan does not list the leftovers"
+[[ $(staging_keys) == 0 ]] || fail "$(staging_keys) staging key(s) left behind"
+[[ $(redis_cli "$lost" EXISTS lb:~replay-journal) == 0 ]] || fail "the journal was not cleared"
+wait_caught_up 120
+verify "${MODE_ORACLE[@]}"
+ok "run again after two kills: the plan lists what they left, the state is exact, no staging key left"
+
+# d. a second replay is refused while one runs; SIGINT stops one cleanly
+redis_cli "$lost" FLUSHALL >/dev/null
+replay_bg first -- --node "127.0.0.1:$lost" --max-rate 2000
+wait_log "$T_DIR/first.err" 'events read' 30
+status=0
+replay --node "127.0.0.1:$intact" >"$T_DIR/second.out" 2>"$T_DIR/second.err" || status=$?
+[[ $status == 1 ]] || fail "a second replay exited $status, not 1"
+grep -q "another replay is running on this keyspace (pid $rpid on host" "$T_DIR/second.err" ||
+    fail "the refusal does not name the running replay: $(cat "$T_DIR/second.err")"
+kill -INT "$rpid"
+status=0
+wait "$rpid" || status=$?
+[[ $status == 1 ]] || fail "replay interrupted by SIGINT exited $status, not 1"
+[[ $(wc -l <"$T_DIR/first.err" | tr -d ' ') -ge 1 ]] || fail "no reason printed"
+tail -n 1 "$T_DIR/first.err" | grep -q '^replay: interrupted: 0 of [0-9]* board(s) swapped .*staging keys deleted; run replay again' ||
+    fail "no one-line reason for the interrupt: $(tail -n 3 "$T_DIR/first.err")"
+[[ $(staging_keys) == 0 ]] || fail "staging keys left after SIGINT"
+[[ $(redis_cli "$lost" EXISTS lb:~replay-lease) == 0 ]] || fail "the lease was not released"
+ok "a second replay is refused (exit 1, naming the first); SIGINT: exit 1, one line, nothing half-done"
+# e. SIGINT between two swaps: the swapped board is whole, the rest untouched
+replay_bg int2 LB_FAULT_SWAP_PAUSE_MS=60000 -- --node "127.0.0.1:$lost" --verbose
+wait_log "$T_DIR/int2.err" "swapped (1 of" 60
+kill -INT "$rpid"
+status=0
+wait "$rpid" || status=$?
+[[ $status == 1 ]] || fail "replay interrupted between swaps exited $status"
+tail -n 1 "$T_DIR/int2.err" | grep -q '^replay: interrupted: 1 of [0-9]* board(s) swapped' ||
+    fail "no one-line reason: $(tail -n 2 "$T_DIR/int2.err")"
+[[ $(staging_keys) == 0 ]] || fail "staging keys left after SIGINT"
+[[ $(redis_cli "$lost" --scan --pattern 'lb:{*}:~fence' | wc -l) == 0 ]] || fail "a fence was left"
+ok "SIGINT between swaps: exit 1, 1 board swapped whole, staging keys and fences removed"
+
+# f. Redis nodes hang up on replay while it writes (CLIENT KILL in a loop):
+# it says why, retries, and finishes exact
+redis_cli "$lost" FLUSHALL >/dev/null
+(
+    while :; do
+        for m in "${masters[@]}"; do redis_cli "$m" CLIENT KILL TYPE normal >/dev/null 2>&1; done
+        sleep 0.3
+    done
+) &
+killer=$!
+T_PIDS+=("$killer")
+status=0
+replay --node "127.0.0.1:$lost" --max-rate 20000 >"$T_DIR/hangup.out" 2>"$T_DIR/hangup.err" ||
+    status=$?
+kill "$killer"
+wait "$killer" 2>/dev/null || true
+[[ $status == 0 ]] || fail "replay exited $status while nodes hung up on it: $(tail -n 3 "$T_DIR/hangup.err")"
+grep -Eq 'failed \(attempt [0-9]+.*(connection to Redis 127.0.0.1:[0-9]+ lost|closed by the server)' \
+    "$T_DIR/hangup.err" || fail "replay did not say why it retried: $(cat "$T_DIR/hangup.err")"
+grep -m 2 'failed (attempt' "$T_DIR/hangup.err" >&2
+wait_caught_up 120
+verify "${MODE_ORACLE[@]}"
+ok "nodes hanging up on replay mid-run: it retried (no SIGPIPE) and the state is exact"
+
+# replay's exit 1 paths: Kafka or Redis unreachable, one line each
+unreachable() { # NAME SED PATTERN: replay on a config edited by SED must say PATTERN
+    sed "$2" "$T_DIR/projector.yaml" >"$T_DIR/$1.yaml"
+    local status=0
+    "$BIN/replay" --config "$T_DIR/$1.yaml" --node "127.0.0.1:$lost" >"$T_DIR/$1.out" \
+        2>"$T_DIR/$1.err" || status=$?
+    [[ $status == 1 ]] || fail "replay with $1 exited $status"
+    [[ $(wc -l <"$T_DIR/$1.err") == 1 ]] || fail "not one line: $(cat "$T_DIR/$1.err")"
+    grep -q "$3" "$T_DIR/$1.err" || fail "the reason does not say '$3': $(cat "$T_DIR/$1.err")"
+}
+unreachable nokafka "s/brokers: .*/brokers: 127.0.0.1:1/" \
+    'cannot read the partitions of topic scores from Kafka (127.0.0.1:1)'
+unreachable noredis "s/nodes: \[.*\]/nodes: [127.0.0.1:1]/" 'cannot reach Redis: .*127.0.0.1:1'
+[[ $(redis_cli "$lost" EXISTS lb:~replay-lease) == 0 ]] || fail "a failed start left a lease"
+ok "Kafka or Redis unreachable: exit 1 with one line naming it, nothing written"
+
 # 3. a retention gap
 stop_projector "$PROJECTOR_PID"
 cat >"$T_DIR/delete.json" <<JSON

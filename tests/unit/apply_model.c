@@ -199,8 +199,8 @@ enum model_answer model_apply(struct model *m, const char *bytes, size_t len,
         size_t n = (size_t)atoi(A[pos + 2]);
         pos += 3;
         plans[k] = calloc(n + 1, sizeof(*plans[k]));
-        const struct object *zset = lookup(m, q.keys[1 + k]);
-        const struct object *stamps = mode == 'l' ? lookup(m, q.keys[1 + nkeys + k]) : NULL;
+        const struct object *zset = lookup(m, q.keys[2 + k]);
+        const struct object *stamps = mode == 'l' ? lookup(m, q.keys[2 + nkeys + k]) : NULL;
         for (size_t e = 0; e < n; e++, pos += width) {
             if (!apply[atoi(A[pos])])
                 continue;
@@ -264,9 +264,9 @@ enum model_answer model_apply(struct model *m, const char *bytes, size_t len,
     /* pass 2: write */
     for (int k = 1; k <= nkeys; k++) {
         /* create both before holding either: creating may move the array */
-        create(m, q.keys[1 + k], 0);
-        struct object *stamps = mode == 'l' ? create(m, q.keys[1 + nkeys + k], 1) : NULL;
-        struct object *zset = lookup(m, q.keys[1 + k]);
+        create(m, q.keys[2 + k], 0);
+        struct object *stamps = mode == 'l' ? create(m, q.keys[2 + nkeys + k], 1) : NULL;
+        struct object *zset = lookup(m, q.keys[2 + k]);
         for (size_t i = 0; i < nplans[k]; i++) {
             const struct plan *p = &plans[k][i];
             if (p->out.removed) {

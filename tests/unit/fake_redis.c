@@ -60,6 +60,8 @@ static int serve(struct fake_redis *f, int fd, redisReader *reader)
         freeReplyObject(cmd);
         if (!reply)
             return -1;
+        int then_close = reply[0] == FAKE_REDIS_THEN_CLOSE[0];
+        reply += then_close;
         size_t len = strlen(reply), sent = 0;
         while (sent < len) {
             ssize_t w = write(fd, reply + sent, len - sent);
@@ -67,6 +69,8 @@ static int serve(struct fake_redis *f, int fd, redisReader *reader)
                 return -1;
             sent += (size_t)w;
         }
+        if (then_close)
+            return -1;
     }
     return 0;
 }

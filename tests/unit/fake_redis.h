@@ -15,8 +15,11 @@
 struct fake_redis;
 
 /* Returns the RESP reply to one command (a string literal or a buffer the
- * handler keeps alive), or NULL to close the connection instead. 'argv' are
- * NUL-terminated. Called on the fake's thread. */
+ * handler keeps alive), or NULL to close the connection instead; a reply
+ * that starts with FAKE_REDIS_THEN_CLOSE is sent without that byte and the
+ * connection closed after it. 'argv' are NUL-terminated. Called on the
+ * fake's thread. */
+#define FAKE_REDIS_THEN_CLOSE "\001"
 typedef const char *(*fake_handler)(struct fake_redis *fake, int argc, char **argv, void *ctx);
 
 struct fake_redis *fake_redis_start(fake_handler handler, void *ctx);

@@ -18,7 +18,7 @@
 /* How a fake node behaves; the handler below reads it. */
 struct script {
     int port;                 /* this node's port */
-    char shards[2][2048];     /* CLUSTER SHARDS replies: before and after 'moved' */
+    char shards[2][1 << 18];  /* CLUSTER SHARDS replies: before and after 'moved' */
     int moved;                /* 0 until this node has answered MOVED */
     const char *slots;        /* CLUSTER SLOTS reply, or NULL: unknown */
     const char *queued_reply; /* reply to commands inside MULTI (default +QUEUED) */
@@ -30,7 +30,14 @@ struct script {
     int queued_error;         /* an error was answered inside the current MULTI */
     int once;                 /* the special replies apply to the first transaction only */
     int transactions;
+    int script_cached;      /* SCRIPT LOAD was answered and not flushed since */
+    int flush_after_load;   /* forget the script this many more times right after loading it */
+    const char *load_reply; /* reply to SCRIPT LOAD (default: the SHA1) */
+    int close_after_shards; /* hang up right after answering CLUSTER SHARDS */
 };
+
+#define SCRIPT     "return 1"
+#define SCRIPT_SHA "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
 
 static const char *handler(struct fake_redis *fake, int argc, char **argv, void *ctx)
 {
@@ -39,15 +46,32 @@ static const char *handler(struct fake_redis *fake, int argc, char **argv, void 
     if (argc == 0)
         return "-ERR empty\r\n";
     int special = !s->once || s->transactions == 0;
-    if (strcmp(argv[0], "CLUSTER") == 0 && argc > 1 && strcmp(argv[1], "SHARDS") == 0)
-        return s->shards[s->moved][0] ? s->shards[s->moved]
-                                      : "-ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP.\r\n";
+    if (strcmp(argv[0], "CLUSTER") == 0 && argc > 1 && strcmp(argv[1], "SHARDS") == 0) {
+        if (!s->shards[s->moved][0])
+            return "-ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP.\r\n";
+        if (s->close_after_shards) {
+            static char reply[sizeof(s->shards[0]) + 1];
+            snprintf(reply, sizeof(reply), FAKE_REDIS_THEN_CLOSE "%s", s->shards[s->moved]);
+            return reply;
+        }
+        return s->shards[s->moved];
+    }
     if (strcmp(argv[0], "CLUSTER") == 0 && argc > 1 && strcmp(argv[1], "SLOTS") == 0)
         return s->slots ? s->slots : "-ERR This instance has cluster support disabled\r\n";
     if (strcmp(argv[0], "ROLE") == 0)
         return "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n";
     if (strcmp(argv[0], "AUTH") == 0)
         return s->auth_reply ? s->auth_reply : "+OK\r\n";
+    if (strcmp(argv[0], "SCRIPT") == 0) {
+        if (s->load_reply)
+            return s->load_reply;
+        s->script_cached = s->flush_after_load == 0;
+        if (s->flush_after_load > 0)
+            s->flush_after_load--;
+        return "$40\r\n" SCRIPT_SHA "\r\n";
+    }
+    if (strcmp(argv[0], "EVALSHA") == 0)
+        return s->script_cached ? ":1\r\n" : "-NOSCRIPT No matching script. Please use EVAL.\r\n";
     if (strcmp(argv[0], "ASKING") == 0 || strcmp(argv[0], "MULTI") == 0) {
         s->queued_error = 0;
         return "+OK\r\n";
@@ -421,6 +445,236 @@ static void every_connection_authenticates_and_the_password_stays_secret(void **
     stop_nodes(&n);
 }
 
+/* EVALSHA with one key, for slot 'slot' of board 'board'. */
+static struct lb_request evalsha(char *buf, size_t cap, const char *board, uint16_t slot)
+{
+    char key[32];
+    int klen = snprintf(key, sizeof(key), "{%s}k", board);
+    int len = snprintf(buf, cap, "*4\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n1\r\n$%d\r\n%s\r\n",
+                       SCRIPT_SHA, klen, key);
+    return (struct lb_request){
+        .slot = slot, .writes = 1, .ncommands = 1, .bytes = buf, .len = (size_t)len};
+}
+
+static struct lb_cluster *script_client(struct nodes *n, const char *script)
+{
+    struct lb_cluster_options options = {.seeds = &n->seed,
+                                         .nseeds = 1,
+                                         .connect_timeout_ms = 1000,
+                                         .command_timeout_ms = 2000,
+                                         .wait_replicas = 0,
+                                         .script = script,
+                                         .script_sha = script ? SCRIPT_SHA : NULL};
+    lb_cluster_free(n->cl);
+    n->cl = lb_cluster_new(&options);
+    assert_non_null(n->cl);
+    return n->cl;
+}
+
+static void noscript_loads_the_script_and_resends_the_round_in_order(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char b1[128], b2[128], b3[128];
+    start_nodes(&n, 0, NULL);
+    script_client(&n, SCRIPT);
+    /* the node forgets the script right after the connection loaded it: a
+     * SCRIPT FLUSH, or a replica promoted since */
+    n.a.flush_after_load = 1;
+    struct lb_request reqs[3] = {evalsha(b1, sizeof(b1), "a", 1), evalsha(b2, sizeof(b2), "b", 2),
+                                 evalsha(b3, sizeof(b3), "a", 1)};
+    assert_int_equal(lb_cluster_exec(n.cl, reqs, 3), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_true(reqs[i].ok);
+        assert_non_null(reqs[i].reply);
+        assert_int_equal(reqs[i].reply->type, REDIS_REPLY_INTEGER);
+        freeReplyObject(reqs[i].reply);
+    }
+    const char *evals = "EVALSHA " SCRIPT_SHA " 1 {a}k\nEVALSHA " SCRIPT_SHA
+                        " 1 {b}k\nEVALSHA " SCRIPT_SHA " 1 {a}k\n";
+    char want[1024];
+    snprintf(want, sizeof(want),
+             "SCRIPT LOAD " SCRIPT "\nCLUSTER SHARDS\n%sSCRIPT LOAD " SCRIPT "\n%s", evals, evals);
+    expect_log(n.fa, want);
+    assert_int_equal(lb_cluster_stats(n.cl)->script_loads, 1);
+    assert_int_equal(lb_cluster_stats(n.cl)->command_errors, 0);
+    assert_int_equal(lb_cluster_stats(n.cl)->connection_errors, 0);
+    /* the next call finds the script: one round trip */
+    reqs[0] = evalsha(b1, sizeof(b1), "a", 1);
+    assert_int_equal(lb_cluster_exec(n.cl, reqs, 1), 0);
+    freeReplyObject(reqs[0].reply);
+    expect_log(n.fa, "EVALSHA " SCRIPT_SHA " 1 {a}k\n");
+    stop_nodes(&n);
+}
+
+static void a_script_load_that_fails_fails_the_requests_with_its_reason(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char b1[128], b2[128];
+    start_nodes(&n, 0, NULL);
+    script_client(&n, SCRIPT);
+    n.a.flush_after_load = 1;
+    assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    n.a.load_reply = "-NOPERM this user has no permissions to run the 'script|load' command\r\n";
+    struct lb_request reqs[2] = {evalsha(b1, sizeof(b1), "a", 1), evalsha(b2, sizeof(b2), "b", 2)};
+    assert_int_equal(lb_cluster_exec(n.cl, reqs, 2), 2);
+    for (int i = 0; i < 2; i++)
+        assert_non_null(strstr(reqs[i].error, "SCRIPT LOAD failed: NOPERM"));
+    /* loaded once, not in a loop */
+    char *log = fake_redis_log(n.fa);
+    int loads = 0;
+    for (const char *p = log; (p = strstr(p, "SCRIPT LOAD")); p++)
+        loads++;
+    free(log);
+    assert_int_equal(loads, 2); /* on connect, then once after NOSCRIPT */
+    stop_nodes(&n);
+}
+
+static void noscript_without_a_script_to_load_is_an_error(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char b1[128];
+    start_nodes(&n, 0, NULL);
+    script_client(&n, NULL);
+    struct lb_request req = evalsha(b1, sizeof(b1), "a", 1);
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_non_null(strstr(req.error, "NOSCRIPT"));
+    expect_log(n.fa, "CLUSTER SHARDS\nEVALSHA " SCRIPT_SHA " 1 {a}k\n");
+    stop_nodes(&n);
+}
+
+/* A CLUSTER SHARDS reply with 'masters' shards of 'replicas' online
+ * replicas each, slots split evenly; the last shard's master is the fake
+ * node on 'port', the others at addresses from 'first_port' on (nothing
+ * listens there). Returns a malloc'ed string. */
+static char *many_shards(int masters, int replicas, int port, int first_port)
+{
+    size_t cap = (size_t)masters * (size_t)(1 + replicas) * 200 + 64, len = 0;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    len += (size_t)snprintf(out + len, cap - len, "*%d\r\n", masters);
+    for (int m = 0; m < masters; m++) {
+        int first = m * 16384 / masters, last = (m + 1) * 16384 / masters - 1;
+        len += (size_t)snprintf(out + len, cap - len,
+                                "*4\r\n$5\r\nslots\r\n*2\r\n:%d\r\n:%d\r\n$5\r\nnodes\r\n*%d\r\n",
+                                first, last, 1 + replicas);
+        for (int k = 0; k <= replicas; k++) {
+            int p = m == masters - 1 && k == 0 ? port : first_port + m * (1 + replicas) + k;
+            len += (size_t)snprintf(
+                out + len, cap - len,
+                "*8\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n%s"
+                "$6\r\nhealth\r\n$6\r\nonline\r\n",
+                p, k == 0 ? "$6\r\nmaster\r\n" : "$7\r\nreplica\r\n");
+        }
+    }
+    return out;
+}
+
+static void wait_covers_masters_past_the_first_256_nodes(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    /* B, the seed, describes the cluster; A is the master of its last shard,
+     * the 900th node the client learns of */
+    char *shards = many_shards(300, 2, n.a.port, 30000);
+    assert_true(strlen(shards) < sizeof(n.b.shards[0]));
+    strcpy(n.b.shards[0], shards);
+    free(shards);
+    n.seed.port = n.b.port;
+    struct lb_cluster_options options = {.seeds = &n.seed,
+                                         .nseeds = 1,
+                                         .connect_timeout_ms = 1000,
+                                         .command_timeout_ms = 2000,
+                                         .wait_replicas = -1,
+                                         .wait_timeout_ms = 100};
+    lb_cluster_free(n.cl);
+    n.cl = lb_cluster_new(&options);
+    assert_non_null(n.cl);
+    struct lb_request req = txn();
+    req.slot = 16383;
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, "MULTI\nZADD k GT 1 m\nEXEC\nWAIT 1 100\n");
+    assert_true(lb_cluster_known_nodes(n.cl) >= 900);
+    stop_nodes(&n);
+}
+
+static void nodes_that_left_the_cluster_are_forgotten(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    /* the fake node's two replicas come back at new addresses 300 times */
+    for (int round = 0; round < 300; round++) {
+        char *shards = many_shards(1, 2, n.a.port, 31000 + 2 * round);
+        strcpy(n.a.shards[0], shards);
+        free(shards);
+        assert_int_equal(lb_cluster_refresh(n.cl), 0);
+        struct lb_request req = txn();
+        assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+        assert_true(lb_cluster_known_nodes(n.cl) <= 3);
+    }
+    /* and the master still counts its replicas: WAIT follows the writes */
+    fake_redis_clear_log(n.fa);
+    struct lb_request req = txn();
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 0);
+    expect_log(n.fa, "MULTI\nZADD k GT 1 m\nEXEC\nWAIT 1 100\n");
+    stop_nodes(&n);
+}
+
+static void a_node_hanging_up_mid_write_fails_the_requests_without_sigpipe(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, 0, NULL);
+    /* the node hangs up while the connection is idle (CLIENT KILL, a
+     * restart): the next request, 16 MiB, is written into a connection the
+     * peer has closed, which the kernel answers with SIGPIPE unless told
+     * otherwise */
+    n.a.close_after_shards = 1;
+    assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    size_t big_len = 16u << 20;
+    char *big = malloc(big_len + 64);
+    assert_non_null(big);
+    int head = snprintf(big, 64, "*2\r\n$4\r\nECHO\r\n$%zu\r\n", big_len);
+    memset(big + head, 'x', big_len);
+    memcpy(big + head + big_len, "\r\n", 2);
+    struct lb_request req = {
+        .slot = 1, .ncommands = 1, .bytes = big, .len = (size_t)head + big_len + 2};
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_true(strstr(req.error, "connection to Redis") || strstr(req.error, "writing to Redis"));
+    free(big);
+    stop_nodes(&n);
+}
+
+static void a_failed_master_serves_nothing(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    /* as Redis 7.0.15 answers once a master and its replica are gone: the
+     * dead master is still listed, with health "fail" */
+    snprintf(n.a.shards[0], sizeof(n.a.shards[0]),
+             "*2\r\n"
+             "*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:8191\r\n$5\r\nnodes\r\n*1\r\n"
+             "*8\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n"
+             "$6\r\nmaster\r\n$6\r\nhealth\r\n$6\r\nonline\r\n"
+             "*4\r\n$5\r\nslots\r\n*2\r\n:8192\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n"
+             "*8\r\n$4\r\nport\r\n:1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n"
+             "$6\r\nmaster\r\n$6\r\nhealth\r\n$4\r\nfail\r\n",
+             n.a.port);
+    assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    assert_null(lb_cluster_slot_owner(n.cl, 9000));
+    assert_non_null(lb_cluster_slot_owner(n.cl, 100));
+    struct lb_request req = txn();
+    req.slot = 9000;
+    assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+    assert_non_null(strstr(req.error, "no Redis master serves slot 9000"));
+    stop_nodes(&n);
+}
+
 int main(void)
 {
     lb_log_threshold = LB_LOG_ERROR;
@@ -440,6 +694,13 @@ int main(void)
         cmocka_unit_test(a_standalone_redis_takes_every_slot),
         cmocka_unit_test(a_connection_lost_mid_transaction_fails_it_and_reconnects),
         cmocka_unit_test(every_connection_authenticates_and_the_password_stays_secret),
+        cmocka_unit_test(noscript_loads_the_script_and_resends_the_round_in_order),
+        cmocka_unit_test(a_script_load_that_fails_fails_the_requests_with_its_reason),
+        cmocka_unit_test(noscript_without_a_script_to_load_is_an_error),
+        cmocka_unit_test(wait_covers_masters_past_the_first_256_nodes),
+        cmocka_unit_test(nodes_that_left_the_cluster_are_forgotten),
+        cmocka_unit_test(a_node_hanging_up_mid_write_fails_the_requests_without_sigpipe),
+        cmocka_unit_test(a_failed_master_serves_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -197,10 +197,11 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     static const char *const keys[] = {"lb:{g456}:alltime", "lb:{g456}:daily:2026-05-04",
                                        "lb:{g456}:weekly:2026-W19", "lb:{g456}:monthly:2026-05",
                                        "lb:{g456}:patch:1.29"};
-    assert_int_equal(q.numkeys, 6);
+    assert_int_equal(q.numkeys, 7);
     expect(q.keys[1], "lb:{g456}:~applied");
+    expect(q.keys[2], "lb:{g456}:~fence");
     for (int k = 0; k < 5; k++)
-        expect(q.keys[2 + k], keys[k]);
+        expect(q.keys[3 + k], keys[k]);
     /* protocol, best, desc, 30 tie bits, earlier wins, 5 keys, 1 segment */
     expect(q.args[1], "1");
     expect(q.args[2], "b");
@@ -313,9 +314,9 @@ static void latest_keeps_the_greatest_event_time_whatever_the_order(void **state
     uint32_t txn = plan_batch(f, evs, 3, 0, 7);
     parse(f, txn, &q);
     expect(q.args[2], "l");
-    /* keys: marker, the window, its event-time hash */
-    assert_int_equal(q.numkeys, 3);
-    expect(q.keys[3], "lb:{last1}:alltime:~ts");
+    /* keys: marker, fence, the window, its event-time hash */
+    assert_int_equal(q.numkeys, 4);
+    expect(q.keys[4], "lb:{last1}:alltime:~ts");
     size_t e = key_entries(&q, 1, &count);
     assert_int_equal(count, 1);
     /* equal times: the later offset (9, score 7) wins over the earlier (7) */
@@ -399,9 +400,9 @@ static void expired_windows_are_not_resurrected(void **state)
     assert_int_equal(lb_plan_finish(f->plan), 0);
     assert_int_equal(lb_plan_stats(f->plan)->late, 2);
     parse(f, 0, &q);
-    assert_int_equal(q.numkeys, 3);
-    expect(q.keys[2], "lb:{g2}:alltime");
-    expect(q.keys[3], "lb:{g2}:monthly:2026-05");
+    assert_int_equal(q.numkeys, 4);
+    expect(q.keys[3], "lb:{g2}:alltime");
+    expect(q.keys[4], "lb:{g2}:monthly:2026-05");
     release(&q);
 }
 

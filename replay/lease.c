@@ -1,0 +1,286 @@
+/* The replay lease and journal; see lease.h.
+ *
+ * The lease value names its owner by host and pid, so a run that finds the
+ * lease of a process that died on this host (SIGKILL, OOM killer) need not
+ * wait for the TTL; a lease from another host is only ever waited out.
+ * Renewal and release compare the value first, in one script, so a run
+ * never extends or deletes a lease another run has taken since.
+ */
+#include "lease.h"
+#include "clock.h"
+#include "slot.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char renew_script[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "end\n"
+    "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0\n";
+
+static const char release_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                                     "  return redis.call('DEL', KEYS[1])\n"
+                                     "end\n"
+                                     "return 0\n";
+
+static const char takeover_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                                      "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
+                                      "  return 1\n"
+                                      "end\n"
+                                      "return 0\n";
+
+/* Runs one command on the master of 'key', sent again a few times over
+ * about three seconds when the failure is transient (a node hanging up or
+ * failing over): every command here can be sent twice. */
+static redisReply *command(struct lb_cluster *cl, const char *key, int argc, const char **argv)
+{
+    size_t argvlen[12];
+    for (int i = 0; i < argc; i++)
+        argvlen[i] = strlen(argv[i]);
+    for (int attempt = 0;; attempt++) {
+        redisReply *reply =
+            lb_cluster_command(cl, lb_key_slot(key, strlen(key)), argc, argv, argvlen);
+        if (reply || attempt == 5 || lb_cluster_error_class(cl) != LB_REDIS_RETRY)
+            return reply;
+        usleep((useconds_t)(100000 << (attempt < 3 ? attempt : 3)));
+    }
+}
+
+static redisReply *eval(struct lb_cluster *cl, const char *script, const char *key,
+                        const char *arg1, const char *arg2, const char *arg3)
+{
+    const char *argv[] = {"EVAL", script, "1", key, arg1, arg2, arg3};
+    return command(cl, key, 4 + (arg1 != NULL) + (arg2 != NULL) + (arg3 != NULL), argv);
+}
+
+static int reply_integer(redisReply *reply, long long *value)
+{
+    int ok = reply && reply->type == REDIS_REPLY_INTEGER;
+    if (ok)
+        *value = reply->integer;
+    if (reply)
+        freeReplyObject(reply);
+    return ok ? 0 : -1;
+}
+
+static void owner_name(char *out, size_t cap)
+{
+    char host[64] = "?";
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = '\0';
+    for (char *p = host; *p; p++)
+        if (*p == ' ')
+            *p = '_';
+    snprintf(out, cap, "%s %ld %lld", host, (long)getpid(), (long long)lb_wall_ms());
+}
+
+/* Whether 'owner' is a process of this host that no longer runs. */
+static int owner_is_dead_here(const char *owner)
+{
+    char host[64] = "", mine[64] = "?";
+    long pid = 0;
+    gethostname(mine, sizeof(mine) - 1);
+    mine[sizeof(mine) - 1] = '\0';
+    for (char *p = mine; *p; p++)
+        if (*p == ' ')
+            *p = '_';
+    if (sscanf(owner, "%63s %ld", host, &pid) != 2 || pid <= 0 || strcmp(host, mine) != 0)
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static void describe_owner(const char *owner, char *out, size_t cap)
+{
+    char host[64] = "?";
+    long pid = 0;
+    long long started = 0;
+    if (sscanf(owner, "%63s %ld %lld", host, &pid, &started) != 3) {
+        snprintf(out, cap, "'%.100s'", owner);
+        return;
+    }
+    time_t secs = (time_t)(started / 1000);
+    struct tm tm;
+    char when[32] = "?";
+    if (gmtime_r(&secs, &tm))
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(out, cap, "pid %ld on host %s, started %s", pid, host, when);
+}
+
+int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, const char *prefix,
+                      char *why, size_t whylen)
+{
+    char ttl[24];
+    memset(lease, 0, sizeof(*lease));
+    lease->cluster = cluster;
+    snprintf(lease->key, sizeof(lease->key), "%s~replay-lease", prefix);
+    snprintf(lease->journal, sizeof(lease->journal), "%s~replay-journal", prefix);
+    owner_name(lease->owner, sizeof(lease->owner));
+    snprintf(ttl, sizeof(ttl), "%d", LB_LEASE_TTL_MS);
+
+    for (int attempt = 0; attempt < 2; attempt++) {
+        const char *set[] = {"SET", lease->key, lease->owner, "NX", "PX", ttl};
+        redisReply *reply = command(cluster, lease->key, 6, set);
+        if (!reply) {
+            snprintf(why, whylen, "cannot take the replay lease %s: %s", lease->key,
+                     lb_cluster_error(cluster));
+            return -1;
+        }
+        int taken = reply->type == REDIS_REPLY_STATUS;
+        freeReplyObject(reply);
+        if (taken) {
+            lease->held = 1;
+            lease->renewed_ms = lb_monotonic_ms();
+            return 0;
+        }
+        const char *get[] = {"GET", lease->key};
+        reply = command(cluster, lease->key, 2, get);
+        if (!reply || (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_NIL)) {
+            snprintf(why, whylen, "cannot read the replay lease %s: %s", lease->key,
+                     reply ? "unexpected reply" : lb_cluster_error(cluster));
+            if (reply)
+                freeReplyObject(reply);
+            return -1;
+        }
+        if (reply->type == REDIS_REPLY_NIL) { /* expired meanwhile: try again */
+            freeReplyObject(reply);
+            continue;
+        }
+        char holder[160];
+        snprintf(holder, sizeof(holder), "%s", reply->str);
+        freeReplyObject(reply);
+        if (owner_is_dead_here(holder)) {
+            long long swapped = 0;
+            if (reply_integer(eval(cluster, takeover_script, lease->key, holder, lease->owner, ttl),
+                              &swapped) == 0 &&
+                swapped == 1) {
+                lease->held = 1;
+                lease->renewed_ms = lb_monotonic_ms();
+                return 0;
+            }
+            continue;
+        }
+        char who[200];
+        describe_owner(holder, who, sizeof(who));
+        snprintf(why, whylen,
+                 "another replay is running on this keyspace (%s); wait for it to finish (its "
+                 "lease %s expires %d s after that run stops)",
+                 who, lease->key, LB_LEASE_TTL_MS / 1000);
+        return 1;
+    }
+    snprintf(why, whylen, "the replay lease %s keeps changing hands; try again", lease->key);
+    return 1;
+}
+
+int replay_lease_keep(struct replay_lease *lease)
+{
+    if (!lease->held || lb_monotonic_ms() - lease->renewed_ms < LB_LEASE_TTL_MS / 3)
+        return 0;
+    char ttl[24];
+    long long renewed = 0;
+    snprintf(ttl, sizeof(ttl), "%d", LB_LEASE_TTL_MS);
+    if (reply_integer(eval(lease->cluster, renew_script, lease->key, lease->owner, ttl, NULL),
+                      &renewed) != 0)
+        return 0; /* Redis failing: the next call tries again */
+    if (!renewed) {
+        lease->held = 0;
+        return -1;
+    }
+    lease->renewed_ms = lb_monotonic_ms();
+    return 0;
+}
+
+void replay_lease_release(struct replay_lease *lease)
+{
+    long long ignored;
+    if (!lease->held)
+        return;
+    reply_integer(eval(lease->cluster, release_script, lease->key, lease->owner, NULL, NULL),
+                  &ignored);
+    lease->held = 0;
+}
+
+int replay_journal_read(struct lb_cluster *cluster, const char *prefix, struct replay_leftover *out)
+{
+    char key[256];
+    memset(out, 0, sizeof(*out));
+    snprintf(key, sizeof(key), "%s~replay-journal", prefix);
+    char cursor[32] = "0";
+    do {
+        const char *argv[] = {"HSCAN", key, cursor, "COUNT", "500"};
+        redisReply *reply = command(cluster, key, 5, argv);
+        if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+            reply->element[0]->type != REDIS_REPLY_STRING ||
+            reply->element[1]->type != REDIS_REPLY_ARRAY) {
+            if (reply)
+                freeReplyObject(reply);
+            return -1;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
+        const redisReply *fields = reply->element[1];
+        for (size_t i = 0; i + 1 < fields->elements; i += 2) {
+            const char *name = fields->element[i]->str, *value = fields->element[i + 1]->str;
+            if (!name || !value)
+                continue;
+            out->found = 1;
+            if (strcmp(name, "owner") == 0)
+                describe_owner(value, out->owner, sizeof(out->owner));
+            else if (strcmp(name, "started") == 0)
+                snprintf(out->started, sizeof(out->started), "%s", value);
+            else if (strcmp(name, "selection") == 0)
+                snprintf(out->selection, sizeof(out->selection), "%s", value);
+            else if (strncmp(name, "swapped:", 8) == 0) {
+                size_t used = strlen(out->examples);
+                if (out->swapped++ < 5 && used + strlen(name + 8) + 3 < sizeof(out->examples))
+                    snprintf(out->examples + used, sizeof(out->examples) - used, "%s%s",
+                             used ? ", " : "", name + 8);
+            }
+        }
+        freeReplyObject(reply);
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
+static void journal_command(struct replay_lease *lease, int argc, const char **argv)
+{
+    redisReply *reply = command(lease->cluster, lease->journal, argc, argv);
+    if (!reply || reply->type == REDIS_REPLY_ERROR)
+        fprintf(stderr, "replay: updating the journal %s failed: %s\n", lease->journal,
+                reply ? reply->str : lb_cluster_error(lease->cluster));
+    if (reply)
+        freeReplyObject(reply);
+}
+
+void replay_journal_start(struct replay_lease *lease, const char *selection)
+{
+    char started[40];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(started, sizeof(started), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const char *del[] = {"DEL", lease->journal};
+    const char *set[] = {"HSET",    lease->journal, "owner",     lease->owner,
+                         "started", started,        "selection", selection};
+    journal_command(lease, 2, del);
+    journal_command(lease, 8, set);
+}
+
+void replay_journal_swapped(struct replay_lease *lease, const char *board)
+{
+    char field[300], when[24];
+    snprintf(field, sizeof(field), "swapped:%s", board);
+    snprintf(when, sizeof(when), "%lld", (long long)lb_wall_ms());
+    const char *argv[] = {"HSET", lease->journal, field, when};
+    journal_command(lease, 4, argv);
+}
+
+void replay_journal_finish(struct replay_lease *lease)
+{
+    const char *argv[] = {"DEL", lease->journal};
+    journal_command(lease, 2, argv);
+}

@@ -1,0 +1,73 @@
+/* One replay at a time per keyspace, and what an interrupted one left.
+ *
+ * Two keys beside the keyspace (no hash tag, so any slot):
+ *
+ *   <prefix>~replay-lease    "<host> <pid> <started ms>" with a TTL, taken
+ *                            with SET NX and renewed while the run lives.
+ *                            A run that finds it held by a live run refuses
+ *                            to start; one held by a dead process on the same
+ *                            host is taken over at once (its TTL would
+ *                            expire anyway).
+ *   <prefix>~replay-journal  a hash: owner, started, selection, and one
+ *                            "swapped:<board>" field per board swapped. It is
+ *                            deleted when a run finishes, so a journal found
+ *                            at start is the record of a run that did not.
+ *
+ * Because only the lease holder writes staging keys, every staging key found
+ * while holding the lease is a leftover, never a live run's key.
+ *
+ * Single-threaded; every function talks to Redis through 'cluster'.
+ */
+#ifndef LB_REPLAY_LEASE_H
+#define LB_REPLAY_LEASE_H
+
+#include "cluster.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LB_LEASE_TTL_MS 30000
+
+struct replay_lease {
+    struct lb_cluster *cluster; /* borrowed */
+    char key[256], journal[256];
+    char owner[160]; /* our lease value */
+    int held;
+    int64_t renewed_ms; /* monotonic */
+};
+
+/* What the journal of a run that did not finish says. */
+struct replay_leftover {
+    int found;
+    char owner[160], started[40], selection[300];
+    size_t swapped;     /* boards it swapped */
+    char examples[300]; /* the first few of them */
+};
+
+/* Takes the lease for the keyspace under 'prefix'. Returns 0 when held, 1
+ * when another live run holds it ('why' names it), -1 when Redis failed
+ * ('why' says how). */
+int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, const char *prefix,
+                      char *why, size_t whylen);
+
+/* Renews the lease when a third of its TTL has passed. Returns 0, or -1
+ * when another run holds it now (we stop). A Redis failure is not a loss:
+ * renewal is tried again on the next call. */
+int replay_lease_keep(struct replay_lease *lease);
+
+/* Gives the lease up if it is still ours. Accepts a lease never taken. */
+void replay_lease_release(struct replay_lease *lease);
+
+/* Reads an earlier run's journal into 'out' (out->found = 0 when none). */
+int replay_journal_read(struct lb_cluster *cluster, const char *prefix,
+                        struct replay_leftover *out);
+
+/* Starts our journal (replacing an old one); records a swapped board;
+ * deletes the journal once the run has finished. Failures are reported and
+ * ignored: the journal is what an operator reads, not what makes replay
+ * exact. */
+void replay_journal_start(struct replay_lease *lease, const char *selection);
+void replay_journal_swapped(struct replay_lease *lease, const char *board);
+void replay_journal_finish(struct replay_lease *lease);
+
+#endif

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# A lost shard, staged the way it happens: a master and all its replicas are
+# SIGKILLed and their data directories deleted; a new, empty node (no data,
+# no scripts) takes the shard's place by the runbook's procedure, run here
+# exactly as ops/runbooks/lost-shard.md writes it (its shell blocks are
+# extracted and executed): find the dead nodes and lost slots, CLUSTER FORGET
+# on every survivor, CLUSTER MEET, CLUSTER ADDSLOTSRANGE, wait until every
+# node's CLUSTER SHARDS agrees and cluster_state is ok, replay --node NEW.
+#
+#  a. the projector is stopped through the whole incident (events keep
+#     arriving), and started after replay;
+#  b. the projector runs through it with cluster-require-full-coverage yes
+#     (Redis' default): everything pauses, and metrics and log say Redis.
+#
+# After each, the independent oracle is exact for best, latest and sum boards
+# and replay --verify is clean.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+start_services
+export GROUP=lb-lost-shard
+pick_metrics_port
+write_config "$T_DIR/projector.yaml" "$MODE_PROFILES
+$METRICS_YAML"
+url=$METRICS_URL
+gen=("${MODE_GEN[@]}")
+runbook_procedure "$repo/ops/runbooks/lost-shard.md" "$T_DIR/procedure.sh"
+export PATH=$BIN:$PATH # the runbook calls replay by name
+
+# shard_ports MASTER_PORT - the master's port and its replicas' ports.
+shard_ports() {
+    local nodes id
+    nodes=$(redis_cli "$1" CLUSTER NODES) || fail "CLUSTER NODES on $1"
+    id=$(awk -v p=":$1@" 'index($2, p) { print $1 }' <<<"$nodes")
+    printf '%s\n' "$1"
+    awk -v m="$id" '$4 == m { split($2, a, "[:@]"); print a[2] }' <<<"$nodes"
+}
+masters() {
+    local p
+    for p in $(live_ports); do
+        [[ $(redis_cli "$p" ROLE | head -n 1) == master ]] && printf '%s\n' "$p"
+    done
+}
+# every node in $1 (a list of ports) is flagged "fail" on survivor $2
+all_failed() {
+    local p
+    for p in $1; do
+        redis_cli "$2" CLUSTER NODES | awk -v p=":$p@" 'index($2, p) && $3 ~ /(^|,)fail(,|$)/ { f = 1 }
+            END { exit !f }' || return 1
+    done
+}
+
+# lose_shard MASTER_PORT - kill -9 the master and every replica of it and
+# delete their data; returns once the survivors agree they failed.
+lose_shard() {
+    local dead p survivor
+    dead=$(shard_ports "$1")
+    for p in $dead; do
+        lb_redis_node_destroy "$p" || fail "cannot destroy node $p"
+    done
+    survivor=$(live_ports | head -n 1)
+    lb_wait_for 30 all_failed "$dead" "$survivor" || fail "the cluster did not flag $dead as failed"
+    log "lost the shard of $1: nodes ${dead//$'\n'/ } killed, data deleted, flagged failed"
+}
+
+# replace_shard - the runbook's procedure with a new empty node; its output
+# (replay's included) in $T_DIR/procedure-N.out.
+replace_shard() {
+    local n=$1 port
+    port=$(lb_free_port_base 1) || fail "no free port for the new node"
+    lb_redis_node_add "$port" || fail "the new node did not start"
+    local survivors
+    survivors=$(live_ports | grep -vx "$port" | sed 's/^/127.0.0.1:/' | tr '\n' ' ')
+    NEW=127.0.0.1:$port
+    local status=0
+    SURVIVORS=$survivors NEW=$NEW CONFIG=$T_DIR/projector.yaml \
+        timeout 300 bash -euo pipefail "$T_DIR/procedure.sh" >"$T_DIR/procedure-$n.out" 2>&1 ||
+        status=$?
+    cat "$T_DIR/procedure-$n.out" >&2
+    [[ $status == 0 ]] || fail "the runbook's procedure failed (exit $status)"
+    grep -Eq 'events read .* [1-9][0-9]* of [1-9][0-9]* board\(s\) rebuilt' "$T_DIR/procedure-$n.out" ||
+        fail "replay rebuilt no board"
+    ok "the runbook's procedure put the empty node $NEW in the lost shard's place and replay rebuilt it"
+}
+
+check_exact() {
+    wait_caught_up 180
+    verify "${MODE_ORACLE[@]}"
+    local status=0
+    "$BIN/replay" --config "$T_DIR/projector.yaml" --node "$NEW" --verify >"$T_DIR/verify-$1.out" 2>&1 ||
+        status=$?
+    [[ $status == 0 ]] || {
+        cat "$T_DIR/verify-$1.out" >&2
+        fail "replay --verify exited $status"
+    }
+    ok "replay --verify of $NEW: $(grep 'replay --verify' "$T_DIR/verify-$1.out")"
+}
+
+start_projector projector "$T_DIR/projector.yaml"
+produce -n 20000 --seed 121 "${gen[@]}" --rate 20000
+wait_caught_up 120
+mapfile -t original < <(masters)
+((${#original[@]} == 3)) || fail "expected 3 masters, found ${#original[@]}"
+
+# a. projector stopped through the whole incident
+stop_projector "$PROJECTOR_PID"
+produce -n 10000 --seed 122 "${gen[@]}" --rate 20000 # a backlog meanwhile
+lose_shard "${original[0]}"
+replace_shard a
+start_projector projector "$T_DIR/projector.yaml"
+check_exact a
+ok "a: projector down through the loss, started after replay: exact"
+
+# b. projector running, full coverage required: everything pauses
+produce -n 30000 --seed 123 "${gen[@]}" --rate 1000 &
+producer=$!
+T_PIDS+=("$producer")
+sleep 3
+logged=$(wc -l <"$T_DIR/projector.log")
+lose_shard "${original[1]}"
+sleep 4
+c1=$(committed_sum)
+sleep 3
+c2=$(committed_sum)
+[[ $c1 == "$c2" ]] || fail "commits moved ($c1 -> $c2) while the cluster was down"
+metrics_scrape "$url" "$T_DIR/m-b"
+[[ $(metrics_value "$T_DIR/m-b" 'lb_redis_up{}') == 0 ]] || fail "lb_redis_up is not 0"
+[[ $(metrics_value "$T_DIR/m-b" 'lb_partitions_paused{}') == 6 ]] || fail "not every partition paused"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$url/readyz") == 503 ]] || fail "/readyz not 503"
+since_loss() { tail -n +$((logged + 1)) "$T_DIR/projector.log"; }
+since_loss | grep -Eq 'CLUSTERDOWN|no Redis master serves slot' ||
+    fail "the log does not say the cluster is down"
+since_loss | grep -qi 'dead-letter\|dlq' && fail "the log blames the DLQ"
+ok "b: the cluster refuses writes: every partition paused, commits stopped, metrics and log say Redis"
+replace_shard b
+kill -0 "$producer" 2>/dev/null || fail "the producer finished before the repair: nothing ran beside it"
+wait "$producer" || fail "producer failed"
+check_exact b
+ok "b: projector running through the loss (full coverage required): exact"

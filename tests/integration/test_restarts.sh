@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Whole services restarting under the projector and replay:
+#
+#  1. the whole Redis Cluster is stopped (SIGTERM to every node, which writes
+#     its data: the nodes keep AOF and RDB files here) and started again 15 s
+#     later from that data, while events are produced: the projector pauses,
+#     says Redis is unreachable, resumes by itself and ends exact;
+#  2. the Kafka broker stops for 20 s and starts again while the projector
+#     drains a backlog and replay rebuilds a flushed master: both continue by
+#     themselves; nothing is lost or counted twice (the oracle is exact for
+#     best, latest and sum boards, retractions included).
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+export REDIS_PERSIST=1
+start_services
+export GROUP=lb-restarts
+pick_metrics_port
+write_config "$T_DIR/projector.yaml" "$MODE_PROFILES
+$METRICS_YAML"
+url=$METRICS_URL
+gen=("${MODE_GEN[@]}")
+
+start_projector projector "$T_DIR/projector.yaml"
+produce -n 20000 --seed 131 "${gen[@]}" --rate 20000
+wait_caught_up 120
+
+# 1. the whole Redis Cluster down for 15 s, and back with its data
+produce -n 25000 --seed 132 "${gen[@]}" --rate 1000 &
+producer=$!
+T_PIDS+=("$producer")
+sleep 2
+logged=$(wc -l <"$T_DIR/projector.log")
+lb_redis_cluster_stop 2>>"$T_DIR/redis-restart.log" || fail "stopping the cluster failed"
+log "stopped every Redis node (SIGTERM); starting them again in 15 s"
+sleep 5
+metrics_scrape "$url" "$T_DIR/m-down"
+[[ $(metrics_value "$T_DIR/m-down" 'lb_redis_up{}') == 0 ]] || fail "lb_redis_up is not 0"
+[[ $(metrics_value "$T_DIR/m-down" 'lb_partitions_paused{}') == 6 ]] || fail "partitions not paused"
+tail -n +$((logged + 1)) "$T_DIR/projector.log" | grep -q 'paused 6 partition(s) until Redis' ||
+    fail "the log does not say the projector paused for Redis"
+tail -n +$((logged + 1)) "$T_DIR/projector.log" | grep -Eq 'cannot connect to Redis|connection to Redis .* lost' ||
+    fail "the log does not say Redis is unreachable"
+sleep 10
+lb_redis_cluster_resume 2>>"$T_DIR/redis-restart.log" || fail "the cluster did not come back"
+log "every Redis node started again from its data"
+kill -0 "$producer" 2>/dev/null || fail "the producer finished during the outage: nothing ran after it"
+wait "$producer" || fail "producer failed"
+wait_caught_up 120
+metrics_scrape "$url" "$T_DIR/m-up"
+[[ $(metrics_value "$T_DIR/m-up" 'lb_redis_up{}') == 1 ]] || fail "lb_redis_up is not 1 again"
+verify "${MODE_ORACLE[@]}"
+ok "the whole Redis Cluster restarted with its data: the projector paused, resumed by itself, exact"
+
+# 2. the Kafka broker restarts while the projector drains a backlog and
+# replay rebuilds a flushed master
+stop_projector "$PROJECTOR_PID"
+produce -n 200000 --seed 133 "${gen[@]}"
+lost=
+for p in $(live_ports); do
+    [[ $(redis_cli "$p" ROLE | head -n 1) == master ]] && lost=$p && break
+done
+redis_cli "$lost" FLUSHALL >/dev/null
+start_projector projector "$T_DIR/projector.yaml"
+"$BIN/replay" --config "$T_DIR/projector.yaml" --node "127.0.0.1:$lost" --max-rate 4000 \
+    >"$T_DIR/replay.out" 2>"$T_DIR/replay.err" &
+replay_pid=$!
+T_PIDS+=("$replay_pid")
+wait_log "$T_DIR/replay.err" 'events read' 30
+lb_kafka_stop 2>>"$T_DIR/kafka-restart.log" || fail "stopping Kafka failed"
+c1=$(awk '/"applied"/ { print $2 }' <(curl -sf "$url/metrics") | head -n 1)
+((${c1:-0} < 200000)) || fail "the projector had applied the whole backlog before Kafka stopped"
+log "Kafka stopped while the projector drains (applied $c1 of the 200000-event backlog) and replay reads"
+sleep 20
+kill -0 "$replay_pid" 2>/dev/null || fail "replay exited during the Kafka outage: $(cat "$T_DIR/replay.err")"
+kill -0 "$PROJECTOR_PID" 2>/dev/null || fail "the projector exited during the Kafka outage"
+lb_kafka_start >>"$T_DIR/kafka-restart.log" 2>&1 || fail "Kafka did not start again"
+log "Kafka is back"
+status=0
+wait "$replay_pid" || status=$?
+[[ $status == 0 ]] || fail "replay exited $status after the Kafka restart: $(tail -n 5 "$T_DIR/replay.err")"
+grep -q 'of [0-9]* board(s) rebuilt' "$T_DIR/replay.out" || fail "replay rebuilt nothing"
+wait_caught_up 180
+verify "${MODE_ORACLE[@]}"
+ok "Kafka restarted under the projector's drain and replay's read: both went on, exact"
