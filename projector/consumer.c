@@ -8,6 +8,7 @@
 #include "consumer.h"
 #include "clock.h"
 #include "log.h"
+#include "offsets.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +20,9 @@ struct lb_consumer {
     lb_revoke_fn on_revoke;
     void *ctx;
     int fatal;
-    uint64_t stored;    /* stores since start */
-    uint64_t committed; /* value of 'stored' at the last commit */
-    int commit_failed;  /* an asynchronous commit failed: commit again even if idle */
+    struct lb_offsets *offsets; /* what may be committed, holds, pauses */
     int64_t commit_started_ms;
+    struct lb_ratelimit held_said, paused_said;
     struct lb_consumer_stats stats;
 };
 
@@ -86,6 +86,27 @@ static void assign(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *partit
                  rd_kafka_err2str(err));
 }
 
+/* The group's committed offsets of a new assignment, so that lag and the
+ * offsets to commit start from what the broker holds (not from the fetch
+ * position, which a caught-up restarted pod does not have yet). */
+static void track_assignment(struct lb_consumer *c, const rd_kafka_topic_partition_list_t *parts)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_copy(parts);
+    rd_kafka_resp_err_t err = rd_kafka_committed(c->rk, list, 10000);
+    if (err)
+        LB_WARN("kafka",
+                "reading the committed offsets of the new assignment: %s (lag is "
+                "unknown until the first commit)",
+                rd_kafka_err2str(err));
+    for (int i = 0; i < list->cnt; i++) {
+        const rd_kafka_topic_partition_t *tp = &list->elems[i];
+        int64_t committed = err || tp->err || tp->offset < 0 ? -1 : tp->offset;
+        if (lb_offsets_assign(c->offsets, tp->topic, tp->partition, committed, lb_wall_ms()) != 0)
+            c->fatal = 1; /* out of memory: stop rather than commit blindly */
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+}
+
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *partitions, void *opaque)
 {
@@ -93,17 +114,15 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         LB_INFO("kafka", "assigned %d partition(s)", partitions->cnt);
+        track_assignment(c, partitions);
         assign(rk, partitions);
         c->stats.assigned = partitions->cnt;
-        /* An application pause outlives unassign/assign in librdkafka, so
-         * set the state we want on the new assignment explicitly: paused
-         * while the daemon waits for Redis, fetching otherwise. */
+        /* A pause outlives unassign/assign in librdkafka: a new assignment
+         * starts fetching, whatever an earlier one was doing. */
         if (partitions->cnt) {
-            rd_kafka_resp_err_t perr = c->stats.paused ? rd_kafka_pause_partitions(rk, partitions)
-                                                       : rd_kafka_resume_partitions(rk, partitions);
+            rd_kafka_resp_err_t perr = rd_kafka_resume_partitions(rk, partitions);
             if (perr)
-                LB_WARN("kafka", "%s the new assignment: %s",
-                        c->stats.paused ? "pausing" : "resuming", rd_kafka_err2str(perr));
+                LB_WARN("kafka", "resuming the new assignment: %s", rd_kafka_err2str(perr));
         }
         return;
     }
@@ -114,6 +133,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         /* Last chance to commit for these partitions in this generation. */
         if (!rd_kafka_assignment_lost(rk))
             lb_consumer_commit(c, 0);
+        for (int i = 0; i < partitions->cnt; i++)
+            lb_offsets_revoke(c->offsets, partitions->elems[i].topic,
+                              partitions->elems[i].partition);
         assign(rk, NULL);
         c->stats.assigned = 0;
         return;
@@ -126,33 +148,44 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                       rd_kafka_topic_partition_list_t *offsets, void *opaque)
 {
     struct lb_consumer *c = opaque;
+    static struct lb_ratelimit said;
     (void)rk;
     if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
         return;
-    if (err) {
-        c->commit_failed = 1;
-        LB_WARN("kafka", "offset commit failed: %s (will retry with the next commit)",
-                rd_kafka_err2str(err));
-        return;
+    if (!err)
+        commit_done(c);
+    else
+        lb_log_every(&said, 5000, LB_LOG_WARN, "kafka",
+                     "offset commit failed: %s (sent again with the next commit)",
+                     rd_kafka_err2str(err));
+    for (int i = 0; offsets && i < offsets->cnt; i++) {
+        const rd_kafka_topic_partition_t *tp = &offsets->elems[i];
+        int ok = !err && !tp->err;
+        if (!err && tp->err)
+            lb_log_every(&said, 5000, LB_LOG_WARN, "kafka",
+                         "offset commit for %s [%d] failed: %s (sent again with the next commit)",
+                         tp->topic, tp->partition, rd_kafka_err2str(tp->err));
+        lb_offsets_commit_result(c->offsets, tp->topic, tp->partition, tp->offset, ok,
+                                 lb_wall_ms());
     }
-    commit_done(c);
-    for (int i = 0; offsets && i < offsets->cnt; i++)
-        if (offsets->elems[i].err)
-            LB_WARN("kafka", "offset commit for %s/%d failed: %s", offsets->elems[i].topic,
-                    offsets->elems[i].partition, rd_kafka_err2str(offsets->elems[i].err));
 }
 
 struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn on_revoke,
                                     void *ctx, char *err, size_t errlen)
 {
     struct lb_consumer *c = calloc(1, sizeof(*c));
-    if (c)
+    if (c) {
         lb_histogram_init(&c->stats.commit_latency, lb_latency_bounds, lb_latency_nbounds);
+        /* a held partition is paused after a few batches' worth of records:
+         * enough to keep its other boards flowing through a short fault,
+         * little to read again at the rewind */
+        c->offsets = lb_offsets_new((uint64_t)config->batch_max_events * 5, 100, 5000);
+    }
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_topic_partition_list_t *topics = NULL;
     char why[512];
 
-    if (!c || !conf) {
+    if (!c || !c->offsets || !conf) {
         snprintf(err, errlen, "out of memory");
         goto error;
     }
@@ -226,6 +259,8 @@ error:
         rd_kafka_conf_destroy(conf);
     if (c && c->rk)
         rd_kafka_destroy(c->rk);
+    if (c)
+        lb_offsets_free(c->offsets);
     free(c);
     return NULL;
 }
@@ -239,12 +274,36 @@ void lb_consumer_close(struct lb_consumer *c)
     if (err)
         LB_WARN("kafka", "closing the consumer: %s", rd_kafka_err2str(err));
     rd_kafka_destroy(c->rk);
+    lb_offsets_free(c->offsets);
     free(c);
+}
+
+/* Pauses one partition (fetching stops, the group membership stays). */
+static void pause_one(struct lb_consumer *c, const char *topic, int32_t partition, int pause)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(list, topic, partition);
+    rd_kafka_resp_err_t err =
+        pause ? rd_kafka_pause_partitions(c->rk, list) : rd_kafka_resume_partitions(c->rk, list);
+    if (err)
+        LB_WARN("kafka", "%s %s [%d]: %s", pause ? "pausing" : "resuming", topic, partition,
+                rd_kafka_err2str(err));
+    rd_kafka_topic_partition_list_destroy(list);
 }
 
 rd_kafka_message_t *lb_consumer_poll(struct lb_consumer *c, int timeout_ms)
 {
     rd_kafka_message_t *msg = rd_kafka_consumer_poll(c->rk, timeout_ms);
+    if (msg && !msg->err) {
+        const char *topic = rd_kafka_topic_name(msg->rkt);
+        if (lb_offsets_polled(c->offsets, topic, msg->partition)) {
+            pause_one(c, topic, msg->partition, 1);
+            lb_offsets_paused(c->offsets, topic, msg->partition);
+            lb_log_every(&c->paused_said, 5000, LB_LOG_INFO, "kafka",
+                         "paused %s [%d]: its held events wait and it is read again from there",
+                         topic, msg->partition);
+        }
+    }
     if (!msg || !msg->err)
         return msg;
     if (msg->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
@@ -267,57 +326,101 @@ int lb_consumer_fatal(const struct lb_consumer *c)
     return c->fatal;
 }
 
-void lb_consumer_pause(struct lb_consumer *c, int pause)
+int lb_consumer_settle(struct lb_consumer *c, const rd_kafka_message_t *msg,
+                       enum lb_hold_reason reason)
 {
-    rd_kafka_topic_partition_list_t *assigned = NULL;
-    /* stats.paused is the wanted state; rebalance_cb applies it to every new
-     * assignment, so it is only ever changed here. */
-    if (c->stats.paused == pause || rd_kafka_assignment(c->rk, &assigned) != 0)
-        return;
-    if (assigned->cnt) {
-        rd_kafka_resp_err_t err = pause ? rd_kafka_pause_partitions(c->rk, assigned)
-                                        : rd_kafka_resume_partitions(c->rk, assigned);
-        if (err)
-            LB_WARN("kafka", "%s partitions: %s", pause ? "pausing" : "resuming",
-                    rd_kafka_err2str(err));
-        else
-            LB_INFO("kafka", "%s %d partition(s)%s", pause ? "paused" : "resumed", assigned->cnt,
-                    pause ? " until Redis takes writes again" : "");
-    }
-    c->stats.paused = pause;
-    rd_kafka_topic_partition_list_destroy(assigned);
+    const char *topic = rd_kafka_topic_name(msg->rkt);
+    if (!lb_offsets_settle(c->offsets, topic, msg->partition, msg->offset, reason,
+                           lb_monotonic_ms()))
+        return 0;
+    lb_log_every(&c->held_said, 5000, reason == LB_HOLD_BOARD ? LB_LOG_ERROR : LB_LOG_WARN, "kafka",
+                 "%s [%d] held at offset %lld (%s): nothing past it is committed until it is "
+                 "written; the partition is read again from there",
+                 topic, msg->partition, (long long)msg->offset, lb_hold_reason_name(reason));
+    return 1;
 }
 
-void lb_consumer_store(struct lb_consumer *c, const char *topic, int32_t partition,
-                       int64_t next_offset)
+struct rewind_ctx {
+    struct lb_consumer *c;
+    lb_rewind_fn fn;
+    void *ctx;
+};
+
+static void rewind_one(void *ctx, const char *topic, int32_t partition, int64_t offset,
+                       int was_paused)
 {
+    struct rewind_ctx *r = ctx;
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(list, topic, partition)->offset = next_offset;
-    rd_kafka_resp_err_t err = rd_kafka_offsets_store(c->rk, list);
-    /* A partition revoked meanwhile cannot be stored; that is fine, its next
-     * owner starts from the last commit. */
-    if (err && err != RD_KAFKA_RESP_ERR__STATE && err != RD_KAFKA_RESP_ERR__INVALID_ARG)
-        LB_WARN("kafka", "storing offset %lld for %s/%d: %s", (long long)next_offset, topic,
-                partition, rd_kafka_err2str(err));
-    else if (!err)
-        c->stored++;
+    rd_kafka_topic_partition_list_add(list, topic, partition)->offset = offset;
+    /* synchronous: no message from before the seek is served after it */
+    rd_kafka_error_t *error = rd_kafka_seek_partitions(r->c->rk, list, 5000);
+    if (!error && list->elems[0].err)
+        LB_WARN("kafka", "seeking %s [%d] to %lld: %s", topic, partition, (long long)offset,
+                rd_kafka_err2str(list->elems[0].err));
+    if (error) {
+        /* not read again now: the fetch position is past the hold, so hold
+         * it again at once and try the seek with the next rewind */
+        LB_WARN("kafka", "seeking %s [%d] to %lld: %s; trying again later", topic, partition,
+                (long long)offset, rd_kafka_error_string(error));
+        rd_kafka_error_destroy(error);
+        lb_offsets_settle(r->c->offsets, topic, partition, offset, LB_HOLD_REDIS,
+                          lb_monotonic_ms());
+    }
     rd_kafka_topic_partition_list_destroy(list);
+    if (was_paused)
+        pause_one(r->c, topic, partition, 0);
+    LB_DEBUG("kafka", "reading %s [%d] again from offset %lld", topic, partition,
+             (long long)offset);
+    r->fn(r->ctx, topic, partition, offset);
+}
+
+size_t lb_consumer_rewind_due(struct lb_consumer *c, lb_rewind_fn fn, void *ctx)
+{
+    struct rewind_ctx r = {c, fn, ctx};
+    return lb_offsets_rewind_due(c->offsets, lb_monotonic_ms(), rewind_one, &r);
+}
+
+int lb_consumer_is_held(const struct lb_consumer *c, const char *topic, int32_t partition)
+{
+    return lb_offsets_is_held(c->offsets, topic, partition);
+}
+
+void lb_consumer_progress(const struct lb_consumer *c,
+                          void (*each)(void *ctx, const struct lb_partition_progress *progress),
+                          void *ctx)
+{
+    lb_offsets_each(c->offsets, each, ctx);
+}
+
+static void add_commit(void *ctx, const char *topic, int32_t partition, int64_t offset)
+{
+    rd_kafka_topic_partition_list_add(ctx, topic, partition)->offset = offset;
 }
 
 int lb_consumer_commit(struct lb_consumer *c, int async)
 {
-    if (c->stored == c->committed && !c->commit_failed)
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(16);
+    if (!lb_offsets_to_commit(c->offsets, add_commit, list)) {
+        rd_kafka_topic_partition_list_destroy(list);
         return 0;
-    uint64_t stored = c->stored;
-    c->commit_failed = 0;
+    }
     c->commit_started_ms = lb_monotonic_ms();
-    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, async);
+    /* An explicit list: what is durable, never the fetch position. The
+     * result comes to commit_cb either way: served by the consumer's poll
+     * when asynchronous, inside the call when not (a temporary queue). */
+    rd_kafka_resp_err_t err = async ? rd_kafka_commit(c->rk, list, 1)
+                                    : rd_kafka_commit_queue(c->rk, list, NULL, commit_cb, c);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-        LB_WARN("kafka", "offset commit failed: %s", rd_kafka_err2str(err));
-        c->commit_failed = 1;
+        static struct lb_ratelimit said;
+        lb_log_every(&said, 5000, LB_LOG_WARN, "kafka", "offset commit failed: %s",
+                     rd_kafka_err2str(err));
+        for (int i = 0; i < list->cnt; i++) /* commit_cb will not say: send them again */
+            lb_offsets_commit_result(c->offsets, list->elems[i].topic, list->elems[i].partition,
+                                     list->elems[i].offset, 0, 0);
+        rd_kafka_topic_partition_list_destroy(list);
         return -1;
     }
-    c->committed = stored; /* commit_cb counts it (sync commits call it too) */
+    rd_kafka_topic_partition_list_destroy(list);
     return 0;
 }
 

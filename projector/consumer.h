@@ -2,10 +2,13 @@
  *
  * Offsets are never stored or committed by librdkafka on its own
  * (enable.auto.commit and enable.auto.offset.store are off). The daemon
- * stores, per partition, the offset after the last durable record, and the
- * consumer commits what is stored: periodically, when partitions are revoked,
- * and at close. So a committed offset always means "everything below is in
- * Redis or dead-lettered".
+ * settles every record of a finished batch here; the offset tracker
+ * (offsets.h) keeps, per partition, the offset after the last durable record
+ * and any hold, and the consumer commits those offsets as explicit lists:
+ * periodically, when partitions are revoked, and at close. So a committed
+ * offset always means "everything below is in Redis or dead-lettered". A
+ * held partition is paused once enough records wait behind its hold, and
+ * read again from the held offset after a back-off.
  *
  * The assignor is eager (range) by default: the cooperative-sticky assignor
  * of librdkafka 2.0.2 has known crash and hang bugs.
@@ -15,6 +18,7 @@
 
 #include "config.h"
 #include "metrics.h"
+#include "offsets.h"
 
 #include <librdkafka/rdkafka.h>
 #include <stdint.h>
@@ -43,23 +47,35 @@ rd_kafka_message_t *lb_consumer_poll(struct lb_consumer *consumer, int timeout_m
 /* Non-zero after a fatal error (e.g. a fenced static member). */
 int lb_consumer_fatal(const struct lb_consumer *consumer);
 
-/* Pauses, or resumes, every assigned partition (fetching stops; polling
- * goes on so the group membership stays alive). */
-void lb_consumer_pause(struct lb_consumer *consumer, int pause);
+/* Settles one record of a finished batch (records of a partition in offset
+ * order): durable (LB_HOLD_NONE) or holding its partition for 'reason'
+ * (offsets.h). Returns 1 when it put the partition on hold. */
+int lb_consumer_settle(struct lb_consumer *consumer, const rd_kafka_message_t *msg,
+                       enum lb_hold_reason reason);
 
-/* Stores 'next_offset' as the position to commit for the partition. */
-void lb_consumer_store(struct lb_consumer *consumer, const char *topic, int32_t partition,
-                       int64_t next_offset);
+/* Whether the partition is held (its records polled now will be read again). */
+int lb_consumer_is_held(const struct lb_consumer *consumer, const char *topic, int32_t partition);
 
-/* Commits stored offsets: asynchronously if 'async', else waits. Does
- * nothing when nothing new was stored. Returns 0 or -1. */
+/* Reads every held partition whose back-off has passed again from its held
+ * offset (seek, resume), then calls 'fn' for it: the caller drops what it
+ * holds of that partition and releases it in the pipeline. Returns how
+ * many. */
+typedef void (*lb_rewind_fn)(void *ctx, const char *topic, int32_t partition, int64_t offset);
+size_t lb_consumer_rewind_due(struct lb_consumer *consumer, lb_rewind_fn fn, void *ctx);
+
+/* Per-partition progress (committed offset, hold, pause), for metrics. */
+void lb_consumer_progress(const struct lb_consumer *consumer,
+                          void (*each)(void *ctx, const struct lb_partition_progress *progress),
+                          void *ctx);
+
+/* Commits what is durable and not committed yet, as an explicit offset
+ * list: asynchronously if 'async', else waits. Returns 0 or -1. */
 int lb_consumer_commit(struct lb_consumer *consumer, int async);
 
 rd_kafka_t *lb_consumer_handle(struct lb_consumer *consumer);
 
 struct lb_consumer_stats {
     int assigned;                       /* partitions assigned now */
-    int paused;                         /* fetching paused (waiting for Redis or the DLQ) */
     int64_t last_commit_ms;             /* wall clock of the last acknowledged commit, or 0 */
     struct lb_histogram commit_latency; /* seconds from commit to the broker's answer */
 };

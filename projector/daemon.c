@@ -2,22 +2,26 @@
  *
  * Two batches take turns: while one is in Redis (sent, replies not read), the
  * next is collected from Kafka and decoded and planned, so the daemon's own
- * work overlaps Redis'. The next batch is sent only once the one in flight is
- * complete, so writes reach Redis in order and offsets are stored in order.
+ * work overlaps Redis'. The next batch is sent once the one in flight is
+ * complete, so writes reach Redis in order.
  *
- * Offsets: messages of one partition arrive in offset order, so after a
- * batch the offset to store for a partition is the offset of its first record
- * that is not durable, or the last record's offset + 1 when all are. A record
- * that is not durable is only left behind when the daemon is stopping (or the
- * partition was revoked): at every other time the pipeline keeps retrying, so
- * the consumer's position never runs ahead of what is stored by more than
- * the batches in hand.
+ * Containment. A batch completes even when some boards could not be
+ * written: after a short retry in place, the pipeline holds those boards'
+ * (board, partition) pairs and withholds later events of them, and the
+ * daemon settles every record with the consumer's offset tracker, which
+ * stops each partition's commits at its first record that is not durable.
+ * Every other board and partition keeps flowing. A held partition is read
+ * again from its held offset after a back-off (a rewind): records of it
+ * already polled or in the next batch are dropped, and its pairs are
+ * released in the pipeline just before the first batch read after the
+ * rewind is sent, so the events read again are written in offset order
+ * and the markers skip what was written meanwhile.
  *
  * Rebalances: the revoke hook runs inside lb_consumer_poll. Records of
  * revoked partitions that are not yet planned are dropped; those already
- * planned or in flight are still written (harmless: every write is
- * idempotent) but their offsets are not stored: the partition's new owner
- * starts from the last commit.
+ * planned or in flight are still written (harmless: the markers make every
+ * write idempotent) but not settled: the partition's new owner starts from
+ * the last commit.
  */
 #include "daemon.h"
 #include "clock.h"
@@ -33,24 +37,30 @@
 #include <time.h>
 #include <unistd.h>
 
-struct partition_mark {
-    rd_kafka_topic_t *rkt;
-    int32_t partition;
-    int64_t next;
-    int blocked; /* a record of this partition is not durable: stop advancing */
-};
-
 #define DETAIL_MAX 200
+
+/* A held-back write is retried in place this long before it is held (and
+ * retried by reading its partition again). */
+#define RETRY_IN_PLACE_MS 1000
 
 struct batch {
     rd_kafka_message_t **msgs; /* owned: destroyed when the batch is done */
     size_t n;
-    uint8_t *revoked; /* the record's partition was revoked meanwhile */
-    uint8_t *durable;
+    uint64_t seq;    /* the how-manieth batch collected */
+    uint8_t *skip;   /* its partition was revoked or rewound: not settled */
+    uint8_t *state;  /* enum lb_record_state */
     uint8_t *dlq;    /* enum lb_dlq_state of each record */
     uint8_t *reason; /* enum lb_reject of each dead-lettered record */
     char (*detail)[DETAIL_MAX];
     struct lb_record *records;
+};
+
+/* A partition read again (or revoked) whose held pairs the pipeline keeps
+ * until the batches read before are sent. */
+struct release {
+    char *topic;
+    int32_t partition;
+    uint64_t seq; /* release before sending batch 'seq' (the first read after) */
 };
 
 struct daemon {
@@ -63,21 +73,25 @@ struct daemon {
     struct lb_metrics *metrics; /* NULL: no metrics.listen */
     struct lb_histogram batch_events, batch_seconds;
     int64_t batch_sent_ms, last_publish_ms, last_ping_ms;
-    int redis_ok;       /* the last write (or ping) reached Redis */
-    int64_t give_up_at; /* once stopping: when retries end (shutdown.drain_timeout) */
+    int redis_ok;        /* the last write (or ping) reached Redis */
+    int64_t give_up_at;  /* once stopping: when retries end (shutdown.drain_timeout) */
+    int drain_cut;       /* the drain timeout ended a retry: something was left unwritten */
+    int64_t retry_since; /* when the batch in flight first failed, or 0 */
     volatile sig_atomic_t *stop;
 
     struct batch batches[2];
     struct batch *next;     /* being collected and planned */
     struct batch *inflight; /* sent to Redis and not complete, or NULL */
+    uint64_t collected;     /* batches collected so far */
 
     rd_kafka_message_t **carry; /* polled while retrying; start of the next batch */
     size_t ncarry, capcarry;
 
-    struct partition_mark *marks; /* scratch for store_durable, one per partition */
-    size_t capmarks;
+    struct release *releases;
+    size_t nreleases, capreleases;
 
     int64_t last_commit_ms;
+    struct lb_ratelimit dlq_said;
 
     /* Fault injection for the tests (LB_FAULT_CRASH_AFTER_BATCHES=N): die
      * with _exit right after the Nth batch is in Redis, before its offsets
@@ -92,22 +106,90 @@ static int in_list(const rd_kafka_topic_partition_list_t *list, const rd_kafka_m
                                               msg->partition) != NULL;
 }
 
-static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *partitions)
+static int is_partition(const rd_kafka_message_t *msg, const char *topic, int32_t partition)
 {
-    struct daemon *d = ctx;
-    size_t kept = 0;
+    return msg->partition == partition && strcmp(rd_kafka_topic_name(msg->rkt), topic) == 0;
+}
 
-    for (int b = 0; b < 2; b++)
-        for (size_t i = 0; i < d->batches[b].n; i++)
-            if (in_list(partitions, d->batches[b].msgs[i]))
-                d->batches[b].revoked[i] = 1;
+/* Remembers to release the partition's held pairs before the first batch
+ * collected from now on is sent. */
+static void release_later(struct daemon *d, const char *topic, int32_t partition)
+{
+    if (d->nreleases == d->capreleases) {
+        size_t cap = d->capreleases ? d->capreleases * 2 : 16;
+        struct release *grown = realloc(d->releases, cap * sizeof(*grown));
+        if (!grown)
+            goto oom;
+        d->releases = grown;
+        d->capreleases = cap;
+    }
+    char *name = strdup(topic);
+    if (!name)
+        goto oom;
+    d->releases[d->nreleases++] = (struct release){name, partition, d->collected + 1};
+    return;
+oom:
+    /* its events would stay withheld: stop rather than stall silently */
+    LB_ERROR("daemon", "out of memory releasing %s [%d]; stopping", topic, partition);
+    *d->stop = 1;
+}
+
+/* Releases, before batch 'b' is sent, what was read again before it. */
+static void release_due(struct daemon *d, const struct batch *b)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < d->nreleases; i++) {
+        struct release *r = &d->releases[i];
+        if (r->seq <= b->seq) {
+            lb_pipeline_release(d->pipeline, r->topic, r->partition);
+            free(r->topic);
+        } else {
+            d->releases[kept++] = *r;
+        }
+    }
+    d->nreleases = kept;
+}
+
+/* Drops the polled records of one partition (or of several: 'partitions')
+ * that were not collected into a batch yet. */
+static void drop_carried(struct daemon *d, const rd_kafka_topic_partition_list_t *partitions,
+                         const char *topic, int32_t partition)
+{
+    size_t kept = 0;
     for (size_t i = 0; i < d->ncarry; i++) {
-        if (in_list(partitions, d->carry[i]))
+        if (partitions ? in_list(partitions, d->carry[i])
+                       : is_partition(d->carry[i], topic, partition))
             rd_kafka_message_destroy(d->carry[i]);
         else
             d->carry[kept++] = d->carry[i];
     }
     d->ncarry = kept;
+}
+
+static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *partitions)
+{
+    struct daemon *d = ctx;
+    for (int b = 0; b < 2; b++)
+        for (size_t i = 0; i < d->batches[b].n; i++)
+            if (in_list(partitions, d->batches[b].msgs[i]))
+                d->batches[b].skip[i] = 1;
+    drop_carried(d, partitions, NULL, 0);
+    for (int i = 0; i < partitions->cnt; i++)
+        release_later(d, partitions->elems[i].topic, partitions->elems[i].partition);
+}
+
+/* The consumer read a held partition again from its held offset: what was
+ * polled of it before is read again, so it is not settled or collected. */
+static void on_rewind(void *ctx, const char *topic, int32_t partition, int64_t offset)
+{
+    struct daemon *d = ctx;
+    (void)offset;
+    for (int b = 0; b < 2; b++)
+        for (size_t i = 0; i < d->batches[b].n; i++)
+            if (is_partition(d->batches[b].msgs[i], topic, partition))
+                d->batches[b].skip[i] = 1;
+    drop_carried(d, NULL, topic, partition);
+    release_later(d, topic, partition);
 }
 
 static void carry_push(struct daemon *d, rd_kafka_message_t *msg)
@@ -157,7 +239,8 @@ static void collect(struct daemon *d, struct batch *b, int wait)
         d->ncarry -= take;
     }
     b->n = take;
-    memset(b->revoked, 0, max);
+    b->seq = ++d->collected;
+    memset(b->skip, 0, max);
     if (b->n)
         deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
 
@@ -181,6 +264,7 @@ static void collect(struct daemon *d, struct batch *b, int wait)
             break;
         if (!b->n) { /* idle */
             maybe_commit(d);
+            lb_consumer_rewind_due(d->consumer, on_rewind, d);
             publish(d, 0);
             ping_if_idle(d);
             if (lb_log_reload)
@@ -189,17 +273,18 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     }
 }
 
-/* Drops records whose partition was revoked while the batch was collected. */
-static void drop_revoked(struct batch *b)
+/* Drops records whose partition was revoked or read again while the batch
+ * was collected. */
+static void drop_skipped(struct batch *b)
 {
     size_t kept = 0;
     for (size_t i = 0; i < b->n; i++) {
-        if (b->revoked[i]) {
+        if (b->skip[i]) {
             rd_kafka_message_destroy(b->msgs[i]);
             continue;
         }
         b->msgs[kept] = b->msgs[i];
-        b->revoked[kept++] = 0;
+        b->skip[kept++] = 0;
     }
     b->n = kept;
 }
@@ -212,10 +297,10 @@ static void destroy_messages(struct batch *b)
     b->n = 0;
 }
 
-/* Whether retrying (Redis, the DLQ) must end: only once stopping, and then
- * only after shutdown.drain_timeout, so a short outage during a rolling
- * restart still lets the batch in hand land and be committed. */
-static int give_up(struct daemon *d)
+/* Whether the drain timeout has ended retrying: only once stopping, so a
+ * short outage during a rolling restart still lets the batch in hand land
+ * and be committed. */
+static int drain_over(struct daemon *d)
 {
     if (!*d->stop)
         return 0;
@@ -224,22 +309,29 @@ static int give_up(struct daemon *d)
     return lb_monotonic_ms() >= d->give_up_at;
 }
 
-/* Between retries: poll (partitions paused) so the group keeps us, hold on
- * to anything polled, give up only when stopping or when every record of the
- * batch has lost its partition. */
+/* Between retries in place: poll so the group keeps us, hold on to what is
+ * polled, and say when to stop retrying and hold what failed: after
+ * RETRY_IN_PLACE_MS (or, when stopping, the drain timeout), or when every
+ * record of the batch has lost its partition. */
 static int wait_for_redis(void *ctx, int64_t backoff_ms)
 {
     struct daemon *d = ctx;
-    int64_t deadline = lb_monotonic_ms() + backoff_ms;
+    int64_t now = lb_monotonic_ms(), deadline = now + backoff_ms;
 
-    lb_consumer_pause(d->consumer, 1);
+    if (!d->retry_since)
+        d->retry_since = now;
     d->redis_ok = 0;
-    publish(d, 0);
     for (;;) {
         size_t live = 0;
         for (size_t i = 0; i < d->inflight->n; i++)
-            live += !d->inflight->revoked[i];
-        if (give_up(d) || lb_consumer_fatal(d->consumer) || live == 0)
+            live += !d->inflight->skip[i];
+        if (lb_consumer_fatal(d->consumer) || live == 0)
+            return 1;
+        if (*d->stop && drain_over(d)) {
+            d->drain_cut = 1;
+            return 1;
+        }
+        if (!*d->stop && lb_monotonic_ms() - d->retry_since >= RETRY_IN_PLACE_MS)
             return 1;
         publish(d, 0);
         int64_t left = deadline - lb_monotonic_ms();
@@ -281,27 +373,70 @@ static void gauge(struct lb_text *t, const char *name, const char *help)
     lb_text_printf(t, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
 }
 
-static void render_lag(struct daemon *d, struct lb_text *t)
+struct progress_page {
+    struct daemon *d;
+    struct lb_text *t;
+    int pass; /* which family is being written */
+    int held, paused;
+};
+
+/* One partition's series of one family: lag from the committed offset (0 on
+ * an idle, caught-up partition from the first scrape after a restart), the
+ * time its commit last moved, and whether it is held, with why. */
+static void progress_series(void *ctx, const struct lb_partition_progress *pp)
 {
-    rd_kafka_t *rk = lb_consumer_handle(d->consumer);
-    rd_kafka_topic_partition_list_t *list = NULL;
-    gauge(t, "lb_consumer_lag", "Events in the partition after the consumer's position.");
-    if (rd_kafka_assignment(rk, &list) != RD_KAFKA_RESP_ERR_NO_ERROR || !list)
-        return;
-    if (rd_kafka_position(rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR)
-        for (int i = 0; i < list->cnt; i++) {
-            int64_t low, high, pos = list->elems[i].offset;
-            if (rd_kafka_get_watermark_offsets(rk, list->elems[i].topic, list->elems[i].partition,
-                                               &low, &high) ||
-                high < 0)
-                continue;
-            if (pos < 0)
-                pos = low; /* nothing consumed yet in this assignment */
-            lb_text_printf(t, "lb_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n",
-                           list->elems[i].topic, list->elems[i].partition,
-                           (long long)(high > pos ? high - pos : 0));
-        }
-    rd_kafka_topic_partition_list_destroy(list);
+    struct progress_page *pg = ctx;
+    rd_kafka_t *rk = lb_consumer_handle(pg->d->consumer);
+    int64_t low, high;
+    switch (pg->pass) {
+    case 0:
+        /* the watermarks librdkafka last fetched: no network call here */
+        if (rd_kafka_get_watermark_offsets(rk, pp->topic, pp->partition, &low, &high) || high < 0)
+            return;
+        int64_t from = pp->committed >= 0 ? pp->committed : low;
+        lb_text_printf(pg->t, "lb_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n", pp->topic,
+                       pp->partition, (long long)(high > from ? high - from : 0));
+        break;
+    case 1:
+        lb_text_printf(pg->t,
+                       "lb_partition_last_commit_timestamp_seconds{topic=\"%s\",partition=\"%d\"} "
+                       "%.3f\n",
+                       pp->topic, pp->partition, (double)pp->committed_wall_ms / 1000.0);
+        break;
+    case 2:
+        pg->held += pp->hold >= 0;
+        pg->paused += pp->paused;
+        for (int r = LB_HOLD_REDIS; r < LB_HOLD__COUNT; r++)
+            lb_text_printf(pg->t,
+                           "lb_partition_held{topic=\"%s\",partition=\"%d\",reason=\"%s\"} %d\n",
+                           pp->topic, pp->partition, lb_hold_reason_name((enum lb_hold_reason)r),
+                           pp->hold >= 0 && pp->reason == (enum lb_hold_reason)r);
+        break;
+    }
+}
+
+static void render_partitions(struct daemon *d, struct lb_text *t)
+{
+    struct progress_page pg = {.d = d, .t = t};
+    gauge(
+        t, "lb_consumer_lag",
+        "Events in the partition after the group's committed offset (high watermark - committed).");
+    lb_consumer_progress(d->consumer, progress_series, &pg);
+    pg.pass = 1;
+    gauge(t, "lb_partition_last_commit_timestamp_seconds",
+          "When the partition's committed offset last moved (or was read at assignment).");
+    lb_consumer_progress(d->consumer, progress_series, &pg);
+    pg.pass = 2;
+    gauge(t, "lb_partition_held",
+          "1 while the partition's commits stop at a record that is not durable yet, by reason: "
+          "redis (Redis failing), board (a board needs an operator), dlq (the dead-letter topic "
+          "failing), stopping.");
+    lb_consumer_progress(d->consumer, progress_series, &pg);
+    gauge(t, "lb_partitions_held", "Assigned partitions whose commits are held.");
+    lb_text_printf(t, "lb_partitions_held %d\n", pg.held);
+    gauge(t, "lb_partitions_paused",
+          "Assigned partitions not fetched while their held events wait (read again later).");
+    lb_text_printf(t, "lb_partitions_paused %d\n", pg.paused);
 }
 
 /* Renders every metric (all counters live in this thread) and publishes
@@ -375,11 +510,12 @@ static void publish(struct daemon *d, int now)
     lb_text_histogram(&t, "lb_event_visible_seconds",
                       "From an event's time to its write being acknowledged by Redis.",
                       &ps->visible);
-    render_lag(d, &t);
+    render_partitions(d, &t);
     gauge(&t, "lb_partitions_assigned", "Partitions assigned to this pod.");
     lb_text_printf(&t, "lb_partitions_assigned %d\n", ks->assigned);
-    gauge(&t, "lb_partitions_paused", "Assigned partitions paused while Redis or the DLQ waits.");
-    lb_text_printf(&t, "lb_partitions_paused %d\n", ks->paused ? ks->assigned : 0);
+    gauge(&t, "lb_held_board_partitions",
+          "(board, partition) pairs whose events are withheld behind a held event.");
+    lb_text_printf(&t, "lb_held_board_partitions %zu\n", lb_pipeline_held(d->pipeline));
     gauge(&t, "lb_last_commit_timestamp_seconds", "When offsets were last committed (0: never).");
     lb_text_printf(&t, "lb_last_commit_timestamp_seconds %.3f\n",
                    (double)ks->last_commit_ms / 1000.0);
@@ -421,13 +557,18 @@ static void on_reject(void *ctx, const struct lb_record *r, enum lb_reject reaso
     }
 }
 
-/* Waits until every record of 'b' sent to the dead-letter topic is there,
- * sending again what failed, with back-off, while the consumer is paused
- * (the group keeps us). A record that never makes it is not durable: its
- * partition stops there. Gives up only when stopping. */
+/* Waits a little for the records of 'b' sent to the dead-letter topic to be
+ * acknowledged, sending again what failed. What is still not there after
+ * that (a second; the drain timeout when stopping) holds its partition at
+ * it: the partition is read again later, and the record sent again. The
+ * rest of the stream does not wait for it. */
 static void settle_dlq(struct daemon *d, struct batch *b)
 {
-    int64_t backoff = 100, since = lb_monotonic_ms(), warned = since;
+    int64_t now = lb_monotonic_ms(), until = now + 1000, backoff = 100, retry_at = now;
+    if (*d->stop) {
+        drain_over(d);
+        until = d->give_up_at;
+    }
     for (;;) {
         size_t pending = 0, failed = 0;
         for (size_t i = 0; i < b->n; i++) {
@@ -436,87 +577,55 @@ static void settle_dlq(struct daemon *d, struct batch *b)
         }
         if (!pending && !failed)
             return;
-        if (give_up(d) || lb_consumer_fatal(d->consumer)) {
-            lb_dlq_poll(d->dlq, pending ? 2000 : 0);
-            for (size_t i = 0; i < b->n; i++)
-                if (b->dlq[i] == LB_DLQ_PENDING || b->dlq[i] == LB_DLQ_FAILED)
-                    b->durable[i] = 0;
+        now = lb_monotonic_ms();
+        if (now >= until || lb_consumer_fatal(d->consumer)) {
+            lb_log_every(&d->dlq_said, 5000, LB_LOG_WARN, "dlq",
+                         "%zu event(s) not in the dead-letter topic '%s' yet (%zu failed, %zu "
+                         "waiting for the broker): their partitions hold there and are read again "
+                         "later (is the topic there and writable?)",
+                         pending + failed, d->config->dlq_topic, failed, pending);
+            if (*d->stop)
+                d->drain_cut = 1;
             return;
         }
-        if (pending) {
-            lb_dlq_poll(d->dlq, 100);
-            if (lb_monotonic_ms() - warned >= 5000) {
-                warned = lb_monotonic_ms();
-                LB_WARN("dlq",
-                        "%zu event(s) waiting %lld s for the dead-letter topic '%s'; their "
-                        "partitions wait (is the topic there and writable?)",
-                        pending, (long long)((warned - since) / 1000), d->config->dlq_topic);
-            }
-            continue;
+        if (failed && now >= retry_at) {
+            for (size_t i = 0; i < b->n; i++)
+                if (b->dlq[i] == LB_DLQ_FAILED)
+                    lb_dlq_send(d->dlq, b->msgs[i], (enum lb_reject)b->reason[i], b->detail[i],
+                                &b->dlq[i]);
+            retry_at = now + backoff;
+            backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
         }
-        LB_WARN("dlq",
-                "%zu event(s) could not be dead-lettered; retrying in %lld ms, their "
-                "partitions wait",
-                failed, (long long)backoff);
-        lb_consumer_pause(d->consumer, 1);
-        int64_t until = lb_monotonic_ms() + backoff;
-        while (!*d->stop && lb_monotonic_ms() < until) {
-            rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, 100);
-            if (msg)
-                carry_push(d, msg);
-        }
-        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
-        for (size_t i = 0; i < b->n; i++)
-            if (b->dlq[i] == LB_DLQ_FAILED)
-                lb_dlq_send(d->dlq, b->msgs[i], (enum lb_reject)b->reason[i], b->detail[i],
-                            &b->dlq[i]);
+        lb_dlq_poll(d->dlq, 50);
     }
 }
 
-/* Stores, per partition, the offset after its last durable record: records
- * of a partition are in offset order, so that is the offset of its first
- * record that is not durable, or the last offset + 1 when all are. */
-static int store_durable(struct daemon *d, const struct batch *b)
+/* The offset tracker's view of record 'i' of a finished batch. */
+static enum lb_hold_reason hold_reason(const struct batch *b, size_t i)
 {
-    size_t nmarks = 0, last = 0;
-
-    for (size_t i = 0; i < b->n; i++) {
-        const rd_kafka_message_t *msg = b->msgs[i];
-        if (b->revoked[i])
-            continue;
-        struct partition_mark *m = NULL;
-        if (nmarks && d->marks[last].rkt == msg->rkt && d->marks[last].partition == msg->partition)
-            m = &d->marks[last];
-        for (size_t k = 0; k < nmarks && !m; k++)
-            if (d->marks[k].rkt == msg->rkt && d->marks[k].partition == msg->partition) {
-                m = &d->marks[k];
-                last = k;
-            }
-        if (!m) {
-            if (nmarks == d->capmarks) {
-                size_t cap = d->capmarks ? d->capmarks * 2 : 64;
-                struct partition_mark *grown = realloc(d->marks, cap * sizeof(*grown));
-                if (!grown)
-                    return -1; /* nothing stored: the batch will be redelivered */
-                d->marks = grown;
-                d->capmarks = cap;
-            }
-            last = nmarks;
-            m = &d->marks[nmarks++];
-            *m = (struct partition_mark){
-                .rkt = msg->rkt, .partition = msg->partition, .next = msg->offset};
-        }
-        if (m->blocked)
-            continue;
-        if (b->durable[i])
-            m->next = msg->offset + 1;
-        else
-            m->blocked = 1;
+    if (b->dlq[i] == LB_DLQ_PENDING || b->dlq[i] == LB_DLQ_FAILED)
+        return LB_HOLD_DLQ;
+    switch ((enum lb_record_state)b->state[i]) {
+    case LB_RECORD_DURABLE:
+        return LB_HOLD_NONE;
+    case LB_RECORD_HELD_FIX:
+        return LB_HOLD_BOARD;
+    case LB_RECORD_HELD_RETRY:
+    case LB_RECORD_WITHHELD:
+        return LB_HOLD_REDIS;
+    case LB_RECORD_NOT_DONE:
+        break;
     }
-    for (size_t k = 0; k < nmarks; k++)
-        lb_consumer_store(d->consumer, rd_kafka_topic_name(d->marks[k].rkt), d->marks[k].partition,
-                          d->marks[k].next);
-    return 0;
+    return LB_HOLD_STOPPING;
+}
+
+/* Settles every record of 'b' with the offset tracker: each partition's
+ * commits advance over its durable records up to its first one that is not. */
+static void settle(struct daemon *d, const struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (!b->skip[i])
+            lb_consumer_settle(d->consumer, b->msgs[i], hold_reason(b, i));
 }
 
 /* Decodes and plans d->next. Returns -1 when out of memory. */
@@ -542,23 +651,26 @@ static int prepare_next(struct daemon *d)
 static void send_next(struct daemon *d)
 {
     d->batch_sent_ms = lb_monotonic_ms();
+    release_due(d, d->next);
     lb_pipeline_send(d->pipeline);
     d->inflight = d->next;
     d->next = d->next == &d->batches[0] ? &d->batches[1] : &d->batches[0];
 }
 
-/* Waits for the batch in flight (retrying as long as it takes), sends the
- * next one if it is ready (so Redis is not kept waiting for our
- * bookkeeping), then stores the finished batch's durable offsets and lets
- * it go. Returns -1 when out of memory. */
+/* Waits for the batch in flight (retrying in place for a moment, then
+ * holding what still fails), sends the next one if it is ready (so Redis is
+ * not kept waiting for our bookkeeping), settles the finished batch's
+ * records, reads held partitions again when due, and lets the batch go.
+ * Returns -1 when out of memory. */
 static int complete_inflight(struct daemon *d, int send_ready)
 {
     struct batch *done = d->inflight;
-    int written = lb_pipeline_complete(d->pipeline, done->durable, wait_for_redis, d);
+    d->retry_since = 0;
+    int written = lb_pipeline_complete(d->pipeline, done->state, wait_for_redis, d);
     lb_histogram_observe(&d->batch_seconds,
                          (double)(lb_monotonic_ms() - d->batch_sent_ms) / 1000.0);
     lb_histogram_observe(&d->batch_events, (double)done->n);
-    d->redis_ok = written == 0;
+    d->redis_ok = written == 0 || !lb_pipeline_last_failure(d->pipeline)->requests;
     d->last_ping_ms = lb_monotonic_ms();
     if (d->crash_after_batches && ++d->batches_written == d->crash_after_batches) {
         LB_WARN("daemon",
@@ -568,18 +680,19 @@ static int complete_inflight(struct daemon *d, int send_ready)
         _exit(70);
     }
     d->inflight = NULL;
-    if (send_ready && d->next->n)
+    if (send_ready && d->next->n && written >= 0)
         send_next(d);
     if (d->dlq)
         settle_dlq(d, done);
-    int rc = store_durable(d, done);
-    if (rc != 0)
-        LB_ERROR("daemon", "out of memory storing offsets; stopping (the batch will be "
-                           "redelivered)");
-    lb_consumer_pause(d->consumer, 0);
+    settle(d, done);
+    if (!*d->stop)
+        lb_consumer_rewind_due(d->consumer, on_rewind, d);
     destroy_messages(done);
     maybe_commit(d);
-    return rc;
+    if (written < 0)
+        LB_ERROR("daemon", "out of memory writing a batch; stopping (what is not committed is "
+                           "redelivered)");
+    return written < 0 ? -1 : 0;
 }
 
 static void log_totals(const struct daemon *d)
@@ -624,15 +737,15 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     int allocated = 1;
     for (int b = 0; b < 2; b++) {
         d.batches[b].msgs = calloc(max, sizeof(*d.batches[b].msgs));
-        d.batches[b].revoked = calloc(max, 1);
-        d.batches[b].durable = calloc(max, 1);
+        d.batches[b].skip = calloc(max, 1);
+        d.batches[b].state = calloc(max, 1);
         d.batches[b].dlq = calloc(max, 1);
         d.batches[b].reason = calloc(max, 1);
         d.batches[b].detail = calloc(max, sizeof(*d.batches[b].detail));
         d.batches[b].records = calloc(max, sizeof(*d.batches[b].records));
-        allocated = allocated && d.batches[b].msgs && d.batches[b].revoked &&
-                    d.batches[b].durable && d.batches[b].dlq && d.batches[b].reason &&
-                    d.batches[b].detail && d.batches[b].records;
+        allocated = allocated && d.batches[b].msgs && d.batches[b].skip && d.batches[b].state &&
+                    d.batches[b].dlq && d.batches[b].reason && d.batches[b].detail &&
+                    d.batches[b].records;
     }
     d.next = &d.batches[0];
     d.cluster = lb_cluster_new(&options);
@@ -694,7 +807,7 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
             status = LB_EXIT_RUNTIME;
             break;
         }
-        drop_revoked(d.next);
+        drop_skipped(d.next);
         if (d.next->n && prepare_next(&d) != 0) {
             status = LB_EXIT_RUNTIME;
             break;
@@ -713,6 +826,13 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     while (d.inflight && status == LB_EXIT_OK)
         if (complete_inflight(&d, 0) != 0)
             status = LB_EXIT_RUNTIME;
+    if (status == LB_EXIT_OK && d.drain_cut) {
+        status = LB_EXIT_DRAIN;
+        LB_WARN("daemon",
+                "shutdown.drain_timeout (%lld ms) ended before everything read was "
+                "written; what is not committed is read again after a restart",
+                (long long)config->drain_timeout_ms);
+    }
     LB_INFO("daemon", "stopping: committing durable offsets and leaving the group");
 
 done:
@@ -734,14 +854,16 @@ done:
     lb_decoder_free(d.decoder);
     for (int b = 0; b < 2; b++) {
         free(d.batches[b].msgs);
-        free(d.batches[b].revoked);
-        free(d.batches[b].durable);
+        free(d.batches[b].skip);
+        free(d.batches[b].state);
         free(d.batches[b].dlq);
         free(d.batches[b].reason);
         free(d.batches[b].detail);
         free(d.batches[b].records);
     }
     free(d.carry);
-    free(d.marks);
+    for (size_t i = 0; i < d.nreleases; i++)
+        free(d.releases[i].topic);
+    free(d.releases);
     return status;
 }

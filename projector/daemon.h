@@ -2,10 +2,12 @@
  *
  * Single-threaded. The loop collects a batch (up to batch.max_events, or
  * what arrived within batch.linger of its first record), projects it through
- * the pipeline, stores the offset after each partition's last durable record
- * and commits stored offsets every kafka.commit_interval. While Redis cannot
- * take a batch, the loop keeps polling Kafka with every partition paused, so
- * the pod stays in its group and resumes by itself.
+ * the pipeline, settles every record with the consumer's offset tracker and
+ * commits every kafka.commit_interval. A board Redis cannot take holds only
+ * its partitions' commits (and is retried by reading them again); the rest
+ * keeps flowing. While Redis cannot take anything, every partition is held
+ * and, past a bound, paused; the loop keeps polling so the pod stays in its
+ * group, and resumes by itself.
  */
 #ifndef LB_DAEMON_H
 #define LB_DAEMON_H
@@ -20,6 +22,9 @@ enum lb_exit {
     LB_EXIT_RUNTIME = 1, /* a fatal Kafka error (e.g. fenced static member) */
     LB_EXIT_USAGE = 2,   /* bad command line */
     LB_EXIT_CONFIG = 3,  /* the configuration (or a schema it names) is invalid */
+    /* 4 and 5 belong to replay (retention gap, differences found) */
+    LB_EXIT_DRAIN = 6, /* stopped, but shutdown.drain_timeout ended before everything read
+                          was written; it is read again after a restart */
 };
 
 /* Runs until '*stop' becomes non-zero (set it from a signal handler) or a

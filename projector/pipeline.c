@@ -3,16 +3,21 @@
  * Two batch slots let the daemon overlap its own work with Redis': while one
  * batch is in flight (sent, replies not yet read), the next is decoded and
  * planned into the other slot. Only one batch is ever in flight, so writes
- * reach Redis in batch order and a failed batch is retried before the next
- * one is sent.
+ * reach Redis in batch order.
  *
  * Every record is decoded and validated before anything is written, so a
  * bad record never leaves a half-planned batch behind. Records map to
  * transactions many-to-one (one transaction per board); after writing, a
  * record's durability is simply its transaction's outcome. Failed
- * transactions are resent as they were encoded: ZADD GT/LT and PEXPIREAT to a
- * window-derived time are idempotent, so a transaction that was applied but
- * whose reply was lost does no harm when it is applied again.
+ * transactions are resent as they were encoded: the apply script skips
+ * what an earlier attempt applied, so a lost reply does no harm.
+ *
+ * Held pairs (see pipeline.h) live in a small hash set of (board,
+ * partition). At send time, each board request with events from a held
+ * pair is planned again without them (the same mechanism that leaves out
+ * events the markers say were applied); a board left with nothing is not
+ * sent at all. The set is empty in normal operation, so the check costs one
+ * comparison per batch.
  */
 #include "pipeline.h"
 #include "clock.h"
@@ -27,19 +32,42 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
 
-/* Why a record left its board's request after the apply script answered. */
+/* Why a record left its board's request. */
 enum record_fate {
     FATE_PLANNED = 0,
     FATE_APPLIED_BEFORE, /* an earlier attempt applied it: the marker says so */
     FATE_REJECTED,       /* its sum would leave [sum_min, sum_max] */
+    FATE_WITHHELD,       /* its (board, partition) is held */
 };
 
-/* What the apply script asked to leave out of a board's request. */
+/* What to leave out of a board's request when planning it again. */
+enum exclusion_kind {
+    EXCLUDE_APPLIED,   /* a partition's events up to 'marker': applied before */
+    EXCLUDE_MEMBER,    /* a member whose sum would overflow */
+    EXCLUDE_PARTITION, /* every event of a partition: its pair is held */
+};
+
 struct exclusion {
     uint32_t txn;
-    char what[200]; /* a marker field ("<topic>:<partition>") or an overflowing member */
-    int64_t marker; /* for a marker field: the last offset already applied */
-    int is_member;
+    uint8_t kind;   /* enum exclusion_kind */
+    char what[200]; /* a marker field ("<topic>:<partition>") or a member */
+    int64_t marker; /* EXCLUDE_APPLIED: the last offset already applied */
+};
+
+/* A (board, partition) whose events are held back. */
+struct held_pair {
+    char *board;
+    uint32_t board_len;
+    char *topic;
+    int32_t partition;
+    uint32_t hash;
+};
+
+struct held_set {
+    struct held_pair *pairs;
+    size_t count, cap;
+    uint32_t *index; /* open addressing: pair number + 1, 0 empty */
+    size_t mask;
 };
 
 struct slot {
@@ -56,8 +84,11 @@ struct slot {
     uint32_t *request_txn; /* per request: the transaction it carries */
     uint8_t *txn_ok;
     uint8_t *txn_rebuilt; /* per transaction: its bytes come from 'rebuilt' */
+    uint8_t *txn_class;   /* per transaction: enum lb_redis_error of its last failure */
     size_t cap_txns;
+    int64_t now_ms; /* the wall clock the batch was planned with */
     size_t pending; /* requests not yet written successfully */
+    int oom;        /* preparing the send ran out of memory: nothing was sent */
     struct exclusion *exclusions;
     size_t nexclusions, cap_exclusions;
 };
@@ -72,7 +103,8 @@ struct lb_pipeline {
     struct lb_pipeline_stats stats;
     struct lb_pipeline_failure failure;
     uint64_t jitter;
-    int64_t now_ms; /* the wall clock of the batch in flight, for planning again */
+    struct held_set held;
+    struct lb_ratelimit retry_said, held_said;
     lb_pipeline_filter_fn filter;
     void *filter_ctx;
     lb_pipeline_reject_fn on_reject;
@@ -137,9 +169,143 @@ void lb_pipeline_free(struct lb_pipeline *p)
         free(s->request_txn);
         free(s->txn_ok);
         free(s->txn_rebuilt);
+        free(s->txn_class);
         free(s->exclusions);
     }
+    for (size_t i = 0; i < p->held.count; i++) {
+        free(p->held.pairs[i].board);
+        free(p->held.pairs[i].topic);
+    }
+    free(p->held.pairs);
+    free(p->held.index);
     free(p);
+}
+
+/* ---- held pairs -------------------------------------------------------------- */
+
+static uint32_t pair_hash(const char *board, size_t blen, const char *topic, int32_t partition)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < blen; i++)
+        h = (h ^ (unsigned char)board[i]) * UINT64_C(0x100000001b3);
+    for (const char *t = topic; *t; t++)
+        h = (h ^ (unsigned char)*t) * UINT64_C(0x100000001b3);
+    h ^= (uint32_t)partition;
+    h *= UINT64_C(0x100000001b3);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int pair_is(const struct held_pair *pair, const char *board, size_t blen, const char *topic,
+                   int32_t partition)
+{
+    return pair->partition == partition && pair->board_len == blen &&
+           memcmp(pair->board, board, blen) == 0 && strcmp(pair->topic, topic) == 0;
+}
+
+/* The index slot of the pair, or of the empty slot where it belongs. */
+static size_t held_slot(const struct held_set *set, const char *board, size_t blen,
+                        const char *topic, int32_t partition, uint32_t hash)
+{
+    size_t i = hash & set->mask;
+    while (set->index[i] && !pair_is(&set->pairs[set->index[i] - 1], board, blen, topic, partition))
+        i = (i + 1) & set->mask;
+    return i;
+}
+
+static int held_contains(const struct held_set *set, const char *board, size_t blen,
+                         const char *topic, int32_t partition)
+{
+    if (!set->count)
+        return 0;
+    uint32_t hash = pair_hash(board, blen, topic, partition);
+    return set->index[held_slot(set, board, blen, topic, partition, hash)] != 0;
+}
+
+/* Puts every pair in the index again (of 'slots' entries: a new one when
+ * the size changes, else the same one cleared, which cannot fail). */
+static int held_reindex(struct held_set *set, size_t slots)
+{
+    if (!set->index || slots != set->mask + 1) {
+        uint32_t *index = calloc(slots, sizeof(*index));
+        if (!index)
+            return -1;
+        free(set->index);
+        set->index = index;
+        set->mask = slots - 1;
+    } else {
+        memset(set->index, 0, slots * sizeof(*set->index));
+    }
+    for (size_t n = 0; n < set->count; n++) {
+        const struct held_pair *pair = &set->pairs[n];
+        size_t i = pair->hash & set->mask;
+        while (set->index[i])
+            i = (i + 1) & set->mask;
+        set->index[i] = (uint32_t)n + 1;
+    }
+    return 0;
+}
+
+static int held_add(struct held_set *set, const char *board, size_t blen, const char *topic,
+                    int32_t partition)
+{
+    if (held_contains(set, board, blen, topic, partition))
+        return 0;
+    if (set->count == set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 16;
+        struct held_pair *pairs = realloc(set->pairs, cap * sizeof(*pairs));
+        if (!pairs)
+            return -1;
+        set->pairs = pairs;
+        set->cap = cap;
+    }
+    struct held_pair *pair = &set->pairs[set->count];
+    *pair = (struct held_pair){.board = malloc(blen ? blen : 1),
+                               .board_len = (uint32_t)blen,
+                               .topic = strdup(topic),
+                               .partition = partition,
+                               .hash = pair_hash(board, blen, topic, partition)};
+    if (!pair->board || !pair->topic) {
+        free(pair->board);
+        free(pair->topic);
+        return -1;
+    }
+    memcpy(pair->board, board, blen);
+    set->count++;
+    if (!set->index || set->count * 2 > set->mask + 1) {
+        if (held_reindex(set, set->index ? (set->mask + 1) * 2 : 64) != 0) {
+            set->count--; /* not indexed: not held */
+            free(pair->board);
+            free(pair->topic);
+            return -1;
+        }
+        return 0;
+    }
+    set->index[held_slot(set, board, blen, topic, partition, pair->hash)] = (uint32_t)set->count;
+    return 0;
+}
+
+void lb_pipeline_release(struct lb_pipeline *p, const char *topic, int32_t partition)
+{
+    struct held_set *set = &p->held;
+    size_t kept = 0;
+    for (size_t n = 0; n < set->count; n++) {
+        struct held_pair *pair = &set->pairs[n];
+        if (pair->partition == partition && strcmp(pair->topic, topic) == 0) {
+            free(pair->board);
+            free(pair->topic);
+            continue;
+        }
+        set->pairs[kept++] = *pair;
+    }
+    if (kept == set->count)
+        return;
+    set->count = kept;
+    held_reindex(set, set->mask + 1); /* the same size: cannot fail */
+}
+
+size_t lb_pipeline_held(const struct lb_pipeline *p)
+{
+    return p->held.count;
 }
 
 static int reserve(void **ptr, size_t count, size_t size)
@@ -164,7 +330,8 @@ static int ensure_capacity(struct slot *s, size_t records, size_t txns)
         if (reserve((void **)&s->requests, txns, sizeof(*s->requests)) != 0 ||
             reserve((void **)&s->request_txn, txns, sizeof(*s->request_txn)) != 0 ||
             reserve((void **)&s->txn_ok, txns, sizeof(*s->txn_ok)) != 0 ||
-            reserve((void **)&s->txn_rebuilt, txns, sizeof(*s->txn_rebuilt)) != 0)
+            reserve((void **)&s->txn_rebuilt, txns, sizeof(*s->txn_rebuilt)) != 0 ||
+            reserve((void **)&s->txn_class, txns, sizeof(*s->txn_class)) != 0)
             return -1;
         s->cap_txns = txns;
     }
@@ -297,7 +464,7 @@ int lb_pipeline_prepare(struct lb_pipeline *p, const struct lb_record *records, 
                                                               .bytes = bytes + txns[t].offset,
                                                               .len = txns[t].len};
     }
-    p->now_ms = now_ms;
+    slot->now_ms = now_ms;
     p->stats.batches++;
     p->stats.member_updates += lb_plan_stats(slot->plan)->member_updates;
     p->stats.late_windows += lb_plan_stats(slot->plan)->late;
@@ -305,14 +472,21 @@ int lb_pipeline_prepare(struct lb_pipeline *p, const struct lb_record *records, 
     return 0;
 }
 
-void lb_pipeline_send(struct lb_pipeline *p)
+static int add_exclusion(struct slot *slot, uint32_t txn, enum exclusion_kind kind,
+                         const char *what, int64_t marker)
 {
-    if (p->prepared < 0 || p->inflight >= 0)
-        return;
-    struct slot *slot = &p->slots[p->prepared];
-    p->inflight = p->prepared;
-    p->prepared = -1;
-    lb_cluster_start(p->cluster, slot->requests, slot->pending);
+    if (slot->nexclusions == slot->cap_exclusions) {
+        size_t cap = slot->cap_exclusions ? slot->cap_exclusions * 2 : 16;
+        if (reserve((void **)&slot->exclusions, cap, sizeof(*slot->exclusions)) != 0)
+            return -1;
+        slot->cap_exclusions = cap;
+    }
+    struct exclusion *x = &slot->exclusions[slot->nexclusions++];
+    x->txn = txn;
+    x->kind = (uint8_t)kind;
+    snprintf(x->what, sizeof(x->what), "%s", what);
+    x->marker = marker;
+    return 0;
 }
 
 static const char *reply_word(const redisReply *reply, size_t i)
@@ -358,19 +532,12 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
         const char *a = reply_word(req->reply, i), *b = reply_word(req->reply, i + 1);
         if (!a || !b)
             break;
-        if (slot->nexclusions == slot->cap_exclusions) {
-            size_t cap = slot->cap_exclusions ? slot->cap_exclusions * 2 : 16;
-            if (reserve((void **)&slot->exclusions, cap, sizeof(*slot->exclusions)) != 0) {
-                snprintf(req->error, sizeof(req->error), "out of memory");
-                return -1;
-            }
-            slot->cap_exclusions = cap;
+        if (add_exclusion(slot, txn, members ? EXCLUDE_MEMBER : EXCLUDE_APPLIED, members ? b : a,
+                          members ? 0 : strtoll(b, NULL, 10)) != 0) {
+            snprintf(req->error, sizeof(req->error), "out of memory");
+            req->error_class = LB_REDIS_NOMEM;
+            return -1;
         }
-        struct exclusion *x = &slot->exclusions[slot->nexclusions++];
-        x->txn = txn;
-        x->is_member = members;
-        snprintf(x->what, sizeof(x->what), "%s", members ? b : a);
-        x->marker = members ? 0 : strtoll(b, NULL, 10);
     }
     p->stats.replans++;
     return 1;
@@ -386,20 +553,23 @@ static enum record_fate fate_of(const struct slot *slot, uint32_t txn, const str
         const struct exclusion *e = &slot->exclusions[x];
         if (e->txn != txn)
             continue;
-        if (!e->is_member && r->offset <= e->marker && strcmp(e->what, field) == 0)
+        if (e->kind == EXCLUDE_APPLIED && r->offset <= e->marker && strcmp(e->what, field) == 0)
             return FATE_APPLIED_BEFORE;
-        if (e->is_member && strlen(e->what) == ev->player.len &&
+        if (e->kind == EXCLUDE_PARTITION && strcmp(e->what, field) == 0)
+            return FATE_WITHHELD;
+        if (e->kind == EXCLUDE_MEMBER && strlen(e->what) == ev->player.len &&
             memcmp(e->what, ev->player.ptr, ev->player.len) == 0)
             return FATE_REJECTED;
     }
     return FATE_PLANNED;
 }
 
-/* Plans again, in slot->rebuilt, every board whose request the apply script
- * answered with exclusions or that was planned again before (its bytes live
- * there), leaving out the excluded events. */
-static int rebuild(struct lb_pipeline *p, struct slot *slot, int64_t now_ms)
+/* Plans again, in slot->rebuilt, every board with exclusions or that was
+ * planned again before (its bytes live there), leaving out the excluded
+ * events. */
+static int rebuild(struct lb_pipeline *p, struct slot *slot)
 {
+    int64_t now_ms = slot->now_ms;
     size_t ntxns;
     lb_plan_reset(slot->rebuilt);
     for (size_t x = 0; x < slot->nexclusions; x++)
@@ -425,6 +595,8 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot, int64_t now_ms)
             if (p->on_reject)
                 p->on_reject(p->reject_ctx, r, LB_REJECT_SUM_RANGE, detail);
         }
+        if (slot->fate[i] == FATE_WITHHELD)
+            p->stats.withheld++;
         if (slot->fate[i] != FATE_PLANNED)
             continue;
         struct lb_position pos = {r->topic, r->partition, r->offset};
@@ -459,9 +631,51 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot, int64_t now_ms)
     return 0;
 }
 
-/* Keeps the failed requests of 'slot' for a retry; logs why. Returns the
- * number of requests the apply script asked to plan again. */
-static size_t keep_failed(struct lb_pipeline *p, struct slot *slot, int64_t backoff)
+/* Plans again without the events of held (board, partition) pairs. Returns
+ * -1 when out of memory. */
+static int withhold(struct lb_pipeline *p, struct slot *slot)
+{
+    size_t ntxns, before = slot->nexclusions;
+    if (!p->held.count)
+        return 0;
+    const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
+    for (size_t i = 0; i < slot->count; i++) {
+        uint32_t txn = slot->txn_of[i];
+        const struct lb_record *r = &slot->records[i];
+        if (txn == UINT32_MAX || slot->fate[i] != FATE_PLANNED ||
+            !held_contains(&p->held, txns[txn].board.ptr, txns[txn].board.len, r->topic,
+                           r->partition))
+            continue;
+        char field[300];
+        lb_marker_field(r->topic, r->partition, field, sizeof(field));
+        int known = 0;
+        for (size_t x = before; x < slot->nexclusions && !known; x++)
+            known = slot->exclusions[x].txn == txn && strcmp(slot->exclusions[x].what, field) == 0;
+        if (!known && add_exclusion(slot, txn, EXCLUDE_PARTITION, field, 0) != 0)
+            return -1;
+    }
+    return slot->nexclusions > before ? rebuild(p, slot) : 0;
+}
+
+void lb_pipeline_send(struct lb_pipeline *p)
+{
+    if (p->prepared < 0 || p->inflight >= 0)
+        return;
+    struct slot *slot = &p->slots[p->prepared];
+    p->inflight = p->prepared;
+    p->prepared = -1;
+    slot->nexclusions = 0;
+    if (withhold(p, slot) != 0) {
+        slot->oom = 1; /* nothing is sent; complete reports it */
+        return;
+    }
+    lb_cluster_start(p->cluster, slot->requests, slot->pending);
+}
+
+/* Keeps the failed requests of 'slot' for a retry and notes why in
+ * p->failure. Returns the number of requests the apply script asked to plan
+ * again. */
+static size_t keep_failed(struct lb_pipeline *p, struct slot *slot)
 {
     size_t ntxns, still = 0, again = 0;
     const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
@@ -484,20 +698,13 @@ static size_t keep_failed(struct lb_pipeline *p, struct slot *slot, int64_t back
             again++;
         } else {
             const struct lb_txn *t = &txns[txn];
-            if (!p->failure.requests++)
+            slot->txn_class[txn] = req->error_class;
+            /* an operator's problem outranks a transient one in the message */
+            if (!p->failure.requests++ || req->error_class == LB_REDIS_FIX)
                 snprintf(p->failure.reason, sizeof(p->failure.reason), "board '%.*s': %s",
                          (int)t->board.len, t->board.ptr, req->error);
             if (req->error_class == LB_REDIS_FIX)
-                /* Not transient (a key of another type under our prefix, a
-                 * missing ACL permission, Redis out of memory): retrying keeps
-                 * the events safe until an operator fixes it. */
-                LB_ERROR("pipeline",
-                         "board '%.*s' cannot be written until an operator fixes this; the "
-                         "batch is retried until then: %s",
-                         (int)t->board.len, t->board.ptr, req->error);
-            else if (still == again)
-                LB_WARN("pipeline", "writing board '%.*s' failed, retrying in ~%lld ms: %s",
-                        (int)t->board.len, t->board.ptr, (long long)backoff, req->error);
+                p->failure.needs_fix = 1;
             p->stats.write_failures++;
         }
         slot->request_txn[still] = txn;
@@ -507,8 +714,45 @@ static size_t keep_failed(struct lb_pipeline *p, struct slot *slot, int64_t back
     return again;
 }
 
-int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wait_fn wait,
-                         void *ctx)
+/* Holds what still failed when 'wait' gave up: every (board, partition) of
+ * the failed requests, so that later events of those pairs are withheld. */
+static int hold_failed(struct lb_pipeline *p, struct slot *slot)
+{
+    size_t ntxns;
+    const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
+    for (size_t i = 0; i < slot->count; i++) {
+        uint32_t txn = slot->txn_of[i];
+        if (txn == UINT32_MAX || slot->fate[i] != FATE_PLANNED || slot->txn_ok[txn])
+            continue;
+        if (held_add(&p->held, txns[txn].board.ptr, txns[txn].board.len, slot->records[i].topic,
+                     slot->records[i].partition) != 0)
+            return -1;
+    }
+    p->stats.held_requests += slot->pending;
+    lb_log_every(&p->held_said, 5000, p->failure.needs_fix ? LB_LOG_ERROR : LB_LOG_WARN, "pipeline",
+                 "holding %zu board request(s) after %u attempt(s)%s: their partitions commit no "
+                 "further and are read again later; %s",
+                 slot->pending, p->failure.attempt,
+                 p->failure.needs_fix ? ", an operator must fix this" : "", p->failure.reason);
+    return 0;
+}
+
+/* The state of record 'i' once its batch is complete. */
+static enum lb_record_state record_state(const struct slot *slot, size_t i, int gave_up)
+{
+    uint32_t txn = slot->txn_of[i];
+    if (txn == UINT32_MAX || slot->fate[i] == FATE_REJECTED || slot->fate[i] == FATE_APPLIED_BEFORE)
+        return LB_RECORD_DURABLE;
+    if (slot->fate[i] == FATE_WITHHELD)
+        return LB_RECORD_WITHHELD;
+    if (slot->txn_ok[txn])
+        return LB_RECORD_DURABLE;
+    if (gave_up < 0)
+        return LB_RECORD_NOT_DONE;
+    return slot->txn_class[txn] == LB_REDIS_FIX ? LB_RECORD_HELD_FIX : LB_RECORD_HELD_RETRY;
+}
+
+int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait_fn wait, void *ctx)
 {
     int64_t backoff = BACKOFF_MIN_MS;
     int gave_up = 0;
@@ -517,15 +761,20 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wa
     struct slot *slot = &p->slots[p->inflight];
 
     p->failure = (struct lb_pipeline_failure){0};
-    lb_cluster_finish(p->cluster);
-    for (;;) {
-        size_t again = keep_failed(p, slot, backoff);
+    if (slot->oom) {
+        slot->oom = 0;
+        gave_up = -1;
+    } else {
+        lb_cluster_finish(p->cluster);
+    }
+    while (gave_up == 0) {
+        size_t again = keep_failed(p, slot);
         if (!slot->pending)
             break;
         if (again) {
             /* Not a failure: the script told us what to leave out. Send
              * what remains right away. */
-            if (rebuild(p, slot, p->now_ms) != 0) {
+            if (rebuild(p, slot) != 0) {
                 gave_up = -1;
                 break;
             }
@@ -534,20 +783,26 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wa
                 continue;
             }
         }
+        lb_log_every(
+            &p->retry_said, 5000, p->failure.needs_fix ? LB_LOG_ERROR : LB_LOG_WARN, "pipeline",
+            "writing %zu board request(s) failed (attempt %u), retrying in ~%lld ms: %s",
+            p->failure.requests, p->failure.attempt, (long long)backoff, p->failure.reason);
         if (!wait || wait(ctx, backoff) != 0) {
-            gave_up = 1;
+            gave_up = hold_failed(p, slot) == 0 ? 1 : -1;
             break;
         }
         backoff = next_backoff(p, backoff);
         lb_cluster_exec(p->cluster, slot->requests, slot->pending);
     }
     int64_t now_ms = lb_wall_ms();
+    int all = 1;
     for (size_t i = 0; i < slot->count; i++) {
-        uint32_t txn = slot->txn_of[i];
-        durable[i] = txn == UINT32_MAX || slot->fate[i] != FATE_PLANNED || slot->txn_ok[txn];
-        if (txn != UINT32_MAX && slot->fate[i] != FATE_REJECTED && durable[i]) {
+        state[i] = (uint8_t)record_state(slot, i, gave_up);
+        all &= state[i] == LB_RECORD_DURABLE;
+        if (slot->txn_of[i] != UINT32_MAX && state[i] == LB_RECORD_DURABLE &&
+            slot->fate[i] != FATE_REJECTED) {
             p->stats.applied++;
-            if (slot->fate[i] == FATE_PLANNED)
+            if (slot->fate[i] == FATE_PLANNED && now_ms >= slot->ts[i])
                 lb_histogram_observe(&p->stats.visible, (double)(now_ms - slot->ts[i]) / 1000.0);
         }
     }
@@ -557,16 +812,16 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *durable, lb_pipeline_wa
             slot->requests[k].reply = NULL;
         }
     p->inflight = -1;
-    return gave_up;
+    return gave_up < 0 ? -1 : all ? 0 : 1;
 }
 
 int lb_pipeline_run(struct lb_pipeline *p, const struct lb_record *records, size_t count,
-                    int64_t now_ms, uint8_t *durable, lb_pipeline_wait_fn wait, void *ctx)
+                    int64_t now_ms, uint8_t *state, lb_pipeline_wait_fn wait, void *ctx)
 {
     if (lb_pipeline_prepare(p, records, count, now_ms) != 0)
         return -1;
     lb_pipeline_send(p);
-    return lb_pipeline_complete(p, durable, wait, ctx);
+    return lb_pipeline_complete(p, state, wait, ctx);
 }
 
 const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *p)

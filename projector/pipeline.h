@@ -5,10 +5,19 @@
  * The pipeline is shared by the daemon and by replay; neither Kafka nor the
  * offset bookkeeping lives here. A record is durable when every key it
  * targets has been written with every reply checked, or when it was rejected
- * (and, once a dead-letter sink is configured, accepted by it). Transactions
- * that fail are retried, whole, after a back-off; the caller's 'wait'
- * callback spends that back-off (polling Kafka, checking for shutdown) and
- * decides when to give up.
+ * (and, once a dead-letter sink is configured, accepted by it).
+ *
+ * Failures are contained per board. Requests that fail are retried, whole,
+ * after a back-off, as long as the caller's 'wait' callback says so (it
+ * spends the back-off polling Kafka and decides when to stop). What still
+ * fails then is *held*: its records are not durable, and each (board,
+ * partition) pair of the failed request is remembered, so that later events
+ * of that board from that partition are withheld from Redis too (writing
+ * them would move the board's applied-offset marker past the held events,
+ * which a later attempt would then skip as applied). Every other board, and
+ * the same board's events from other partitions, keep flowing. The caller
+ * retries held events by reading their partition again from the held
+ * offset; once it has, it releases the partition here.
  */
 #ifndef LB_PIPELINE_H
 #define LB_PIPELINE_H
@@ -42,6 +51,8 @@ struct lb_pipeline_stats {
     uint64_t filtered;           /* left out by the filter (replay's selection) */
     struct lb_histogram visible; /* seconds from an event's time to its write in Redis */
     uint64_t skipped_segments;   /* a board's events from one partition found applied before */
+    uint64_t held_requests;      /* board requests given up on and held */
+    uint64_t withheld;           /* records kept from Redis behind a held event */
 };
 
 /* What the last attempt to write the batch in flight met, for the caller's
@@ -49,7 +60,8 @@ struct lb_pipeline_stats {
 struct lb_pipeline_failure {
     size_t requests;  /* board requests that failed */
     unsigned attempt; /* 1 for the first write, 2 for the first retry, ... */
-    char reason[200]; /* the first failed request's reason, naming its node */
+    int needs_fix;    /* one of them needs an operator (WRONGTYPE, NOPERM, ...) */
+    char reason[200]; /* a failed request's reason (one needing a fix first), naming its node */
 };
 
 /* Called between retries: spend up to 'backoff_ms' (polling Kafka, say) and
@@ -71,12 +83,21 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster);
 void lb_pipeline_free(struct lb_pipeline *pipeline);
 
-/* Projects 'count' records and sets durable[i] for each. Returns 0 when all
- * are durable, 1 when 'wait' gave up with some not durable, -1 when out of
+/* What became of a record, after complete. */
+enum lb_record_state {
+    LB_RECORD_NOT_DONE = 0, /* out of memory before it was written */
+    LB_RECORD_DURABLE,      /* written with every reply checked, or rejected */
+    LB_RECORD_HELD_RETRY,   /* its board's request failed, Redis may recover by itself */
+    LB_RECORD_HELD_FIX,     /* its board needs an operator (WRONGTYPE, NOPERM, ...) */
+    LB_RECORD_WITHHELD,     /* an earlier event of its board from its partition is held */
+};
+
+/* Projects 'count' records and sets state[i] (enum lb_record_state) for
+ * each. Returns 0 when all are durable, 1 when some are held, -1 when out of
  * memory (nothing was written). 'now_ms' is the wall clock, for expiry.
  * Equivalent to prepare, send and complete in a row. */
 int lb_pipeline_run(struct lb_pipeline *pipeline, const struct lb_record *records, size_t count,
-                    int64_t now_ms, uint8_t *durable, lb_pipeline_wait_fn wait, void *ctx);
+                    int64_t now_ms, uint8_t *state, lb_pipeline_wait_fn wait, void *ctx);
 
 /* The same in three steps, so that the next batch can be decoded and
  * planned while the previous one is in Redis:
@@ -84,19 +105,30 @@ int lb_pipeline_run(struct lb_pipeline *pipeline, const struct lb_record *record
  *   prepare   decodes, validates and plans a batch (no I/O). At most one
  *             batch may be prepared and one in flight; -1 when out of memory
  *             or when a prepared batch has not been sent yet.
- *   send      starts writing the prepared batch; its replies are not read yet.
+ *   send      starts writing the prepared batch, its held (board,
+ *             partition) pairs withheld; its replies are not read yet.
  *             Sends nothing while a batch is still in flight.
  *   complete  reads and checks the in-flight batch's replies, retries what
- *             failed (calling 'wait' between attempts), and fills 'durable'
- *             for its records. Returns as lb_pipeline_run.
+ *             failed (calling 'wait' between attempts), holds what still
+ *             fails when 'wait' gives up, and fills 'state' for its records.
+ *             Returns as lb_pipeline_run.
  *
  * The records (and what their payloads point into) of a batch must stay
  * valid from prepare until its complete returns. */
 int lb_pipeline_prepare(struct lb_pipeline *pipeline, const struct lb_record *records, size_t count,
                         int64_t now_ms);
 void lb_pipeline_send(struct lb_pipeline *pipeline);
-int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *durable, lb_pipeline_wait_fn wait,
+int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *state, lb_pipeline_wait_fn wait,
                          void *ctx);
+
+/* The caller will read 'topic'/'partition' again from its held offset: its
+ * held pairs are forgotten, so the events read again are written. Call it
+ * after the last batch read before the rewind was sent, and before the first
+ * batch read after it is. */
+void lb_pipeline_release(struct lb_pipeline *pipeline, const char *topic, int32_t partition);
+
+/* (board, partition) pairs held now. */
+size_t lb_pipeline_held(const struct lb_pipeline *pipeline);
 
 const struct lb_pipeline_stats *lb_pipeline_stats(const struct lb_pipeline *pipeline);
 /* Valid during a 'wait' callback: what the attempt before it met. */

@@ -27,12 +27,14 @@ struct options {
     double rate; /* events per second; 0: as fast as possible */
     int dry_run;
     const char *events_out;
+    const char *deliveries_out;
     struct gen_options gen;
 };
 
 /* ---- producing --------------------------------------------------------------- */
 
 static uint64_t delivered, failed;
+static FILE *deliveries; /* --deliveries-out */
 
 static void delivery_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 {
@@ -43,7 +45,11 @@ static void delivery_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
             fprintf(stderr, "loadgen: delivery failed: %s\n", rd_kafka_err2str(msg->err));
     } else {
         delivered++;
+        if (deliveries && msg->_private)
+            fprintf(deliveries, "%d\t%lld\t%s\n", msg->partition, (long long)msg->offset,
+                    (const char *)msg->_private);
     }
+    free(msg->_private);
 }
 
 static double now_s(void)
@@ -106,11 +112,18 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
         struct gen_event ev;
         gen_event(gen, i, &ev);
         size_t len = gen_encode(gen, &ev, buf);
+        char *where = NULL; /* "event_id board", for --deliveries-out */
+        if (deliveries) {
+            size_t n = strlen(ev.event_id) + strlen(ev.board) + 2;
+            if ((where = malloc(n)))
+                snprintf(where, n, "%s\t%s", ev.event_id, ev.board);
+        }
         while (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, buf, len,
-                                ev.player, strlen(ev.player), NULL) != 0) {
+                                ev.player, strlen(ev.player), where) != 0) {
             if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 fprintf(stderr, "loadgen: produce failed: %s\n",
                         rd_kafka_err2str(rd_kafka_last_error()));
+                free(where);
                 rd_kafka_topic_destroy(rkt);
                 return -1;
             }
@@ -171,6 +184,8 @@ static void usage(FILE *out)
                  "      --bare              bare Avro instead of the Confluent framing\n"
                  "      --schema-id N       Confluent schema id (default 1)\n"
                  "      --events-out FILE   also write every produced event to FILE as TSV\n"
+                 "      --deliveries-out FILE  write where each event landed, as delivered:\n"
+                 "                          partition offset event_id board (TSV)\n"
                  "      --dry-run           print the events as TSV to stdout; no Kafka\n"
                  "  -X key=value            librdkafka producer property\n"
                  "  -h, --help              show this help\n"
@@ -199,7 +214,8 @@ int main(int argc, char **argv)
         O_DIM_VALUES,
         O_RETRACT,
         O_POISON,
-        O_TS_NOW
+        O_TS_NOW,
+        O_DELIVERIES_OUT
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, 'b'},
@@ -223,6 +239,7 @@ int main(int argc, char **argv)
         {"retract-every", required_argument, NULL, O_RETRACT},
         {"poison-every", required_argument, NULL, O_POISON},
         {"ts-now", no_argument, NULL, O_TS_NOW},
+        {"deliveries-out", required_argument, NULL, O_DELIVERIES_OUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     struct options o = {.brokers = "127.0.0.1:9092",
@@ -324,6 +341,9 @@ int main(int argc, char **argv)
         case O_EVENTS_OUT:
             o.events_out = optarg;
             break;
+        case O_DELIVERIES_OUT:
+            o.deliveries_out = optarg;
+            break;
         case O_DRY_RUN:
             o.dry_run = 1;
             break;
@@ -369,8 +389,15 @@ int main(int argc, char **argv)
     } else {
         FILE *log = o.events_out ? fopen(o.events_out, "w") : NULL;
         rd_kafka_t *rk = NULL;
-        if (o.events_out && !log) {
-            fprintf(stderr, "loadgen: cannot write %s: %s\n", o.events_out, strerror(errno));
+        deliveries = o.deliveries_out ? fopen(o.deliveries_out, "w") : NULL;
+        /* line by line: tests read both while events are still produced */
+        if (log)
+            setvbuf(log, NULL, _IOLBF, 0);
+        if (deliveries)
+            setvbuf(deliveries, NULL, _IOLBF, 0);
+        if ((o.events_out && !log) || (o.deliveries_out && !deliveries)) {
+            fprintf(stderr, "loadgen: cannot write %s: %s\n",
+                    o.events_out && !log ? o.events_out : o.deliveries_out, strerror(errno));
             status = 1;
         } else if (!(rk = make_producer(&o, props, nprops))) {
             status = 1;
@@ -379,6 +406,8 @@ int main(int argc, char **argv)
             rd_kafka_destroy(rk);
         }
         if (log && fclose(log) != 0)
+            status = 1;
+        if (deliveries && fclose(deliveries) != 0)
             status = 1;
     }
     gen_free(gen);

@@ -105,6 +105,15 @@ redis_cli() {
     _lb_redis_cli "$port" "$@"
 }
 
+# first - the first line of stdin; the rest is read too, so that a writer
+# is never killed by SIGPIPE (which pipefail would turn into a failure).
+first() {
+    local line=
+    IFS= read -r line || true
+    cat >/dev/null
+    printf '%s\n' "$line"
+}
+
 # live_ports - the ports of every running node of the test cluster, nodes
 # added since it started included.
 live_ports() { lb_redis_cluster_status 2>/dev/null | awk '$3 == "alive" { print $1 }'; }

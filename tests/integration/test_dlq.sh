@@ -92,8 +92,9 @@ while read -r p c h; do
     ((c < h)) && stalled=$((stalled + 1))
 done < <(committed_offsets)
 ((stalled > 0)) || fail "no partition stalled"
-grep -q 'waiting [0-9]* s for the dead-letter topic' "$T_DIR/stall.log" ||
+grep -q 'not in the dead-letter topic .scores-dlq-late. yet' "$T_DIR/stall.log" ||
     fail "the stall is not logged"
+grep -q 'held at offset [0-9]* (dlq)' "$T_DIR/stall.log" || fail "the hold is not logged"
 ok "with the DLQ unwritable, $stalled partition(s) stalled at their first poison event"
 "$BIN/lbadmin" create-topic --brokers "$BROKERS" --topic scores-dlq-late --partitions 1 \
     >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create the late DLQ topic"

@@ -22,7 +22,7 @@ replay() { "$BIN/replay" --config "$T_DIR/projector.yaml" "$@"; }
 masters=()
 for i in 0 1 2 3 4 5; do
     port=$(redis_port "$i")
-    [[ $(redis_cli "$port" ROLE | head -n 1) == master ]] && masters+=("$port")
+    [[ $(redis_cli "$port" ROLE | first) == master ]] && masters+=("$port")
 done
 ((${#masters[@]} == 3)) || fail "expected 3 masters, found ${#masters[@]}"
 lost=${masters[0]} intact=${masters[1]}
@@ -64,7 +64,7 @@ grep -q ' 0 differing' "$T_DIR/verify.out" || fail "replay --verify reported dif
 ok "the rebuilt shard equals the oracle, and replay --verify agrees"
 
 # --verify notices a loss (and says so with exit 5)
-key=$(redis_cli "$lost" --scan --pattern 'lb:{sum-*}:alltime' | head -n 1)
+key=$(redis_cli "$lost" --scan --pattern 'lb:{sum-*}:alltime' | first)
 [[ -n $key ]] || fail "no sum board on $lost"
 redis_cli "$lost" DEL "$key" >/dev/null
 status=0
@@ -106,7 +106,7 @@ replay --node "127.0.0.1:$intact" --verify >/dev/null 2>&1 || fail "--verify of 
 ok "replaying slots that lost nothing changed no score, member or expiry"
 
 # one window of one board: only that key is rebuilt, the rest stays live
-wkey=$(redis_cli "$intact" --scan --pattern 'lb:{lat-*}:weekly:*' | grep -v '~ts$' | head -n 1)
+wkey=$(redis_cli "$intact" --scan --pattern 'lb:{lat-*}:weekly:*' | grep -v '~ts$' | first)
 [[ -n $wkey ]] || fail "no weekly key of a latest board on $intact"
 wboard=${wkey#lb:\{}
 wboard=${wboard%%\}*}
@@ -157,7 +157,7 @@ grep -q 'staging key(s) left by an earlier run are deleted' "$T_DIR/kill2.out" |
     fail "the plan does not list the leftover staging keys"
 kill -9 "$rpid"
 wait "$rpid" 2>/dev/null || true
-swapped=$(grep -o "board '[^']*': swapped" "$T_DIR/kill2.err" | head -n 1 | cut -d"'" -f2)
+swapped=$(grep -o "board '[^']*': swapped" "$T_DIR/kill2.err" | first | cut -d"'" -f2)
 ok "replay SIGKILLed after swapping board '$swapped' of $(grep -o 'swapped (1 of [0-9]*' "$T_DIR/kill2.err" | awk '{ print $4 }')"
 # c. run again: the plan names what the dead runs left; the end state is exact
 replay --node "127.0.0.1:$lost" >"$T_DIR/again.out" 2>"$T_DIR/again.err" ||

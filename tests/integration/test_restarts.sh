@@ -58,7 +58,7 @@ stop_projector "$PROJECTOR_PID"
 produce -n 200000 --seed 133 "${gen[@]}"
 lost=
 for p in $(live_ports); do
-    [[ $(redis_cli "$p" ROLE | head -n 1) == master ]] && lost=$p && break
+    [[ $(redis_cli "$p" ROLE | first) == master ]] && lost=$p && break
 done
 redis_cli "$lost" FLUSHALL >/dev/null
 start_projector projector "$T_DIR/projector.yaml"
@@ -68,7 +68,7 @@ replay_pid=$!
 T_PIDS+=("$replay_pid")
 wait_log "$T_DIR/replay.err" 'events read' 30
 lb_kafka_stop 2>>"$T_DIR/kafka-restart.log" || fail "stopping Kafka failed"
-c1=$(awk '/"applied"/ { print $2 }' <(curl -sf "$url/metrics") | head -n 1)
+c1=$(awk '/"applied"/ { print $2 }' <(curl -sf "$url/metrics") | first)
 ((${c1:-0} < 200000)) || fail "the projector had applied the whole backlog before Kafka stopped"
 log "Kafka stopped while the projector drains (applied $c1 of the 200000-event backlog) and replay reads"
 sleep 20

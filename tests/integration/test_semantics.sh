@@ -64,7 +64,7 @@ key="" port=""
 for i in 0 1 2 3 4 5; do
     port=$(redis_port "$i")
     [[ $(redis_cli "$port" ROLE | head -n 1) == master ]] || continue
-    key=$(redis_cli "$port" --scan --pattern 'lb:{sum-*}:alltime' | head -n 1)
+    key=$(redis_cli "$port" --scan --pattern 'lb:{sum-*}:alltime' | first)
     [[ -z $key ]] || break
 done
 [[ -n $key ]] || fail "no sum board's alltime key on any master"

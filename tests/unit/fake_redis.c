@@ -51,12 +51,14 @@ static int serve(struct fake_redis *f, int fd, redisReader *reader)
     void *parsed;
     while (redisReaderGetReply(reader, &parsed) == REDIS_OK && parsed) {
         redisReply *cmd = parsed;
-        char *argv[64];
+        size_t n = cmd->type == REDIS_REPLY_ARRAY ? cmd->elements : 0;
+        char **argv = calloc(n + 1, sizeof(*argv));
         int argc = 0;
-        for (size_t i = 0; cmd->type == REDIS_REPLY_ARRAY && i < cmd->elements && argc < 64; i++)
+        for (size_t i = 0; argv && i < n; i++)
             argv[argc++] = cmd->element[i]->str;
         record(f, argc, argv);
-        const char *reply = f->handler(f, argc, argv, f->ctx);
+        const char *reply = argv ? f->handler(f, argc, argv, f->ctx) : NULL;
+        free(argv);
         freeReplyObject(cmd);
         if (!reply)
             return -1;

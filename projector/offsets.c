@@ -1,0 +1,236 @@
+/* Offset tracking; see offsets.h for the rules.
+ *
+ * A pod owns a few dozen partitions at most, so the table is a plain array
+ * searched linearly, with the last hit tried first: the records of a batch
+ * come in runs of one partition.
+ */
+#include "offsets.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct part {
+    char *topic;
+    int32_t partition;
+    int64_t committed, committed_wall_ms;
+    int64_t sent; /* last offset sent for commit (or committed) */
+    int64_t next;
+    int64_t hold;
+    enum lb_hold_reason reason;
+    uint64_t waiting;
+    int paused;
+    int64_t backoff_ms, retry_at_ms;
+    int64_t last_hold;           /* offset of the last hold, to see progress past it */
+    enum lb_hold_reason stalled; /* held, or read again since, and not past it yet */
+};
+
+struct lb_offsets {
+    struct part *parts;
+    size_t count, cap, last;
+    uint64_t bound;
+    int64_t min_ms, max_ms;
+};
+
+const char *lb_hold_reason_name(enum lb_hold_reason reason)
+{
+    static const char *const names[LB_HOLD__COUNT] = {
+        [LB_HOLD_NONE] = "none", [LB_HOLD_REDIS] = "redis",       [LB_HOLD_BOARD] = "board",
+        [LB_HOLD_DLQ] = "dlq",   [LB_HOLD_STOPPING] = "stopping",
+    };
+    return reason >= 0 && reason < LB_HOLD__COUNT ? names[reason] : "?";
+}
+
+struct lb_offsets *lb_offsets_new(uint64_t bound, int64_t min_ms, int64_t max_ms)
+{
+    struct lb_offsets *o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
+    o->bound = bound;
+    o->min_ms = min_ms;
+    o->max_ms = max_ms;
+    return o;
+}
+
+void lb_offsets_free(struct lb_offsets *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; i < o->count; i++)
+        free(o->parts[i].topic);
+    free(o->parts);
+    free(o);
+}
+
+static struct part *find(const struct lb_offsets *o, const char *topic, int32_t partition)
+{
+    struct lb_offsets *m = (struct lb_offsets *)o; /* the cache is not state */
+    if (m->last < m->count && m->parts[m->last].partition == partition &&
+        strcmp(m->parts[m->last].topic, topic) == 0)
+        return &m->parts[m->last];
+    for (size_t i = 0; i < m->count; i++)
+        if (m->parts[i].partition == partition && strcmp(m->parts[i].topic, topic) == 0) {
+            m->last = i;
+            return &m->parts[i];
+        }
+    return NULL;
+}
+
+int lb_offsets_assign(struct lb_offsets *o, const char *topic, int32_t partition, int64_t committed,
+                      int64_t wall_ms)
+{
+    struct part *p = find(o, topic, partition);
+    if (!p) {
+        if (o->count == o->cap) {
+            size_t cap = o->cap ? o->cap * 2 : 16;
+            struct part *grown = realloc(o->parts, cap * sizeof(*grown));
+            if (!grown)
+                return -1;
+            o->parts = grown;
+            o->cap = cap;
+        }
+        char *name = strdup(topic);
+        if (!name)
+            return -1;
+        p = &o->parts[o->count++];
+        memset(p, 0, sizeof(*p));
+        p->topic = name;
+        p->partition = partition;
+    }
+    p->committed = committed < 0 ? -1 : committed;
+    p->sent = p->next = p->committed;
+    p->committed_wall_ms = wall_ms;
+    p->hold = p->last_hold = -1;
+    p->reason = p->stalled = LB_HOLD_NONE;
+    p->waiting = 0;
+    p->paused = 0;
+    p->backoff_ms = o->min_ms;
+    return 0;
+}
+
+void lb_offsets_revoke(struct lb_offsets *o, const char *topic, int32_t partition)
+{
+    struct part *p = find(o, topic, partition);
+    if (!p)
+        return;
+    free(p->topic);
+    *p = o->parts[--o->count];
+    o->last = 0;
+}
+
+int lb_offsets_settle(struct lb_offsets *o, const char *topic, int32_t partition, int64_t offset,
+                      enum lb_hold_reason reason, int64_t mono_ms)
+{
+    struct part *p = find(o, topic, partition);
+    if (!p || p->hold >= 0 || (p->next >= 0 && offset < p->next))
+        return 0; /* not ours, held already (nothing past a hold counts), or seen */
+    if (reason == LB_HOLD_NONE) {
+        p->next = offset + 1;
+        if (offset >= p->last_hold) { /* progress past the last hold */
+            p->backoff_ms = o->min_ms;
+            p->stalled = LB_HOLD_NONE;
+        }
+        return 0;
+    }
+    p->hold = p->last_hold = offset;
+    p->reason = p->stalled = reason;
+    p->waiting = 0;
+    p->retry_at_ms = mono_ms + p->backoff_ms;
+    p->backoff_ms = p->backoff_ms * 2 > o->max_ms ? o->max_ms : p->backoff_ms * 2;
+    return 1;
+}
+
+int lb_offsets_polled(struct lb_offsets *o, const char *topic, int32_t partition)
+{
+    struct part *p = find(o, topic, partition);
+    if (!p || p->hold < 0 || p->paused)
+        return 0;
+    return ++p->waiting > o->bound;
+}
+
+void lb_offsets_paused(struct lb_offsets *o, const char *topic, int32_t partition)
+{
+    struct part *p = find(o, topic, partition);
+    if (p)
+        p->paused = 1;
+}
+
+int lb_offsets_is_held(const struct lb_offsets *o, const char *topic, int32_t partition)
+{
+    const struct part *p = find(o, topic, partition);
+    return p && p->hold >= 0;
+}
+
+size_t lb_offsets_rewind_due(struct lb_offsets *o, int64_t mono_ms,
+                             void (*rewind)(void *ctx, const char *topic, int32_t partition,
+                                            int64_t offset, int was_paused),
+                             void *ctx)
+{
+    size_t due = 0;
+    for (size_t i = 0; i < o->count; i++) {
+        struct part *p = &o->parts[i];
+        if (p->hold < 0 || mono_ms < p->retry_at_ms)
+            continue;
+        int64_t from = p->hold;
+        int was_paused = p->paused;
+        p->hold = -1;
+        p->reason = LB_HOLD_NONE;
+        p->waiting = 0;
+        p->paused = 0;
+        due++;
+        rewind(ctx, p->topic, p->partition, from, was_paused);
+    }
+    return due;
+}
+
+size_t lb_offsets_to_commit(struct lb_offsets *o,
+                            void (*each)(void *ctx, const char *topic, int32_t partition,
+                                         int64_t offset),
+                            void *ctx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < o->count; i++) {
+        struct part *p = &o->parts[i];
+        if (p->next < 0 || p->next <= p->sent)
+            continue;
+        p->sent = p->next;
+        each(ctx, p->topic, p->partition, p->next);
+        n++;
+    }
+    return n;
+}
+
+void lb_offsets_commit_result(struct lb_offsets *o, const char *topic, int32_t partition,
+                              int64_t offset, int ok, int64_t wall_ms)
+{
+    struct part *p = find(o, topic, partition);
+    if (!p)
+        return;
+    if (!ok) {
+        if (p->sent == offset)
+            p->sent = p->committed; /* send it again next time */
+        return;
+    }
+    if (offset > p->committed) {
+        p->committed = offset;
+        p->committed_wall_ms = wall_ms;
+    }
+}
+
+void lb_offsets_each(const struct lb_offsets *o,
+                     void (*each)(void *ctx, const struct lb_partition_progress *progress),
+                     void *ctx)
+{
+    for (size_t i = 0; i < o->count; i++) {
+        const struct part *p = &o->parts[i];
+        struct lb_partition_progress pp = {.topic = p->topic,
+                                           .partition = p->partition,
+                                           .committed = p->committed,
+                                           .committed_wall_ms = p->committed_wall_ms,
+                                           .next = p->next,
+                                           .hold = p->stalled ? p->last_hold : -1,
+                                           .reason = p->stalled,
+                                           .waiting = p->waiting,
+                                           .paused = p->paused};
+        each(ctx, &pp);
+    }
+}

@@ -1,0 +1,209 @@
+/* The offset tracker's rules: what is committed, where a partition holds,
+ * when it pauses, when and from where it is read again. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "offsets.h"
+
+struct commits {
+    int n;
+    char topic[8][16];
+    int32_t partition[8];
+    int64_t offset[8];
+};
+
+static void record_commit(void *ctx, const char *topic, int32_t partition, int64_t offset)
+{
+    struct commits *c = ctx;
+    strcpy(c->topic[c->n], topic);
+    c->partition[c->n] = partition;
+    c->offset[c->n++] = offset;
+}
+
+static struct commits commit(struct lb_offsets *o)
+{
+    struct commits c = {0};
+    lb_offsets_to_commit(o, record_commit, &c);
+    return c;
+}
+
+struct rewinds {
+    int n;
+    int32_t partition[8];
+    int64_t offset[8];
+    int paused[8];
+};
+
+static void record_rewind(void *ctx, const char *topic, int32_t partition, int64_t offset,
+                          int was_paused)
+{
+    struct rewinds *r = ctx;
+    (void)topic;
+    r->partition[r->n] = partition;
+    r->offset[r->n] = offset;
+    r->paused[r->n++] = was_paused;
+}
+
+static void durable_records_advance_the_commit(void **state)
+{
+    (void)state;
+    struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
+    assert_int_equal(lb_offsets_assign(o, "s", 0, 40, 1000), 0);
+    assert_int_equal(commit(o).n, 0); /* nothing new since the group's commit */
+    for (int64_t off = 40; off < 45; off++)
+        lb_offsets_settle(o, "s", 0, off, LB_HOLD_NONE, 0);
+    struct commits c = commit(o);
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.offset[0], 45);
+    assert_int_equal(commit(o).n, 0); /* sent once */
+    lb_offsets_free(o);
+}
+
+static void a_partition_commits_no_further_than_its_first_record_not_durable(void **state)
+{
+    (void)state;
+    struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
+    lb_offsets_assign(o, "s", 0, -1, 1000);
+    lb_offsets_assign(o, "s", 1, 7, 1000);
+    assert_int_equal(lb_offsets_settle(o, "s", 0, 0, LB_HOLD_NONE, 0), 0);
+    assert_int_equal(lb_offsets_settle(o, "s", 0, 1, LB_HOLD_BOARD, 0), 1);
+    /* later records, durable or not, do not move it */
+    assert_int_equal(lb_offsets_settle(o, "s", 0, 2, LB_HOLD_NONE, 0), 0);
+    assert_int_equal(lb_offsets_settle(o, "s", 0, 3, LB_HOLD_REDIS, 0), 0);
+    /* the other partition flows */
+    lb_offsets_settle(o, "s", 1, 7, LB_HOLD_NONE, 0);
+    lb_offsets_settle(o, "s", 1, 8, LB_HOLD_NONE, 0);
+    struct commits c = commit(o);
+    assert_int_equal(c.n, 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(c.offset[i], c.partition[i] == 0 ? 1 : 9);
+    assert_true(lb_offsets_is_held(o, "s", 0));
+    assert_false(lb_offsets_is_held(o, "s", 1));
+    lb_offsets_free(o);
+}
+
+static void a_held_partition_pauses_past_the_bound(void **state)
+{
+    (void)state;
+    struct lb_offsets *o = lb_offsets_new(3, 100, 5000);
+    lb_offsets_assign(o, "s", 0, 0, 1000);
+    assert_int_equal(lb_offsets_polled(o, "s", 0), 0); /* not held: never */
+    lb_offsets_settle(o, "s", 0, 0, LB_HOLD_DLQ, 0);
+    assert_int_equal(lb_offsets_polled(o, "s", 0), 0);
+    assert_int_equal(lb_offsets_polled(o, "s", 0), 0);
+    assert_int_equal(lb_offsets_polled(o, "s", 0), 0);
+    assert_int_equal(lb_offsets_polled(o, "s", 0), 1); /* the fourth past the hold */
+    lb_offsets_paused(o, "s", 0);
+    assert_int_equal(lb_offsets_polled(o, "s", 0), 0); /* said once */
+    lb_offsets_free(o);
+}
+
+static void a_held_partition_is_read_again_from_its_hold_after_a_growing_back_off(void **state)
+{
+    (void)state;
+    struct lb_offsets *o = lb_offsets_new(1, 100, 400);
+    struct rewinds r = {0};
+    lb_offsets_assign(o, "s", 0, 10, 1000);
+    lb_offsets_settle(o, "s", 0, 10, LB_HOLD_NONE, 0);
+    lb_offsets_settle(o, "s", 0, 11, LB_HOLD_REDIS, 1000);
+    lb_offsets_polled(o, "s", 0);
+    assert_int_equal(lb_offsets_polled(o, "s", 0), 1);
+    lb_offsets_paused(o, "s", 0);
+    assert_int_equal(lb_offsets_rewind_due(o, 1099, record_rewind, &r), 0);
+    assert_int_equal(lb_offsets_rewind_due(o, 1100, record_rewind, &r), 1);
+    assert_int_equal(r.offset[0], 11);
+    assert_true(r.paused[0]);
+    assert_false(lb_offsets_is_held(o, "s", 0));
+    /* read again and it fails again: held again, the back-off doubled */
+    lb_offsets_settle(o, "s", 0, 11, LB_HOLD_REDIS, 2000);
+    assert_int_equal(lb_offsets_rewind_due(o, 2199, record_rewind, &r), 0);
+    assert_int_equal(lb_offsets_rewind_due(o, 2200, record_rewind, &r), 1);
+    lb_offsets_settle(o, "s", 0, 11, LB_HOLD_REDIS, 3000);
+    assert_int_equal(lb_offsets_rewind_due(o, 3399, record_rewind, &r), 0);
+    assert_int_equal(lb_offsets_rewind_due(o, 3400, record_rewind, &r), 1);
+    lb_offsets_settle(o, "s", 0, 11, LB_HOLD_REDIS, 4000); /* capped at 400 */
+    assert_int_equal(lb_offsets_rewind_due(o, 4400, record_rewind, &r), 1);
+    /* progress past the hold resets the back-off */
+    lb_offsets_settle(o, "s", 0, 11, LB_HOLD_NONE, 5000);
+    lb_offsets_settle(o, "s", 0, 12, LB_HOLD_NONE, 5000);
+    lb_offsets_settle(o, "s", 0, 13, LB_HOLD_REDIS, 6000);
+    assert_int_equal(lb_offsets_rewind_due(o, 6100, record_rewind, &r), 1);
+    assert_int_equal(r.offset[r.n - 1], 13);
+    assert_int_equal(commit(o).offset[0], 13);
+    lb_offsets_free(o);
+}
+
+static void a_refused_commit_is_sent_again_and_an_acknowledged_one_moves_committed(void **state)
+{
+    (void)state;
+    struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
+    lb_offsets_assign(o, "s", 3, 5, 1000);
+    lb_offsets_settle(o, "s", 3, 5, LB_HOLD_NONE, 0);
+    assert_int_equal(commit(o).offset[0], 6);
+    lb_offsets_commit_result(o, "s", 3, 6, 0, 2000);
+    assert_int_equal(commit(o).offset[0], 6); /* again */
+    lb_offsets_commit_result(o, "s", 3, 6, 1, 3000);
+    assert_int_equal(commit(o).n, 0);
+    lb_offsets_free(o);
+}
+
+static void seen(void *ctx, const struct lb_partition_progress *pp)
+{
+    *(struct lb_partition_progress *)ctx = *pp;
+}
+
+static void progress_shows_the_commit_and_the_hold_with_its_reason(void **state)
+{
+    (void)state;
+    struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
+    struct lb_partition_progress pp;
+    lb_offsets_assign(o, "s", 2, 100, 1000);
+    lb_offsets_each(o, seen, &pp);
+    assert_int_equal(pp.committed, 100);
+    assert_int_equal(pp.committed_wall_ms, 1000);
+    assert_int_equal(pp.hold, -1);
+    lb_offsets_settle(o, "s", 2, 100, LB_HOLD_NONE, 0);
+    lb_offsets_settle(o, "s", 2, 101, LB_HOLD_DLQ, 0);
+    commit(o);
+    lb_offsets_commit_result(o, "s", 2, 101, 1, 5000);
+    lb_offsets_each(o, seen, &pp);
+    assert_int_equal(pp.committed, 101);
+    assert_int_equal(pp.committed_wall_ms, 5000);
+    assert_int_equal(pp.hold, 101);
+    assert_int_equal(pp.reason, LB_HOLD_DLQ);
+    assert_string_equal(lb_hold_reason_name(pp.reason), "dlq");
+    /* read again: still shown as held (its commit has not moved) until the
+     * held record is durable */
+    struct rewinds r = {0};
+    assert_int_equal(lb_offsets_rewind_due(o, 1000000, record_rewind, &r), 1);
+    lb_offsets_each(o, seen, &pp);
+    assert_int_equal(pp.hold, 101);
+    assert_int_equal(pp.reason, LB_HOLD_DLQ);
+    lb_offsets_settle(o, "s", 2, 101, LB_HOLD_NONE, 0);
+    lb_offsets_each(o, seen, &pp);
+    assert_int_equal(pp.hold, -1);
+    assert_int_equal(pp.reason, LB_HOLD_NONE);
+    lb_offsets_revoke(o, "s", 2);
+    pp.partition = -1;
+    lb_offsets_each(o, seen, &pp);
+    assert_int_equal(pp.partition, -1); /* forgotten */
+    lb_offsets_free(o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(durable_records_advance_the_commit),
+        cmocka_unit_test(a_partition_commits_no_further_than_its_first_record_not_durable),
+        cmocka_unit_test(a_held_partition_pauses_past_the_bound),
+        cmocka_unit_test(a_held_partition_is_read_again_from_its_hold_after_a_growing_back_off),
+        cmocka_unit_test(a_refused_commit_is_sent_again_and_an_acknowledged_one_moves_committed),
+        cmocka_unit_test(progress_shows_the_commit_and_the_hold_with_its_reason),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
