@@ -49,10 +49,11 @@ fi
 . "$here/services.sh"
 lib=$(lb_fetch_kafka_jars)
 jars=$(find "$lib" -maxdepth 1 -name '*.jar' | wc -l)
+promtool=$(lb_fetch_promtool)
 
 if ((${#missing[@]} > 0)); then
     got="installed: ${missing[*]}"
 else
     got="nothing to install"
 fi
-echo "install-deps: ${#packages[@]} packages ok ($got); kafka $_lb_kafka_version: $jars jars in $lib"
+echo "install-deps: ${#packages[@]} packages ok ($got); kafka $_lb_kafka_version: $jars jars in $lib; $promtool"

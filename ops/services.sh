@@ -401,10 +401,18 @@ lb_redis_seeds() (
 
 # _lb_redis_alive PID PORT - PID is the node of PORT: redis-server with
 # ":PORT" in its title, or, before it has initialised and set that title,
-# with its own redis.conf on the command line.
+# with its own redis.conf on the command line. While Redis rewrites its
+# title the command line shows neither for a moment: a redis-server seen so
+# is looked at again.
 _lb_redis_alive() {
-    _lb_pid_alive_as "$1" redis-server ":$2" ||
-        _lb_pid_alive_as "$1" redis-server "$(lb_state_dir)/redis/$2/redis.conf"
+    local i
+    for i in 1 2 3 4; do
+        _lb_pid_alive_as "$1" redis-server ":$2" && return 0
+        _lb_pid_alive_as "$1" redis-server "$(lb_state_dir)/redis/$2/redis.conf" && return 0
+        _lb_pid_alive_as "$1" redis-server || return 1
+        sleep 0.05
+    done
+    return 1
 }
 
 # lb_redis_pid PORT - pid of the node on PORT if it is running.
@@ -775,12 +783,12 @@ lb_redis_node_destroy() (
         done
     fi
     rm -rf "${_rdir:?}/$port"
-    local -a ports keep=()
+    local -a ports others=()
     mapfile -t ports < <(_lb_redis_known_ports)
     for p in "${ports[@]}"; do
-        [[ $p == "$port" ]] || keep+=("$p")
+        [[ $p == "$port" ]] || others+=("$p")
     done
-    printf '%s\n' "${keep[*]}" >"$_rmanifest"
+    printf '%s\n' "${others[*]}" >"$_rmanifest"
     return 0
 )
 
@@ -867,6 +875,39 @@ lb_fetch_kafka_jars() (
         fi
     fi
     printf '%s\n' "$dest/lib"
+)
+
+# lb_fetch_promtool - make sure Prometheus' promtool (for testing the alert
+# rules) is in the cache and print its path. It comes from Debian's
+# prometheus package, unpacked without installing it (no service started).
+lb_fetch_promtool() (
+    _lb_isolate
+    local dest tmp
+    dest=${LB_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/leaderboard-projector}/promtool
+    if [[ -x $dest/promtool ]]; then
+        printf '%s\n' "$dest/promtool"
+        return 0
+    fi
+    mkdir -p "${dest%/*}" || return 1
+    tmp=$(mktemp -d "${dest%/*}/.promtool.XXXXXX") || return 1
+    chmod 755 "$tmp"
+    _lb_msg "promtool: fetching Debian's prometheus package for its promtool"
+    if ! (cd "$tmp" && apt-get download prometheus) >"$tmp/apt.log" 2>&1 ||
+        ! dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" >>"$tmp/apt.log" 2>&1 ||
+        [[ ! -x $tmp/x/usr/bin/promtool ]]; then
+        _lb_msg "promtool: could not get it from the prometheus package"
+        _lb_tail_logs 10 "$tmp/apt.log"
+        rm -rf "$tmp"
+        return 1
+    fi
+    mkdir -p "$tmp/bin" && mv "$tmp/x/usr/bin/promtool" "$tmp/bin/promtool"
+    rm -rf "$tmp/x" "$tmp"/*.deb "$tmp/apt.log"
+    if ! mv -T "$tmp/bin" "$dest" 2>/dev/null; then
+        rm -rf "$tmp"
+        [[ -x $dest/promtool ]] || return 1
+    fi
+    rm -rf "$tmp"
+    printf '%s\n' "$dest/promtool"
 )
 
 _lb_kafka_cfg() {

@@ -10,6 +10,8 @@
 #      Kafka broker, started and stopped by the tests themselves, with the
 #      sanitizer build of the projector and tools (a memory error, undefined
 #      behaviour or leak anywhere on those paths fails the test)
+#   6. runs the chaos soak for two minutes on the release build
+#      (ops/chaos.sh; longer runs by hand, see the README)
 #
 # Build directories: build/ and build-asan/ (reused when present).
 set -euo pipefail
@@ -48,5 +50,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print
 step "integration tests (real Redis Cluster, real Kafka, sanitizer build)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LB_BIN=$repo/build-asan/bin tests/integration/run.sh
+
+step "chaos soak, short (release build): pods, masters, Kafka and a whole shard lost under load"
+LB_BIN=$repo/build/bin ops/chaos.sh --duration 120 --seed 1
 
 step "all tests passed"

@@ -33,7 +33,9 @@
  * nothing and answer {"partial", field, marker, ...}, and the caller plans
  * the board again without the events already applied. A sum leaving
  * [sum_min, sum_max] likewise answers {"overflow", key number, member, ...}
- * and writes nothing; a key of the wrong type answers {"wrongtype", key}.
+ * and writes nothing; a key of the wrong type answers {"wrongtype", key};
+ * an expiry time Redis would refuse answers {"badarg", key}, before any
+ * write.
  * Otherwise it writes everything, sets every applied segment's marker to
  * its last offset and answers {"ok", applied segments, skipped segments}.
  */
@@ -77,6 +79,14 @@
     "                removed = {}}\n"                                                              \
     "  local n = tonumber(ARGV[pos + 2])\n"                                                        \
     "  pos = pos + 3\n"                                                                            \
+    "  if plan.expire ~= 'n' then\n"                                                               \
+    "    -- checked before any write: Redis does not undo a script's earlier\n"                    \
+    "    -- writes when a later call (PEXPIRE of a time it refuses) fails\n"                       \
+    "    local at = tonumber(plan.at)\n"                                                           \
+    "    if not at or at <= 0 or at > 9007199254740992 or at % 1 ~= 0 then\n"                      \
+    "      return {'badarg', key}\n"                                                               \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
     "  local entries = {}\n"                                                                       \
     "  for e = 1, n do\n"                                                                          \
     "    if apply[tonumber(ARGV[pos])] then entries[#entries + 1] = pos end\n"                     \

@@ -39,7 +39,8 @@
 
 #define MAX_ROUNDS  6
 #define WAIT_MARK   UINT32_MAX       /* a node queue entry for the WAIT that ends a round */
-#define SCRIPT_MARK (UINT32_MAX - 1) /* one for a SCRIPT LOAD after NOSCRIPT */
+#define SCRIPT_MARK (UINT32_MAX - 1) /* one for a SCRIPT LOAD (new connection, or NOSCRIPT) */
+#define AUTH_MARK   (UINT32_MAX - 2) /* one for the AUTH of a new connection */
 
 struct node {
     char *host;
@@ -57,6 +58,7 @@ struct node {
     int wait_needed;           /* WAIT queued in this round: replicas it must reach (0: none) */
     int wrote;                 /* a transaction was queued in this round */
     int load_script;           /* SCRIPT LOAD before the next request queued here */
+    int connecting;            /* a non-blocking connect is under way */
     int in_topology;           /* named by the last slot map read (or new since) */
     uint64_t failed_in;        /* exec call in which connecting failed (0: never) */
     uint64_t script_failed_in; /* exec call in which SCRIPT LOAD failed here */
@@ -97,7 +99,8 @@ struct lb_cluster {
     int need_refresh;
     int wait_replicas; /* -1: one when the master has a healthy replica */
     int64_t wait_timeout_ms;
-    char *script; /* loaded on every connection */
+    int64_t call_deadline; /* 0, or when the blocking call under way must end */
+    char *script;          /* loaded where a node answers NOSCRIPT */
     char script_sha[41];
     size_t last_good; /* node that answered the last refresh */
     struct run *runs;
@@ -114,6 +117,8 @@ struct lb_cluster {
     size_t round_sent; /* requests queued by lb_cluster_start */
     int round;         /* of the call in progress */
     struct lb_cluster_stats stats;
+    struct lb_ratelimit abort_said, refresh_said;
+    int no_refresh;               /* the call in progress must not block on a slot map refresh */
     enum lb_redis_error errclass; /* of errstr, for lb_cluster_command */
     char errstr[640];
     char readbuf[65536];
@@ -179,7 +184,8 @@ static void node_close(struct lb_cluster *cl, struct node *n)
     n->sent = 0;
     n->qhead = n->qlen = 0;
     n->replies = 0;
-    n->load_script = 0; /* a new connection loads it anyway */
+    n->load_script = 0; /* a new connection meets NOSCRIPT again if it must */
+    n->connecting = 0;
 }
 
 static int wait_fd(int fd, short events, int64_t deadline)
@@ -208,47 +214,25 @@ static void tune_socket(int fd)
 
 static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, size_t len,
                      redisReply **reply);
-
 static int encode_argv(struct lb_buf *buf, int argc, const char **argv, const size_t *argvlen);
 
-/* SCRIPT LOAD on a fresh connection. */
-static int load_script(struct lb_cluster *cl, struct node *n)
+/* The deadline of a blocking step that may take 'ms': sooner when the
+ * whole call has a budget (a slot map refresh blocks the caller at most
+ * command_timeout in all, however many nodes are silent). */
+static int64_t budget(const struct lb_cluster *cl, int64_t ms)
 {
-    struct lb_buf buf = {0};
-    const char *argv[] = {"SCRIPT", "LOAD", cl->script};
-    size_t argvlen[] = {6, 4, strlen(cl->script)};
-    redisReply *reply = NULL;
-    if (encode_argv(&buf, 3, argv, argvlen) != 0) {
-        set_error(cl, "out of memory");
-        node_close(cl, n);
-        return -1;
-    }
-    int rc = node_call(cl, n, buf.data, buf.len, &reply);
-    lb_buf_free(&buf);
-    if (rc != 0)
-        return -1;
-    if (reply->type != REDIS_REPLY_STRING ||
-        (cl->script_sha[0] && strcmp(reply->str, cl->script_sha) != 0)) {
-        /* A different SHA1 would make every EVALSHA fail: stop here. */
-        set_error(cl, "SCRIPT LOAD on %s failed: %.200s", n->name,
-                  reply->type == REDIS_REPLY_ERROR    ? reply->str
-                  : reply->type == REDIS_REPLY_STRING ? "the SHA1 differs from ours"
-                                                      : "unexpected reply");
-        freeReplyObject(reply);
-        node_close(cl, n);
-        return -1;
-    }
-    freeReplyObject(reply);
-    return 0;
+    int64_t deadline = lb_monotonic_ms() + ms;
+    return cl->call_deadline && cl->call_deadline < deadline ? cl->call_deadline : deadline;
 }
 
-/* Opens a non-blocking connection within the connect timeout, then
- * authenticates and loads the script. Returns 0 or -1 with cl->errstr set. */
+/* Opens a connection within the connect timeout (and the call's budget,
+ * cl->call_deadline), then authenticates; the script is loaded when a node
+ * answers NOSCRIPT. Returns 0 or -1 with cl->errstr set. */
 static int node_connect(struct lb_cluster *cl, struct node *n)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
     char port[16];
-    int64_t deadline = lb_monotonic_ms() + cl->connect_timeout_ms;
+    int64_t deadline = budget(cl, cl->connect_timeout_ms);
     int err = 0;
 
     if (n->fd >= 0)
@@ -323,10 +307,73 @@ static int node_connect(struct lb_cluster *cl, struct node *n)
         }
         freeReplyObject(reply);
     }
-    if (cl->script && load_script(cl, n) != 0)
-        return -1;
     LB_DEBUG("redis", "connected to %s", n->name);
     return 0;
+}
+
+static int queue_push(struct node *n, uint32_t request);
+static int queue_script_load(struct lb_cluster *cl, struct node *n);
+
+/* Starts a non-blocking connect to 'n' and queues AUTH ahead of the
+ * requests that follow: they travel in one pipeline, and the
+ * I/O loop finishes the connect, so opening a connection never blocks the
+ * caller. Their replies are checked like any other (on_reply). Returns 0,
+ * or -1 with cl->errstr set when not even the connect could start. */
+static int node_open(struct lb_cluster *cl, struct node *n)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
+    char port[16];
+    int err = ECONNREFUSED;
+
+    snprintf(port, sizeof(port), "%d", n->port);
+    int rc = getaddrinfo(n->host, port, &hints, &res);
+    if (rc != 0) {
+        set_error(cl, "cannot resolve %s: %s", n->name, gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai && n->fd < 0; ai = ai->ai_next) {
+        int fd =
+            socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            n->connecting = 0;
+        } else if (errno == EINPROGRESS) {
+            n->connecting = 1;
+        } else {
+            err = errno;
+            close(fd);
+            continue;
+        }
+        n->fd = fd;
+    }
+    freeaddrinfo(res);
+    if (n->fd < 0) {
+        cl->stats.connection_errors++;
+        set_error(cl, "cannot connect to Redis %s: %s", n->name, strerror(err));
+        return -1;
+    }
+    if (!n->connecting)
+        tune_socket(n->fd);
+    if (!(n->reader = redisReaderCreate()))
+        goto oom;
+    if (cl->password) {
+        const char *argv[3] = {"AUTH", cl->user ? cl->user : cl->password, cl->password};
+        size_t argvlen[3] = {4, strlen(argv[1]), strlen(argv[2])};
+        int argc = cl->user ? 3 : 2;
+        if (argc == 2)
+            argvlen[1] = strlen(argv[1]);
+        if (encode_argv(&n->out, argc, argv, argvlen) != 0 || queue_push(n, AUTH_MARK) != 0)
+            goto oom;
+    }
+    n->deadline = lb_monotonic_ms() + cl->connect_timeout_ms + cl->command_timeout_ms;
+    return 0;
+oom:
+    node_close(cl, n);
+    set_error(cl, "out of memory");
+    return -1;
 }
 
 /* Feeds whatever the socket has into the reader. Returns bytes read, 0 on
@@ -346,7 +393,7 @@ static ssize_t node_read(struct lb_cluster *cl, struct node *n)
 static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, size_t len,
                      redisReply **reply)
 {
-    int64_t deadline = lb_monotonic_ms() + cl->command_timeout_ms;
+    int64_t start = lb_monotonic_ms(), deadline = budget(cl, cl->command_timeout_ms);
     size_t sent = 0;
     void *r = NULL;
 
@@ -378,8 +425,7 @@ static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, s
     }
 timeout:
     cl->stats.timeouts++;
-    set_error(cl, "Redis %s did not answer within %lld ms", n->name,
-              (long long)cl->command_timeout_ms);
+    set_error(cl, "Redis %s did not answer within %lld ms", n->name, (long long)(deadline - start));
     node_close(cl, n);
     return -1;
 broken:
@@ -734,12 +780,14 @@ int lb_cluster_refresh(struct lb_cluster *cl)
     }
     cl->stats.refreshes++;
     /* The node that answered last time first, then every known node:
-     * seeds, masters and replicas alike. */
-    for (size_t k = 0; k < cl->nnodes; k++) {
+     * seeds, masters and replicas alike, within one budget. */
+    cl->call_deadline = lb_monotonic_ms() + cl->command_timeout_ms;
+    for (size_t k = 0; k < cl->nnodes && lb_monotonic_ms() < cl->call_deadline; k++) {
         size_t i = (cl->last_good + k) % cl->nnodes;
         if (cl->nodes[i]->qlen)
             continue; /* busy inside an exec round; not used here */
         if (refresh_from(cl, i, t, first_error, sizeof(first_error)) == 0) {
+            cl->call_deadline = 0;
             cl->need_refresh = 0;
             cl->last_good = i;
             topology_free(t);
@@ -747,7 +795,10 @@ int lb_cluster_refresh(struct lb_cluster *cl)
             return 0;
         }
     }
+    cl->call_deadline = 0;
     topology_free(t);
+    /* the next refresh starts elsewhere: a silent node does not eat every budget */
+    cl->last_good = (cl->last_good + 1) % cl->nnodes;
     cl->errclass = LB_REDIS_RETRY;
     set_error(cl, "no Redis node could serve the slot map%s%s",
               first_error[0] ? "; first error: " : "", first_error);
@@ -932,6 +983,9 @@ static void on_wait_reply(struct lb_cluster *cl, struct node *n, const redisRepl
     fail_unreplicated(cl, n, why);
 }
 
+static void node_abort_as(struct lb_cluster *cl, struct node *n, const char *why,
+                          enum lb_redis_error class);
+
 /* The reply to a SCRIPT LOAD queued after NOSCRIPT. If it failed, the
  * requests resent behind it will meet NOSCRIPT again: they fail with this
  * reason instead of looping. */
@@ -955,14 +1009,23 @@ static void on_script_reply(struct lb_cluster *cl, struct node *n, const redisRe
 static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
 {
     uint32_t index = n->queue[n->qhead];
-    if (index == WAIT_MARK || index == SCRIPT_MARK) {
-        if (index == WAIT_MARK)
-            on_wait_reply(cl, n, r);
-        else
-            on_script_reply(cl, n, r);
-        freeReplyObject(r);
+    if (index == WAIT_MARK || index == SCRIPT_MARK || index == AUTH_MARK) {
         n->qhead++;
         n->qlen--;
+        if (index == WAIT_MARK)
+            on_wait_reply(cl, n, r);
+        else if (index == SCRIPT_MARK)
+            on_script_reply(cl, n, r);
+        else if (r->type == REDIS_REPLY_ERROR) {
+            /* the server's message never contains the password */
+            char why[560];
+            enum lb_redis_error class = lb_redis_classify(r->str);
+            snprintf(why, sizeof(why), "AUTH on %s failed: %.200s", n->name, r->str);
+            freeReplyObject(r);
+            node_abort_as(cl, n, why, class);
+            return;
+        }
+        freeReplyObject(r);
         return;
     }
     struct lb_request *req = &cl->requests[index];
@@ -1024,23 +1087,30 @@ static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
 /* Fails every request still queued on 'n' and closes it. If the round's
  * WAIT had not answered yet, the requests already answered fail too: their
  * writes may not have reached a replica. */
-static void node_abort(struct lb_cluster *cl, struct node *n, const char *why)
+static void node_abort_as(struct lb_cluster *cl, struct node *n, const char *why,
+                          enum lb_redis_error class)
 {
     for (size_t i = 0; i < n->qlen; i++) {
-        if (n->queue[n->qhead + i] == WAIT_MARK) {
+        uint32_t index = n->queue[n->qhead + i];
+        if (index == WAIT_MARK) {
             fail_unreplicated(cl, n, why);
             continue;
         }
-        if (n->queue[n->qhead + i] == SCRIPT_MARK)
+        if (index == SCRIPT_MARK || index == AUTH_MARK)
             continue;
-        struct run *run = &cl->runs[n->queue[n->qhead + i]];
+        struct run *run = &cl->runs[index];
         run->redirect = REDIRECT_NONE;
-        fail_run(run, LB_REDIS_RETRY, "%s", why);
+        fail_run(run, class, "%s", why);
         run->done = 1;
     }
-    LB_WARN("redis", "%s", why);
+    lb_log_every(&cl->abort_said, 5000, LB_LOG_WARN, "redis", "%s", why);
     node_close(cl, n);
     cl->need_refresh = 1;
+}
+
+static void node_abort(struct lb_cluster *cl, struct node *n, const char *why)
+{
+    node_abort_as(cl, n, why, LB_REDIS_RETRY);
 }
 
 static int grow_pollfds(struct lb_cluster *cl)
@@ -1063,6 +1133,22 @@ static int grow_pollfds(struct lb_cluster *cl)
 static void node_io(struct lb_cluster *cl, struct node *n, short revents)
 {
     char why[400];
+    if (n->connecting) {
+        if (!(revents & (POLLOUT | POLLERR | POLLHUP)))
+            return;
+        int err = 0;
+        socklen_t errlen = sizeof(err);
+        if (getsockopt(n->fd, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0)
+            err = errno;
+        if (err) {
+            cl->stats.connection_errors++;
+            snprintf(why, sizeof(why), "cannot connect to Redis %s: %s", n->name, strerror(err));
+            node_abort(cl, n, why);
+            return;
+        }
+        n->connecting = 0;
+        tune_socket(n->fd);
+    }
     if (revents & POLLOUT) {
         /* send, not write: a node that hung up must not SIGPIPE the tool */
         ssize_t w = send(n->fd, n->out.data + n->sent, n->out.len - n->sent, MSG_NOSIGNAL);
@@ -1105,46 +1191,68 @@ static void node_io(struct lb_cluster *cl, struct node *n, short revents)
     }
 }
 
-/* Drives every node's I/O until all queues are empty. A node that stays
- * silent for the command timeout is given up on. */
-static void run_io(struct lb_cluster *cl)
+/* One step of every node's I/O: waits at most 'max_wait_ms' (and never past
+ * a node's deadline) for sockets to be ready, serves them, and gives up on
+ * nodes silent past their deadline. Returns 1 when no node has anything
+ * queued. */
+static int io_step(struct lb_cluster *cl, int64_t max_wait_ms)
 {
     if (grow_pollfds(cl) != 0) {
         for (size_t i = 0; i < cl->nnodes; i++)
             if (cl->nodes[i]->qlen)
                 node_abort(cl, cl->nodes[i], "out of memory");
-        return;
+        return 1;
     }
-    for (;;) {
-        nfds_t count = 0;
-        int64_t now = lb_monotonic_ms(), wake = INT64_MAX;
-        for (size_t i = 0; i < cl->nnodes; i++) {
-            struct node *n = cl->nodes[i];
-            if (!n->qlen)
-                continue;
-            if (n->deadline <= now) {
-                char why[400];
-                cl->stats.timeouts++;
-                snprintf(why, sizeof(why), "Redis %s did not answer within %lld ms", n->name,
-                         (long long)cl->command_timeout_ms);
-                node_abort(cl, n, why);
-                continue;
-            }
-            if (n->deadline < wake)
-                wake = n->deadline;
-            cl->pfds[count] = (struct pollfd){
-                .fd = n->fd, .events = (short)(POLLIN | (n->sent < n->out.len ? POLLOUT : 0))};
-            cl->pfd_node[count++] = (int32_t)i;
+    nfds_t count = 0;
+    int64_t now = lb_monotonic_ms(), wake = now + max_wait_ms;
+    for (size_t i = 0; i < cl->nnodes; i++) {
+        struct node *n = cl->nodes[i];
+        if (!n->qlen)
+            continue;
+        if (n->deadline <= now) {
+            char why[400];
+            cl->stats.timeouts++;
+            snprintf(why, sizeof(why), "Redis %s did not answer within %lld ms", n->name,
+                     (long long)cl->command_timeout_ms);
+            node_abort(cl, n, why);
+            continue;
         }
-        if (!count)
-            return;
-        int rc = poll(cl->pfds, count, (int)(wake - now));
-        if (rc < 0 && errno != EINTR)
-            rc = 0; /* treat like a timeout: the deadlines decide */
-        for (nfds_t k = 0; rc > 0 && k < count; k++)
-            if (cl->pfds[k].revents)
-                node_io(cl, cl->nodes[cl->pfd_node[k]], cl->pfds[k].revents);
+        if (n->deadline < wake)
+            wake = n->deadline;
+        cl->pfds[count] = (struct pollfd){
+            .fd = n->fd,
+            .events = (short)(POLLIN | (n->sent < n->out.len || n->connecting ? POLLOUT : 0))};
+        cl->pfd_node[count++] = (int32_t)i;
     }
+    if (!count)
+        return 1;
+    int rc = poll(cl->pfds, count, wake > now ? (int)(wake - now) : 0);
+    if (rc < 0 && errno != EINTR)
+        rc = 0; /* treat like a timeout: the deadlines decide */
+    for (nfds_t k = 0; rc > 0 && k < count; k++)
+        if (cl->pfds[k].revents)
+            node_io(cl, cl->nodes[cl->pfd_node[k]], cl->pfds[k].revents);
+    return 0;
+}
+
+/* Drives every node's I/O until all queues are empty. A node that stays
+ * silent for the command timeout is given up on. */
+static void run_io(struct lb_cluster *cl)
+{
+    while (!io_step(cl, INT32_MAX))
+        ;
+}
+
+int lb_cluster_progress(struct lb_cluster *cl, int timeout_ms)
+{
+    if (!cl->started)
+        return 1;
+    if (io_step(cl, timeout_ms))
+        return 1;
+    for (size_t i = 0; i < cl->nnodes; i++)
+        if (cl->nodes[i]->qlen)
+            return 0;
+    return 1;
 }
 
 /* Queues SCRIPT LOAD on 'n' ahead of the requests a NOSCRIPT sends again. */
@@ -1194,7 +1302,7 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
         fail_run(run, LB_REDIS_RETRY, "%s", n->failure);
         return -1;
     }
-    if (n->fd < 0 && node_connect(cl, n) != 0) {
+    if (n->fd < 0 && node_open(cl, n) != 0) {
         n->failed_in = cl->exec_calls;
         snprintf(n->failure, sizeof(n->failure), "%.199s", cl->errstr);
         fail_run(run, LB_REDIS_RETRY, "%s", cl->errstr);
@@ -1213,7 +1321,8 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
         return -1;
     }
     if (n->qlen == 1) /* the first request of this call on this node */
-        n->deadline = lb_monotonic_ms() + cl->command_timeout_ms;
+        n->deadline = lb_monotonic_ms() + cl->command_timeout_ms +
+                      (n->connecting ? cl->connect_timeout_ms : 0);
     run->node = node;
     run->round = (uint8_t)cl->round;
     n->wrote |= req->is_txn | req->writes;
@@ -1265,8 +1374,9 @@ static void queue_waits(struct lb_cluster *cl, const size_t *queued_before, size
 static size_t dispatch_round(struct lb_cluster *cl, int round)
 {
     size_t sent = 0;
-    if (cl->need_refresh && lb_cluster_refresh(cl) != 0)
-        LB_WARN("redis", "slot map refresh failed: %s", cl->errstr);
+    if (cl->need_refresh && !cl->no_refresh && lb_cluster_refresh(cl) != 0)
+        lb_log_every(&cl->refresh_said, 5000, LB_LOG_WARN, "redis", "slot map refresh failed: %s",
+                     cl->errstr);
     /* after the refresh, which may have met new nodes */
     size_t known = cl->nnodes;
     size_t *queued_before = calloc(known ? known : 1, sizeof(*queued_before));
@@ -1299,7 +1409,7 @@ static void flush_nonblocking(struct lb_cluster *cl)
 {
     for (size_t i = 0; i < cl->nnodes; i++) {
         struct node *n = cl->nodes[i];
-        if (n->qlen && n->sent < n->out.len)
+        if (n->qlen && n->sent < n->out.len && !n->connecting)
             node_io(cl, n, POLLOUT);
     }
 }
@@ -1327,6 +1437,9 @@ void lb_cluster_start(struct lb_cluster *cl, struct lb_request *requests, size_t
         cl->capruns = count;
     }
     cl->oom = 0;
+    cl->no_refresh = 1;
+    for (size_t i = 0; i < count; i++)
+        cl->no_refresh &= requests[i].no_refresh;
     memset(cl->runs, 0, count * sizeof(*cl->runs));
     cl->exec_calls++;
     cl->round_sent = dispatch_round(cl, 0);
@@ -1403,6 +1516,20 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
 
 size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_t count)
 {
+    if (cl->started) {
+        /* a caller's bug: the call in progress owns the queues and the
+         * request indices in them; fail this one instead of mixing them */
+        LB_ERROR("redis", "internal error: a call into the cluster client while another is "
+                          "in progress; refused");
+        for (size_t i = 0; i < count; i++) {
+            requests[i].ok = 0;
+            requests[i].reply = NULL;
+            snprintf(requests[i].error, sizeof(requests[i].error),
+                     "internal error: another call is in progress on this client");
+            requests[i].error_class = LB_REDIS_FIX;
+        }
+        return count;
+    }
     lb_cluster_start(cl, requests, count);
     return lb_cluster_finish(cl);
 }

@@ -36,12 +36,11 @@ struct lb_cluster_options {
      * none. A shortfall fails that node's requests of the round. */
     int wait_replicas;
     int64_t wait_timeout_ms;
-    /* A Lua script (copied; NULL: none) loaded with SCRIPT LOAD on every
-     * new connection. A node that answers NOSCRIPT all the same (its script
-     * cache was flushed, or it was promoted or added since we connected)
-     * gets SCRIPT LOAD on the same connection, then every request it
-     * answered so is resent there, in the original order: no reconnect,
-     * no failure counted. */
+    /* A Lua script (copied; NULL: none), run with EVALSHA. A node that
+     * answers NOSCRIPT (it never saw the script: new, replaced empty,
+     * promoted, or its cache flushed) gets SCRIPT LOAD on the same
+     * connection, then every request it answered so is resent there, in
+     * the original order: no reconnect, no failure counted. */
     const char *script;
     const char *script_sha; /* what SCRIPT LOAD must answer (40 hex digits) */
 };
@@ -74,6 +73,7 @@ struct lb_request {
     uint16_t slot;
     uint8_t is_txn;
     uint8_t writes;
+    uint8_t no_refresh; /* a probe: never block on a slot map refresh for it */
     uint32_t ncommands;
     const char *bytes; /* not owned; must stay valid during lb_cluster_exec */
     size_t len;
@@ -114,7 +114,9 @@ int lb_cluster_refresh(struct lb_cluster *cluster);
 
 /* Sends every request to its slot's master and checks every reply, following
  * MOVED and ASK. Returns the number of requests that did not succeed; each
- * request's 'ok' and 'error' say which and why. */
+ * request's 'ok' and 'error' say which and why. One call at a time: during
+ * lb_cluster_start .. lb_cluster_finish every request fails at once (use a
+ * second client for work that must not wait for the call in progress). */
 size_t lb_cluster_exec(struct lb_cluster *cluster, struct lb_request *requests, size_t count);
 
 /* lb_cluster_exec in two halves, so the caller can work while Redis does:
@@ -124,6 +126,14 @@ size_t lb_cluster_exec(struct lb_cluster *cluster, struct lb_request *requests, 
  * the two, the caller must not touch 'requests' or call into the cluster. */
 void lb_cluster_start(struct lb_cluster *cluster, struct lb_request *requests, size_t count);
 size_t lb_cluster_finish(struct lb_cluster *cluster);
+
+/* Between start and finish: does the I/O that is ready within 'timeout_ms'
+ * (0: only what is ready now) and returns 1 once every reply of the first
+ * round is in (finish then returns without waiting, unless a redirection
+ * sends something again), 0 otherwise. Connections open without blocking
+ * (AUTH and SCRIPT LOAD travel in the same pipeline as the requests), so a
+ * caller that polls this never waits on a node that stopped answering. */
+int lb_cluster_progress(struct lb_cluster *cluster, int timeout_ms);
 
 /* Runs one command (argv/argvlen as in hiredis) on the master of 'slot';
  * returns its reply (caller frees with freeReplyObject) or NULL with the

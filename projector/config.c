@@ -905,7 +905,7 @@ static const struct key_def window_keys[] = {
      .type = KT_DURATION,
      .offset = W(ttl_ms),
      .min = 0,
-     .max = INT64_MAX,
+     .max = LB_TTL_MAX_MS, /* Redis refuses expiry times past this, and end + ttl must fit */
      .doc = "time windows: how long a key is kept after its window closes; custom: after its "
             "last write"},
     {.name = "dim", .type = KT_STRING, .offset = W(dim), .doc = "custom: the dims key"},

@@ -25,6 +25,10 @@ enum lb_aggregation { LB_AGG_BEST = 0, LB_AGG_LATEST, LB_AGG_SUM };
  * key stays well under 1 KiB. */
 #define LB_NAME_MAX 64
 
+/* The longest window ttl a configuration may give: 10 years. Longer ones
+ * would overflow the expiry arithmetic (Redis refuses them). */
+#define LB_TTL_MAX_MS (3650 * INT64_C(86400000))
+
 struct lb_window_config {
     enum lb_window_kind kind;
     int64_t ttl_ms; /* time windows: kept this long after the window closes; 0 = no expiry */

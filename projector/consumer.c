@@ -10,6 +10,7 @@
 #include "log.h"
 #include "offsets.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,9 @@ struct lb_consumer {
     int fatal;
     struct lb_offsets *offsets; /* what may be committed, holds, pauses */
     int64_t commit_started_ms;
-    struct lb_ratelimit held_said, paused_said;
+    struct lb_ratelimit held_said, paused_said, error_said;
+    int brokers_up;          /* brokers reachable at the last statistics, -1 before */
+    int64_t brokers_lost_ms; /* when every broker became unreachable (monotonic) */
     struct lb_consumer_stats stats;
 };
 
@@ -51,6 +54,10 @@ void lb_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const cha
                                           : LB_LOG_DEBUG;
     if (lb_kafka_log_quiet && ours < LB_LOG_INFO)
         ours = LB_LOG_INFO;
+    /* "Connect to ... failed" and its kin repeat what the error callback and
+     * the consumer's broker state already say, once: keep them for info */
+    if (strcmp(fac, "FAIL") == 0 && ours < LB_LOG_INFO)
+        ours = LB_LOG_INFO;
     lb_log(ours, "kafka", "%s: %s", fac, buf);
 }
 
@@ -64,17 +71,100 @@ static int conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, c
     return -1;
 }
 
-int lb_kafka_conf_apply(const struct lb_config *config, rd_kafka_conf_t *conf, char *err,
-                        size_t errlen)
+/* Which clients a librdkafka property is for, from librdkafka's own table
+ * (rd_kafka_conf_properties_show: a column 'C/P' of C, P or *), read once. */
+struct scope_entry {
+    char *name;
+    char scope;
+};
+static struct scope_entry *scopes;
+static size_t nscopes;
+static pthread_once_t scopes_once = PTHREAD_ONCE_INIT;
+
+static void read_scopes(void)
 {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (!out)
+        return;
+    rd_kafka_conf_properties_show(out);
+    fclose(out);
+    for (char *line = text, *end; line && *line; line = end ? end + 1 : NULL) {
+        end = strchr(line, '\n');
+        if (end)
+            *end = '\0';
+        char name[128], scope[8];
+        if (sscanf(line, "%127s | %7s |", name, scope) != 2 || strlen(scope) != 1 ||
+            !strchr("CP*", scope[0]))
+            continue;
+        struct scope_entry *grown = realloc(scopes, (nscopes + 1) * sizeof(*grown));
+        char *copy = strdup(name);
+        if (!grown || !copy) {
+            free(copy);
+            if (grown)
+                scopes = grown;
+            break;
+        }
+        scopes = grown;
+        scopes[nscopes++] = (struct scope_entry){copy, scope[0]};
+    }
+    free(text);
+}
+
+char lb_kafka_property_scope(const char *name)
+{
+    pthread_once(&scopes_once, read_scopes);
+    for (size_t i = 0; i < nscopes; i++)
+        if (strcmp(scopes[i].name, name) == 0)
+            return scopes[i].scope;
+    return 0;
+}
+
+/* Whether an error is about reaching the brokers (said once, by the
+ * consumer's broker state, rather than at every attempt). */
+static int is_transport_error(rd_kafka_resp_err_t err)
+{
+    return err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+           err == RD_KAFKA_RESP_ERR__RESOLVE || err == RD_KAFKA_RESP_ERR__TIMED_OUT;
+}
+
+/* librdkafka's error events: without this callback it would also log each
+ * one itself, a second line for what its log callback already said. */
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    static struct lb_ratelimit said;
+    (void)opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char why[512];
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof(why));
+        LB_ERROR("kafka", "fatal error %s: %s", rd_kafka_err2name(orig), why);
+        return;
+    }
+    if (is_transport_error((rd_kafka_resp_err_t)err)) {
+        LB_DEBUG("kafka", "%s", reason);
+        return;
+    }
+    lb_log_every(&said, 5000, lb_kafka_log_quiet ? LB_LOG_INFO : LB_LOG_WARN, "kafka", "%s: %s",
+                 rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+int lb_kafka_conf_apply(const struct lb_config *config, rd_kafka_conf_t *conf, rd_kafka_type_t type,
+                        char *err, size_t errlen)
+{
+    char mine = type == RD_KAFKA_CONSUMER ? 'C' : 'P';
     if (conf_set(conf, "bootstrap.servers", config->brokers, config->path, 0, err, errlen) != 0)
         return -1;
     for (size_t i = 0; i < config->nkafka_props; i++) {
         const struct lb_kv *kv = &config->kafka_props[i];
+        char scope = lb_kafka_property_scope(kv->key);
+        if (scope && scope != '*' && scope != mine)
+            continue; /* the other client's: e.g. session.timeout.ms is no producer's */
         if (conf_set(conf, kv->key, kv->value, config->path, kv->line, err, errlen) != 0)
             return -1;
     }
     rd_kafka_conf_set_log_cb(conf, lb_kafka_log_cb);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
     return 0;
 }
 
@@ -101,7 +191,12 @@ static void track_assignment(struct lb_consumer *c, const rd_kafka_topic_partiti
     for (int i = 0; i < list->cnt; i++) {
         const rd_kafka_topic_partition_t *tp = &list->elems[i];
         int64_t committed = err || tp->err || tp->offset < 0 ? -1 : tp->offset;
-        if (lb_offsets_assign(c->offsets, tp->topic, tp->partition, committed, lb_wall_ms()) != 0)
+        /* and its end, so lag is right before the first fetch answers */
+        int64_t low, high = -1;
+        if (rd_kafka_query_watermark_offsets(c->rk, tp->topic, tp->partition, &low, &high, 5000))
+            high = -1;
+        if (lb_offsets_assign(c->offsets, tp->topic, tp->partition, committed, high,
+                              lb_wall_ms()) != 0)
             c->fatal = 1; /* out of memory: stop rather than commit blindly */
     }
     rd_kafka_topic_partition_list_destroy(list);
@@ -170,6 +265,38 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     }
 }
 
+/* The statistics librdkafka emits every second, read for one thing: how
+ * many brokers (of those learned from the cluster, not the bootstrap list)
+ * are connected. Losing all and getting one back is logged once each. */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    struct lb_consumer *c = opaque;
+    int up = 0, known = 0;
+    (void)rk;
+    (void)len;
+    for (const char *p = json; (p = strstr(p, "\"nodeid\":")); p++) {
+        int id = atoi(p + 9);
+        const char *state = strstr(p, "\"state\":\"");
+        if (id < 0 || !state)
+            continue;
+        known++;
+        up += strncmp(state + 9, "UP\"", 3) == 0;
+    }
+    if (known) {
+        if (up == 0 && c->brokers_up != 0) {
+            c->brokers_lost_ms = lb_monotonic_ms();
+            LB_WARN("kafka", "no Kafka broker reachable (%d known); consuming and committing wait",
+                    known);
+        } else if (up > 0 && c->brokers_up == 0) {
+            LB_WARN("kafka", "Kafka brokers reachable again after %.1f s (%d of %d up)",
+                    (double)(lb_monotonic_ms() - c->brokers_lost_ms) / 1000.0, up, known);
+        }
+        c->brokers_up = up;
+        c->stats.brokers_up = up;
+    }
+    return 0; /* librdkafka frees 'json' */
+}
+
 struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn on_revoke,
                                     void *ctx, char *err, size_t errlen)
 {
@@ -180,6 +307,7 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
          * enough to keep its other boards flowing through a short fault,
          * little to read again at the rewind */
         c->offsets = lb_offsets_new((uint64_t)config->batch_max_events * 5, 100, 5000);
+        c->brokers_up = c->stats.brokers_up = -1;
     }
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_topic_partition_list_t *topics = NULL;
@@ -205,7 +333,11 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
          * backlog, nothing when tailing; lower it for memory, raise it for
          * faster catch-up. */
         conf_set(conf, "queued.min.messages", "300000", config->path, 0, err, errlen) != 0 ||
-        lb_kafka_conf_apply(config, conf, err, errlen) != 0)
+        /* a broker back after an outage is reconnected to within a second,
+         * not after librdkafka's default 10 s back-off */
+        conf_set(conf, "reconnect.backoff.max.ms", "1000", config->path, 0, err, errlen) != 0 ||
+        conf_set(conf, "statistics.interval.ms", "1000", config->path, 0, err, errlen) != 0 ||
+        lb_kafka_conf_apply(config, conf, RD_KAFKA_CONSUMER, err, errlen) != 0)
         goto error;
     /* Offsets must only ever come from us: refuse overrides that would let
      * librdkafka commit or store on its own. And the rebalance callback
@@ -233,6 +365,7 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
     }
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
     rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
     rd_kafka_conf_set_opaque(conf, c);
 
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why));
@@ -313,9 +446,10 @@ rd_kafka_message_t *lb_consumer_poll(struct lb_consumer *c, int timeout_ms)
         rd_kafka_resp_err_t orig = rd_kafka_fatal_error(c->rk, why, sizeof(why));
         LB_ERROR("kafka", "fatal consumer error %s: %s", rd_kafka_err2name(orig), why);
         c->fatal = 1;
-    } else {
-        LB_WARN("kafka", "consumer: %s%s%s", rd_kafka_message_errstr(msg),
-                msg->rkt ? " on topic " : "", msg->rkt ? rd_kafka_topic_name(msg->rkt) : "");
+    } else if (!is_transport_error(msg->err)) {
+        lb_log_every(&c->error_said, 5000, LB_LOG_WARN, "kafka", "consumer: %s%s%s",
+                     rd_kafka_message_errstr(msg), msg->rkt ? " on topic " : "",
+                     msg->rkt ? rd_kafka_topic_name(msg->rkt) : "");
     }
     rd_kafka_message_destroy(msg);
     return NULL;
@@ -352,9 +486,10 @@ static void rewind_one(void *ctx, const char *topic, int32_t partition, int64_t 
     struct rewind_ctx *r = ctx;
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(list, topic, partition)->offset = offset;
-    /* synchronous: no message from before the seek is served after it */
-    rd_kafka_error_t *error = rd_kafka_seek_partitions(r->c->rk, list, 5000);
-    if (!error && list->elems[0].err)
+    /* asynchronous, so the loop never waits on it: the version barrier it
+     * sets at once keeps messages fetched before it from being served */
+    rd_kafka_error_t *error = rd_kafka_seek_partitions(r->c->rk, list, 0);
+    if (!error && list->elems[0].err && list->elems[0].err != RD_KAFKA_RESP_ERR__IN_PROGRESS)
         LB_WARN("kafka", "seeking %s [%d] to %lld: %s", topic, partition, (long long)offset,
                 rd_kafka_err2str(list->elems[0].err));
     if (error) {

@@ -76,15 +76,23 @@ rd_kafka_t *lb_consumer_handle(struct lb_consumer *consumer);
 
 struct lb_consumer_stats {
     int assigned;                       /* partitions assigned now */
+    int brokers_up;                     /* brokers connected now; -1 until known */
     int64_t last_commit_ms;             /* wall clock of the last acknowledged commit, or 0 */
     struct lb_histogram commit_latency; /* seconds from commit to the broker's answer */
 };
 const struct lb_consumer_stats *lb_consumer_stats(const struct lb_consumer *consumer);
 
 /* Shared by the tools: applies the kafka: section (brokers and passthrough
- * properties) to 'conf'. Returns 0, or -1 with "file:line: message". */
-int lb_kafka_conf_apply(const struct lb_config *config, rd_kafka_conf_t *conf, char *err,
-                        size_t errlen);
+ * properties) to 'conf' for a client of 'type': properties librdkafka says
+ * are for the other type of client are left out (consumer properties never
+ * reach the dead-letter producer, and the reverse). Returns 0, or -1 with
+ * "file:line: message". */
+int lb_kafka_conf_apply(const struct lb_config *config, rd_kafka_conf_t *conf, rd_kafka_type_t type,
+                        char *err, size_t errlen);
+
+/* 'C' (consumers), 'P' (producers), '*' (both) or 0 (not a librdkafka
+ * property), per librdkafka's own property table. */
+char lb_kafka_property_scope(const char *name);
 /* Non-zero: librdkafka's errors and warnings are logged at info level, for
  * tools that report failures themselves in one line. */
 extern int lb_kafka_log_quiet;

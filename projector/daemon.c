@@ -73,7 +73,10 @@ struct daemon {
     struct lb_metrics *metrics; /* NULL: no metrics.listen */
     struct lb_histogram batch_events, batch_seconds;
     int64_t batch_sent_ms, last_publish_ms, last_ping_ms;
-    int redis_ok;        /* the last write (or ping) reached Redis */
+    int redis_ok;           /* the last write (or ping) reached Redis */
+    struct lb_request ping; /* the readiness probe, while ping_pending */
+    int ping_pending;
+    uint16_t ping_slot;
     int64_t give_up_at;  /* once stopping: when retries end (shutdown.drain_timeout) */
     int drain_cut;       /* the drain timeout ended a retry: something was left unwritten */
     int64_t retry_since; /* when the batch in flight first failed, or 0 */
@@ -83,6 +86,7 @@ struct daemon {
     struct batch *next;     /* being collected and planned */
     struct batch *inflight; /* sent to Redis and not complete, or NULL */
     uint64_t collected;     /* batches collected so far */
+    int collecting_empty;   /* the batch being collected has no record yet */
 
     rd_kafka_message_t **carry; /* polled while retrying; start of the next batch */
     size_t ncarry, capcarry;
@@ -126,7 +130,10 @@ static void release_later(struct daemon *d, const char *topic, int32_t partition
     char *name = strdup(topic);
     if (!name)
         goto oom;
-    d->releases[d->nreleases++] = (struct release){name, partition, d->collected + 1};
+    /* the first batch that can hold records read again: the one being
+     * collected now if it is still empty (an idle loop), else the next */
+    d->releases[d->nreleases++] =
+        (struct release){name, partition, d->collecting_empty ? d->collected : d->collected + 1};
     return;
 oom:
     /* its events would stay withheld: stop rather than stall silently */
@@ -210,6 +217,19 @@ static void carry_push(struct daemon *d, rd_kafka_message_t *msg)
     d->carry[d->ncarry++] = msg;
 }
 
+/* A committed partition is never read again below its commit by this
+ * group: the dead-letter module can forget its records there. */
+static void forget_committed(void *ctx, const struct lb_partition_progress *pp)
+{
+    if (pp->committed >= 0)
+        lb_dlq_forget_below(ctx, pp->topic, pp->partition, pp->committed);
+}
+
+static void count_held(void *ctx, const struct lb_partition_progress *pp)
+{
+    *(size_t *)ctx += pp->hold >= 0;
+}
+
 static void maybe_commit(struct daemon *d)
 {
     int64_t now = lb_monotonic_ms();
@@ -217,6 +237,8 @@ static void maybe_commit(struct daemon *d)
         return;
     lb_consumer_commit(d->consumer, 1);
     d->last_commit_ms = now;
+    if (d->dlq)
+        lb_consumer_progress(d->consumer, forget_committed, d->dlq);
 }
 
 /* Fills 'b': carried-over records first, then polled ones, until it is
@@ -264,7 +286,9 @@ static void collect(struct daemon *d, struct batch *b, int wait)
             break;
         if (!b->n) { /* idle */
             maybe_commit(d);
+            d->collecting_empty = 1;
             lb_consumer_rewind_due(d->consumer, on_rewind, d);
+            d->collecting_empty = 0;
             publish(d, 0);
             ping_if_idle(d);
             if (lb_log_reload)
@@ -318,9 +342,14 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
     struct daemon *d = ctx;
     int64_t now = lb_monotonic_ms(), deadline = now + backoff_ms;
 
+    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(d->pipeline);
     if (!d->retry_since)
         d->retry_since = now;
-    d->redis_ok = 0;
+    d->redis_ok = !f->transient;
+    /* what failed needs an operator (a key of the wrong type, a missing
+     * permission): retrying in place would only slow every other board */
+    if (!f->transient && !*d->stop)
+        return 1;
     for (;;) {
         size_t live = 0;
         for (size_t i = 0; i < d->inflight->n; i++)
@@ -390,8 +419,13 @@ static void progress_series(void *ctx, const struct lb_partition_progress *pp)
     int64_t low, high;
     switch (pg->pass) {
     case 0:
-        /* the watermarks librdkafka last fetched: no network call here */
-        if (rd_kafka_get_watermark_offsets(rk, pp->topic, pp->partition, &low, &high) || high < 0)
+        /* the watermarks librdkafka last fetched (no network call here), or
+         * before the first fetch, those read at the assignment */
+        if (rd_kafka_get_watermark_offsets(rk, pp->topic, pp->partition, &low, &high) || high < 0) {
+            high = pp->high_at_assign;
+            low = 0;
+        }
+        if (high < 0)
             return;
         int64_t from = pp->committed >= 0 ? pp->committed : low;
         lb_text_printf(pg->t, "lb_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n", pp->topic,
@@ -476,10 +510,18 @@ static void publish(struct daemon *d, int now)
         lb_text_printf(&t,
                        "lb_dlq_records_total{result=\"sent\"} %llu\n"
                        "lb_dlq_records_total{result=\"delivered\"} %llu\n"
-                       "lb_dlq_records_total{result=\"failed\"} %llu\n",
+                       "lb_dlq_records_total{result=\"failed\"} %llu\n"
+                       "lb_dlq_records_total{result=\"by_reference\"} %llu\n",
                        (unsigned long long)ds->sent, (unsigned long long)ds->delivered,
-                       (unsigned long long)ds->failed);
+                       (unsigned long long)ds->failed, (unsigned long long)ds->by_reference);
     }
+    counter(&t, "lb_dlq_failures_total",
+            "Dead-letter records refused or lost, by kind: too_large (sent again by reference), "
+            "unauthorized, topic_missing, timeout, other.");
+    for (int k = 0; k < LB_DLQ_FAILURE__COUNT; k++)
+        lb_text_printf(&t, "lb_dlq_failures_total{kind=\"%s\"} %llu\n",
+                       lb_dlq_failure_name((enum lb_dlq_failure)k),
+                       (unsigned long long)(d->dlq ? lb_dlq_stats(d->dlq)->failures[k] : 0));
     counter(&t, "lb_redis_requests_total", "Requests sent to Redis (one per board per batch).");
     lb_text_printf(&t, "lb_redis_requests_total %llu\n", (unsigned long long)cs->requests);
     counter(&t, "lb_redis_redirections_total", "Cluster redirections followed, by kind.");
@@ -521,22 +563,49 @@ static void publish(struct daemon *d, int now)
                    (double)ks->last_commit_ms / 1000.0);
     gauge(&t, "lb_redis_up", "1 when the last write or ping reached Redis.");
     lb_text_printf(&t, "lb_redis_up %d\n", d->redis_ok);
-    lb_metrics_publish(d->metrics, &t, d->redis_ok && ks->assigned > 0);
+    gauge(&t, "lb_kafka_brokers_up",
+          "Kafka brokers connected at the last statistics (-1 before the first).");
+    lb_text_printf(&t, "lb_kafka_brokers_up %d\n", ks->brokers_up);
+    /* ready: in the group with partitions, Redis answering, a broker reachable */
+    lb_metrics_publish(d->metrics, &t, d->redis_ok && ks->assigned > 0 && ks->brokers_up != 0);
     lb_text_free(&t);
 }
 
-/* While idle, a PING tells /readyz whether Redis is still there. */
+/* While idle, a PING tells /readyz whether Redis is still there, without
+ * the loop ever waiting for it: it is started here and its reply picked up
+ * on a later turn (lb_cluster_progress); a batch to send finishes it first. */
+static void finish_ping(struct daemon *d)
+{
+    if (!d->ping_pending)
+        return;
+    lb_cluster_finish(d->cluster);
+    d->redis_ok = d->ping.ok && d->ping.reply && d->ping.reply->type == REDIS_REPLY_STATUS;
+    if (d->ping.reply)
+        freeReplyObject(d->ping.reply);
+    d->ping.reply = NULL;
+    d->ping_pending = 0;
+}
+
 static void ping_if_idle(struct daemon *d)
 {
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    if (d->ping_pending) {
+        if (lb_cluster_progress(d->cluster, 0))
+            finish_ping(d);
+        return;
+    }
     if (!d->metrics || d->inflight || lb_monotonic_ms() - d->last_ping_ms < 1000)
         return;
     d->last_ping_ms = lb_monotonic_ms();
-    const char *argv[] = {"PING"};
-    size_t argvlen[] = {4};
-    redisReply *reply = lb_cluster_command(d->cluster, 0, 1, argv, argvlen);
-    d->redis_ok = reply && reply->type == REDIS_REPLY_STATUS;
-    if (reply)
-        freeReplyObject(reply);
+    /* a different master each time, over the slot ranges */
+    d->ping_slot = (uint16_t)((d->ping_slot + 5461) % 16384);
+    d->ping = (struct lb_request){.slot = d->ping_slot,
+                                  .ncommands = 1,
+                                  .no_refresh = 1,
+                                  .bytes = ping,
+                                  .len = sizeof(ping) - 1};
+    lb_cluster_start(d->cluster, &d->ping, 1);
+    d->ping_pending = 1;
 }
 
 /* The pipeline could not project a record: dead-letter it. */
@@ -551,7 +620,7 @@ static void on_reject(void *ctx, const struct lb_record *r, enum lb_reject reaso
             size_t i = (size_t)(r - b->records);
             b->reason[i] = (uint8_t)reason;
             snprintf(b->detail[i], sizeof(b->detail[i]), "%s", detail);
-            lb_dlq_send(d->dlq, b->msgs[i], reason, detail, &b->dlq[i]);
+            b->dlq[i] = (uint8_t)lb_dlq_send(d->dlq, b->msgs[i], reason, detail);
             return;
         }
     }
@@ -572,6 +641,9 @@ static void settle_dlq(struct daemon *d, struct batch *b)
     for (;;) {
         size_t pending = 0, failed = 0;
         for (size_t i = 0; i < b->n; i++) {
+            if (b->dlq[i] == LB_DLQ_NONE)
+                continue;
+            b->dlq[i] = (uint8_t)lb_dlq_state(d->dlq, b->msgs[i]);
             pending += b->dlq[i] == LB_DLQ_PENDING;
             failed += b->dlq[i] == LB_DLQ_FAILED;
         }
@@ -591,8 +663,8 @@ static void settle_dlq(struct daemon *d, struct batch *b)
         if (failed && now >= retry_at) {
             for (size_t i = 0; i < b->n; i++)
                 if (b->dlq[i] == LB_DLQ_FAILED)
-                    lb_dlq_send(d->dlq, b->msgs[i], (enum lb_reject)b->reason[i], b->detail[i],
-                                &b->dlq[i]);
+                    b->dlq[i] = (uint8_t)lb_dlq_send(d->dlq, b->msgs[i],
+                                                     (enum lb_reject)b->reason[i], b->detail[i]);
             retry_at = now + backoff;
             backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
         }
@@ -609,6 +681,8 @@ static enum lb_hold_reason hold_reason(const struct batch *b, size_t i)
     case LB_RECORD_DURABLE:
         return LB_HOLD_NONE;
     case LB_RECORD_HELD_FIX:
+        return LB_HOLD_BOARD;
+    case LB_RECORD_WITHHELD_FIX:
         return LB_HOLD_BOARD;
     case LB_RECORD_HELD_RETRY:
     case LB_RECORD_WITHHELD:
@@ -650,6 +724,7 @@ static int prepare_next(struct daemon *d)
 /* Sends d->next; it becomes the batch in flight. */
 static void send_next(struct daemon *d)
 {
+    finish_ping(d); /* one call into the cluster at a time */
     d->batch_sent_ms = lb_monotonic_ms();
     release_due(d, d->next);
     lb_pipeline_send(d->pipeline);
@@ -670,7 +745,9 @@ static int complete_inflight(struct daemon *d, int send_ready)
     lb_histogram_observe(&d->batch_seconds,
                          (double)(lb_monotonic_ms() - d->batch_sent_ms) / 1000.0);
     lb_histogram_observe(&d->batch_events, (double)done->n);
-    d->redis_ok = written == 0 || !lb_pipeline_last_failure(d->pipeline)->requests;
+    /* Redis is up unless it failed for a reason of its own: a board that
+     * needs an operator is not Redis being down */
+    d->redis_ok = written == 0 || !lb_pipeline_last_failure(d->pipeline)->transient;
     d->last_ping_ms = lb_monotonic_ms();
     if (d->crash_after_batches && ++d->batches_written == d->crash_after_batches) {
         LB_WARN("daemon",
@@ -826,12 +903,20 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     while (d.inflight && status == LB_EXIT_OK)
         if (complete_inflight(&d, 0) != 0)
             status = LB_EXIT_RUNTIME;
-    if (status == LB_EXIT_OK && d.drain_cut) {
+    size_t held = 0;
+    lb_consumer_progress(d.consumer, count_held, &held);
+    if (status == LB_EXIT_OK && (d.drain_cut || held)) {
         status = LB_EXIT_DRAIN;
-        LB_WARN("daemon",
-                "shutdown.drain_timeout (%lld ms) ended before everything read was "
-                "written; what is not committed is read again after a restart",
-                (long long)config->drain_timeout_ms);
+        if (d.drain_cut)
+            LB_WARN("daemon",
+                    "shutdown.drain_timeout (%lld ms) ended before everything read was "
+                    "written; what is not committed is read again after a restart",
+                    (long long)config->drain_timeout_ms);
+        if (held)
+            LB_WARN("daemon",
+                    "%zu partition(s) held at shutdown: their records from the held "
+                    "offset on are read again after a restart",
+                    held);
     }
     LB_INFO("daemon", "stopping: committing durable offsets and leaving the group");
 
@@ -843,6 +928,8 @@ done:
     for (size_t i = 0; i < d.ncarry; i++)
         rd_kafka_message_destroy(d.carry[i]);
     d.ncarry = 0;
+    if (d.cluster)
+        finish_ping(&d);
     lb_metrics_stop(d.metrics);
     lb_consumer_close(d.consumer);
     /* before the batches go: late delivery reports write into them */

@@ -23,8 +23,9 @@ enum lb_exit {
     LB_EXIT_USAGE = 2,   /* bad command line */
     LB_EXIT_CONFIG = 3,  /* the configuration (or a schema it names) is invalid */
     /* 4 and 5 belong to replay (retention gap, differences found) */
-    LB_EXIT_DRAIN = 6, /* stopped, but shutdown.drain_timeout ended before everything read
-                          was written; it is read again after a restart */
+    LB_EXIT_DRAIN = 6, /* stopped with something read not written: the drain timeout
+                          ended a retry, or a partition was held; it is read again
+                          after a restart */
 };
 
 /* Runs until '*stop' becomes non-zero (set it from a signal handler) or a

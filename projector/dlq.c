@@ -1,54 +1,216 @@
-/* The dead-letter topic; see dlq.h. */
+/* The dead-letter topic; see dlq.h.
+ *
+ * Every record asked for is an entry in a small hash table keyed by its
+ * source (topic, partition, offset). Delivery reports point at the entry
+ * (entries never move), so they never write into the caller's batch, which
+ * may be gone by then: a hold lets the daemon move on before the broker
+ * answers. An entry is freed once its source offset is committed and no
+ * delivery of it is in flight.
+ */
 #include "dlq.h"
 
 #include "consumer.h"
 #include "log.h"
 
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+struct entry {
+    struct entry *next; /* in its bucket */
+    char *topic;
+    int32_t partition;
+    int64_t offset;
+    uint8_t state;        /* enum lb_dlq_state */
+    uint8_t by_reference; /* 0: whole; 1: without the value; 2: without key and value */
+    uint8_t forgotten;    /* committed: free once nothing is in flight */
+    unsigned in_flight;   /* deliveries whose report is still to come */
+};
+
 struct lb_dlq {
     rd_kafka_t *producer;
     rd_kafka_topic_t *topic;
+    struct entry **buckets;
+    size_t nbuckets, count;
     struct lb_dlq_stats stats;
+    struct lb_ratelimit said[LB_DLQ_FAILURE__COUNT];
 };
+
+const char *lb_dlq_failure_name(enum lb_dlq_failure kind)
+{
+    static const char *const names[LB_DLQ_FAILURE__COUNT] = {
+        [LB_DLQ_TOO_LARGE] = "too_large",
+        [LB_DLQ_UNAUTHORIZED] = "unauthorized",
+        [LB_DLQ_TOPIC_MISSING] = "topic_missing",
+        [LB_DLQ_TIMEOUT] = "timeout",
+        [LB_DLQ_OTHER] = "other",
+    };
+    return kind < LB_DLQ_FAILURE__COUNT ? names[kind] : "?";
+}
+
+static enum lb_dlq_failure classify(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+        return LB_DLQ_TOO_LARGE;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        return LB_DLQ_UNAUTHORIZED;
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+        return LB_DLQ_TOPIC_MISSING;
+    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+        return LB_DLQ_TIMEOUT;
+    default:
+        return LB_DLQ_OTHER;
+    }
+}
+
+/* ---- the entries ------------------------------------------------------------------------ */
+
+static size_t bucket_of(const struct lb_dlq *dlq, const char *topic, int32_t partition,
+                        int64_t offset)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (const char *t = topic; *t; t++)
+        h = (h ^ (unsigned char)*t) * UINT64_C(0x100000001b3);
+    h = (h ^ (uint32_t)partition) * UINT64_C(0x100000001b3);
+    h = (h ^ (uint64_t)offset) * UINT64_C(0x100000001b3);
+    return (size_t)(h ^ (h >> 29)) & (dlq->nbuckets - 1);
+}
+
+static struct entry *lookup(const struct lb_dlq *dlq, const char *topic, int32_t partition,
+                            int64_t offset)
+{
+    for (struct entry *e = dlq->buckets[bucket_of(dlq, topic, partition, offset)]; e; e = e->next)
+        if (e->offset == offset && e->partition == partition && strcmp(e->topic, topic) == 0)
+            return e;
+    return NULL;
+}
+
+static void grow(struct lb_dlq *dlq)
+{
+    size_t n = dlq->nbuckets * 2;
+    struct entry **buckets = calloc(n, sizeof(*buckets));
+    if (!buckets)
+        return; /* longer chains, still correct */
+    struct entry **old = dlq->buckets;
+    size_t oldn = dlq->nbuckets;
+    dlq->buckets = buckets;
+    dlq->nbuckets = n;
+    for (size_t b = 0; b < oldn; b++)
+        for (struct entry *e = old[b], *next; e; e = next) {
+            next = e->next;
+            size_t at = bucket_of(dlq, e->topic, e->partition, e->offset);
+            e->next = buckets[at];
+            buckets[at] = e;
+        }
+    free(old);
+}
+
+static struct entry *entry_for(struct lb_dlq *dlq, const char *topic, int32_t partition,
+                               int64_t offset)
+{
+    struct entry *e = lookup(dlq, topic, partition, offset);
+    if (e)
+        return e;
+    if (dlq->count >= dlq->nbuckets * 2)
+        grow(dlq);
+    if (!(e = calloc(1, sizeof(*e))) || !(e->topic = strdup(topic))) {
+        free(e);
+        return NULL;
+    }
+    e->partition = partition;
+    e->offset = offset;
+    size_t at = bucket_of(dlq, topic, partition, offset);
+    e->next = dlq->buckets[at];
+    dlq->buckets[at] = e;
+    dlq->count++;
+    return e;
+}
+
+static void free_entry(struct lb_dlq *dlq, struct entry *e)
+{
+    struct entry **link = &dlq->buckets[bucket_of(dlq, e->topic, e->partition, e->offset)];
+    while (*link != e)
+        link = &(*link)->next;
+    *link = e->next;
+    dlq->count--;
+    free(e->topic);
+    free(e);
+}
+
+void lb_dlq_forget_below(struct lb_dlq *dlq, const char *topic, int32_t partition, int64_t offset)
+{
+    for (size_t b = 0; b < dlq->nbuckets; b++)
+        for (struct entry *e = dlq->buckets[b], *next; e; e = next) {
+            next = e->next;
+            if (e->partition != partition || e->offset >= offset || strcmp(e->topic, topic) != 0)
+                continue;
+            if (e->in_flight)
+                e->forgotten = 1;
+            else
+                free_entry(dlq, e);
+        }
+}
+
+/* ---- producing --------------------------------------------------------------------------- */
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 {
     struct lb_dlq *dlq = opaque;
-    uint8_t *state = msg->_private;
+    struct entry *e = msg->_private;
     (void)rk;
+    if (!e)
+        return;
+    e->in_flight--;
     if (msg->err) {
+        enum lb_dlq_failure kind = classify(msg->err);
         dlq->stats.failed++;
-        LB_ERROR("dlq", "dead-lettering the event from %s failed: %s; its partition waits",
-                 rd_kafka_topic_name(dlq->topic), rd_kafka_err2str(msg->err));
+        dlq->stats.failures[kind]++;
+        if (kind == LB_DLQ_TOO_LARGE && e->by_reference < 2)
+            e->by_reference++; /* the next attempt goes by reference */
+        lb_log_every(&dlq->said[kind], 5000, LB_LOG_ERROR, "dlq",
+                     "dead-lettering the record %s [%d] at offset %lld failed: %s (%s)%s", e->topic,
+                     e->partition, (long long)e->offset, rd_kafka_err2str(msg->err),
+                     lb_dlq_failure_name(kind),
+                     kind == LB_DLQ_TOO_LARGE ? "; it is sent again by reference"
+                                              : "; its partition holds there");
+        if (e->state == LB_DLQ_PENDING && !e->in_flight)
+            e->state = LB_DLQ_FAILED;
     } else {
         dlq->stats.delivered++;
+        dlq->stats.by_reference += e->by_reference > 0;
+        e->state = LB_DLQ_DONE;
     }
-    if (state)
-        *state = msg->err ? LB_DLQ_FAILED : LB_DLQ_DONE;
+    if (e->forgotten && !e->in_flight)
+        free_entry(dlq, e);
 }
 
 struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errlen)
 {
     struct lb_dlq *dlq = calloc(1, sizeof(*dlq));
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (!dlq || !conf) {
+    if (!dlq || !conf || !(dlq->buckets = calloc(64, sizeof(*dlq->buckets)))) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    dlq->nbuckets = 64;
     /* Defaults first, so the kafka: section can override them. */
     static const char *const defaults[][2] = {{"enable.idempotence", "true"},
                                               {"acks", "all"},
                                               {"linger.ms", "5"},
-                                              {"message.timeout.ms", "30000"}};
+                                              {"message.timeout.ms", "30000"},
+                                              {"reconnect.backoff.max.ms", "1000"}};
     for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
         if (rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], err, errlen) !=
             RD_KAFKA_CONF_OK)
             goto fail;
-    if (lb_kafka_conf_apply(config, conf, err, errlen) != 0)
+    if (lb_kafka_conf_apply(config, conf, RD_KAFKA_PRODUCER, err, errlen) != 0)
         goto fail;
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_opaque(conf, dlq);
@@ -68,6 +230,8 @@ fail:
         rd_kafka_conf_destroy(conf);
     if (dlq && dlq->producer)
         rd_kafka_destroy(dlq->producer);
+    if (dlq)
+        free(dlq->buckets);
     free(dlq);
     return NULL;
 }
@@ -79,7 +243,7 @@ void lb_dlq_free(struct lb_dlq *dlq, int timeout_ms)
     if (rd_kafka_flush(dlq->producer, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
         LB_WARN("dlq",
                 "%d dead-letter record(s) undelivered at exit; their offsets were not "
-                "stored",
+                "committed",
                 rd_kafka_outq_len(dlq->producer));
         /* purge: their delivery reports (failed) are served by the poll */
         rd_kafka_purge(dlq->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
@@ -87,6 +251,13 @@ void lb_dlq_free(struct lb_dlq *dlq, int timeout_ms)
     }
     rd_kafka_topic_destroy(dlq->topic);
     rd_kafka_destroy(dlq->producer);
+    for (size_t b = 0; b < dlq->nbuckets; b++)
+        for (struct entry *e = dlq->buckets[b], *next; e; e = next) {
+            next = e->next;
+            free(e->topic);
+            free(e);
+        }
+    free(dlq->buckets);
     free(dlq);
 }
 
@@ -100,34 +271,112 @@ static void now_rfc3339(char *out, size_t cap)
     snprintf(out + n, cap - n, ".%03ldZ", ts.tv_nsec / 1000000);
 }
 
-void lb_dlq_send(struct lb_dlq *dlq, const rd_kafka_message_t *msg, enum lb_reject reason,
-                 const char *detail, uint8_t *state)
+static void sha256_hex(const void *bytes, size_t len, char out[65])
 {
-    char partition[16], offset[24], when[40];
-    const char *source = rd_kafka_topic_name(msg->rkt);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    static const char hex[] = "0123456789abcdef";
+    if (!EVP_Digest(bytes, len, digest, &n, EVP_sha256(), NULL))
+        n = 0;
+    for (unsigned int i = 0; i < n && i < 32; i++) {
+        out[2 * i] = hex[digest[i] >> 4];
+        out[2 * i + 1] = hex[digest[i] & 15];
+    }
+    out[n < 32 ? 2 * n : 64] = '\0';
+}
+
+/* Produces one copy of 'msg' as 'e' says (whole or by reference). Returns
+ * the local error (0 when queued). */
+static rd_kafka_resp_err_t produce(struct lb_dlq *dlq, struct entry *e,
+                                   const rd_kafka_message_t *msg, enum lb_reject reason,
+                                   const char *detail)
+{
+    char partition[16], offset[24], when[40], vsize[24], ksize[24], vsha[65], ksha[65];
+    const char *source = rd_kafka_topic_name(msg->rkt), *reason_name = lb_reject_name(reason);
+    int no_value = e->by_reference >= 1, no_key = e->by_reference >= 2;
+    const char *by_reference = no_key ? "key,value" : "value";
     snprintf(partition, sizeof(partition), "%d", msg->partition);
     snprintf(offset, sizeof(offset), "%lld", (long long)msg->offset);
+    snprintf(vsize, sizeof(vsize), "%zu", msg->len);
+    snprintf(ksize, sizeof(ksize), "%zu", msg->key_len);
     now_rfc3339(when, sizeof(when));
-    const char *reason_name = lb_reject_name(reason);
-
-    *state = LB_DLQ_PENDING;
-    dlq->stats.sent++;
-    rd_kafka_resp_err_t e = rd_kafka_producev(
-        dlq->producer, RD_KAFKA_V_RKT(dlq->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_KEY(msg->key, msg->key_len), RD_KAFKA_V_VALUE(msg->payload, msg->len),
-        RD_KAFKA_V_OPAQUE(state),
-        RD_KAFKA_V_HEADER("lb.reason", reason_name, (ssize_t)strlen(reason_name)),
-        RD_KAFKA_V_HEADER("lb.detail", detail, (ssize_t)strlen(detail)),
-        RD_KAFKA_V_HEADER("lb.source.topic", source, (ssize_t)strlen(source)),
-        RD_KAFKA_V_HEADER("lb.source.partition", partition, (ssize_t)strlen(partition)),
-        RD_KAFKA_V_HEADER("lb.source.offset", offset, (ssize_t)strlen(offset)),
-        RD_KAFKA_V_HEADER("lb.rejected.at", when, (ssize_t)strlen(when)), RD_KAFKA_V_END);
-    if (e) {
-        LB_ERROR("dlq", "cannot queue the event from %s/%d@%lld for the dead-letter topic: %s",
-                 source, msg->partition, (long long)msg->offset, rd_kafka_err2str(e));
-        dlq->stats.failed++;
-        *state = LB_DLQ_FAILED;
+    rd_kafka_headers_t *h = rd_kafka_headers_new(12);
+    rd_kafka_header_add(h, "lb.reason", -1, reason_name, -1);
+    rd_kafka_header_add(h, "lb.detail", -1, detail, -1);
+    rd_kafka_header_add(h, "lb.source.topic", -1, source, -1);
+    rd_kafka_header_add(h, "lb.source.partition", -1, partition, -1);
+    rd_kafka_header_add(h, "lb.source.offset", -1, offset, -1);
+    rd_kafka_header_add(h, "lb.rejected.at", -1, when, -1);
+    if (no_value) {
+        sha256_hex(msg->payload ? msg->payload : "", msg->len, vsha);
+        rd_kafka_header_add(h, "lb.by_reference", -1, by_reference, -1);
+        rd_kafka_header_add(h, "lb.value.size", -1, vsize, -1);
+        rd_kafka_header_add(h, "lb.value.sha256", -1, vsha, -1);
     }
+    if (no_key) {
+        sha256_hex(msg->key ? msg->key : "", msg->key_len, ksha);
+        rd_kafka_header_add(h, "lb.key.size", -1, ksize, -1);
+        rd_kafka_header_add(h, "lb.key.sha256", -1, ksha, -1);
+    }
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        dlq->producer, RD_KAFKA_V_RKT(dlq->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_KEY(no_key ? NULL : msg->key, no_key ? 0 : msg->key_len),
+        RD_KAFKA_V_VALUE(no_value ? NULL : msg->payload, no_value ? 0 : msg->len),
+        RD_KAFKA_V_OPAQUE(e), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+    if (err)
+        rd_kafka_headers_destroy(h); /* not taken over on failure */
+    else {
+        e->in_flight++;
+        dlq->stats.sent++;
+    }
+    return err;
+}
+
+enum lb_dlq_state lb_dlq_send(struct lb_dlq *dlq, const rd_kafka_message_t *msg,
+                              enum lb_reject reason, const char *detail)
+{
+    const char *source = rd_kafka_topic_name(msg->rkt);
+    struct entry *e = entry_for(dlq, source, msg->partition, msg->offset);
+    if (!e) {
+        LB_ERROR("dlq", "out of memory dead-lettering %s [%d] at offset %lld; its partition holds",
+                 source, msg->partition, (long long)msg->offset);
+        return LB_DLQ_FAILED;
+    }
+    if (e->state == LB_DLQ_DONE || e->state == LB_DLQ_PENDING)
+        return (enum lb_dlq_state)e->state; /* read again: not a second copy */
+    for (;;) {
+        rd_kafka_resp_err_t err = produce(dlq, e, msg, reason, detail);
+        if (!err) {
+            e->state = LB_DLQ_PENDING;
+            break;
+        }
+        enum lb_dlq_failure kind = classify(err);
+        dlq->stats.failed++;
+        dlq->stats.failures[kind]++;
+        if (kind == LB_DLQ_TOO_LARGE && e->by_reference < 2) {
+            e->by_reference++; /* larger than the producer's message.max.bytes */
+            lb_log_every(&dlq->said[kind], 5000, LB_LOG_WARN, "dlq",
+                         "the record %s [%d] at offset %lld is too large for the dead-letter "
+                         "producer (%s, too_large): sent by reference, without its %s",
+                         source, msg->partition, (long long)msg->offset, rd_kafka_err2str(err),
+                         e->by_reference == 1 ? "value" : "key and value");
+            continue;
+        }
+        lb_log_every(&dlq->said[kind], 5000, LB_LOG_ERROR, "dlq",
+                     "cannot queue the record %s [%d] at offset %lld for the dead-letter topic: "
+                     "%s (%s); its partition holds there",
+                     source, msg->partition, (long long)msg->offset, rd_kafka_err2str(err),
+                     lb_dlq_failure_name(kind));
+        e->state = LB_DLQ_FAILED;
+        break;
+    }
+    return (enum lb_dlq_state)e->state;
+}
+
+enum lb_dlq_state lb_dlq_state(const struct lb_dlq *dlq, const rd_kafka_message_t *msg)
+{
+    const struct entry *e = lookup(dlq, rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset);
+    return e ? (enum lb_dlq_state)e->state : LB_DLQ_NONE;
 }
 
 void lb_dlq_poll(struct lb_dlq *dlq, int timeout_ms)

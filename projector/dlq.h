@@ -10,11 +10,26 @@
  *   lb.source.offset     (decimal)
  *   lb.rejected.at       when the projector rejected it (RFC 3339, UTC, ms)
  *
- * The producer is idempotent with acks=all. The caller holds a state cell
- * per record and must not store the record's offset before the cell says
- * LB_DLQ_DONE: an event that cannot be dead-lettered stalls its partition
- * instead of being skipped. Delivery is at least once: a record redelivered
- * to the projector (a crash, a rebalance) may be dead-lettered twice.
+ * A record too large for the dead-letter topic (its size passes the
+ * producer's message.max.bytes, or the topic's max.message.bytes) is
+ * dead-lettered *by reference*: without its value, and without its key too
+ * if that is still too large, with headers lb.by_reference ("value" or
+ * "key,value"), lb.value.size and lb.value.sha256 (and lb.key.size,
+ * lb.key.sha256); the original stays in the source topic at the named
+ * offset. `lbadmin redrive` refuses such records.
+ *
+ * The producer is idempotent with acks=all. The module remembers every
+ * record it was asked to dead-letter, by source topic, partition and
+ * offset, until the caller says the source offset is committed: a record
+ * read again (a partition rewound after a hold) is not produced again while
+ * its first copy is in flight or once it was delivered. The caller must not
+ * commit past a record before lb_dlq_state says LB_DLQ_DONE: an event that
+ * cannot be dead-lettered holds its partition instead of being skipped.
+ * Delivery is at least once (a record redelivered to the projector after a
+ * crash or a rebalance may be dead-lettered twice).
+ *
+ * Single-threaded: delivery reports are served by lb_dlq_poll on the
+ * caller's thread.
  */
 #ifndef LB_DLQ_H
 #define LB_DLQ_H
@@ -25,30 +40,53 @@
 #include <librdkafka/rdkafka.h>
 #include <stdint.h>
 
-enum lb_dlq_state { LB_DLQ_NONE = 0, LB_DLQ_PENDING, LB_DLQ_DONE, LB_DLQ_FAILED };
+enum lb_dlq_state {
+    LB_DLQ_NONE = 0, /* not asked */
+    LB_DLQ_PENDING,  /* produced, not acknowledged yet */
+    LB_DLQ_DONE,     /* acknowledged by the broker */
+    LB_DLQ_FAILED,   /* refused or timed out: send it again */
+};
+
+/* Why deliveries failed, for metrics. */
+enum lb_dlq_failure {
+    LB_DLQ_TOO_LARGE = 0, /* larger than the producer or the topic allows: sent by reference */
+    LB_DLQ_UNAUTHORIZED,  /* no Write permission on the topic: permanent until an ACL changes */
+    LB_DLQ_TOPIC_MISSING, /* the topic does not exist (yet) */
+    LB_DLQ_TIMEOUT,       /* not acknowledged within message.timeout.ms */
+    LB_DLQ_OTHER,
+    LB_DLQ_FAILURE__COUNT
+};
+const char *lb_dlq_failure_name(enum lb_dlq_failure kind);
 
 struct lb_dlq;
 
 /* Creates the producer for config->dlq_topic. NULL with a message on error. */
 struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errlen);
 
-/* Waits up to 'timeout_ms' for outstanding deliveries, then frees. Cells of
- * records still undelivered are set to LB_DLQ_FAILED. Accepts NULL. */
+/* Waits up to 'timeout_ms' for outstanding deliveries, then frees. Accepts
+ * NULL. */
 void lb_dlq_free(struct lb_dlq *dlq, int timeout_ms);
 
-/* Produces 'msg' (its key and bytes, copied: the caller may destroy 'msg'
- * at once) with the headers above. Sets '*state'
- * to LB_DLQ_PENDING, later (from lb_dlq_poll) to LB_DLQ_DONE or
- * LB_DLQ_FAILED; at once to LB_DLQ_FAILED if it cannot even be queued.
- * 'state' must stay valid until then. */
-void lb_dlq_send(struct lb_dlq *dlq, const rd_kafka_message_t *msg, enum lb_reject reason,
-                 const char *detail, uint8_t *state);
+/* Dead-letters 'msg' (its key and bytes are copied: the caller may destroy
+ * 'msg' at once) with the headers above, unless a copy of the same source
+ * record is in flight or delivered already. Returns the record's state. */
+enum lb_dlq_state lb_dlq_send(struct lb_dlq *dlq, const rd_kafka_message_t *msg,
+                              enum lb_reject reason, const char *detail);
+
+/* The state of the dead-letter copy of source record 'msg'. */
+enum lb_dlq_state lb_dlq_state(const struct lb_dlq *dlq, const rd_kafka_message_t *msg);
+
+/* Forgets the records of 'topic'/'partition' below 'offset' (committed:
+ * never read again by this group). */
+void lb_dlq_forget_below(struct lb_dlq *dlq, const char *topic, int32_t partition, int64_t offset);
 
 /* Serves delivery reports, waiting up to 'timeout_ms' for the first. */
 void lb_dlq_poll(struct lb_dlq *dlq, int timeout_ms);
 
 struct lb_dlq_stats {
     uint64_t sent, delivered, failed;
+    uint64_t by_reference; /* delivered without their value (or key) */
+    uint64_t failures[LB_DLQ_FAILURE__COUNT];
 };
 const struct lb_dlq_stats *lb_dlq_stats(const struct lb_dlq *dlq);
 

@@ -38,7 +38,8 @@ static void usage(FILE *out)
                  "\n"
                  "Exit status: 0 stopped cleanly, 1 fatal runtime error, 2 usage error,\n"
                  "3 invalid configuration, 6 stopped before everything read was written\n"
-                 "(shutdown.drain_timeout; it is read again after a restart).\n"
+                 "(the drain timeout ended, or a partition was held; it is read again\n"
+                 "after a restart).\n"
                  "\n"
                  "Example:\n"
                  "  projector --config config/local.yaml\n");

@@ -12,7 +12,7 @@
 struct part {
     char *topic;
     int32_t partition;
-    int64_t committed, committed_wall_ms;
+    int64_t committed, committed_wall_ms, high_at_assign;
     int64_t sent; /* last offset sent for commit (or committed) */
     int64_t next;
     int64_t hold;
@@ -76,7 +76,7 @@ static struct part *find(const struct lb_offsets *o, const char *topic, int32_t 
 }
 
 int lb_offsets_assign(struct lb_offsets *o, const char *topic, int32_t partition, int64_t committed,
-                      int64_t wall_ms)
+                      int64_t high, int64_t wall_ms)
 {
     struct part *p = find(o, topic, partition);
     if (!p) {
@@ -99,6 +99,7 @@ int lb_offsets_assign(struct lb_offsets *o, const char *topic, int32_t partition
     p->committed = committed < 0 ? -1 : committed;
     p->sent = p->next = p->committed;
     p->committed_wall_ms = wall_ms;
+    p->high_at_assign = high;
     p->hold = p->last_hold = -1;
     p->reason = p->stalled = LB_HOLD_NONE;
     p->waiting = 0;
@@ -227,6 +228,7 @@ void lb_offsets_each(const struct lb_offsets *o,
                                            .committed = p->committed,
                                            .committed_wall_ms = p->committed_wall_ms,
                                            .next = p->next,
+                                           .high_at_assign = p->high_at_assign,
                                            .hold = p->stalled ? p->last_hold : -1,
                                            .reason = p->stalled,
                                            .waiting = p->waiting,

@@ -42,6 +42,7 @@ struct lb_partition_progress {
     int64_t committed;         /* acknowledged by the broker; -1: none yet */
     int64_t committed_wall_ms; /* when it last moved (or was first known) */
     int64_t next;              /* what the next commit will send; -1: nothing yet */
+    int64_t high_at_assign;    /* the high watermark when assigned, or -1 */
     /* The held offset (or -1) and why: from the hold until a durable record
      * at or past it is settled, rewinds in between included. */
     int64_t hold;
@@ -58,10 +59,11 @@ struct lb_offsets;
 struct lb_offsets *lb_offsets_new(uint64_t bound, int64_t min_ms, int64_t max_ms);
 void lb_offsets_free(struct lb_offsets *offsets);
 
-/* A partition was assigned, with the group's committed offset (-1: none).
- * 'topic' is copied. Returns 0, or -1 when out of memory. */
+/* A partition was assigned, with the group's committed offset (-1: none)
+ * and its high watermark then (-1: unknown). 'topic' is copied. Returns 0,
+ * or -1 when out of memory. */
 int lb_offsets_assign(struct lb_offsets *offsets, const char *topic, int32_t partition,
-                      int64_t committed, int64_t wall_ms);
+                      int64_t committed, int64_t high, int64_t wall_ms);
 /* A partition was revoked: forgotten. */
 void lb_offsets_revoke(struct lb_offsets *offsets, const char *topic, int32_t partition);
 

@@ -61,6 +61,7 @@ struct held_pair {
     char *topic;
     int32_t partition;
     uint32_t hash;
+    int needs_fix; /* held for a failure an operator must fix */
 };
 
 struct held_set {
@@ -104,7 +105,7 @@ struct lb_pipeline {
     struct lb_pipeline_failure failure;
     uint64_t jitter;
     struct held_set held;
-    struct lb_ratelimit retry_said, held_said;
+    struct lb_ratelimit retry_said, held_said, reject_said;
     lb_pipeline_filter_fn filter;
     void *filter_ctx;
     lb_pipeline_reject_fn on_reject;
@@ -212,13 +213,20 @@ static size_t held_slot(const struct held_set *set, const char *board, size_t bl
     return i;
 }
 
+static const struct held_pair *held_find(const struct held_set *set, const char *board, size_t blen,
+                                         const char *topic, int32_t partition)
+{
+    if (!set->count)
+        return NULL;
+    uint32_t hash = pair_hash(board, blen, topic, partition);
+    uint32_t at = set->index[held_slot(set, board, blen, topic, partition, hash)];
+    return at ? &set->pairs[at - 1] : NULL;
+}
+
 static int held_contains(const struct held_set *set, const char *board, size_t blen,
                          const char *topic, int32_t partition)
 {
-    if (!set->count)
-        return 0;
-    uint32_t hash = pair_hash(board, blen, topic, partition);
-    return set->index[held_slot(set, board, blen, topic, partition, hash)] != 0;
+    return held_find(set, board, blen, topic, partition) != NULL;
 }
 
 /* Puts every pair in the index again (of 'slots' entries: a new one when
@@ -246,7 +254,7 @@ static int held_reindex(struct held_set *set, size_t slots)
 }
 
 static int held_add(struct held_set *set, const char *board, size_t blen, const char *topic,
-                    int32_t partition)
+                    int32_t partition, int needs_fix)
 {
     if (held_contains(set, board, blen, topic, partition))
         return 0;
@@ -263,7 +271,8 @@ static int held_add(struct held_set *set, const char *board, size_t blen, const 
                                .board_len = (uint32_t)blen,
                                .topic = strdup(topic),
                                .partition = partition,
-                               .hash = pair_hash(board, blen, topic, partition)};
+                               .hash = pair_hash(board, blen, topic, partition),
+                               .needs_fix = needs_fix};
     if (!pair->board || !pair->topic) {
         free(pair->board);
         free(pair->topic);
@@ -338,10 +347,15 @@ static int ensure_capacity(struct slot *s, size_t records, size_t txns)
     return 0;
 }
 
-static void log_reject(const struct lb_record *r, enum lb_reject reason, const char *detail)
+/* At most one line a second: every rejected event is counted by reason and
+ * (with a dead-letter topic) kept there with its reason and detail, and a
+ * partition read again after a hold meets its rejects again. */
+static void log_reject(struct lb_pipeline *p, const struct lb_record *r, enum lb_reject reason,
+                       const char *detail)
 {
-    LB_WARN("pipeline", "skipping event at %s/%d@%lld: %s%s%s", r->topic, r->partition,
-            (long long)r->offset, lb_reject_name(reason), detail[0] ? ": " : "", detail);
+    lb_log_every(&p->reject_said, 1000, LB_LOG_WARN, "pipeline",
+                 "skipping event at %s/%d@%lld: %s%s%s", r->topic, r->partition,
+                 (long long)r->offset, lb_reject_name(reason), detail[0] ? ": " : "", detail);
 }
 
 static void describe_plan_reject(const struct lb_event *ev, enum lb_reject reason, char *detail,
@@ -417,7 +431,7 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
         p->stats.records++;
         if (reason != LB_ACCEPT) {
             p->stats.rejected[reason]++;
-            log_reject(r, reason, detail);
+            log_reject(p, r, reason, detail);
             if (p->on_reject)
                 p->on_reject(p->reject_ctx, r, reason, detail);
         }
@@ -513,18 +527,23 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
     }
     if (!again) {
         int wrongtype = status && strcmp(status, "wrongtype") == 0;
+        int badarg = status && strcmp(status, "badarg") == 0;
         int fenced = status && strcmp(status, "fenced") == 0;
         const char *key = reply_word(req->reply, 1);
         if (wrongtype)
             snprintf(req->error, sizeof(req->error),
                      "WRONGTYPE: key %.90s under the board's hash tag holds another type",
                      key ? key : "?");
+        else if (badarg)
+            snprintf(req->error, sizeof(req->error),
+                     "the apply script refused the expiry time of key %.90s (nothing written)",
+                     key ? key : "?");
         else
             snprintf(req->error, sizeof(req->error), "%s",
                      fenced ? "fenced: replay is swapping the board in; it is written once "
                               "replay is done"
                             : "unexpected answer from the apply script");
-        req->error_class = wrongtype ? LB_REDIS_FIX : LB_REDIS_RETRY;
+        req->error_class = wrongtype || badarg ? LB_REDIS_FIX : LB_REDIS_RETRY;
         return -1;
     }
     int members = strcmp(status, "overflow") == 0;
@@ -591,7 +610,7 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
             char detail[200];
             describe_plan_reject(&ev, LB_REJECT_SUM_RANGE, detail, sizeof(detail));
             p->stats.rejected[LB_REJECT_SUM_RANGE]++;
-            log_reject(r, LB_REJECT_SUM_RANGE, detail);
+            log_reject(p, r, LB_REJECT_SUM_RANGE, detail);
             if (p->on_reject)
                 p->on_reject(p->reject_ctx, r, LB_REJECT_SUM_RANGE, detail);
         }
@@ -705,6 +724,8 @@ static size_t keep_failed(struct lb_pipeline *p, struct slot *slot)
                          (int)t->board.len, t->board.ptr, req->error);
             if (req->error_class == LB_REDIS_FIX)
                 p->failure.needs_fix = 1;
+            else
+                p->failure.transient = 1;
             p->stats.write_failures++;
         }
         slot->request_txn[still] = txn;
@@ -725,7 +746,7 @@ static int hold_failed(struct lb_pipeline *p, struct slot *slot)
         if (txn == UINT32_MAX || slot->fate[i] != FATE_PLANNED || slot->txn_ok[txn])
             continue;
         if (held_add(&p->held, txns[txn].board.ptr, txns[txn].board.len, slot->records[i].topic,
-                     slot->records[i].partition) != 0)
+                     slot->records[i].partition, slot->txn_class[txn] == LB_REDIS_FIX) != 0)
             return -1;
     }
     p->stats.held_requests += slot->pending;
@@ -738,13 +759,20 @@ static int hold_failed(struct lb_pipeline *p, struct slot *slot)
 }
 
 /* The state of record 'i' once its batch is complete. */
-static enum lb_record_state record_state(const struct slot *slot, size_t i, int gave_up)
+static enum lb_record_state record_state(const struct lb_pipeline *p, const struct slot *slot,
+                                         size_t i, int gave_up)
 {
     uint32_t txn = slot->txn_of[i];
     if (txn == UINT32_MAX || slot->fate[i] == FATE_REJECTED || slot->fate[i] == FATE_APPLIED_BEFORE)
         return LB_RECORD_DURABLE;
-    if (slot->fate[i] == FATE_WITHHELD)
-        return LB_RECORD_WITHHELD;
+    if (slot->fate[i] == FATE_WITHHELD) {
+        size_t ntxns;
+        const struct lb_txn *t = &lb_plan_txns(slot->plan, &ntxns)[txn];
+        const struct held_pair *pair =
+            held_find(&p->held, t->board.ptr, t->board.len, slot->records[i].topic,
+                      slot->records[i].partition);
+        return pair && pair->needs_fix ? LB_RECORD_WITHHELD_FIX : LB_RECORD_WITHHELD;
+    }
     if (slot->txn_ok[txn])
         return LB_RECORD_DURABLE;
     if (gave_up < 0)
@@ -773,15 +801,14 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
             break;
         if (again) {
             /* Not a failure: the script told us what to leave out. Send
-             * what remains right away. */
+             * what remains right away (with whatever failed beside it,
+             * which is only ever held after a round of failures alone). */
             if (rebuild(p, slot) != 0) {
                 gave_up = -1;
                 break;
             }
-            if (again == slot->pending) {
-                lb_cluster_exec(p->cluster, slot->requests, slot->pending);
-                continue;
-            }
+            lb_cluster_exec(p->cluster, slot->requests, slot->pending);
+            continue;
         }
         lb_log_every(
             &p->retry_said, 5000, p->failure.needs_fix ? LB_LOG_ERROR : LB_LOG_WARN, "pipeline",
@@ -797,7 +824,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
     int64_t now_ms = lb_wall_ms();
     int all = 1;
     for (size_t i = 0; i < slot->count; i++) {
-        state[i] = (uint8_t)record_state(slot, i, gave_up);
+        state[i] = (uint8_t)record_state(p, slot, i, gave_up);
         all &= state[i] == LB_RECORD_DURABLE;
         if (slot->txn_of[i] != UINT32_MAX && state[i] == LB_RECORD_DURABLE &&
             slot->fate[i] != FATE_REJECTED) {

@@ -61,6 +61,7 @@ struct lb_pipeline_failure {
     size_t requests;  /* board requests that failed */
     unsigned attempt; /* 1 for the first write, 2 for the first retry, ... */
     int needs_fix;    /* one of them needs an operator (WRONGTYPE, NOPERM, ...) */
+    int transient;    /* one of them failed for a reason Redis recovers from (down, failing over) */
     char reason[200]; /* a failed request's reason (one needing a fix first), naming its node */
 };
 
@@ -90,6 +91,7 @@ enum lb_record_state {
     LB_RECORD_HELD_RETRY,   /* its board's request failed, Redis may recover by itself */
     LB_RECORD_HELD_FIX,     /* its board needs an operator (WRONGTYPE, NOPERM, ...) */
     LB_RECORD_WITHHELD,     /* an earlier event of its board from its partition is held */
+    LB_RECORD_WITHHELD_FIX, /* the same, held for a reason an operator must fix */
 };
 
 /* Projects 'count' records and sets state[i] (enum lb_record_state) for

@@ -591,7 +591,9 @@ enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *ev,
             span = plan->spans[window->kind];
             if (window->ttl_ms && span.end_ms != INT64_MAX) {
                 expire = EXPIRE_AT;
-                expire_ms = span.end_ms + window->ttl_ms;
+                /* saturating: ttl is capped at load, but never trust a sum */
+                expire_ms = span.end_ms > INT64_MAX - window->ttl_ms ? INT64_MAX
+                                                                     : span.end_ms + window->ttl_ms;
                 if (expire_ms <= now_ms) {
                     plan->stats.late++;
                     continue; /* never resurrect an expired window */

@@ -344,7 +344,7 @@ static rd_kafka_t *kafka_handle(const struct lb_config *config, const char *grou
     /* the projector's default prefetch (see consumer.c), before the
      * kafka: section so it can be overridden there */
     if (rd_kafka_conf_set(conf, "queued.min.messages", "300000", err, errlen) != RD_KAFKA_CONF_OK ||
-        lb_kafka_conf_apply(config, conf, err, errlen) != 0) {
+        lb_kafka_conf_apply(config, conf, RD_KAFKA_CONSUMER, err, errlen) != 0) {
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
@@ -520,6 +520,7 @@ struct replay {
     char staging_prefix[128];
     struct lb_decoder *decoder;
     struct lb_cluster *cluster;
+    struct lb_cluster *lease_cluster; /* the lease's and journal's own connections */
     struct lb_pipeline *pipeline;
     rd_kafka_t *meta, *reader;
     struct plan plan;
@@ -1852,8 +1853,17 @@ int main(int argc, char **argv)
         status = EXIT_BROKEN;
         goto out;
     }
+    /* The lease has its own connections: it is renewed while a batch is in
+     * Redis, and a cluster client serves one call at a time. */
+    copts.script = copts.script_sha = NULL;
+    if (!r.o.dry_run && !(r.lease_cluster = lb_cluster_new(&copts))) {
+        fprintf(stderr, "replay: out of memory\n");
+        status = EXIT_BROKEN;
+        goto out;
+    }
     if (!r.o.dry_run) {
-        int rc = replay_lease_take(&r.lease, r.cluster, r.config->key_prefix, err, sizeof(err));
+        int rc =
+            replay_lease_take(&r.lease, r.lease_cluster, r.config->key_prefix, err, sizeof(err));
         if (rc != 0) {
             fprintf(stderr, "replay: %s\n", err);
             status = EXIT_BROKEN;
@@ -1936,6 +1946,7 @@ out:
     if (r.meta)
         rd_kafka_destroy(r.meta);
     free(r.plan.parts);
+    lb_cluster_free(r.lease_cluster);
     lb_cluster_free(r.cluster);
     lb_decoder_free(r.decoder);
     lb_config_free(r.config);

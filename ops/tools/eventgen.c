@@ -113,9 +113,10 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
     ev->poison = 0;
     if (o->poison_every > 0 && index % (uint64_t)o->poison_every == (uint64_t)o->poison_every - 1)
         ev->poison = 1 + (int)((index / (uint64_t)o->poison_every) % (GEN_POISON__COUNT - 1));
-    if (ev->poison == GEN_POISON_SCORE_RANGE)
+    if (ev->poison == GEN_POISON_SCORE_RANGE) {
         ev->score = INT64_C(1) << 40;
-    else if (ev->poison == GEN_POISON_INVALID_BOARD)
+        ev->op = 0; /* a retraction's score is not checked: it would be valid */
+    } else if (ev->poison == GEN_POISON_INVALID_BOARD)
         snprintf(ev->board, sizeof(ev->board), "bad{%u}", board);
     else if (ev->poison == GEN_POISON_INVALID_PLAYER)
         ev->player[0] = '\0';
@@ -199,4 +200,37 @@ void gen_print(FILE *out, const struct gen_event *ev)
     fprintf(out, "%s\t%s\t%s\t%lld\t%lld\t%s\t%s\n", ev->event_id, ev->board,
             ev->player[0] ? ev->player : "-", (long long)ev->score, (long long)ev->ts_ms, op,
             ev->dim_value[0] ? ev->dim_value : "-");
+}
+
+uint8_t *gen_encode_huge(const struct generator *gen, const struct gen_event *ev,
+                         size_t player_bytes, size_t *len, char **player)
+{
+    uint8_t *buf = malloc(GEN_PAYLOAD_MAX + player_bytes);
+    char *id = malloc(player_bytes + 1);
+    if (!buf || !id) {
+        free(buf);
+        free(id);
+        return NULL;
+    }
+    memset(id, 'p', player_bytes);
+    id[player_bytes] = '\0';
+    uint8_t *p = buf;
+    if (!gen->o.bare) {
+        int32_t sid = gen->o.schema_id;
+        *p++ = 0;
+        *p++ = (uint8_t)(sid >> 24);
+        *p++ = (uint8_t)(sid >> 16);
+        *p++ = (uint8_t)(sid >> 8);
+        *p++ = (uint8_t)sid;
+    }
+    p = put_string(p, ev->event_id);
+    p = put_string(p, ev->board);
+    p = put_string(p, id);
+    p = put_long(p, ev->score);
+    p = put_long(p, ev->ts_ms);
+    p = put_long(p, 0);
+    p = put_long(p, 0);
+    *len = (size_t)(p - buf);
+    *player = id;
+    return buf;
 }

@@ -77,6 +77,14 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
  * holds GEN_PAYLOAD_MAX bytes; returns the length. */
 size_t gen_encode(const struct generator *gen, const struct gen_event *ev, uint8_t *buf);
 
+/* 'ev' with its player id replaced by 'player_bytes' bytes ('p' repeated):
+ * a record larger than most topics allow, which the projector rejects as
+ * invalid_player. Returns the payload (malloc'ed, '*len' bytes) and stores
+ * the player id, also the record's key, in '*player' (malloc'ed); NULL when
+ * out of memory. */
+uint8_t *gen_encode_huge(const struct generator *gen, const struct gen_event *ev,
+                         size_t player_bytes, size_t *len, char **player);
+
 /* One TSV line: event_id board player score ts_ms op dim_value, where op is
  * SUBMIT, RETRACT or POISON:<the reason the projector must give>. */
 void gen_print(FILE *out, const struct gen_event *ev);

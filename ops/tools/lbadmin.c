@@ -11,7 +11,9 @@
  *                  (name=value), e.g. to inspect the dead-letter topic
  *   redrive        produces the dead-letter records (optionally only those
  *                  of one lb.reason) back to the topic they came from, key
- *                  and bytes unchanged, once the cause is fixed
+ *                  and bytes unchanged, once the cause is fixed; records
+ *                  dead-lettered by reference (without their bytes) are
+ *                  refused, named, and make the exit status 1
  *
  * stdout: results; stderr: errors. Exit 0 ok, 1 failure, 2 usage.
  */
@@ -32,6 +34,8 @@ struct options {
     int timeout_s;
     char *props[32];
     int nprops;
+    char *topic_configs[16]; /* create-topic --config key=value */
+    int ntopic_configs;
 };
 
 static rd_kafka_t *make_client(const struct options *o, rd_kafka_type_t type)
@@ -99,6 +103,21 @@ static int create_topic(const struct options *o)
         fprintf(stderr, "lbadmin: %s\n", err);
         rd_kafka_destroy(rk);
         return 1;
+    }
+    for (int i = 0; i < o->ntopic_configs; i++) {
+        char *eq = strchr(o->topic_configs[i], '=');
+        rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR__INVALID_ARG;
+        if (eq) {
+            *eq = '\0';
+            e = rd_kafka_NewTopic_set_config(nt, o->topic_configs[i], eq + 1);
+        }
+        if (e) {
+            fprintf(stderr, "lbadmin: --config wants topic-property=value, not '%s'\n",
+                    o->topic_configs[i]);
+            rd_kafka_NewTopic_destroy(nt);
+            rd_kafka_destroy(rk);
+            return 2;
+        }
     }
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
@@ -398,7 +417,7 @@ static int redrive(const struct options *o)
             rd_kafka_destroy(producer);
         return 1;
     }
-    int64_t *high = NULL, left = 0, sent = 0, skipped = 0;
+    int64_t *high = NULL, left = 0, sent = 0, skipped = 0, by_reference = 0;
     if (assign_whole_topic(consumer, o, &high, &left) != 0) {
         free(high);
         rd_kafka_destroy(consumer);
@@ -412,12 +431,23 @@ static int redrive(const struct options *o)
         if (!m)
             continue;
         if (!m->err && m->offset < high[m->partition]) {
-            char reason[64], source[256];
+            char reason[64], source[256], what[32], offset[32], partition[16];
             left--;
             if (!header(m, "lb.source.topic", source, sizeof(source)) ||
                 (o->reason && (!header(m, "lb.reason", reason, sizeof(reason)) ||
                                strcmp(reason, o->reason) != 0))) {
                 skipped++;
+            } else if (header(m, "lb.by_reference", what, sizeof(what))) {
+                /* dead-lettered without its bytes: redriving it would
+                 * produce an empty record, not the event */
+                fprintf(stderr,
+                        "lbadmin: not redriving DLQ record %d/%lld: it was dead-lettered by "
+                        "reference (without its %s); the original is %s [%s] at offset %s\n",
+                        m->partition, (long long)m->offset, what, source,
+                        header(m, "lb.source.partition", partition, sizeof(partition)) ? partition
+                                                                                       : "?",
+                        header(m, "lb.source.offset", offset, sizeof(offset)) ? offset : "?");
+                by_reference++;
             } else if (rd_kafka_producev(producer, RD_KAFKA_V_TOPIC(source),
                                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                          RD_KAFKA_V_KEY(m->key, m->key_len),
@@ -445,14 +475,16 @@ static int redrive(const struct options *o)
                 o->topic, o->timeout_s);
         status = 1;
     }
-    printf("redrive: %lld record(s) produced back to their source topic, %lld left alone\n",
-           (long long)sent, (long long)skipped);
-    return status;
+    printf("redrive: %lld record(s) produced back to their source topic, %lld left alone, "
+           "%lld refused (dead-lettered by reference)\n",
+           (long long)sent, (long long)skipped, (long long)by_reference);
+    return by_reference ? 1 : status;
 }
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: lbadmin create-topic   --topic T [--partitions N] [--brokers B]\n"
+    fprintf(out, "usage: lbadmin create-topic   --topic T [--partitions N] [--config K=V]...\n"
+                 "                              [--brokers B]\n"
                  "       lbadmin offsets        --topic T --group G [--brokers B]\n"
                  "       lbadmin wait-caught-up --topic T --group G [--timeout S] [--brokers B]\n"
                  "       lbadmin dump           --topic T [--timeout S] [--brokers B]\n"
@@ -462,6 +494,8 @@ static void usage(FILE *out)
                  "  -t, --topic NAME     topic\n"
                  "  -g, --group ID       consumer group\n"
                  "  -p, --partitions N   partitions of a new topic (default 6)\n"
+                 "      --config K=V     a topic property of a new topic, e.g.\n"
+                 "                       max.message.bytes=16777216; repeatable\n"
                  "      --timeout S      seconds to wait (default 60)\n"
                  "      --reason R       redrive: only records with lb.reason R\n"
                  "  -X key=value         librdkafka property\n"
@@ -472,11 +506,15 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"brokers", required_argument, NULL, 'b'}, {"topic", required_argument, NULL, 't'},
-        {"group", required_argument, NULL, 'g'},   {"partitions", required_argument, NULL, 'p'},
-        {"timeout", required_argument, NULL, 'T'}, {"reason", required_argument, NULL, 'R'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"brokers", required_argument, NULL, 'b'},
+                                             {"topic", required_argument, NULL, 't'},
+                                             {"group", required_argument, NULL, 'g'},
+                                             {"partitions", required_argument, NULL, 'p'},
+                                             {"timeout", required_argument, NULL, 'T'},
+                                             {"reason", required_argument, NULL, 'R'},
+                                             {"config", required_argument, NULL, 'C'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     struct options o = {.brokers = "127.0.0.1:9092", .partitions = 6, .timeout_s = 60};
     int opt;
 
@@ -509,6 +547,10 @@ int main(int argc, char **argv)
         case 'X':
             if (o.nprops < 32)
                 o.props[o.nprops++] = optarg;
+            break;
+        case 'C':
+            if (o.ntopic_configs < 16)
+                o.topic_configs[o.ntopic_configs++] = optarg;
             break;
         case 'h':
             usage(stdout);

@@ -137,7 +137,8 @@ static int encode_topic(const struct lb_config *config, struct encoded *enc, uin
 
     lb_arena_init(&arena, 1 << 16);
     snprintf(group, sizeof(group), "lbbench-ceiling-%lld", (long long)now);
-    if (!decoder || !plan || !msgs || lb_kafka_conf_apply(config, conf, err, sizeof(err)) != 0 ||
+    if (!decoder || !plan || !msgs ||
+        lb_kafka_conf_apply(config, conf, RD_KAFKA_CONSUMER, err, sizeof(err)) != 0 ||
         rd_kafka_conf_set(conf, "group.id", group, err, sizeof(err)) ||
         rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err)) ||
         rd_kafka_conf_set(conf, "queued.min.messages", "300000", err, sizeof(err)) ||
@@ -288,7 +289,7 @@ static rd_kafka_t *probe_producer(const struct lb_config *config)
 {
     char err[1024];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (lb_kafka_conf_apply(config, conf, err, sizeof(err)) != 0 ||
+    if (lb_kafka_conf_apply(config, conf, RD_KAFKA_CONSUMER, err, sizeof(err)) != 0 ||
         rd_kafka_conf_set(conf, "linger.ms", "0", err, sizeof(err)) != RD_KAFKA_CONF_OK) {
         fprintf(stderr, "lbbench: %s\n", err);
         rd_kafka_conf_destroy(conf);

@@ -28,6 +28,8 @@ struct options {
     int dry_run;
     const char *events_out;
     const char *deliveries_out;
+    uint64_t huge_every; /* every Nth event is a huge record (--huge-bytes) */
+    size_t huge_bytes;
     struct gen_options gen;
 };
 
@@ -112,22 +114,47 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
         struct gen_event ev;
         gen_event(gen, i, &ev);
         size_t len = gen_encode(gen, &ev, buf);
+        uint8_t *payload = buf;
+        char *huge_player = NULL;
+        const char *key = ev.player;
+        size_t key_len = strlen(ev.player);
+        if (o->huge_every && i % o->huge_every == o->huge_every - 1) {
+            /* the projector rejects it as invalid_player; too large for most
+             * dead-letter topics */
+            ev.poison = GEN_POISON_INVALID_PLAYER;
+            ev.player[0] = '\0';
+            if (!(payload = gen_encode_huge(gen, &ev, o->huge_bytes, &len, &huge_player))) {
+                fprintf(stderr, "loadgen: out of memory\n");
+                rd_kafka_topic_destroy(rkt);
+                return -1;
+            }
+            key = huge_player;
+            key_len = o->huge_bytes;
+        }
         char *where = NULL; /* "event_id board", for --deliveries-out */
         if (deliveries) {
             size_t n = strlen(ev.event_id) + strlen(ev.board) + 2;
             if ((where = malloc(n)))
                 snprintf(where, n, "%s\t%s", ev.event_id, ev.board);
         }
-        while (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, buf, len,
-                                ev.player, strlen(ev.player), where) != 0) {
+        while (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, payload, len, key,
+                                key_len, where) != 0) {
             if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 fprintf(stderr, "loadgen: produce failed: %s\n",
                         rd_kafka_err2str(rd_kafka_last_error()));
                 free(where);
+                if (huge_player) {
+                    free(payload);
+                    free(huge_player);
+                }
                 rd_kafka_topic_destroy(rkt);
                 return -1;
             }
             rd_kafka_poll(rk, 10);
+        }
+        if (huge_player) {
+            free(payload);
+            free(huge_player);
         }
         if (log)
             gen_print(log, &ev);
@@ -184,6 +211,10 @@ static void usage(FILE *out)
                  "      --bare              bare Avro instead of the Confluent framing\n"
                  "      --schema-id N       Confluent schema id (default 1)\n"
                  "      --events-out FILE   also write every produced event to FILE as TSV\n"
+                 "      --huge-every N      make every Nth event a record of --huge-bytes\n"
+                 "                          (its player id, also its key, that long): one\n"
+                 "                          the projector dead-letters as invalid_player\n"
+                 "      --huge-bytes N      (default 10485760)\n"
                  "      --deliveries-out FILE  write where each event landed, as delivered:\n"
                  "                          partition offset event_id board (TSV)\n"
                  "      --dry-run           print the events as TSV to stdout; no Kafka\n"
@@ -215,7 +246,9 @@ int main(int argc, char **argv)
         O_RETRACT,
         O_POISON,
         O_TS_NOW,
-        O_DELIVERIES_OUT
+        O_DELIVERIES_OUT,
+        O_HUGE_EVERY,
+        O_HUGE_BYTES
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, 'b'},
@@ -240,11 +273,14 @@ int main(int argc, char **argv)
         {"poison-every", required_argument, NULL, O_POISON},
         {"ts-now", no_argument, NULL, O_TS_NOW},
         {"deliveries-out", required_argument, NULL, O_DELIVERIES_OUT},
+        {"huge-every", required_argument, NULL, O_HUGE_EVERY},
+        {"huge-bytes", required_argument, NULL, O_HUGE_BYTES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     struct options o = {.brokers = "127.0.0.1:9092",
                         .topic = "scores",
                         .count = 10000,
+                        .huge_bytes = 10485760,
                         .gen = {.seed = 1,
                                 .boards = 10,
                                 .players = 1000,
@@ -343,6 +379,12 @@ int main(int argc, char **argv)
             break;
         case O_DELIVERIES_OUT:
             o.deliveries_out = optarg;
+            break;
+        case O_HUGE_EVERY:
+            o.huge_every = strtoull(optarg, NULL, 10);
+            break;
+        case O_HUGE_BYTES:
+            o.huge_bytes = (size_t)strtoull(optarg, NULL, 10);
             break;
         case O_DRY_RUN:
             o.dry_run = 1;

@@ -51,7 +51,7 @@ t_cleanup() {
         lb_kafka_stop >/dev/null 2>&1 || true
         lb_redis_cluster_stop >/dev/null 2>&1 || true
     fi
-    if ((status == 0)); then
+    if ((status == 0)) && [[ -z ${LB_KEEP_LOGS-} ]]; then
         rm -rf "$T_DIR"
     else
         local f
@@ -118,14 +118,59 @@ first() {
 # added since it started included.
 live_ports() { lb_redis_cluster_status 2>/dev/null | awk '$3 == "alive" { print $1 }'; }
 
-# every node as a seed: tests kill masters, and a projector started later
-# must still find a live node to learn the cluster from
+# every live node as a seed: tests kill masters, and a projector started
+# later must still find a live node to learn the cluster from
 seed_list() {
-    local i list=""
-    for ((i = 0; i < 6; i++)); do
-        list+="${list:+, }127.0.0.1:$(redis_port "$i")"
+    local p list=""
+    for p in $(live_ports); do
+        list+="${list:+, }127.0.0.1:$p"
     done
     printf '%s\n' "$list"
+}
+
+# slot_masters - the ports of the masters that own slots now.
+slot_masters() {
+    local p
+    for p in $(live_ports); do
+        redis_cli "$p" CLUSTER NODES |
+            awk -v p=":$p@" 'index($2, p) && $3 ~ /master/ && NF > 8 { f = 1 } END { exit !f }' &&
+            printf '%s\n' "$p"
+    done
+    return 0
+}
+
+# shard_ports MASTER_PORT - the master's port and its replicas' ports.
+shard_ports() {
+    local nodes id
+    nodes=$(redis_cli "$1" CLUSTER NODES) || fail "CLUSTER NODES on $1"
+    id=$(awk -v p=":$1@" 'index($2, p) { print $1 }' <<<"$nodes")
+    printf '%s\n' "$1"
+    awk -v m="$id" '$4 == m { split($2, a, "[:@]"); print a[2] }' <<<"$nodes"
+}
+
+# all_failed PORTS SURVIVOR - every node in PORTS (a list) is flagged
+# "fail" (not "fail?": the cluster agreed) by SURVIVOR.
+all_failed() {
+    local p
+    for p in $1; do
+        redis_cli "$2" CLUSTER NODES |
+            awk -v p=":$p@" 'index($2, p) && $3 ~ /(^|,)fail(,|$)/ { f = 1 } END { exit !f }' ||
+            return 1
+    done
+}
+
+# lose_shard MASTER_PORT - kill -9 the master and every replica of it and
+# delete their data (machines lost with their disks); returns once the
+# survivors agree they failed.
+lose_shard() {
+    local dead p survivor
+    dead=$(shard_ports "$1")
+    for p in $dead; do
+        lb_redis_node_destroy "$p" || fail "cannot destroy node $p"
+    done
+    survivor=$(live_ports | first)
+    lb_wait_for 30 all_failed "$dead" "$survivor" || fail "the cluster did not flag $dead as failed"
+    log "lost the shard of $1: nodes ${dead//$'\n'/ } killed, data deleted, flagged failed"
 }
 
 # write_config FILE [EXTRA_YAML [EXTRA_REDIS]] - a projector configuration
@@ -136,13 +181,15 @@ seed_list() {
 # (group.instance.id).
 write_config() {
     local file=$1 more_yaml=${2-} more_redis=${3-}
-    cat >"$file" <<YAML
+    # written aside and renamed: a projector starting now reads the old or
+    # the new file, never half of one
+    cat >"$file.tmp" <<YAML
 kafka:
   brokers: $BROKERS
   group: ${GROUP:-lb-test}
   topics: [scores]
   commit_interval: 200ms
-  session.timeout.ms: "6000"${DLQ_TOPIC:+
+  session.timeout.ms: "${SESSION_TIMEOUT_MS:-6000}"${DLQ_TOPIC:+
   dlq_topic: $DLQ_TOPIC}${INSTANCE_ID:+
   group.instance.id: "$INSTANCE_ID"}
 input:
@@ -163,6 +210,7 @@ shutdown:
   drain_timeout: ${DRAIN_TIMEOUT:-5s}
 $more_yaml
 YAML
+    mv -f "$file.tmp" "$file"
 }
 
 # start_projector NAME CONFIG [ENV=VALUE...] - runs the projector in the
@@ -294,6 +342,14 @@ metrics_scrape() {
     "$BIN/promparse" <"$2.raw" >"$2" 2>"$2.err" || fail "/metrics is not valid: $(cat "$2.err")"
 }
 
+# metrics_series_is URL SERIES VALUE - true when a scrape shows SERIES at
+# VALUE (false when it does not, or the page is not served yet), for waits.
+metrics_series_is() {
+    local page
+    page=$(curl -sf "$1/metrics") || return 1
+    [[ $(awk -v s="$2" '$1 == s { print $2 }' <<<"$page") == "$3" ]]
+}
+
 # metrics_value FILE SERIES - its value in a scraped page, or fail.
 metrics_value() {
     local v
@@ -329,4 +385,96 @@ pick_metrics_port() {
     # shellcheck disable=SC2034
     METRICS_YAML="metrics:
   listen: 127.0.0.1:$port"
+}
+
+# alerts_scrape NAME COUNT - COUNT scrapes of /metrics (METRICS_URL), 5 s
+# apart, kept as the input of the alert-rule test of scenario NAME.
+alerts_scrape() {
+    local dir=$T_DIR/alerts/$1 k
+    mkdir -p "$dir"
+    date +%s.%N >"$dir/t0"
+    for ((k = 0; k < $2; k++)); do
+        ((k == 0)) || sleep 5
+        metrics_scrape "$METRICS_URL" "$dir/$(printf '%03d' "$k")"
+    done
+}
+
+# alerts_test NAME ALERT... - checks ops/deploy/alerts.yaml with promtool
+# on the series scraped for scenario NAME: exactly the ALERTs given fire
+# (for pod "p0"), no other. The scrapes are the first samples, 5 s apart;
+# the state they show is then held for ten more minutes (gauges as last
+# seen, counters growing at their last rate, timestamps rebased so that
+# Prometheus' time() starts at the first scrape). The rules are tested
+# without their annotations (prose), so labels alone are compared.
+alerts_test() {
+    local name=$1 dir=$T_DIR/alerts/$1 promtool
+    shift
+    promtool=$(lb_fetch_promtool) || fail "no promtool"
+    awk '/^ *annotations:/ { skip = 1; indent = match($0, /[^ ]/); next }
+         skip && match($0, /[^ ]/) > indent { next }
+         { skip = 0; print }' "$repo/ops/deploy/alerts.yaml" >"$dir/rules.yaml"
+    local -a scrapes
+    mapfile -t scrapes < <(find "$dir" -name '[0-9][0-9][0-9]' | sort)
+    ((${#scrapes[@]} >= 2)) || fail "alerts_test $name: fewer than two scrapes"
+    {
+        printf 'rule_files: [rules.yaml]\nevaluation_interval: 5s\ntests:\n  - interval: 5s\n'
+        printf '    input_series:\n'
+        awk -v t0="$(cat "$dir/t0")" -v n=${#scrapes[@]} '
+            FNR == 1 { k++ }
+            {
+                s = $1; v = $2
+                if (s ~ /_timestamp_seconds/) v = v - t0
+                if (!(s in seen)) { seen[s] = 1; order[++ns] = s }
+                val[s, k] = v
+            }
+            END {
+                for (i = 1; i <= ns; i++) {
+                    s = order[i]; line = ""
+                    for (j = 1; j <= n; j++) line = line (((s, j) in val) ? val[s, j] : "_") " "
+                    if (!((s, n) in val)) {
+                        line = line "_x120"
+                    } else {
+                        last = val[s, n]; prev = ((s, n - 1) in val) ? val[s, n - 1] : last
+                        step = (s ~ /(_total|_count|_sum|_bucket)\{/) && last >= prev ? last - prev : 0
+                        line = line (last + step) "+" step "x120"
+                    }
+                    if (!sub(/\{\}$/, "{pod=\"p0\",job=\"leaderboard-projector\"}", s))
+                        sub(/\}$/, ",pod=\"p0\",job=\"leaderboard-projector\"}", s)
+                    printf "      - series: '\''%s'\''\n        values: '\''%s'\''\n", s, line
+                }
+            }' "${scrapes[@]}"
+        printf '    alert_rule_test:\n'
+        local alert rule want
+        local -a rules
+        mapfile -t rules < <(awk '/- alert:/ { print $3 }' "$dir/rules.yaml")
+        for rule in "${rules[@]}"; do
+            want=0
+            for alert in "$@"; do
+                [[ $alert == "$rule" ]] && want=1
+            done
+            printf '      - eval_time: %ds\n        alertname: %s\n' $((${#scrapes[@]} * 5 + 600)) "$rule"
+            if ((want)); then
+                printf '        exp_alerts:\n          - exp_labels: {%s}\n' "$(alert_labels "$rule")"
+            else
+                printf '        exp_alerts: []\n'
+            fi
+        done
+    } >"$dir/test.yaml"
+    (cd "$dir" && "$promtool" test rules test.yaml) >"$dir/promtool.out" 2>&1 || {
+        cat "$dir/promtool.out" >&2
+        fail "alert rules on scenario $name: not exactly $* (promtool test in $dir)"
+    }
+    ok "alert rules on scenario $name: ${*:-no alert} fire, nothing else"
+}
+
+# alert_labels RULE - the labels an alert of RULE has for pod p0.
+alert_labels() {
+    case $1 in
+    ProjectorRedisDown | ProjectorKafkaUnreachable)
+        printf 'pod: p0, job: leaderboard-projector, severity: page' ;;
+    ProjectorDeadLettering | ProjectorNotScraped)
+        printf 'pod: p0, severity: ticket' ;;
+    *)
+        printf 'pod: p0, severity: page' ;;
+    esac
 }

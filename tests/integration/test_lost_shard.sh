@@ -30,42 +30,6 @@ gen=("${MODE_GEN[@]}")
 runbook_procedure "$repo/ops/runbooks/lost-shard.md" "$T_DIR/procedure.sh"
 export PATH=$BIN:$PATH # the runbook calls replay by name
 
-# shard_ports MASTER_PORT - the master's port and its replicas' ports.
-shard_ports() {
-    local nodes id
-    nodes=$(redis_cli "$1" CLUSTER NODES) || fail "CLUSTER NODES on $1"
-    id=$(awk -v p=":$1@" 'index($2, p) { print $1 }' <<<"$nodes")
-    printf '%s\n' "$1"
-    awk -v m="$id" '$4 == m { split($2, a, "[:@]"); print a[2] }' <<<"$nodes"
-}
-masters() {
-    local p
-    for p in $(live_ports); do
-        [[ $(redis_cli "$p" ROLE | first) == master ]] && printf '%s\n' "$p"
-    done
-}
-# every node in $1 (a list of ports) is flagged "fail" on survivor $2
-all_failed() {
-    local p
-    for p in $1; do
-        redis_cli "$2" CLUSTER NODES | awk -v p=":$p@" 'index($2, p) && $3 ~ /(^|,)fail(,|$)/ { f = 1 }
-            END { exit !f }' || return 1
-    done
-}
-
-# lose_shard MASTER_PORT - kill -9 the master and every replica of it and
-# delete their data; returns once the survivors agree they failed.
-lose_shard() {
-    local dead p survivor
-    dead=$(shard_ports "$1")
-    for p in $dead; do
-        lb_redis_node_destroy "$p" || fail "cannot destroy node $p"
-    done
-    survivor=$(live_ports | first)
-    lb_wait_for 30 all_failed "$dead" "$survivor" || fail "the cluster did not flag $dead as failed"
-    log "lost the shard of $1: nodes ${dead//$'\n'/ } killed, data deleted, flagged failed"
-}
-
 # replace_shard - the runbook's procedure with a new empty node; its output
 # (replay's included) in $T_DIR/procedure-N.out.
 replace_shard() {
@@ -107,7 +71,7 @@ check_exact() {
 start_projector projector "$T_DIR/projector.yaml"
 produce -n 20000 --seed 121 "${gen[@]}" --rate 20000
 wait_caught_up 120
-mapfile -t original < <(masters)
+mapfile -t original < <(slot_masters)
 ((${#original[@]} == 3)) || fail "expected 3 masters, found ${#original[@]}"
 
 # a. projector stopped through the whole incident

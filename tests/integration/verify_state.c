@@ -454,6 +454,7 @@ static void check_key(redisContext *c, const struct rules *r, const char *key, s
             continue;
         }
         found++;
+        e->seen = 1;
         int64_t want = expected_value(r, p, m);
         if ((int64_t)score != want || (double)want != score)
             difference(rep, "%s: %s has %s, expected %lld", key, z->element[i]->str,
@@ -637,6 +638,19 @@ int main(int argc, char **argv)
         if (!keys.slots[i].seen)
             difference(&rep, "missing key %s (%lld members)", keys.slots[i].key,
                        (long long)keys.slots[i].aux);
+    }
+    for (size_t i = 0; i < members.cap; i++) {
+        const struct entry *e = &members.slots[i];
+        const struct member *m = e->key ? e->data : NULL;
+        if (!m || !m->present || e->seen)
+            continue;
+        const char *nl = strchr(e->key, '\n');
+        char key[900];
+        snprintf(key, sizeof(key), "%.*s", (int)(nl - e->key), e->key);
+        const struct entry *k = map_get(&keys, key, 0);
+        if (k && k->seen) /* a missing key is reported as such */
+            difference(&rep, "%s: member %s missing (expected %lld)", key, nl + 1,
+                       (long long)m->value);
     }
     printf("verify_state: %zu events applied, %zu keys expected, %zu keys found, %zu members "
            "checked, %zu differences\n",

@@ -8,9 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "clock.h"
 #include "cluster.h"
 #include "fake_redis.h"
 #include "log.h"
@@ -30,8 +34,7 @@ struct script {
     int queued_error;         /* an error was answered inside the current MULTI */
     int once;                 /* the special replies apply to the first transaction only */
     int transactions;
-    int script_cached;      /* SCRIPT LOAD was answered and not flushed since */
-    int flush_after_load;   /* forget the script this many more times right after loading it */
+    int script_cached;      /* SCRIPT LOAD was answered (a fresh node has no script) */
     const char *load_reply; /* reply to SCRIPT LOAD (default: the SHA1) */
     int close_after_shards; /* hang up right after answering CLUSTER SHARDS */
 };
@@ -65,9 +68,7 @@ static const char *handler(struct fake_redis *fake, int argc, char **argv, void 
     if (strcmp(argv[0], "SCRIPT") == 0) {
         if (s->load_reply)
             return s->load_reply;
-        s->script_cached = s->flush_after_load == 0;
-        if (s->flush_after_load > 0)
-            s->flush_after_load--;
+        s->script_cached = 1;
         return "$40\r\n" SCRIPT_SHA "\r\n";
     }
     if (strcmp(argv[0], "EVALSHA") == 0)
@@ -478,9 +479,8 @@ static void noscript_loads_the_script_and_resends_the_round_in_order(void **stat
     char b1[128], b2[128], b3[128];
     start_nodes(&n, 0, NULL);
     script_client(&n, SCRIPT);
-    /* the node forgets the script right after the connection loaded it: a
-     * SCRIPT FLUSH, or a replica promoted since */
-    n.a.flush_after_load = 1;
+    /* the node has never seen the script (a node replaced empty, a replica
+     * promoted, a SCRIPT FLUSH); connecting does not load it */
     struct lb_request reqs[3] = {evalsha(b1, sizeof(b1), "a", 1), evalsha(b2, sizeof(b2), "b", 2),
                                  evalsha(b3, sizeof(b3), "a", 1)};
     assert_int_equal(lb_cluster_exec(n.cl, reqs, 3), 0);
@@ -493,8 +493,7 @@ static void noscript_loads_the_script_and_resends_the_round_in_order(void **stat
     const char *evals = "EVALSHA " SCRIPT_SHA " 1 {a}k\nEVALSHA " SCRIPT_SHA
                         " 1 {b}k\nEVALSHA " SCRIPT_SHA " 1 {a}k\n";
     char want[1024];
-    snprintf(want, sizeof(want),
-             "SCRIPT LOAD " SCRIPT "\nCLUSTER SHARDS\n%sSCRIPT LOAD " SCRIPT "\n%s", evals, evals);
+    snprintf(want, sizeof(want), "CLUSTER SHARDS\n%sSCRIPT LOAD " SCRIPT "\n%s", evals, evals);
     expect_log(n.fa, want);
     assert_int_equal(lb_cluster_stats(n.cl)->script_loads, 1);
     assert_int_equal(lb_cluster_stats(n.cl)->command_errors, 0);
@@ -514,7 +513,6 @@ static void a_script_load_that_fails_fails_the_requests_with_its_reason(void **s
     char b1[128], b2[128];
     start_nodes(&n, 0, NULL);
     script_client(&n, SCRIPT);
-    n.a.flush_after_load = 1;
     assert_int_equal(lb_cluster_refresh(n.cl), 0);
     n.a.load_reply = "-NOPERM this user has no permissions to run the 'script|load' command\r\n";
     struct lb_request reqs[2] = {evalsha(b1, sizeof(b1), "a", 1), evalsha(b2, sizeof(b2), "b", 2)};
@@ -527,7 +525,71 @@ static void a_script_load_that_fails_fails_the_requests_with_its_reason(void **s
     for (const char *p = log; (p = strstr(p, "SCRIPT LOAD")); p++)
         loads++;
     free(log);
-    assert_int_equal(loads, 2); /* on connect, then once after NOSCRIPT */
+    assert_int_equal(loads, 1); /* once after NOSCRIPT */
+    stop_nodes(&n);
+}
+
+/* A node that accepts connections and never answers (a frozen process: the
+ * kernel still completes the handshake). Returns the listening socket. */
+static int silent_node(int *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void a_refresh_among_silent_nodes_blocks_one_command_timeout_in_all(void **state)
+{
+    (void)state;
+    struct lb_host seeds[3];
+    int fds[3], ports[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = silent_node(&ports[i]);
+        seeds[i] = (struct lb_host){.host = (char *)"127.0.0.1", .port = ports[i]};
+    }
+    struct lb_cluster_options options = {.seeds = seeds,
+                                         .nseeds = 3,
+                                         .connect_timeout_ms = 1000,
+                                         .command_timeout_ms = 1000,
+                                         .wait_replicas = 0};
+    struct lb_cluster *cl = lb_cluster_new(&options);
+    assert_non_null(cl);
+    /* node by node it would take 3 s; the refresh has one budget */
+    int64_t start = lb_monotonic_ms();
+    assert_int_equal(lb_cluster_refresh(cl), -1);
+    int64_t took = lb_monotonic_ms() - start;
+    assert_true(took >= 900 && took < 2500);
+    assert_non_null(strstr(lb_cluster_error(cl), "no Redis node could serve the slot map"));
+    assert_int_equal(lb_cluster_error_class(cl), LB_REDIS_RETRY);
+    lb_cluster_free(cl);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+}
+
+static void a_call_during_a_started_one_is_refused_and_the_first_completes(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char b1[128], b2[128];
+    start_nodes(&n, 0, NULL);
+    script_client(&n, SCRIPT);
+    struct lb_request first = evalsha(b1, sizeof(b1), "a", 1);
+    lb_cluster_start(n.cl, &first, 1);
+    struct lb_request second = evalsha(b2, sizeof(b2), "b", 2);
+    assert_int_equal(lb_cluster_exec(n.cl, &second, 1), 1);
+    assert_false(second.ok);
+    assert_null(second.reply);
+    assert_non_null(strstr(second.error, "another call is in progress"));
+    assert_int_equal(lb_cluster_finish(n.cl), 0);
+    assert_true(first.ok);
+    assert_int_equal(first.reply->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(first.reply);
     stop_nodes(&n);
 }
 
@@ -695,6 +757,8 @@ int main(void)
         cmocka_unit_test(a_connection_lost_mid_transaction_fails_it_and_reconnects),
         cmocka_unit_test(every_connection_authenticates_and_the_password_stays_secret),
         cmocka_unit_test(noscript_loads_the_script_and_resends_the_round_in_order),
+        cmocka_unit_test(a_refresh_among_silent_nodes_blocks_one_command_timeout_in_all),
+        cmocka_unit_test(a_call_during_a_started_one_is_refused_and_the_first_completes),
         cmocka_unit_test(a_script_load_that_fails_fails_the_requests_with_its_reason),
         cmocka_unit_test(noscript_without_a_script_to_load_is_an_error),
         cmocka_unit_test(wait_covers_masters_past_the_first_256_nodes),

@@ -208,6 +208,11 @@ static void invalid_files_are_refused_with_their_path_and_line(void **state)
         {"shutdown:\n  drain_timeout: 2h\n", 10, "out of range"},
         {"shutdown:\n  grace: 1s\n", 10, "unknown key 'grace'"},
         {"bogus_section: {}\n", 9, "unknown key 'bogus_section'"},
+        /* a ttl Redis could not take, or whose end + ttl would overflow */
+        {"profiles:\n  - name: p\n    windows:\n      daily: {ttl: 3651d}\n", 12,
+         "ttl: 3651d is out of range"},
+        {"profiles:\n  - name: p\n    windows:\n      custom: [{dim: patch, ttl: 106751991167d}]\n",
+         12, "out of range"},
     };
     char dir[] = "/tmp/lb-config-XXXXXX";
     assert_non_null(mkdtemp(dir));
@@ -308,6 +313,57 @@ static void kafka_properties_pass_through(void **state)
     lb_config_free(c);
 }
 
+/* Each property reaches the client librdkafka says it is for: no consumer
+ * property in the dead-letter producer (librdkafka's CONFWARN), none of the
+ * producer's in the consumer, shared ones in both; an unknown one is
+ * refused with its line. */
+static void kafka_properties_go_to_their_client(void **state)
+{
+    (void)state;
+    assert_int_equal(lb_kafka_property_scope("session.timeout.ms"), 'C');
+    assert_int_equal(lb_kafka_property_scope("message.timeout.ms"), 'P');
+    assert_int_equal(lb_kafka_property_scope("linger.ms"), 'P');
+    assert_int_equal(lb_kafka_property_scope("security.protocol"), '*');
+    assert_int_equal(lb_kafka_property_scope("no.such.property"), 0);
+    struct lb_config *c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n"
+                                  "  session.timeout.ms: 12000\n"
+                                  "  linger.ms: 20\n"
+                                  "  client.id: pod-7\n"
+                                  "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
+    static const struct {
+        rd_kafka_type_t type;
+        const char *session, *linger;
+    } want[] = {{RD_KAFKA_CONSUMER, "12000", "5"}, {RD_KAFKA_PRODUCER, "45000", "20"}};
+    for (size_t i = 0; i < 2; i++) {
+        char err[512], value[64];
+        size_t len;
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        assert_int_equal(lb_kafka_conf_apply(c, conf, want[i].type, err, sizeof(err)), 0);
+        len = sizeof(value);
+        assert_int_equal(rd_kafka_conf_get(conf, "session.timeout.ms", value, &len),
+                         RD_KAFKA_CONF_OK);
+        assert_string_equal(value, want[i].session); /* the default where it does not belong */
+        len = sizeof(value);
+        assert_int_equal(rd_kafka_conf_get(conf, "linger.ms", value, &len), RD_KAFKA_CONF_OK);
+        assert_string_equal(value, want[i].linger);
+        len = sizeof(value);
+        assert_int_equal(rd_kafka_conf_get(conf, "client.id", value, &len), RD_KAFKA_CONF_OK);
+        assert_string_equal(value, "pod-7");
+        rd_kafka_conf_destroy(conf);
+    }
+    lb_config_free(c);
+
+    c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  no.such.property: 1\n"
+                "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    assert_int_equal(lb_kafka_conf_apply(c, conf, RD_KAFKA_PRODUCER, err, sizeof(err)), -1);
+    if (!strstr(err, "test.yaml:4: kafka property"))
+        fail_msg("unexpected error: %s", err);
+    rd_kafka_conf_destroy(conf);
+    lb_config_free(c);
+}
+
 static void durations_and_times_parse(void **state)
 {
     (void)state;
@@ -342,6 +398,7 @@ int main(void)
         cmocka_unit_test(sum_boards_budget_their_totals),
         cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
+        cmocka_unit_test(kafka_properties_go_to_their_client),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,7 +53,7 @@ static void durable_records_advance_the_commit(void **state)
 {
     (void)state;
     struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
-    assert_int_equal(lb_offsets_assign(o, "s", 0, 40, 1000), 0);
+    assert_int_equal(lb_offsets_assign(o, "s", 0, 40, -1, 1000), 0);
     assert_int_equal(commit(o).n, 0); /* nothing new since the group's commit */
     for (int64_t off = 40; off < 45; off++)
         lb_offsets_settle(o, "s", 0, off, LB_HOLD_NONE, 0);
@@ -68,8 +68,8 @@ static void a_partition_commits_no_further_than_its_first_record_not_durable(voi
 {
     (void)state;
     struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
-    lb_offsets_assign(o, "s", 0, -1, 1000);
-    lb_offsets_assign(o, "s", 1, 7, 1000);
+    lb_offsets_assign(o, "s", 0, -1, -1, 1000);
+    lb_offsets_assign(o, "s", 1, 7, -1, 1000);
     assert_int_equal(lb_offsets_settle(o, "s", 0, 0, LB_HOLD_NONE, 0), 0);
     assert_int_equal(lb_offsets_settle(o, "s", 0, 1, LB_HOLD_BOARD, 0), 1);
     /* later records, durable or not, do not move it */
@@ -91,7 +91,7 @@ static void a_held_partition_pauses_past_the_bound(void **state)
 {
     (void)state;
     struct lb_offsets *o = lb_offsets_new(3, 100, 5000);
-    lb_offsets_assign(o, "s", 0, 0, 1000);
+    lb_offsets_assign(o, "s", 0, 0, -1, 1000);
     assert_int_equal(lb_offsets_polled(o, "s", 0), 0); /* not held: never */
     lb_offsets_settle(o, "s", 0, 0, LB_HOLD_DLQ, 0);
     assert_int_equal(lb_offsets_polled(o, "s", 0), 0);
@@ -108,7 +108,7 @@ static void a_held_partition_is_read_again_from_its_hold_after_a_growing_back_of
     (void)state;
     struct lb_offsets *o = lb_offsets_new(1, 100, 400);
     struct rewinds r = {0};
-    lb_offsets_assign(o, "s", 0, 10, 1000);
+    lb_offsets_assign(o, "s", 0, 10, -1, 1000);
     lb_offsets_settle(o, "s", 0, 10, LB_HOLD_NONE, 0);
     lb_offsets_settle(o, "s", 0, 11, LB_HOLD_REDIS, 1000);
     lb_offsets_polled(o, "s", 0);
@@ -142,7 +142,7 @@ static void a_refused_commit_is_sent_again_and_an_acknowledged_one_moves_committ
 {
     (void)state;
     struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
-    lb_offsets_assign(o, "s", 3, 5, 1000);
+    lb_offsets_assign(o, "s", 3, 5, -1, 1000);
     lb_offsets_settle(o, "s", 3, 5, LB_HOLD_NONE, 0);
     assert_int_equal(commit(o).offset[0], 6);
     lb_offsets_commit_result(o, "s", 3, 6, 0, 2000);
@@ -162,7 +162,7 @@ static void progress_shows_the_commit_and_the_hold_with_its_reason(void **state)
     (void)state;
     struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
     struct lb_partition_progress pp;
-    lb_offsets_assign(o, "s", 2, 100, 1000);
+    lb_offsets_assign(o, "s", 2, 100, -1, 1000);
     lb_offsets_each(o, seen, &pp);
     assert_int_equal(pp.committed, 100);
     assert_int_equal(pp.committed_wall_ms, 1000);

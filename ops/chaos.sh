@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# ops/chaos.sh - the chaos soak: three projector pods in one group, a steady
+# producer (best, latest and sum boards, with retractions), and a fault every
+# few seconds, taken in turn from a seeded shuffle of:
+#
+#   pod_kill       SIGKILL a pod (the harness restarts it)
+#   pod_freeze     SIGSTOP a pod past its session timeout, then SIGCONT (it
+#                  wakes up as a zombie)
+#   master_kill    SIGKILL a Redis master: its replica takes over; the old
+#                  master is started again and rejoins as a replica
+#   kafka_restart  stop the Kafka broker, start it again a few seconds later
+#   lost_shard     SIGKILL a master and all its replicas and delete their
+#                  data; a new empty node takes their slots by the runbook's
+#                  procedure (ops/runbooks/lost-shard.md, run as written) and
+#                  replay rebuilds them while events flow; a replica is added
+#
+# A fault fires only on a healthy cluster (every node up and agreeing, every
+# master with a replica, Kafka up, every pod running); pods that exit are
+# restarted and counted. At the end it waits for the group to catch up and
+# checks Redis against the independent oracle (tests/integration/verify_state):
+# no event lost, none counted twice, every key, member, score and expiry
+# exact. The seed fixes the event stream and the fault schedule (kind,
+# target, second); both are printed, and --seed runs the same again.
+#
+#   ops/chaos.sh [--duration SECONDS] [--seed N] [--rate EVENTS_PER_S]
+#
+# Defaults: 120 s (what ops/test.sh runs), seed 1, 400 events/s. Binaries
+# from LB_BIN (default build/bin). Exit 0 when the oracle agrees.
+set -euo pipefail
+
+duration=120 seed=1 rate=400
+while (($#)); do
+    case $1 in
+    --duration) duration=$2 && shift 2 ;;
+    --seed) seed=$2 && shift 2 ;;
+    --rate) rate=$2 && shift 2 ;;
+    -h | --help)
+        sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "chaos: unknown argument '$1' (see --help)" >&2
+        exit 2
+        ;;
+    esac
+done
+for v in duration seed rate; do
+    [[ ${!v} =~ ^[0-9]+$ ]] || {
+        echo "chaos: --$v wants a whole number, not '${!v}'" >&2
+        exit 2
+    }
+done
+
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../tests/integration/lib.sh"
+
+# ---- the schedule: a seeded shuffle of the five kinds, again and again --------------
+kinds=(pod_kill pod_freeze master_kill kafka_restart lost_shard)
+RANDOM=$seed
+schedule=()
+at=10
+while ((at < duration)); do
+    order=("${kinds[@]}")
+    for ((i = ${#order[@]} - 1; i > 0; i--)); do
+        j=$((RANDOM % (i + 1)))
+        swap=${order[i]} order[i]=${order[j]} order[j]=$swap
+    done
+    for kind in "${order[@]}"; do
+        ((at < duration)) || break
+        schedule+=("$at $kind $((RANDOM % 3))")
+        at=$((at + 8 + RANDOM % 8))
+    done
+done
+log "seed $seed, $duration s, $rate events/s; fault schedule (second kind target):"
+printf '  %s\n' "${schedule[@]}" >&2
+
+# ---- services and pods ------------------------------------------------------------------
+start_services
+export GROUP=lb-chaos
+runbook_procedure "$repo/ops/runbooks/lost-shard.md" "$T_DIR/procedure.sh"
+export PATH=$BIN:$PATH
+pods=(0 0 0)
+declare -A count=([pod_kill]=0 [pod_freeze]=0 [master_kill]=0 [kafka_restart]=0 [lost_shard]=0
+    [pod_restarts]=0 [replays]=0)
+
+# the pods' configuration names the nodes alive when it is written
+pod_config() { write_config "$T_DIR/projector.yaml" "$MODE_PROFILES"; }
+start_pod() {
+    pod_config
+    start_projector "pod$1" "$T_DIR/projector.yaml"
+    pods[$1]=$PROJECTOR_PID
+}
+# restart the pods that exited (a SIGKILL, a fatal error), and count them
+tend_pods() {
+    local i
+    for i in 0 1 2; do
+        if ! kill -0 "${pods[i]}" 2>/dev/null ||
+            [[ $(awk '{ print $3 }' "/proc/${pods[i]}/stat" 2>/dev/null) == Z ]]; then
+            wait "${pods[i]}" 2>/dev/null || true
+            start_pod "$i"
+            count[pod_restarts]=$((count[pod_restarts] + 1))
+            log "pod $i restarted"
+        fi
+    done
+}
+
+healthy() {
+    local p nodes
+    lb_kafka_status >/dev/null 2>&1 || return 1
+    for p in $(live_ports); do
+        redis_cli "$p" CLUSTER INFO | grep -q '^cluster_state:ok' || return 1
+    done
+    nodes=$(redis_cli "$(live_ports | first)" CLUSTER NODES) || return 1
+    grep -q 'fail' <<<"$nodes" && return 1
+    [[ $(wc -l <<<"$nodes") == "$(live_ports | wc -l)" ]] || return 1
+    # every master with slots has a connected replica
+    awk '$3 ~ /master/ && NF > 8 { m[$1] = 1 } $3 ~ /slave/ && $8 == "connected" { r[$4] = 1 }
+         END { for (id in m) if (!(id in r)) exit 1 }' <<<"$nodes"
+}
+
+# ---- the faults ---------------------------------------------------------------------------
+fault_pod_kill() {
+    kill -9 "${pods[$1]}"
+    log "pod $1 (pid ${pods[$1]}) SIGKILLed"
+    sleep 1
+    tend_pods
+}
+fault_pod_freeze() {
+    kill -STOP "${pods[$1]}"
+    log "pod $1 frozen past its session timeout"
+    sleep 8
+    kill -CONT "${pods[$1]}"
+}
+fault_master_kill() {
+    local -a m
+    mapfile -t m < <(slot_masters)
+    local port=${m[$1 % ${#m[@]}]}
+    kill -9 "$(lb_redis_pid "$port")"
+    log "master $port SIGKILLed; its replica takes over"
+    sleep 5
+    lb_redis_cluster_resume 2>>"$T_DIR/chaos-redis.log" || fail "the killed master did not rejoin"
+    log "$port is back, as a replica"
+}
+fault_kafka_restart() {
+    lb_kafka_stop 2>>"$T_DIR/chaos-kafka.log" || fail "stopping Kafka failed"
+    log "Kafka stopped"
+    sleep 5
+    lb_kafka_start >>"$T_DIR/chaos-kafka.log" 2>&1 || fail "Kafka did not start again"
+    log "Kafka is back"
+}
+fault_lost_shard() {
+    local -a m
+    mapfile -t m < <(slot_masters)
+    lose_shard "${m[$1 % ${#m[@]}]}"
+    local survivor
+    survivor=$(live_ports | first)
+    local port replica survivors
+    port=$(lb_free_port_base 1) || fail "no free port"
+    lb_redis_node_add "$port" || fail "no new node"
+    survivors=$(live_ports | grep -vx "$port" | sed 's/^/127.0.0.1:/' | tr '\n' ' ')
+    pod_config # replay's seeds: the nodes alive now
+    SURVIVORS=$survivors NEW=127.0.0.1:$port CONFIG=$T_DIR/projector.yaml \
+        timeout 300 bash -euo pipefail "$T_DIR/procedure.sh" >>"$T_DIR/chaos-procedure.log" 2>&1 ||
+        fail "the lost-shard procedure failed: $(tail -n 3 "$T_DIR/chaos-procedure.log")"
+    count[replays]=$((count[replays] + 1))
+    log "the runbook's procedure gave the shard to 127.0.0.1:$port and replay rebuilt it"
+    replica=$(lb_free_port_base 1) || fail "no free port"
+    lb_redis_node_add "$replica" || fail "no replica node"
+    redis_cli "$survivor" CLUSTER MEET 127.0.0.1 "$replica" >/dev/null
+    lb_wait_for 30 bash -c "redis-cli -p $replica CLUSTER NODES | grep -q ':$port@'" ||
+        fail "the replica did not meet the cluster"
+    redis_cli "$replica" CLUSTER REPLICATE "$(redis_cli "$port" CLUSTER MYID)" >/dev/null ||
+        fail "CLUSTER REPLICATE failed"
+    log "127.0.0.1:$replica replicates it"
+}
+
+# ---- the run ---------------------------------------------------------------------------------
+for i in 0 1 2; do
+    start_pod "$i"
+done
+produce -n $((rate * duration)) --seed "$seed" "${MODE_GEN[@]}" --rate "$rate" &
+producer=$!
+T_PIDS+=("$producer")
+started=$SECONDS
+fired=()
+for item in "${schedule[@]}"; do
+    read -r second kind target <<<"$item"
+    while ((SECONDS - started < second)); do
+        tend_pods
+        sleep 0.5
+    done
+    waited=$SECONDS
+    until healthy; do
+        tend_pods
+        ((SECONDS - waited < 120)) || fail "the cluster is not healthy 120 s after the last fault"
+        sleep 1
+    done
+    tend_pods
+    log "t=$((SECONDS - started))s: $kind (target $target)"
+    "fault_$kind" "$target"
+    count[$kind]=$((count[$kind] + 1))
+    fired+=("$((SECONDS - started)) $kind $target")
+done
+wait "$producer" || fail "the producer failed"
+until healthy; do
+    tend_pods
+    sleep 1
+done
+tend_pods
+wait_caught_up 300
+verify "${MODE_ORACLE[@]}"
+assert_committed_at_end
+events=$(wc -l <"$T_DIR/events.tsv")
+summary="chaos: seed $seed, $((SECONDS - started)) s, $events events; faults:"
+for kind in "${kinds[@]}"; do
+    summary+=" $kind=${count[$kind]}"
+done
+summary+="; pod restarts ${count[pod_restarts]}, replays ${count[replays]}; oracle: exact"
+printf '%s\n' "$summary"
+log "faults as fired (second kind target): ${fired[*]}"
+ok "$summary"
