@@ -3,14 +3,17 @@
 #
 #   1. installs what is missing (Debian packages, Kafka jars; idempotent)
 #   2. checks formatting with clang-format (.clang-format)
-#   3. builds with warnings as errors and runs the unit tests
+#   3. builds with warnings as errors and runs the unit tests (label "unit";
+#      those labelled "redis" start their own redis-server on a free port)
 #   4. builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
 #      (leak checking on) and runs them
-#   5. runs the integration tests against a real Redis Cluster and a real
+#   5. (in the integration tests) builds the previous release's projector
+#      once into the cache, for the rolling-deploy test
+#   6. runs the integration tests against a real Redis Cluster and a real
 #      Kafka broker, started and stopped by the tests themselves, with the
 #      sanitizer build of the projector and tools (a memory error, undefined
 #      behaviour or leak anywhere on those paths fails the test)
-#   6. runs the chaos soak for two minutes on the release build
+#   7. runs the chaos soak for two minutes on the release build
 #      (ops/chaos.sh; longer runs by hand, see the README)
 #
 # Build directories: build/ and build-asan/ (reused when present).
@@ -39,13 +42,13 @@ cmake -S . -B build -DLB_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 
 step "unit tests"
-ctest --test-dir build -L unit --output-on-failure
+ctest --test-dir build -L "unit|redis" --output-on-failure
 
 step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DLB_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir build-asan -L unit --output-on-failure
+    ctest --test-dir build-asan -L "unit|redis" --output-on-failure
 
 step "integration tests (real Redis Cluster, real Kafka, sanitizer build)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

@@ -20,6 +20,7 @@
  * comparison per batch.
  */
 #include "pipeline.h"
+#include "apply.h"
 #include "clock.h"
 #include "log.h"
 #include "planner.h"
@@ -74,7 +75,8 @@ struct held_set {
 struct slot {
     struct lb_plan *plan;
     struct lb_plan *rebuilt; /* boards planned again after the script's answer */
-    struct lb_arena arena;   /* decoded dims */
+    struct lb_apply_batch encoded, encoded_rebuilt; /* their requests */
+    struct lb_arena arena;                          /* decoded dims */
     const struct lb_record *records;
     size_t count;
     uint32_t *txn_of; /* per record: its request (board), or UINT32_MAX when rejected */
@@ -162,6 +164,8 @@ void lb_pipeline_free(struct lb_pipeline *p)
         struct slot *s = &p->slots[i];
         lb_plan_free(s->plan);
         lb_plan_free(s->rebuilt);
+        lb_apply_batch_free(&s->encoded);
+        lb_apply_batch_free(&s->encoded_rebuilt);
         lb_arena_free(&s->arena);
         free(s->txn_of);
         free(s->fate);
@@ -436,7 +440,7 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
                 p->on_reject(p->reject_ctx, r, reason, detail);
         }
     }
-    return lb_plan_finish(slot->plan);
+    return lb_apply_encode(&slot->encoded, slot->plan, p->config->key_prefix);
 }
 
 static int64_t next_backoff(struct lb_pipeline *p, int64_t backoff)
@@ -460,8 +464,9 @@ int lb_pipeline_prepare(struct lb_pipeline *p, const struct lb_record *records, 
 
     if (ensure_capacity(slot, count, 1) != 0 || plan_records(p, slot, records, count, now_ms) != 0)
         return -1;
-    const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
-    const char *bytes = lb_plan_bytes(slot->plan);
+    const struct lb_apply_request *txns = slot->encoded.requests;
+    const char *bytes = slot->encoded.bytes.data;
+    ntxns = slot->encoded.count;
     if (ensure_capacity(slot, count, ntxns) != 0)
         return -1;
     slot->records = records;
@@ -503,61 +508,56 @@ static int add_exclusion(struct slot *slot, uint32_t txn, enum exclusion_kind ki
     return 0;
 }
 
-static const char *reply_word(const redisReply *reply, size_t i)
-{
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || i >= reply->elements ||
-        reply->element[i]->type != REDIS_REPLY_STRING)
-        return NULL;
-    return reply->element[i]->str;
-}
-
 /* Reads the apply script's answer: 0 when the board's events are written, 1
  * when the script asked for them again without some events (recorded in
  * slot->exclusions), -1 when the request failed (req->error says why). */
 static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
                        struct lb_request *req)
 {
-    const char *status = reply_word(req->reply, 0);
-    int again = status && (strcmp(status, "partial") == 0 || strcmp(status, "overflow") == 0);
-    if (status && strcmp(status, "ok") == 0) {
-        /* {"ok", applied, skipped}: Lua numbers arrive as integers */
-        if (req->reply->elements == 3 && req->reply->element[2]->type == REDIS_REPLY_INTEGER)
-            p->stats.skipped_segments += (uint64_t)req->reply->element[2]->integer;
+    struct lb_apply_answer a;
+    switch (lb_apply_parse(req->reply, &a)) {
+    case LB_APPLY_OK:
+        p->stats.skipped_segments += (uint64_t)a.skipped;
         return 0;
-    }
-    if (!again) {
-        int wrongtype = status && strcmp(status, "wrongtype") == 0;
-        int badarg = status && strcmp(status, "badarg") == 0;
-        int fenced = status && strcmp(status, "fenced") == 0;
-        const char *key = reply_word(req->reply, 1);
-        if (wrongtype)
-            snprintf(req->error, sizeof(req->error),
-                     "WRONGTYPE: key %.90s under the board's hash tag holds another type",
-                     key ? key : "?");
-        else if (badarg)
-            snprintf(req->error, sizeof(req->error),
-                     "the apply script refused the expiry time of key %.90s (nothing written)",
-                     key ? key : "?");
-        else
-            snprintf(req->error, sizeof(req->error), "%s",
-                     fenced ? "fenced: replay is swapping the board in; it is written once "
-                              "replay is done"
-                            : "unexpected answer from the apply script");
-        req->error_class = wrongtype || badarg ? LB_REDIS_FIX : LB_REDIS_RETRY;
+    case LB_APPLY_PARTIAL:
+    case LB_APPLY_OVERFLOW:
+        break;
+    case LB_APPLY_WRONGTYPE:
+        snprintf(req->error, sizeof(req->error),
+                 "WRONGTYPE: key %.90s under the board's hash tag holds another type", a.key);
+        req->error_class = LB_REDIS_FIX;
+        return -1;
+    case LB_APPLY_BADARG:
+        snprintf(req->error, sizeof(req->error),
+                 "the apply script refused the expiry time of key %.90s (nothing written)", a.key);
+        req->error_class = LB_REDIS_FIX;
+        return -1;
+    case LB_APPLY_FENCED:
+        snprintf(req->error, sizeof(req->error),
+                 "fenced: replay is swapping the board in; it is written once replay is done");
+        req->error_class = LB_REDIS_RETRY;
+        return -1;
+    case LB_APPLY_PROTOCOL:
+        snprintf(req->error, sizeof(req->error),
+                 "the apply script on the node speaks protocol %.20s, this projector %d: "
+                 "the node runs a script of another release under our SHA1",
+                 a.key, LB_APPLY_VERSION);
+        req->error_class = LB_REDIS_FIX;
+        return -1;
+    case LB_APPLY_UNKNOWN:
+        snprintf(req->error, sizeof(req->error), "unexpected answer from the apply script");
+        req->error_class = LB_REDIS_RETRY;
         return -1;
     }
-    int members = strcmp(status, "overflow") == 0;
-    for (size_t i = 1; i + 1 < req->reply->elements; i += 2) {
-        const char *a = reply_word(req->reply, i), *b = reply_word(req->reply, i + 1);
-        if (!a || !b)
-            break;
-        if (add_exclusion(slot, txn, members ? EXCLUDE_MEMBER : EXCLUDE_APPLIED, members ? b : a,
-                          members ? 0 : strtoll(b, NULL, 10)) != 0) {
+    int members = a.status == LB_APPLY_OVERFLOW;
+    const char *first, *second;
+    for (size_t i = 0; lb_apply_pair(&a, i, &first, &second) == 0; i++)
+        if (add_exclusion(slot, txn, members ? EXCLUDE_MEMBER : EXCLUDE_APPLIED,
+                          members ? second : first, members ? 0 : strtoll(second, NULL, 10)) != 0) {
             snprintf(req->error, sizeof(req->error), "out of memory");
             req->error_class = LB_REDIS_NOMEM;
             return -1;
         }
-    }
     p->stats.replans++;
     return 1;
 }
@@ -589,7 +589,6 @@ static enum record_fate fate_of(const struct slot *slot, uint32_t txn, const str
 static int rebuild(struct lb_pipeline *p, struct slot *slot)
 {
     int64_t now_ms = slot->now_ms;
-    size_t ntxns;
     lb_plan_reset(slot->rebuilt);
     for (size_t x = 0; x < slot->nexclusions; x++)
         slot->txn_rebuilt[slot->exclusions[x].txn] = 1;
@@ -625,12 +624,12 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
         }
         map[i] = again;
     }
-    if (lb_plan_finish(slot->rebuilt) != 0) {
+    if (lb_apply_encode(&slot->encoded_rebuilt, slot->rebuilt, p->config->key_prefix) != 0) {
         free(map);
         return -1;
     }
-    const struct lb_txn *txns = lb_plan_txns(slot->rebuilt, &ntxns);
-    const char *bytes = lb_plan_bytes(slot->rebuilt);
+    const struct lb_apply_request *txns = slot->encoded_rebuilt.requests;
+    const char *bytes = slot->encoded_rebuilt.bytes.data;
     /* point every pending rebuilt board at its new bytes; a board left with
      * nothing to apply gets an empty request, which succeeds at once */
     for (size_t k = 0; k < slot->pending; k++) {
@@ -654,10 +653,10 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
  * -1 when out of memory. */
 static int withhold(struct lb_pipeline *p, struct slot *slot)
 {
-    size_t ntxns, before = slot->nexclusions;
+    size_t before = slot->nexclusions;
     if (!p->held.count)
         return 0;
-    const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
+    const struct lb_apply_request *txns = slot->encoded.requests;
     for (size_t i = 0; i < slot->count; i++) {
         uint32_t txn = slot->txn_of[i];
         const struct lb_record *r = &slot->records[i];
@@ -696,8 +695,8 @@ void lb_pipeline_send(struct lb_pipeline *p)
  * again. */
 static size_t keep_failed(struct lb_pipeline *p, struct slot *slot)
 {
-    size_t ntxns, still = 0, again = 0;
-    const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
+    size_t still = 0, again = 0;
+    const struct lb_apply_request *txns = slot->encoded.requests;
     slot->nexclusions = 0;
     p->failure.requests = 0;
     p->failure.attempt++;
@@ -716,7 +715,7 @@ static size_t keep_failed(struct lb_pipeline *p, struct slot *slot)
         if (answer > 0) {
             again++;
         } else {
-            const struct lb_txn *t = &txns[txn];
+            const struct lb_apply_request *t = &txns[txn];
             slot->txn_class[txn] = req->error_class;
             /* an operator's problem outranks a transient one in the message */
             if (!p->failure.requests++ || req->error_class == LB_REDIS_FIX)
@@ -739,8 +738,7 @@ static size_t keep_failed(struct lb_pipeline *p, struct slot *slot)
  * the failed requests, so that later events of those pairs are withheld. */
 static int hold_failed(struct lb_pipeline *p, struct slot *slot)
 {
-    size_t ntxns;
-    const struct lb_txn *txns = lb_plan_txns(slot->plan, &ntxns);
+    const struct lb_apply_request *txns = slot->encoded.requests;
     for (size_t i = 0; i < slot->count; i++) {
         uint32_t txn = slot->txn_of[i];
         if (txn == UINT32_MAX || slot->fate[i] != FATE_PLANNED || slot->txn_ok[txn])
@@ -766,8 +764,7 @@ static enum lb_record_state record_state(const struct lb_pipeline *p, const stru
     if (txn == UINT32_MAX || slot->fate[i] == FATE_REJECTED || slot->fate[i] == FATE_APPLIED_BEFORE)
         return LB_RECORD_DURABLE;
     if (slot->fate[i] == FATE_WITHHELD) {
-        size_t ntxns;
-        const struct lb_txn *t = &lb_plan_txns(slot->plan, &ntxns)[txn];
+        const struct lb_apply_request *t = &slot->encoded.requests[txn];
         const struct held_pair *pair =
             held_find(&p->held, t->board.ptr, t->board.len, slot->records[i].topic,
                       slot->records[i].partition);

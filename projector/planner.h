@@ -1,30 +1,28 @@
-/* The batch planner: decoded events in, one Redis request per board out.
+/* The batch planner: decoded events in, per-board, per-key member updates
+ * out. Pure merging: no I/O, no clock (the caller passes 'now'), no global
+ * state, and nothing of the wire: apply.h turns a plan into requests.
  *
- * Pure: no I/O, no clock (the caller passes 'now'), no global state. For
- * each event it finds the board's profile, computes the composite score, and
- * fans the event out to the key of every window the profile defines. Within
- * a batch, the updates of one member of one key from one partition are
- * merged according to the board's aggregation:
+ * For each event it finds the board's profile, computes the composite
+ * score, and fans the event out to the key of every window the profile
+ * defines. Within a batch, the updates of one member of one key from one
+ * partition are merged according to the board's aggregation:
  *
  *   best    the best composite submitted since the member's last retraction
  *   latest  the submission with the greatest (event time, offset)
  *   sum     the scores submitted since the last retraction, added up, with
  *           the latest event time (the moment the total was reached)
  *
- * and a retraction in between is kept as "remove, then apply the rest". A
- * board's merged updates become one EVALSHA of the apply script (see
- * apply_script.h), which checks the board's applied-offset markers and
- * writes everything atomically: each event is applied at most once, whatever
- * is redelivered, replayed, or written by a pod that lost its partition.
+ * and a retraction in between is kept as "remove, then apply the rest".
  *
  * Per board, events are grouped into segments, one per topic-partition,
  * with the first and last offset the batch holds for that board; since a
  * player's events share a partition (the message key), a segment's merged
- * updates stand for exactly its events.
+ * updates stand for exactly its events, and the apply script can skip a
+ * segment applied before without touching the others.
  *
- * Memory: everything lives in the planner's arena and buffers, reset by
- * lb_plan_reset; the planner does not own the events' strings, which must
- * stay valid until the requests have been sent.
+ * Memory: everything lives in the planner's arena, reset by lb_plan_reset;
+ * the planner does not own the events' strings, which must stay valid until
+ * the requests have been sent.
  */
 #ifndef LB_PLANNER_H
 #define LB_PLANNER_H
@@ -43,24 +41,12 @@ struct lb_position {
     int64_t offset;
 };
 
-/* One board's request, ready to send: EVALSHA of the apply script. */
-struct lb_txn {
-    uint16_t slot; /* hash slot of every key in it */
-    size_t offset; /* bytes [offset, offset + len) of lb_plan_bytes() */
-    size_t len;    /* 0: nothing to send (every event rejected or late) */
-    struct lb_str board;
-};
-
 struct lb_plan_stats {
-    uint64_t member_updates; /* (key, member) updates sent, after merging */
+    uint64_t member_updates; /* (key, member, segment) updates, after merging */
     uint64_t late;           /* window writes skipped because the window expired */
 };
 
 struct lb_plan;
-
-/* The SHA1 of the apply script, as EVALSHA wants it (40 hex digits). */
-const char *lb_apply_script_sha(void);
-const char *lb_apply_script(void);
 
 /* Creates a planner for 'config' (not owned; must outlive the planner).
  * Returns NULL when out of memory. */
@@ -72,47 +58,80 @@ void lb_plan_reset(struct lb_plan *plan);
 
 /* Adds one validated event read at 'pos'. Events of one partition must come
  * in offset order. On success returns LB_ACCEPT and stores in '*txn' the
- * index of the request (board) the event belongs to; the event is durable
- * exactly when that request succeeded. Otherwise returns the reject reason
- * (score or time out of the board's range, a bad custom window value, no
- * profile) and plans nothing of the event. 'now_ms' decides which windows
+ * index of the board the event belongs to (its request's index once
+ * encoded); the event is durable exactly when that request succeeded.
+ * Otherwise returns the reject reason (score or time out of the board's
+ * range, a bad custom window value, no profile) and plans nothing of the
+ * event. 'now_ms' decides which windows
  * have already expired. Returns LB_REJECT__COUNT when out of memory. */
 enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *event,
                            const struct lb_position *pos, int64_t now_ms, uint32_t *txn);
 
-/* Encodes the requests. After this, lb_plan_txns and lb_plan_bytes are valid
- * until the next reset. Returns 0, or -1 when out of memory. */
-int lb_plan_finish(struct lb_plan *plan);
-
-const struct lb_txn *lb_plan_txns(const struct lb_plan *plan, size_t *count);
-const char *lb_plan_bytes(const struct lb_plan *plan);
 const struct lb_plan_stats *lb_plan_stats(const struct lb_plan *plan);
 
-/* Writes the key of a window ("<prefix>{<board>}:daily:2026-05-04"),
- * NUL-terminated, into 'out' and returns its length, or 0 if it does not fit
- * in 'cap'. For
- * custom windows 'custom_value' is the dims value. Shared with the tools. */
-size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_window_config *window,
-                     int64_t window_id, struct lb_str custom_value, char *out, size_t cap);
+/* ---- the plan, read-only, for the apply module ------------------------------------- */
 
-/* "<prefix>{<board>}:~applied" (NUL-terminated, like the field), the
- * board's applied-offset marker hash, and
- * its field "<topic>:<partition>" holding the last offset applied from
- * there. */
-size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t cap);
-size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap);
+#define LB_PLAN_NONE      UINT32_MAX /* no such item: the end of a list */
+#define LB_PLAN_KEY_CACHE 8
 
-/* "<prefix>{<board>}:~fence": set by replay (with a TTL) while it swaps the
- * board; the apply script writes nothing to a fenced board. */
-size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t cap);
-
-/* What the apply script answered, parsed. */
-enum lb_apply_status {
-    LB_APPLY_OK = 0,
-    LB_APPLY_PARTIAL,   /* some segments were partly applied before: plan again without them */
-    LB_APPLY_OVERFLOW,  /* some sums would leave [sum_min, sum_max]: reject those events */
-    LB_APPLY_WRONGTYPE, /* a key holds something else: an operator must fix it */
-    LB_APPLY_UNKNOWN,   /* not a reply of the apply script */
+/* Lists are singly linked by index into the view's arrays. */
+struct lb_plan_board {
+    struct lb_str id;
+    const struct lb_profile *profile; /* NULL: no profile matched; nothing to write */
+    uint16_t slot;
+    uint32_t first_key, last_key; /* its window keys, in first-use order */
+    uint32_t first_segment;       /* newest first; 'number' says the order */
+    uint32_t nsegments;
+    uint32_t last_segment;                  /* the planner's own */
+    uint32_t recent_key[LB_PLAN_KEY_CACHE]; /* the planner's own */
 };
+
+struct lb_plan_segment {
+    const char *topic;
+    int32_t partition;
+    uint32_t number; /* 1-based, within the board */
+    int64_t first, last;
+    uint32_t next;
+};
+
+enum lb_expire_kind { LB_EXPIRE_NONE = 'n', LB_EXPIRE_AT = 'a', LB_EXPIRE_AFTER = 't' };
+
+struct lb_plan_key {
+    uint32_t board;
+    uint32_t window; /* index into the board profile's windows */
+    int64_t window_id;
+    struct lb_str custom_value;
+    char expire;       /* enum lb_expire_kind */
+    int64_t expire_ms; /* PEXPIREAT instant, or PEXPIRE ttl */
+    uint32_t next_key;
+    uint32_t first_entry, last_entry, nentries;
+};
+
+#define LB_ENTRY_RETRACTED 1u /* the member is removed, then 'value' applied if set */
+#define LB_ENTRY_VALUE     2u
+
+/* One member of one key from one segment, merged. */
+struct lb_plan_entry {
+    uint32_t key;
+    uint32_t segment; /* index into the segments */
+    struct lb_str player;
+    uint32_t flags;
+    int64_t value; /* best, latest: composite; sum: the scores added up */
+    int64_t ts;    /* latest: event time; sum: the tie of the latest event time */
+    int64_t order; /* latest: offset, breaking equal event times */
+    uint32_t next_entry;
+};
+
+struct lb_plan_view {
+    const struct lb_config *config;
+    const struct lb_plan_board *boards; /* a board's index is what lb_plan_add returned */
+    uint32_t nboards;
+    const struct lb_plan_segment *segments;
+    const struct lb_plan_key *keys;
+    const struct lb_plan_entry *entries;
+};
+
+/* Valid until the next lb_plan_add or lb_plan_reset. */
+void lb_plan_view(const struct lb_plan *plan, struct lb_plan_view *view);
 
 #endif

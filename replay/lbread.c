@@ -23,6 +23,7 @@
  *
  * stdout: the leaderboards; stderr: errors. Exit 0 ok, 1 failure, 2 usage.
  */
+#include "apply.h"
 #include "cluster.h"
 #include "config.h"
 #include "log.h"
@@ -59,18 +60,28 @@ static int add_key(struct keys *keys, const char *name, size_t len)
     return 0;
 }
 
-/* Whether a key is projector bookkeeping rather than a window. */
-static int is_meta_key(const char *name, size_t len)
+static const char *key_prefix; /* for key_order */
+
+/* Whether a key is a window, not projector bookkeeping. */
+static int is_window_key(const char *name, size_t len)
 {
-    return memmem(name, len, "}:~", 3) != NULL ||
-           (len >= 4 && memcmp(name + len - 4, ":~ts", 4) == 0);
+    struct lb_key_parts parts;
+    return lb_key_parse(key_prefix, name, len, &parts) == 0 && parts.kind == LB_KEY_WINDOW;
+}
+
+static int is_alltime(const char *name)
+{
+    struct lb_key_parts parts;
+    return lb_key_parse(key_prefix, name, strlen(name), &parts) == 0 &&
+           parts.kind == LB_KEY_WINDOW && parts.window.len == 7 &&
+           memcmp(parts.window.ptr, "alltime", 7) == 0;
 }
 
 /* Orders alltime first, then each kind with its newest window first. */
 static int key_order(const void *a, const void *b)
 {
     const char *x = *(char *const *)a, *y = *(char *const *)b;
-    int ax = strstr(x, "}:alltime") != NULL, ay = strstr(y, "}:alltime") != NULL;
+    int ax = is_alltime(x), ay = is_alltime(y);
     if (ax != ay)
         return ay - ax;
     return -strcmp(x, y);
@@ -113,7 +124,8 @@ static int list_keys(struct lb_cluster *cl, const struct lb_config *config, cons
     char escaped[2 * LB_ID_MAX_BYTES + 8], pattern[3 * LB_ID_MAX_BYTES + 64];
     char cursor[32] = "0";
     glob_escape(board, escaped, sizeof(escaped));
-    snprintf(pattern, sizeof(pattern), "%s{%s}:*", config->key_prefix, escaped);
+    lb_board_key(config->key_prefix, (struct lb_str){escaped, (uint32_t)strlen(escaped)}, "*",
+                 pattern, sizeof(pattern));
     do {
         const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
         redisReply *reply = command(cl, slot, 6, argv);
@@ -127,7 +139,7 @@ static int list_keys(struct lb_cluster *cl, const struct lb_config *config, cons
         snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
         for (size_t i = 0; i < reply->element[1]->elements; i++) {
             const redisReply *k = reply->element[1]->element[i];
-            if (!is_meta_key(k->str, k->len) && add_key(keys, k->str, k->len) != 0) {
+            if (is_window_key(k->str, k->len) && add_key(keys, k->str, k->len) != 0) {
                 freeReplyObject(reply);
                 return -1;
             }
@@ -355,6 +367,7 @@ int main(int argc, char **argv)
     }
     struct lb_cluster_options options;
     lb_cluster_options_from_config(config, &options);
+    key_prefix = config->key_prefix;
     struct view v = {.cl = lb_cluster_new(&options),
                      .profile = profile,
                      .slot = lb_crc16(board, strlen(board)) & (LB_SLOTS - 1),
@@ -366,8 +379,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "lbread: %s\n", v.cl ? lb_cluster_error(v.cl) : "out of memory");
         status = 1;
     } else if (window) {
-        snprintf(key, sizeof(key), "%s{%s}:%s", config->key_prefix, board, window);
-        status = add_key(&keys, key, strlen(key));
+        size_t len =
+            lb_board_key(config->key_prefix, (struct lb_str){board, (uint32_t)strlen(board)},
+                         window, key, sizeof(key));
+        status = len ? add_key(&keys, key, len) : -1;
     } else {
         status = list_keys(v.cl, config, board, v.slot, &keys);
         if (status == 0 && keys.count == 0)

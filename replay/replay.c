@@ -43,8 +43,8 @@
 #include "event.h"
 #include "lease.h"
 #include "log.h"
+#include "apply.h"
 #include "pipeline.h"
-#include "planner.h"
 #include "resp.h"
 #include "slot.h"
 
@@ -85,31 +85,8 @@ enum {
  * so staging keys listed without it mean the swap was done already: the
  * script then answers {"gone"} and changes nothing, which makes sending it
  * again after a lost reply safe. */
-static const char swap_script[] =
-    "local n, mode, f = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])\n"
-    "if n > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return {'gone'} end\n"
-    "for i = 0, f - 1 do\n"
-    "  local field, read = ARGV[4 + 2 * i], tonumber(ARGV[5 + 2 * i])\n"
-    "  local live = tonumber(redis.call('HGET', KEYS[1], field) or '-1')\n"
-    "  if live > read then return {'behind', field, tostring(live)} end\n"
-    "  local staged = tonumber(redis.call('HGET', KEYS[2], field) or '-1')\n"
-    "  if mode == 'exact' and live < staged then\n"
-    "    return {'differ', field, tostring(live), tostring(staged)}\n"
-    "  end\n"
-    "end\n"
-    "for i = 1, n do\n"
-    "  if redis.call('EXISTS', KEYS[3 + i]) == 1 then\n"
-    "    redis.call('RENAME', KEYS[3 + i], KEYS[3 + n + i])\n"
-    "  else\n"
-    "    redis.call('DEL', KEYS[3 + n + i])\n"
-    "  end\n"
-    "end\n"
-    "for i = 4 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end\n"
-    "if mode == 'advance' then\n"
-    "  for i = 0, f - 1 do redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i]) end\n"
-    "end\n"
-    "redis.call('DEL', KEYS[2], KEYS[3])\n"
-    "return {'ok'}\n";
+/* From the build (swap_lua.c, generated from replay/swap.lua). */
+extern const char lb_swap_lua[];
 
 /* ---- small containers ---------------------------------------------------------------- */
 
@@ -936,13 +913,9 @@ struct scan_ctx {
  * events; 'prefix' is the live or the staging prefix. */
 static int key_in_selection(struct replay *r, const char *key, size_t len, const char *prefix)
 {
-    size_t plen = strlen(prefix);
-    if (len <= plen + 2 || memcmp(key, prefix, plen) != 0 || key[plen] != '{')
-        return 0;
-    const char *open = key + plen + 1, *close = memchr(open, '}', len - plen - 1);
-    if (!close)
-        return 0;
-    return board_selected(&r->sel, open, (size_t)(close - open));
+    struct lb_key_parts kp;
+    return lb_key_parse(prefix, key, len, &kp) == 0 &&
+           board_selected(&r->sel, kp.board.ptr, kp.board.len);
 }
 
 static void collect_key(void *ctx, const redisReply *reply)
@@ -1013,25 +986,27 @@ static int scan_keys(struct replay *r, struct strings *live, struct strings *sta
     return 0;
 }
 
-static const char *board_of_key(const char *key, const char *prefix, size_t *len)
-{
-    const char *open = key + strlen(prefix) + 1, *close = strchr(open, '}');
-    *len = close ? (size_t)(close - open) : 0;
-    return open;
-}
-
-static int window_selected(const struct replay *r, const char *suffix)
+/* Whether a key's window (its sorted set or its event-time hash) is
+ * selected by --window; without --window every key of the board is. */
+static int window_selected(const struct replay *r, const struct lb_key_parts *kp)
 {
     if (!r->sel.windows.count)
         return 1;
-    for (size_t i = 0; i < r->sel.windows.count; i++) {
-        size_t n = strlen(r->sel.windows.items[i]);
-        /* the window's key and its ~ts hash */
-        if (strncmp(suffix, r->sel.windows.items[i], n) == 0 &&
-            (suffix[n] == '\0' || strcmp(suffix + n, ":~ts") == 0))
+    if (kp->kind != LB_KEY_WINDOW && kp->kind != LB_KEY_STAMPS)
+        return 0;
+    for (size_t i = 0; i < r->sel.windows.count; i++)
+        if (strlen(r->sel.windows.items[i]) == kp->window.len &&
+            memcmp(r->sel.windows.items[i], kp->window.ptr, kp->window.len) == 0)
             return 1;
-    }
     return 0;
+}
+
+/* Whether a live key is a leaderboard (not markers, stamps or a fence). */
+static int is_window_key(const struct replay *r, const char *key)
+{
+    struct lb_key_parts kp;
+    return lb_key_parse(r->config->key_prefix, key, strlen(key), &kp) == 0 &&
+           kp.kind == LB_KEY_WINDOW;
 }
 
 static void delete_keys(struct replay *r, const struct strings *keys)
@@ -1062,11 +1037,10 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
     size_t sp = strlen(r->staging_prefix);
     memset(bk, 0, sizeof(*bk));
     for (size_t i = 0; i < staged->count; i++) {
-        size_t len;
-        const char *b = board_of_key(staged->items[i], r->staging_prefix, &len);
-        const char *suffix = b + len + 2;
-        if (len != blen || memcmp(b, board, blen) != 0 || strcmp(suffix, "~applied") == 0 ||
-            !window_selected(r, suffix))
+        struct lb_key_parts kp;
+        if (lb_key_parse(r->staging_prefix, staged->items[i], strlen(staged->items[i]), &kp) != 0 ||
+            kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
+            kp.kind == LB_KEY_MARKER || !window_selected(r, &kp))
             continue;
         char target[1024];
         snprintf(target, sizeof(target), "%s%s", r->config->key_prefix, staged->items[i] + sp);
@@ -1074,11 +1048,10 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
         strings_add(&bk->targets, target, strlen(target));
     }
     for (size_t i = 0; i < live->count; i++) {
-        size_t len;
-        const char *b = board_of_key(live->items[i], r->config->key_prefix, &len);
-        const char *suffix = b + len + 2;
-        if (len != blen || memcmp(b, board, blen) != 0 || strcmp(suffix, "~applied") == 0 ||
-            !window_selected(r, suffix))
+        struct lb_key_parts kp;
+        if (lb_key_parse(r->config->key_prefix, live->items[i], strlen(live->items[i]), &kp) != 0 ||
+            kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
+            kp.kind == LB_KEY_MARKER || !window_selected(r, &kp))
             continue;
         int replaced = 0;
         for (size_t j = 0; j < bk->targets.count && !replaced; j++)
@@ -1124,7 +1097,7 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     snprintf(numbers[1], sizeof(numbers[1]), "%zu", n);
     snprintf(numbers[2], sizeof(numbers[2]), "%zu", r->plan.count);
     argv[a++] = "EVAL";
-    argv[a++] = swap_script;
+    argv[a++] = lb_swap_lua;
     argv[a++] = numbers[0];
     argv[a++] = live_marker;
     argv[a++] = staged_marker;
@@ -1147,7 +1120,7 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     for (size_t i = 0; i < a; i++)
         argvlen[i] = strlen(argv[i]);
     /* Sent again after a lost reply: the script answers "gone" when its
-     * staging copy has already been swapped in (see swap_script). */
+     * staging copy has already been swapped in (see swap.lua). */
     int tries = 0;
     redisReply *reply = redis_call(r, "swapping a board", lb_crc16(board, blen) & (LB_SLOTS - 1),
                                    (int)a, argv, argvlen, &tries);
@@ -1512,15 +1485,13 @@ static int verify_all(struct replay *r, struct verify_report *v)
             board_keys_of(r, boards.items[b], strlen(boards.items[b]), &live, &staged, &bk);
             for (size_t k = 0; k < bk.staged.count && status == 0; k++) {
                 const char *t = bk.targets.items[k];
-                size_t tl = strlen(t);
-                if (tl > 4 && strcmp(t + tl - 4, ":~ts") == 0)
+                if (!is_window_key(r, t))
                     continue; /* bookkeeping of latest boards, not a leaderboard */
                 status = compare_key(r, bk.staged.items[k], t, v);
             }
             for (size_t k = 0; k < bk.extra.count; k++) {
                 const char *t = bk.extra.items[k];
-                size_t tl = strlen(t);
-                if (tl > 4 && strcmp(t + tl - 4, ":~ts") == 0)
+                if (!is_window_key(r, t))
                     continue;
                 v->keys_checked++;
                 v->keys_differing++;

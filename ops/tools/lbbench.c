@@ -4,13 +4,18 @@
  *              topic (read from Kafka first, then planned by the same engine
  *              in the same batches), all encoded, then pushed into the cluster
  *              as fast as it takes them, every node's pipeline written
- *              concurrently, no Kafka in the loop. Prints member updates/s.
+ *              concurrently, no Kafka in the loop. Prints member updates/s
+ *              and Redis CPU seconds (INFO cpu of every master). Then the
+ *              floor: the same member updates as plain MULTI / ZADD GT|LT /
+ *              PEXPIREAT / EXEC per board, no script and no markers (what
+ *              exactly-once is measured against).
  *   freshness  event-time-to-visible latency: produces probe events stamped
  *              with the wall clock and polls Redis until each is visible.
  *              Measured by reading Redis, not by trusting the projector.
  *
  * stdout: key=value result lines; stderr: progress and errors.
  */
+#include "apply.h"
 #include "cluster.h"
 #include "config.h"
 #include "consumer.h"
@@ -18,6 +23,7 @@
 #include "log.h"
 #include "pipeline.h"
 #include "planner.h"
+#include "resp.h"
 #include "slot.h"
 
 #include <errno.h>
@@ -66,39 +72,104 @@ struct encoded {
     uint64_t member_updates;
 };
 
-static int keep_batch(struct encoded *enc, const struct lb_plan *plan)
+static int add_request(struct encoded *enc, const struct lb_request *req, const char *bytes)
 {
-    size_t ntxns;
-    const struct lb_txn *txns = lb_plan_txns(plan, &ntxns);
-    const char *bytes = lb_plan_bytes(plan);
-    for (size_t t = 0; t < ntxns; t++) {
-        if (!txns[t].len)
-            continue;
-        if (enc->count == enc->cap) {
-            size_t cap = enc->cap ? enc->cap * 2 : 4096;
-            struct lb_request *r = realloc(enc->requests, cap * sizeof(*r));
-            size_t *o = r ? realloc(enc->offsets, cap * sizeof(*o)) : NULL;
-            if (r)
-                enc->requests = r;
-            if (!o)
-                return -1;
-            enc->offsets = o;
-            enc->cap = cap;
-        }
-        enc->offsets[enc->count] = enc->bytes.len;
-        enc->requests[enc->count++] = (struct lb_request){
+    if (enc->count == enc->cap) {
+        size_t cap = enc->cap ? enc->cap * 2 : 4096;
+        struct lb_request *r = realloc(enc->requests, cap * sizeof(*r));
+        size_t *o = r ? realloc(enc->offsets, cap * sizeof(*o)) : NULL;
+        if (r)
+            enc->requests = r;
+        if (!o)
+            return -1;
+        enc->offsets = o;
+        enc->cap = cap;
+    }
+    enc->offsets[enc->count] = enc->bytes.len;
+    enc->requests[enc->count++] = *req;
+    return lb_buf_append(&enc->bytes, bytes, req->len);
+}
+
+static int keep_batch(struct encoded *enc, const struct lb_apply_batch *batch,
+                      const struct lb_plan *plan)
+{
+    const struct lb_apply_request *txns = batch->requests;
+    const char *bytes = batch->bytes.data;
+    for (size_t t = 0; t < batch->count; t++) {
+        struct lb_request req = {
             .slot = txns[t].slot, .writes = 1, .ncommands = 1, .len = txns[t].len};
-        if (lb_buf_append(&enc->bytes, bytes + txns[t].offset, txns[t].len) != 0)
+        if (txns[t].len && add_request(enc, &req, bytes + txns[t].offset) != 0)
             return -1;
     }
     enc->member_updates += lb_plan_stats(plan)->member_updates;
     return 0;
 }
 
+/* The floor: per board of the plan, MULTI, per window key one ZADD GT|LT of
+ * every member update and its expiry, EXEC. */
+static int keep_floor(struct encoded *floor, const struct lb_plan *plan, const char *prefix)
+{
+    struct lb_plan_view v;
+    struct lb_buf buf = {0};
+    lb_plan_view(plan, &v);
+    for (uint32_t b = 0; b < v.nboards; b++) {
+        const struct lb_plan_board *board = &v.boards[b];
+        if (!board->profile || board->first_key == LB_PLAN_NONE)
+            continue;
+        const char *gtlt = board->profile->scoring.order == LB_ORDER_DESC ? "GT" : "LT";
+        struct lb_request req = {.slot = board->slot, .is_txn = 1, .writes = 1};
+        buf.len = 0;
+        if (lb_buf_reserve(&buf, 64) != 0)
+            return -1;
+        buf.len = (size_t)(lb_resp_bulk(lb_resp_header(buf.data, '*', 1), "MULTI", 5) - buf.data);
+        for (uint32_t k = board->first_key; k != LB_PLAN_NONE; k = v.keys[k].next_key) {
+            const struct lb_plan_key *key = &v.keys[k];
+            char name[1024];
+            size_t len = lb_window_key(prefix, board->id, &board->profile->windows[key->window],
+                                       key->window_id, key->custom_value, name, sizeof(name));
+            size_t need = 2 * len + 256;
+            for (uint32_t e = key->first_entry; e != LB_PLAN_NONE; e = v.entries[e].next_entry)
+                need += v.entries[e].player.len + 64;
+            if (lb_buf_reserve(&buf, need) != 0)
+                return -1;
+            char *p = buf.data + buf.len;
+            p = lb_resp_header(p, '*', 3 + 2 * (uint64_t)key->nentries);
+            p = lb_resp_bulk(p, "ZADD", 4);
+            p = lb_resp_bulk(p, name, len);
+            p = lb_resp_bulk(p, gtlt, 2);
+            for (uint32_t e = key->first_entry; e != LB_PLAN_NONE; e = v.entries[e].next_entry) {
+                p = lb_resp_bulk_int(p, v.entries[e].value);
+                p = lb_resp_bulk(p, v.entries[e].player.ptr, v.entries[e].player.len);
+            }
+            req.ncommands++;
+            if (key->expire != LB_EXPIRE_NONE) {
+                p = lb_resp_header(p, '*', 3);
+                p = key->expire == LB_EXPIRE_AT ? lb_resp_bulk(p, "PEXPIREAT", 9)
+                                                : lb_resp_bulk(p, "PEXPIRE", 7);
+                p = lb_resp_bulk(p, name, len);
+                p = lb_resp_bulk_int(p, key->expire_ms);
+                req.ncommands++;
+            }
+            buf.len = (size_t)(p - buf.data);
+        }
+        if (lb_buf_reserve(&buf, 32) != 0)
+            return -1;
+        buf.len = (size_t)(lb_resp_bulk(lb_resp_header(buf.data + buf.len, '*', 1), "EXEC", 4) -
+                           buf.data);
+        req.len = buf.len;
+        if (add_request(floor, &req, buf.data) != 0)
+            return -1;
+    }
+    floor->member_updates += lb_plan_stats(plan)->member_updates;
+    lb_buf_free(&buf);
+    return 0;
+}
+
 /* Plans one batch of messages and keeps its transactions. */
-static int plan_batch(const struct lb_decoder *decoder, struct lb_plan *plan,
-                      struct lb_arena *arena, rd_kafka_message_t **msgs, size_t n, int64_t now,
-                      struct encoded *enc)
+static int plan_batch(const struct lb_config *config, const struct lb_decoder *decoder,
+                      struct lb_plan *plan, struct lb_apply_batch *batch, struct lb_arena *arena,
+                      rd_kafka_message_t **msgs, size_t n, int64_t now, struct encoded *enc,
+                      struct encoded *floor)
 {
     lb_plan_reset(plan);
     lb_arena_reset(arena);
@@ -114,17 +185,23 @@ static int plan_batch(const struct lb_decoder *decoder, struct lb_plan *plan,
         if (lb_plan_add(plan, &ev, &pos, now, &txn) == LB_REJECT__COUNT)
             return -1;
     }
-    return lb_plan_finish(plan) == 0 && keep_batch(enc, plan) == 0 ? 0 : -1;
+    return lb_apply_encode(batch, plan, config->key_prefix) == 0 &&
+                   keep_batch(enc, batch, plan) == 0 &&
+                   keep_floor(floor, plan, config->key_prefix) == 0
+               ? 0
+               : -1;
 }
 
 /* Reads the configured topic from its start to its end, in the order a
  * consumer receives it, and plans it in batches of the configured size: the
  * transactions the projector sends when it drains the same topic. */
-static int encode_topic(const struct lb_config *config, struct encoded *enc, uint64_t *events)
+static int encode_topic(const struct lb_config *config, struct encoded *enc, struct encoded *floor,
+                        uint64_t *events)
 {
     char err[1024], group[64];
     struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err));
     struct lb_plan *plan = lb_plan_new(config);
+    struct lb_apply_batch encoded = {0};
     size_t batch = (size_t)config->batch_max_events, n = 0;
     rd_kafka_message_t **msgs = calloc(batch, sizeof(*msgs));
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -179,7 +256,8 @@ static int encode_topic(const struct lb_config *config, struct encoded *enc, uin
         msgs[n++] = msg;
         remaining--;
         if (n == batch || remaining == 0) {
-            int planned = plan_batch(decoder, plan, &arena, msgs, n, now, enc);
+            int planned =
+                plan_batch(config, decoder, plan, &encoded, &arena, msgs, n, now, enc, floor);
             for (size_t i = 0; i < n; i++)
                 rd_kafka_message_destroy(msgs[i]);
             n = 0;
@@ -189,6 +267,8 @@ static int encode_topic(const struct lb_config *config, struct encoded *enc, uin
     }
     for (size_t i = 0; i < enc->count; i++)
         enc->requests[i].bytes = enc->bytes.data + enc->offsets[i];
+    for (size_t i = 0; i < floor->count; i++)
+        floor->requests[i].bytes = floor->bytes.data + floor->offsets[i];
     rc = 0;
 done:
     if (rc != 0 && decoder && plan && msgs)
@@ -206,6 +286,7 @@ done:
     lb_arena_free(&arena);
     free(msgs);
     lb_plan_free(plan);
+    lb_apply_batch_free(&encoded);
     lb_decoder_free(decoder);
     return rc;
 }
@@ -217,9 +298,72 @@ static void ignore_reply(void *ctx, const char *node, const redisReply *reply)
         fprintf(stderr, "lbbench: FLUSHALL on %s: %s\n", node, reply->str);
 }
 
+static void add_cpu(void *ctx, const char *node, const redisReply *reply)
+{
+    double *total = ctx;
+    (void)node;
+    if (reply->type != REDIS_REPLY_STRING)
+        return;
+    const char *sys = strstr(reply->str, "used_cpu_sys:"),
+               *user = strstr(reply->str, "used_cpu_user:");
+    if (sys && user)
+        *total += strtod(sys + 13, NULL) + strtod(user + 14, NULL);
+}
+
+/* CPU seconds every master has used so far, or -1. */
+static double redis_cpu(struct lb_cluster *cl)
+{
+    const char *info[] = {"INFO", "cpu"};
+    size_t info_len[] = {4, 3};
+    double total = 0;
+    return lb_cluster_each_master(cl, 2, info, info_len, add_cpu, &total) == 0 ? total : -1;
+}
+
+/* FLUSHALL, then every request of 'enc', 'chunk' per call: every node's
+ * pipeline stays deep. Prints one result line. */
+static int push(struct lb_cluster *cl, const char *what, int run, const struct encoded *enc,
+                uint64_t events, size_t chunk)
+{
+    const char *flush[] = {"FLUSHALL"};
+    size_t flush_len[] = {8};
+    if (lb_cluster_each_master(cl, 1, flush, flush_len, ignore_reply, NULL) != 0) {
+        fprintf(stderr, "lbbench: FLUSHALL failed: %s\n", lb_cluster_error(cl));
+        return -1;
+    }
+    double cpu = redis_cpu(cl), start = monotonic_s();
+    for (size_t first = 0; first < enc->count; first += chunk) {
+        size_t n = enc->count - first < chunk ? enc->count - first : chunk;
+        if (lb_cluster_exec(cl, enc->requests + first, n) != 0) {
+            for (size_t i = first; i < first + n; i++)
+                if (!enc->requests[i].ok) {
+                    fprintf(stderr, "lbbench: %s: a transaction failed: %s\n", what,
+                            enc->requests[i].error);
+                    break;
+                }
+            return -1;
+        }
+    }
+    double secs = monotonic_s() - start, cpu_after = redis_cpu(cl);
+    printf("%s run=%d events=%llu transactions=%zu member_updates=%llu seconds=%.3f "
+           "member_updates_per_s=%.0f events_per_s=%.0f redis_cpu_s_per_1m=%.3f\n",
+           what, run, (unsigned long long)events, enc->count,
+           (unsigned long long)enc->member_updates, secs, (double)enc->member_updates / secs,
+           (double)events / secs,
+           cpu < 0 || cpu_after < 0 ? -1.0 : (cpu_after - cpu) * 1e6 / (double)events);
+    fflush(stdout);
+    return 0;
+}
+
+static void encoded_free(struct encoded *enc)
+{
+    lb_buf_free(&enc->bytes);
+    free(enc->requests);
+    free(enc->offsets);
+}
+
 static int run_ceiling(const struct lb_config *config, int runs, size_t chunk)
 {
-    struct encoded enc = {0};
+    struct encoded enc = {0}, floor = {0};
     struct lb_cluster *cl = connect_cluster(config);
     uint64_t count = 0;
     int status = 1;
@@ -227,46 +371,22 @@ static int run_ceiling(const struct lb_config *config, int runs, size_t chunk)
     if (!cl)
         goto done;
     double t = monotonic_s();
-    if (encode_topic(config, &enc, &count) != 0)
+    if (encode_topic(config, &enc, &floor, &count) != 0)
         goto done;
     fprintf(stderr,
             "lbbench: read and planned %llu events into %zu transactions (%.1f MB, %llu member "
-            "updates) in %.1f s\n",
+            "updates; floor %.1f MB) in %.1f s\n",
             (unsigned long long)count, enc.count, (double)enc.bytes.len / 1e6,
-            (unsigned long long)enc.member_updates, monotonic_s() - t);
-    for (int run = 1; run <= runs; run++) {
-        const char *flush[] = {"FLUSHALL"};
-        size_t flush_len[] = {8};
-        if (lb_cluster_each_master(cl, 1, flush, flush_len, ignore_reply, NULL) != 0) {
-            fprintf(stderr, "lbbench: FLUSHALL failed: %s\n", lb_cluster_error(cl));
+            (unsigned long long)enc.member_updates, (double)floor.bytes.len / 1e6,
+            monotonic_s() - t);
+    for (int run = 1; run <= runs; run++)
+        if (push(cl, "ceiling", run, &enc, count, chunk) != 0 ||
+            push(cl, "floor", run, &floor, count, chunk) != 0)
             goto done;
-        }
-        /* 'chunk' transactions per call: every node's pipeline stays deep */
-        double start = monotonic_s();
-        for (size_t first = 0; first < enc.count; first += chunk) {
-            size_t n = enc.count - first < chunk ? enc.count - first : chunk;
-            if (lb_cluster_exec(cl, enc.requests + first, n) != 0) {
-                for (size_t i = first; i < first + n; i++)
-                    if (!enc.requests[i].ok) {
-                        fprintf(stderr, "lbbench: a transaction failed: %s\n",
-                                enc.requests[i].error);
-                        break;
-                    }
-                goto done;
-            }
-        }
-        double secs = monotonic_s() - start;
-        printf("ceiling run=%d events=%llu transactions=%zu member_updates=%llu seconds=%.3f "
-               "member_updates_per_s=%.0f events_per_s=%.0f\n",
-               run, (unsigned long long)count, enc.count, (unsigned long long)enc.member_updates,
-               secs, (double)enc.member_updates / secs, (double)count / secs);
-        fflush(stdout);
-    }
     status = 0;
 done:
-    lb_buf_free(&enc.bytes);
-    free(enc.requests);
-    free(enc.offsets);
+    encoded_free(&enc);
+    encoded_free(&floor);
     lb_cluster_free(cl);
     return status;
 }
@@ -430,7 +550,9 @@ static void usage(FILE *out)
             "ceiling:   reads the configuration's first topic from start to end, plans it in\n"
             "           the configured batches as the projector would, encodes every\n"
             "           transaction, then R times: FLUSHALL and push them all, T transactions\n"
-            "           per pipelined round (default 2000), every node at once.\n"
+            "           per pipelined round (default 2000), every node at once; then the same\n"
+            "           member updates as plain MULTI/ZADD GT|LT/PEXPIREAT/EXEC (the floor).\n"
+            "           Prints member updates/s and Redis CPU s per 1M events of both.\n"
             "freshness: produces R probe events per second (default 50) for S seconds\n"
             "           (default 20) to topic T on board ID (default fresh) and polls Redis\n"
             "           until each is visible.\n"

@@ -215,10 +215,11 @@ YAML
 
 # start_projector NAME CONFIG [ENV=VALUE...] - runs the projector in the
 # background; its pid is in PROJECTOR_PID, its log in $T_DIR/NAME.log.
+# PROJECTOR_BIN names another build's projector (a previous release).
 start_projector() {
     local name=$1 config=$2
     shift 2
-    env "$@" "$BIN/projector" --config "$config" >>"$T_DIR/$name.log" 2>&1 &
+    env "$@" "${PROJECTOR_BIN:-$BIN/projector}" --config "$config" >>"$T_DIR/$name.log" 2>&1 &
     PROJECTOR_PID=$!
     T_PIDS+=("$PROJECTOR_PID")
 }

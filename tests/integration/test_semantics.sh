@@ -4,7 +4,9 @@
 # in one group while the group is rebalanced under them: a second pod joins,
 # one pod freezes (SIGSTOP) past its session timeout and wakes up as a zombie
 # holding a batch for partitions it no longer owns, one is SIGKILLed, and
-# one dies between EXEC and its offset commit. The final state must equal the
+# one dies between EXEC and its offset commit; then a rolling deploy puts a
+# pod of the previous release (apply protocol 1) beside this release's pods
+# on the same boards and replaces it. The final state must equal the
 # independent oracle's, member by member: no event lost, none applied twice,
 # no stale write over the new owner's.
 # shellcheck source=tests/integration/lib.sh
@@ -59,7 +61,33 @@ verify "${oracle[@]}"
 assert_committed_at_end
 ok "best, latest and sum boards exact after join, zombie, SIGKILL and a crash before commit ($retractions retractions)"
 
-# 3. the oracle can fail: one member changed behind the projector's back
+# 3. a rolling deploy: a pod of the previous release (apply protocol 1,
+#    its own script under its own SHA1) beside a pod of this release in one
+#    group, on the same boards, while events flow; then the old pod is
+#    replaced by a new one, as the deploy goes on. Exact, member by member.
+previous_release=664e899 # the release before apply protocol 2
+old_bin=$("$repo/ops/build-release.sh" "$previous_release") ||
+    fail "cannot build the previous release $previous_release"
+produce -n 30000 --seed 64 "${gen[@]}" --rate 5000 &
+producer=$!
+T_PIDS+=("$producer")
+PROJECTOR_BIN=$old_bin/projector start_projector old "$T_DIR/projector.yaml"
+pod_old=$PROJECTOR_PID
+wait_log "$T_DIR/old.log" "assigned [1-9]" 40
+sleep 3
+stop_projector "$pod_old"
+[[ $STOP_STATUS == 0 ]] || fail "the old pod exited $STOP_STATUS"
+old_applied=$(sed -n 's/.*totals: records=[0-9]* applied=\([0-9]*\).*/\1/p' "$T_DIR/old.log" | tail -n 1)
+((${old_applied:-0} > 0)) || fail "the previous release's pod applied nothing: the deploy was not exercised"
+start_projector c "$T_DIR/projector.yaml"
+pod_c=$PROJECTOR_PID
+wait "$producer" || fail "producer failed"
+wait_caught_up 180
+verify "${oracle[@]}"
+assert_committed_at_end
+ok "rolling deploy: a previous-release pod ($old_applied events applied) and this release's pods on the same boards, exact"
+
+# 4. the oracle can fail: one member changed behind the projector's back
 key="" port=""
 for i in 0 1 2 3 4 5; do
     port=$(redis_port "$i")
@@ -82,9 +110,11 @@ stop_projector "$pod_a"
 [[ $STOP_STATUS == 0 ]] || fail "a exited $STOP_STATUS"
 stop_projector "$pod_b"
 [[ $STOP_STATUS == 0 ]] || fail "b exited $STOP_STATUS"
+stop_projector "$pod_c"
+[[ $STOP_STATUS == 0 ]] || fail "c exited $STOP_STATUS"
 # the markers did their work: redelivered segments were found applied
 # (skipped whole, or planned again without what was applied)
-skipped=$(grep -ho 'skipped_segments=[0-9]*' "$T_DIR"/a.log "$T_DIR"/b.log | awk -F= '{ s += $2 } END { print s + 0 }')
-replans=$(grep -ho 'replans=[0-9]*' "$T_DIR"/a.log "$T_DIR"/b.log | awk -F= '{ s += $2 } END { print s + 0 }')
+skipped=$(grep -ho 'skipped_segments=[0-9]*' "$T_DIR"/a.log "$T_DIR"/b.log "$T_DIR"/c.log | awk -F= '{ s += $2 } END { print s + 0 }')
+replans=$(grep -ho 'replans=[0-9]*' "$T_DIR"/a.log "$T_DIR"/b.log "$T_DIR"/c.log | awk -F= '{ s += $2 } END { print s + 0 }')
 ((skipped + replans > 0)) || fail "no pod ever met an applied segment: the redeliveries were not exercised"
 ok "redelivered board segments met their markers: $skipped skipped, $replans planned again"

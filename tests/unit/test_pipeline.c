@@ -1,7 +1,7 @@
-/* The pipeline's containment, end to end without a server: the real
- * decoder, planner, pipeline and cluster client, writing to a scripted fake
- * Redis node that runs the in-memory model of the apply script (and can
- * refuse one board, as a key of the wrong type under its tag would).
+/* The pipeline's containment, end to end without Kafka: the real decoder,
+ * planner, pipeline and cluster client, writing to a real redis-server (a
+ * single-node cluster the test starts) that runs the apply script; a board
+ * is broken the way it happens, by a key of the wrong type under its tag.
  *
  * What it pins down: when a board is held, its later events from the same
  * partition are withheld (never written ahead of the held ones, whose marker
@@ -18,89 +18,16 @@
 
 #include <cmocka.h>
 
-#include "apply_model.h"
 #include "cluster.h"
 #include "config.h"
 #include "event.h"
 #include "eventgen.h"
-#include "fake_redis.h"
 #include "log.h"
 #include "pipeline.h"
 #include "planner.h"
-#include "resp.h"
+#include "redis_server.h"
 
 #define MAY1 INT64_C(1777593600000) /* 2026-05-01 */
-
-/* ---- the fake node: Redis running the apply script, in memory ---------------------- */
-
-struct node {
-    struct model *model;
-    const char *broken_board; /* its requests answer "wrongtype" while set */
-    char shards[512];
-    char reply[4096];
-    int requests;
-};
-
-static size_t encode(char *out, int argc, char **argv)
-{
-    char *p = lb_resp_header(out, '*', (uint64_t)argc);
-    for (int i = 0; i < argc; i++)
-        p = lb_resp_bulk(p, argv[i], strlen(argv[i]));
-    return (size_t)(p - out);
-}
-
-static const char *evalsha(struct node *n, int argc, char **argv)
-{
-    n->requests++;
-    if (n->broken_board && argc > 3) {
-        char tag[64];
-        snprintf(tag, sizeof(tag), "{%s}", n->broken_board);
-        if (strstr(argv[3], tag)) {
-            snprintf(n->reply, sizeof(n->reply), "*2\r\n$9\r\nwrongtype\r\n$%zu\r\n%s\r\n",
-                     strlen(argv[3]), argv[3]);
-            return n->reply;
-        }
-    }
-    size_t need = 64;
-    for (int i = 0; i < argc; i++)
-        need += strlen(argv[i]) + 32;
-    char *bytes = malloc(need);
-    struct model_partial partial[16];
-    char overflow[16][128];
-    size_t np = 0, no = 0;
-    enum model_answer a =
-        model_apply(n->model, bytes, encode(bytes, argc, argv), partial, &np, overflow, &no, 16);
-    free(bytes);
-    if (a == MODEL_OK)
-        return "*3\r\n$2\r\nok\r\n:1\r\n:0\r\n";
-    if (a == MODEL_PARTIAL) {
-        int len = snprintf(n->reply, sizeof(n->reply), "*%zu\r\n$7\r\npartial\r\n", 1 + 2 * np);
-        for (size_t i = 0; i < np; i++) {
-            char marker[24];
-            snprintf(marker, sizeof(marker), "%lld", (long long)partial[i].marker);
-            len += snprintf(n->reply + len, sizeof(n->reply) - (size_t)len,
-                            "$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(partial[i].field),
-                            partial[i].field, strlen(marker), marker);
-        }
-        return n->reply;
-    }
-    return "-ERR the model could not run this request\r\n";
-}
-
-static const char *handler(struct fake_redis *fake, int argc, char **argv, void *ctx)
-{
-    struct node *n = ctx;
-    (void)fake;
-    if (argc >= 2 && strcmp(argv[0], "CLUSTER") == 0)
-        return n->shards;
-    if (argc >= 1 && strcmp(argv[0], "SCRIPT") == 0) {
-        snprintf(n->reply, sizeof(n->reply), "$40\r\n%s\r\n", lb_apply_script_sha());
-        return n->reply;
-    }
-    if (argc >= 1 && strcmp(argv[0], "EVALSHA") == 0)
-        return evalsha(n, argc, argv);
-    return "-ERR unknown command\r\n";
-}
 
 /* ---- events as a producer writes them (bare Avro, by eventgen's encoder) ------------ */
 
@@ -128,8 +55,7 @@ static struct event event(const char *id, const char *board, const char *player,
 /* ---- the fixture ------------------------------------------------------------------- */
 
 struct fixture {
-    struct node node;
-    struct fake_redis *fake;
+    struct redis_server *redis;
     struct lb_config *config;
     struct lb_decoder *decoder;
     struct lb_cluster *cluster;
@@ -140,14 +66,8 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     char text[2048], err[512];
-    f->node.model = model_new();
-    f->fake = fake_redis_start(handler, &f->node);
-    int port = fake_redis_port(f->fake);
-    snprintf(f->node.shards, sizeof(f->node.shards),
-             "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n"
-             "*8\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n"
-             "$6\r\nmaster\r\n$6\r\nhealth\r\n$6\r\nonline\r\n",
-             port);
+    f->redis = redis_server_start(1);
+    int port = redis_server_port(f->redis);
     snprintf(text, sizeof(text),
              "kafka: {brokers: b, topics: [t]}\n"
              "input: {format: bare, writer_schema: %s/schemas/score_event.avsc}\n"
@@ -179,8 +99,7 @@ static int teardown(void **state)
     lb_cluster_free(f->cluster);
     lb_decoder_free(f->decoder);
     lb_config_free(f->config);
-    fake_redis_stop(f->fake);
-    model_free(f->node.model);
+    redis_server_stop(f->redis);
     free(f);
     return 0;
 }
@@ -210,12 +129,21 @@ static int run(struct fixture *f, const struct input *in, size_t n, uint8_t *sta
 
 static int64_t total(const struct fixture *f, const char *board, const char *player)
 {
-    char key[64];
-    int64_t score = -1;
-    snprintf(key, sizeof(key), "lb:{%s}:alltime", board);
-    if (!model_score(f->node.model, key, player, &score))
-        return 0;
+    redisReply *r = redis_server_command(f->redis, "ZSCORE lb:{%s}:alltime %s", board, player);
+    int64_t score = r->type == REDIS_REPLY_STRING ? (int64_t)strtod(r->str, NULL) : 0;
+    freeReplyObject(r);
     return score;
+}
+
+/* Breaks a board the way it happens: a key of another type under its tag. */
+static void break_board(const struct fixture *f, const char *board)
+{
+    freeReplyObject(redis_server_command(f->redis, "SET lb:{%s}:alltime oops", board));
+}
+
+static void fix_board(const struct fixture *f, const char *board)
+{
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:{%s}:alltime", board));
 }
 
 static void a_held_event_is_never_skipped_and_nothing_else_waits(void **state)
@@ -225,7 +153,7 @@ static void a_held_event_is_never_skipped_and_nothing_else_waits(void **state)
 
     /* 1. board x refuses its writes (a key of the wrong type): its events
      *    are held, board y's are written */
-    f->node.broken_board = "x";
+    break_board(f, "x");
     struct input b1[] = {{0, 0, event("e0", "x", "a", 1)},
                          {0, 1, event("e1", "x", "a", 2)},
                          {0, 2, event("e2", "y", "b", 5)},
@@ -241,7 +169,7 @@ static void a_held_event_is_never_skipped_and_nothing_else_waits(void **state)
     /* 2. the key is fixed, but partition 0 has not been read again yet:
      *    x's next event from partition 0 must wait (its marker would pass
      *    the held ones); x's event from partition 1 and y's are written */
-    f->node.broken_board = NULL;
+    fix_board(f, "x");
     struct input b2[] = {{0, 4, event("e4", "x", "a", 10)},
                          {1, 0, event("e5", "x", "c", 100)},
                          {0, 5, event("e6", "y", "b", 1)}};
@@ -270,11 +198,11 @@ static void releasing_one_partition_keeps_the_others_held(void **state)
 {
     struct fixture *f = *state;
     uint8_t st[16];
-    f->node.broken_board = "z";
+    break_board(f, "z");
     struct input b1[] = {{0, 10, event("f0", "z", "a", 1)}, {1, 10, event("f1", "z", "b", 1)}};
     assert_int_equal(run(f, b1, 2, st), 1);
     assert_int_equal(lb_pipeline_held(f->pipeline), 2);
-    f->node.broken_board = NULL;
+    fix_board(f, "z");
     lb_pipeline_release(f->pipeline, "t", 0);
     assert_int_equal(lb_pipeline_held(f->pipeline), 1);
     struct input b2[] = {{0, 11, event("f2", "z", "a", 1)}, {1, 11, event("f3", "z", "b", 1)}};

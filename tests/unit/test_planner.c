@@ -1,7 +1,9 @@
-/* The planner: fan-out to windows, merging per aggregation, retractions,
- * segments, expiry, and the EVALSHA it emits (parsed back with hiredis'
- * reader: a request is an array of bulk strings, which the reader parses
- * like a reply). */
+/* The planner and the requests apply.c encodes from its plans: fan-out to
+ * windows, merging per aggregation, retractions, segments, expiry, and the
+ * EVALSHA of protocol 2 (parsed back with hiredis' reader: a request is an
+ * array of bulk strings, which the reader parses like a reply). What the
+ * script does with a request is tested against a real redis-server in
+ * test_semantics and test_apply. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "apply.h"
 #include "config.h"
 #include "planner.h"
 #include "slot.h"
@@ -52,6 +55,7 @@ static const char config_text[] = "kafka: {brokers: b, topics: [t]}\n"
 struct fixture {
     struct lb_config *config;
     struct lb_plan *plan;
+    struct lb_apply_batch batch;
 };
 
 static int setup(void **state)
@@ -70,6 +74,7 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
     lb_plan_free(f->plan);
+    lb_apply_batch_free(&f->batch);
     lb_config_free(f->config);
     return 0;
 }
@@ -88,6 +93,11 @@ static struct lb_position at(int32_t partition, int64_t offset)
     return (struct lb_position){"scores", partition, offset};
 }
 
+static void encode(struct fixture *f)
+{
+    assert_int_equal(lb_apply_encode(&f->batch, f->plan, "lb:"), 0);
+}
+
 /* Plans events 0..n-1 of 'evs' read at consecutive offsets from 'first' of
  * 'partition', as one batch; returns their (one) board's request. */
 static uint32_t plan_batch(struct fixture *f, const struct lb_event *evs, size_t n,
@@ -99,7 +109,7 @@ static uint32_t plan_batch(struct fixture *f, const struct lb_event *evs, size_t
         struct lb_position pos = at(partition, first + (int64_t)i);
         assert_int_equal(lb_plan_add(f->plan, &evs[i], &pos, MAY4_10H, &txn), LB_ACCEPT);
     }
-    assert_int_equal(lb_plan_finish(f->plan), 0);
+    encode(f);
     return txn;
 }
 
@@ -114,12 +124,11 @@ struct request {
 
 static void parse(struct fixture *f, size_t txn, struct request *q)
 {
-    size_t ntxns;
-    const struct lb_txn *txns = lb_plan_txns(f->plan, &ntxns);
-    assert_true(txn < ntxns);
+    assert_true(txn < f->batch.count);
+    const struct lb_apply_request *req = &f->batch.requests[txn];
     redisReader *reader = redisReaderCreate();
     void *reply = NULL;
-    redisReaderFeed(reader, lb_plan_bytes(f->plan) + txns[txn].offset, txns[txn].len);
+    redisReaderFeed(reader, f->batch.bytes.data + req->offset, req->len);
     assert_int_equal(redisReaderGetReply(reader, &reply), REDIS_OK);
     redisReaderFree(reader);
     assert_non_null(reply);
@@ -139,16 +148,28 @@ static void release(struct request *q)
     freeReplyObject(q->parsed);
 }
 
-/* Index of the first entry argument of window key k (1-based), and its
- * entry count. */
-static size_t key_entries(const struct request *q, int k, size_t *count)
+/* Where window key k's arguments are (1-based): its expiry kind at 'at',
+ * then the counts per segment, its plain entries from 'plain' and its
+ * special ones from 'special'. */
+struct key_args {
+    size_t at, plain, nplain, special, nspecial;
+};
+
+static struct key_args key_args(const struct request *q, int k)
 {
-    size_t pos = 10 + 3 * (size_t)atoi(q->args[9]);
-    size_t width = q->args[2][0] == 'b' ? 4 : 5;
-    for (int i = 1; i < k; i++)
-        pos += 3 + width * (size_t)atoi(q->args[pos + 2]);
-    *count = (size_t)atoi(q->args[pos + 2]);
-    return pos + 3;
+    size_t nseg = (size_t)atoi(q->args[9]), width = q->args[2][0] == 'b' ? 2 : 3;
+    size_t pos = 10 + 3 * nseg;
+    struct key_args a = {0};
+    for (int i = 1; i <= k; i++) {
+        a = (struct key_args){.at = pos, .plain = pos + 2 + 2 * nseg};
+        for (size_t s = 0; s < nseg; s++) {
+            a.nplain += (size_t)atoi(q->args[pos + 2 + s]);
+            a.nspecial += (size_t)atoi(q->args[pos + 2 + nseg + s]);
+        }
+        a.special = a.plain + width * a.nplain;
+        pos = a.special + (width + 1) * a.nspecial;
+    }
+    return a;
 }
 
 static void expect(const char *got, const char *want)
@@ -180,7 +201,6 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     struct lb_dim dim = {{"patch", 5}, {"1.29", 4}};
     struct lb_position pos = at(3, 41);
     uint32_t txn = 99;
-    size_t ntxns, count;
     struct request q;
 
     ev.dims = &dim;
@@ -188,10 +208,9 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     lb_plan_reset(f->plan);
     assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
     assert_int_equal(txn, 0);
-    assert_int_equal(lb_plan_finish(f->plan), 0);
-    const struct lb_txn *txns = lb_plan_txns(f->plan, &ntxns);
-    assert_int_equal(ntxns, 1);
-    assert_int_equal(txns[0].slot, lb_key_slot("g456", 4));
+    encode(f);
+    assert_int_equal(f->batch.count, 1);
+    assert_int_equal(f->batch.requests[0].slot, lb_key_slot("g456", 4));
     parse(f, 0, &q);
 
     static const char *const keys[] = {"lb:{g456}:alltime", "lb:{g456}:daily:2026-05-04",
@@ -203,7 +222,7 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     for (int k = 0; k < 5; k++)
         expect(q.keys[3 + k], keys[k]);
     /* protocol, best, desc, 30 tie bits, earlier wins, 5 keys, 1 segment */
-    expect(q.args[1], "1");
+    expect(q.args[1], "2");
     expect(q.args[2], "b");
     expect(q.args[3], "d");
     expect(q.args[4], "30");
@@ -218,16 +237,16 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     const char *expire_at[] = {"0", num(MAY4 + 1 * DAY + 2 * DAY), num(MAY4 + 7 * DAY + 7 * DAY),
                                num(INT64_C(1780272000000) + 31 * DAY), "7776000000"};
     for (int k = 1; k <= 5; k++) {
-        size_t e = key_entries(&q, k, &count);
-        assert_int_equal(count, 1);
-        assert_int_equal(q.args[e - 3][0], expire[k - 1]);
-        expect(q.args[e - 2], expire_at[k - 1]);
-        expect(q.args[e], "1");
-        expect(q.args[e + 1], "v");
-        expect(q.args[e + 2], num(composite(700, MAY4_10H)));
-        expect(q.args[e + 3], "alice");
+        struct key_args a = key_args(&q, k);
+        assert_int_equal(a.nplain, 1);
+        assert_int_equal(a.nspecial, 0);
+        assert_int_equal(q.args[a.at][0], expire[k - 1]);
+        expect(q.args[a.at + 1], expire_at[k - 1]);
+        /* a best board's plain entry: composite, member, for ZADD as is */
+        expect(q.args[a.plain], num(composite(700, MAY4_10H)));
+        expect(q.args[a.plain + 1], "alice");
     }
-    assert_int_equal(q.nargs, 12 + 5 * (3 + 4));
+    assert_int_equal(q.nargs, 12 + 5 * (2 + 2 + 2));
     release(&q);
 }
 
@@ -240,7 +259,6 @@ static void duplicates_merge_to_the_best_and_boards_split(void **state)
         event("golf1", "dan", 70, MAY4_10H),     event("golf1", "dan", 68, MAY4_10H + 1),
     };
     uint32_t txn[6];
-    size_t ntxns, count;
     struct request q;
     lb_plan_reset(f->plan);
     for (size_t i = 0; i < 6; i++) {
@@ -249,31 +267,30 @@ static void duplicates_merge_to_the_best_and_boards_split(void **state)
     }
     assert_int_equal(txn[0], txn[3]);
     assert_int_not_equal(txn[0], txn[4]);
-    assert_int_equal(lb_plan_finish(f->plan), 0);
-    lb_plan_txns(f->plan, &ntxns);
-    assert_int_equal(ntxns, 2);
+    encode(f);
+    assert_int_equal(f->batch.count, 2);
 
     /* g1: bob's best is 30 at the earlier time; carol follows */
     parse(f, txn[0], &q);
     expect(q.args[11], "0"); /* segment: offsets 0..3 */
     expect(q.args[12], "3");
-    size_t e = key_entries(&q, 1, &count);
-    assert_int_equal(count, 2);
-    expect(q.args[e + 2], num(composite(30, MAY4_10H + 5000)));
-    expect(q.args[e + 3], "bob");
-    expect(q.args[e + 6], num(composite(5, MAY4_10H)));
-    expect(q.args[e + 7], "carol");
+    struct key_args a = key_args(&q, 1);
+    assert_int_equal(a.nplain, 2);
+    expect(q.args[a.plain], num(composite(30, MAY4_10H + 5000)));
+    expect(q.args[a.plain + 1], "bob");
+    expect(q.args[a.plain + 2], num(composite(5, MAY4_10H)));
+    expect(q.args[a.plain + 3], "carol");
     release(&q);
 
     /* golf1 (asc, no ties): the lowest raw score, no expiry */
     parse(f, txn[4], &q);
     expect(q.args[3], "a");
     expect(q.args[4], "0");
-    e = key_entries(&q, 1, &count);
-    assert_int_equal(count, 1);
-    expect(q.args[e - 3], "n");
-    expect(q.args[e + 2], "68");
-    expect(q.args[e + 3], "dan");
+    a = key_args(&q, 1);
+    assert_int_equal(a.nplain, 1);
+    expect(q.args[a.at], "n");
+    expect(q.args[a.plain], "68");
+    expect(q.args[a.plain + 1], "dan");
     release(&q);
     /* g1: bob and carol in four windows (no patch dim); golf1: dan in one */
     assert_int_equal(lb_plan_stats(f->plan)->member_updates, 2 * 4 + 1);
@@ -287,19 +304,19 @@ static void a_retraction_keeps_its_place_in_the_sequence(void **state)
                              event("g5", "fay", 50, MAY4_10H), event("g5", "fay", 50, MAY4_10H)};
     evs[1].op = LB_OP_RETRACT;
     evs[4].op = LB_OP_RETRACT;
-    size_t count;
     struct request q;
     uint32_t txn = plan_batch(f, evs, 5, 1, 100);
     parse(f, txn, &q);
-    size_t e = key_entries(&q, 1, &count);
-    assert_int_equal(count, 2);
+    struct key_args a = key_args(&q, 1);
+    assert_int_equal(a.nplain, 0);
+    assert_int_equal(a.nspecial, 2);
     /* eve: removed, then 20 (the 90 before the retraction is forgotten) */
-    expect(q.args[e + 1], "rv");
-    expect(q.args[e + 2], num(composite(20, MAY4_10H + 1000)));
-    expect(q.args[e + 3], "eve");
+    expect(q.args[a.special], "rv");
+    expect(q.args[a.special + 1], num(composite(20, MAY4_10H + 1000)));
+    expect(q.args[a.special + 2], "eve");
     /* fay: removed, nothing after */
-    expect(q.args[e + 5], "r");
-    expect(q.args[e + 7], "fay");
+    expect(q.args[a.special + 3], "r");
+    expect(q.args[a.special + 5], "fay");
     release(&q);
 }
 
@@ -309,7 +326,6 @@ static void latest_keeps_the_greatest_event_time_whatever_the_order(void **state
     struct lb_event evs[] = {event("last1", "gus", 5, MAY4_10H + 3000),
                              event("last1", "gus", 9, MAY4_10H + 1000),
                              event("last1", "gus", 7, MAY4_10H + 3000)};
-    size_t count;
     struct request q;
     uint32_t txn = plan_batch(f, evs, 3, 0, 7);
     parse(f, txn, &q);
@@ -317,14 +333,14 @@ static void latest_keeps_the_greatest_event_time_whatever_the_order(void **state
     /* keys: marker, fence, the window, its event-time hash */
     assert_int_equal(q.numkeys, 4);
     expect(q.keys[4], "lb:{last1}:alltime:~ts");
-    size_t e = key_entries(&q, 1, &count);
-    assert_int_equal(count, 1);
+    struct key_args a = key_args(&q, 1);
+    assert_int_equal(a.nplain, 1);
     /* equal times: the later offset (9, score 7) wins over the earlier (7) */
-    expect(q.args[e + 2], num(composite(7, MAY4_10H + 3000)));
+    expect(q.args[a.plain], num(composite(7, MAY4_10H + 3000)));
     char stamp[64];
     snprintf(stamp, sizeof(stamp), "%015lld:%020d", (long long)(MAY4_10H + 3000), 9);
-    expect(q.args[e + 3], stamp);
-    expect(q.args[e + 4], "gus");
+    expect(q.args[a.plain + 1], stamp);
+    expect(q.args[a.plain + 2], "gus");
     release(&q);
 }
 
@@ -335,7 +351,6 @@ static void sum_adds_scores_and_keeps_the_latest_time_as_the_tie(void **state)
                              event("xp1", "hal", 250, MAY4_10H + 2000),
                              event("xp1", "hal", -50, MAY4_10H + 9000)};
     uint32_t txn;
-    size_t count;
     struct request q;
     lb_plan_reset(f->plan);
     /* a score below score_min (0) is rejected, not added */
@@ -345,17 +360,18 @@ static void sum_adds_scores_and_keeps_the_latest_time_as_the_tie(void **state)
         pos = at(0, 2 + (int64_t)i);
         assert_int_equal(lb_plan_add(f->plan, &evs[i], &pos, MAY4_10H, &txn), LB_ACCEPT);
     }
-    assert_int_equal(lb_plan_finish(f->plan), 0);
+    encode(f);
     parse(f, txn, &q);
     expect(q.args[2], "s");
     expect(q.args[6], "0");
     expect(q.args[7], num((INT64_C(1) << 23) - 1)); /* the largest total T = 30 leaves */
-    size_t e = key_entries(&q, 1, &count);
-    assert_int_equal(count, 1);
-    expect(q.args[e + 2], "350");
+    struct key_args a = key_args(&q, 1);
+    assert_int_equal(a.nplain, 1);
+    expect(q.args[a.plain], "350");
+    expect(q.args[a.plain + 2], "hal");
     /* earliest-wins desc: the total was reached at the later time, whose tie
      * is the smaller one */
-    expect(q.args[e + 3], num((INT64_C(1) << 30) - 1 - (MAY4_10H + 5000 - EPOCH) / 1000));
+    expect(q.args[a.plain + 1], num((INT64_C(1) << 30) - 1 - (MAY4_10H + 5000 - EPOCH) / 1000));
     release(&q);
 }
 
@@ -374,7 +390,7 @@ static void each_partition_is_a_segment_with_its_offsets(void **state)
         struct lb_position pos = at(partitions[i], offsets[i]);
         assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
     }
-    assert_int_equal(lb_plan_finish(f->plan), 0);
+    encode(f);
     parse(f, txn, &q);
     expect(q.args[9], "2");
     expect(q.args[10], "scores:2");
@@ -383,6 +399,14 @@ static void each_partition_is_a_segment_with_its_offsets(void **state)
     expect(q.args[13], "scores:5");
     expect(q.args[14], "70");
     expect(q.args[15], "90");
+    /* each key's entries come grouped by segment (counts 3 and 2), so the
+     * script can hand any applied segment's run to ZADD as it is */
+    struct key_args a = key_args(&q, 1);
+    expect(q.args[a.at + 2], "3");
+    expect(q.args[a.at + 3], "2");
+    static const char *const grouped[] = {"p0", "p2", "p4", "p1", "p3"};
+    for (size_t i = 0; i < 5; i++)
+        expect(q.args[a.plain + 2 * i + 1], grouped[i]);
     release(&q);
 }
 
@@ -397,7 +421,7 @@ static void expired_windows_are_not_resurrected(void **state)
     struct request q;
     lb_plan_reset(f->plan);
     assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H + 15 * DAY, &txn), LB_ACCEPT);
-    assert_int_equal(lb_plan_finish(f->plan), 0);
+    encode(f);
     assert_int_equal(lb_plan_stats(f->plan)->late, 2);
     parse(f, 0, &q);
     assert_int_equal(q.numkeys, 4);
@@ -413,14 +437,12 @@ static void out_of_range_events_are_rejected_and_plan_nothing(void **state)
     struct lb_event early = event("g3", "x", 1, INT64_C(1000));
     struct lb_position pos = at(0, 0);
     uint32_t txn;
-    size_t ntxns;
     lb_plan_reset(f->plan);
     assert_int_equal(lb_plan_add(f->plan, &high, &pos, MAY4_10H, &txn), LB_REJECT_SCORE_RANGE);
     assert_int_equal(lb_plan_add(f->plan, &early, &pos, MAY4_10H, &txn), LB_REJECT_TIME_RANGE);
-    assert_int_equal(lb_plan_finish(f->plan), 0);
-    const struct lb_txn *txns = lb_plan_txns(f->plan, &ntxns);
-    assert_int_equal(ntxns, 1);
-    assert_int_equal(txns[0].len, 0); /* nothing to send for g3 */
+    encode(f);
+    assert_int_equal(f->batch.count, 1);
+    assert_int_equal(f->batch.requests[0].len, 0); /* nothing to send for g3 */
 }
 
 static void a_bad_custom_dim_rejects_the_whole_event(void **state)
@@ -431,7 +453,6 @@ static void a_bad_custom_dim_rejects_the_whole_event(void **state)
     struct lb_dim dims[] = {{{"patch", 5}, {long_value, 129}}, {{"patch", 5}, {"1.2\n", 4}}};
     struct lb_position pos = at(0, 0);
     uint32_t txn;
-    size_t ntxns;
     for (size_t i = 0; i < 2; i++) {
         struct lb_event ev = event("g4", "x", 1, MAY4_10H);
         ev.dims = &dims[i];
@@ -439,8 +460,8 @@ static void a_bad_custom_dim_rejects_the_whole_event(void **state)
         ev.op = i ? LB_OP_RETRACT : LB_OP_SUBMIT; /* a retraction too */
         lb_plan_reset(f->plan);
         assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_DIMS);
-        assert_int_equal(lb_plan_finish(f->plan), 0);
-        assert_int_equal(lb_plan_txns(f->plan, &ntxns)[0].len, 0); /* no window written */
+        encode(f);
+        assert_int_equal(f->batch.requests[0].len, 0); /* no window written */
         assert_int_equal(lb_plan_stats(f->plan)->member_updates, 0);
     }
 }
@@ -456,7 +477,7 @@ static void a_board_without_a_profile_is_rejected(void **state)
     struct lb_config *config;
     char err[512];
     uint32_t txn;
-    size_t ntxns;
+    struct lb_apply_batch batch = {0};
     assert_int_equal(lb_config_load_string("t.yaml", no_catch_all, strlen(no_catch_all), &config,
                                            err, sizeof(err)),
                      0);
@@ -465,11 +486,11 @@ static void a_board_without_a_profile_is_rejected(void **state)
     struct lb_position pos = at(0, 0);
     assert_int_equal(lb_plan_add(plan, &stray, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_BOARD);
     assert_int_equal(lb_plan_add(plan, &fine, &pos, MAY4_10H, &txn), LB_ACCEPT);
-    assert_int_equal(lb_plan_finish(plan), 0);
-    const struct lb_txn *txns = lb_plan_txns(plan, &ntxns);
-    assert_int_equal(ntxns, 2);
-    assert_int_equal(txns[0].len, 0);
-    assert_true(txns[txn].len > 0);
+    assert_int_equal(lb_apply_encode(&batch, plan, "lb:"), 0);
+    assert_int_equal(batch.count, 2);
+    assert_int_equal(batch.requests[0].len, 0);
+    assert_true(batch.requests[txn].len > 0);
+    lb_apply_batch_free(&batch);
     lb_plan_free(plan);
     lb_config_free(config);
 }
@@ -487,7 +508,7 @@ static void many_events_reuse_the_arena(void **state)
             struct lb_event ev = event(i % 2 ? "a" : "b", players[i], i, MAY4_10H + i * 1000);
             assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
         }
-        assert_int_equal(lb_plan_finish(f->plan), 0);
+        encode(f);
         assert_int_equal(lb_plan_stats(f->plan)->member_updates, 3000 * 4);
     }
 }

@@ -1,6 +1,6 @@
 /* Property tests of the leaderboard semantics: random event sequences
- * (seeded, many) through the pure planner into an in-memory model of Redis
- * running the apply script, delivered the way Kafka and a crashing,
+ * (seeded, many) through the pure planner and the apply requests into a
+ * real redis-server running the real apply script, delivered the way Kafka and a crashing,
  * rebalancing consumer deliver them (random batch boundaries, redelivery
  * after crashes, stale batches from a zombie pod), compared with a reference
  * computed here from the events, each applied exactly once. Every
@@ -20,9 +20,10 @@
 
 #include <cmocka.h>
 
-#include "apply_model.h"
+#include "apply.h"
 #include "config.h"
 #include "planner.h"
+#include "redis_server.h"
 
 #define EPOCH   INT64_C(1735689600000) /* 2025-01-01, the default */
 #define HORIZON INT64_C(2745532800000) /* 2057-01-01 */
@@ -229,13 +230,42 @@ static int64_t reference_value(const struct cell *c)
     return c->score;
 }
 
-/* ---- driving the planner into the model -------------------------------------------- */
+/* ---- driving the planner into a real redis-server ---------------------------------- */
+
+/* A marker a "partial" answer reported: events at or below it were applied. */
+struct skip {
+    char field[128];
+    int64_t marker;
+};
 
 struct harness {
     struct lb_config *config;
     struct lb_plan *plan;
-    struct model *model;
+    struct lb_apply_batch batch;
+    struct redis_server *redis;
+    char overflow[4][128]; /* the members of the last "overflow" answer */
+    size_t noverflow;
 };
+
+static void harness_open(struct harness *h, const char *text, struct redis_server *redis)
+{
+    char err[1024];
+    memset(h, 0, sizeof(*h));
+    if (lb_config_load_string("t.yaml", text, strlen(text), &h->config, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    h->plan = lb_plan_new(h->config);
+    assert_non_null(h->plan);
+    h->redis = redis;
+    redisReply *r = redis_server_command(redis, "FLUSHALL");
+    freeReplyObject(r);
+}
+
+static void harness_close(struct harness *h)
+{
+    lb_apply_batch_free(&h->batch);
+    lb_plan_free(h->plan);
+    lb_config_free(h->config);
+}
 
 static struct lb_event as_event(const struct event *e, struct lb_dim *dim)
 {
@@ -253,9 +283,10 @@ static struct lb_event as_event(const struct event *e, struct lb_dim *dim)
 }
 
 /* Plans 'batch' (indices into seq) for board 'only' (every board when
- * NULL), leaving out events of a partition at or below its 'skip' marker. */
+ * NULL), leaving out events of a partition at or below its 'skip' marker,
+ * and encodes the requests. */
 static void plan(struct harness *h, const struct sequence *seq, const size_t *batch, size_t n,
-                 const char *only, const struct model_partial *skip, size_t nskip)
+                 const char *only, const struct skip *skip, size_t nskip)
 {
     lb_plan_reset(h->plan);
     for (size_t i = 0; i < n; i++) {
@@ -275,19 +306,35 @@ static void plan(struct harness *h, const struct sequence *seq, const size_t *ba
         struct lb_position pos = {"t", e->partition, e->offset};
         assert_int_equal(lb_plan_add(h->plan, &ev, &pos, MAY1, &txn), LB_ACCEPT);
     }
-    assert_int_equal(lb_plan_finish(h->plan), 0);
+    assert_int_equal(lb_apply_encode(&h->batch, h->plan, "lb:"), 0);
 }
 
-static enum model_answer apply(struct harness *h, const struct lb_txn *txn,
-                               struct model_partial *partial, size_t *npartial)
+/* Sends request 'i' of the batch to the server and reads the script's
+ * answer: the markers of a "partial" into 'skip', the members of an
+ * "overflow" into h->overflow. */
+static enum lb_apply_status apply(struct harness *h, size_t i, struct skip *skip, size_t *nskip)
 {
-    char overflow[4][128];
-    size_t noverflow;
-    enum model_answer answer = model_apply(h->model, lb_plan_bytes(h->plan) + txn->offset, txn->len,
-                                           partial, npartial, overflow, &noverflow, PARTITIONS);
-    assert_int_not_equal(answer, MODEL_BAD_REQUEST);
-    assert_int_not_equal(answer, MODEL_OVERFLOW);
-    return answer;
+    const struct lb_apply_request *req = &h->batch.requests[i];
+    redisReply *r = redis_server_send(h->redis, h->batch.bytes.data + req->offset, req->len);
+    struct lb_apply_answer a;
+    enum lb_apply_status status = lb_apply_parse(r, &a);
+    const char *first, *second;
+    if (status == LB_APPLY_UNKNOWN)
+        fail_msg("unexpected answer from the script: %s",
+                 r->type == REDIS_REPLY_ERROR ? r->str : "(not an error)");
+    if (status == LB_APPLY_PARTIAL)
+        for (*nskip = 0; lb_apply_pair(&a, *nskip, &first, &second) == 0; (*nskip)++) {
+            assert_true(*nskip < PARTITIONS);
+            snprintf(skip[*nskip].field, sizeof(skip[0].field), "%s", first);
+            skip[*nskip].marker = strtoll(second, NULL, 10);
+        }
+    if (status == LB_APPLY_OVERFLOW)
+        for (h->noverflow = 0;
+             h->noverflow < 4 && lb_apply_pair(&a, h->noverflow, &first, &second) == 0;
+             h->noverflow++)
+            snprintf(h->overflow[h->noverflow], sizeof(h->overflow[0]), "%s", second);
+    freeReplyObject(r);
+    return status;
 }
 
 /* Delivers one batch as the pipeline does: every board's request; a board
@@ -296,30 +343,87 @@ static enum model_answer apply(struct harness *h, const struct lb_txn *txn,
 static void deliver(struct harness *h, const struct sequence *seq, const size_t *batch, size_t n)
 {
     char again[16][32];
-    struct model_partial skips[16][PARTITIONS];
-    size_t nskips[16], nagain = 0, ntxns;
+    struct skip skips[16][PARTITIONS];
+    size_t nskips[16], nagain = 0;
 
     plan(h, seq, batch, n, NULL, NULL, 0);
-    const struct lb_txn *txns = lb_plan_txns(h->plan, &ntxns);
-    for (size_t t = 0; t < ntxns; t++) {
-        if (!txns[t].len)
+    for (size_t t = 0; t < h->batch.count; t++) {
+        const struct lb_apply_request *req = &h->batch.requests[t];
+        if (!req->len)
             continue;
-        if (apply(h, &txns[t], skips[nagain], &nskips[nagain]) == MODEL_PARTIAL) {
+        enum lb_apply_status status = apply(h, t, skips[nagain], &nskips[nagain]);
+        if (status == LB_APPLY_PARTIAL) {
             assert_true(nagain < 16);
-            snprintf(again[nagain++], sizeof(again[0]), "%.*s", (int)txns[t].board.len,
-                     txns[t].board.ptr);
+            snprintf(again[nagain++], sizeof(again[0]), "%.*s", (int)req->board.len,
+                     req->board.ptr);
+        } else {
+            assert_int_equal(status, LB_APPLY_OK);
         }
     }
     for (size_t b = 0; b < nagain; b++) {
         for (int attempt = 0;; attempt++) {
             assert_true(attempt < 4);
             plan(h, seq, batch, n, again[b], skips[b], nskips[b]);
-            txns = lb_plan_txns(h->plan, &ntxns);
-            assert_int_equal(ntxns, 1);
-            if (!txns[0].len || apply(h, &txns[0], skips[b], &nskips[b]) == MODEL_OK)
+            assert_int_equal(h->batch.count, 1);
+            if (!h->batch.requests[0].len || apply(h, 0, skips[b], &nskips[b]) == LB_APPLY_OK)
                 break;
         }
     }
+}
+
+/* ---- reading the server back ------------------------------------------------------- */
+
+static int64_t as_integer(const redisReply *r)
+{
+    /* composites are integers below 2^53: Redis prints them exactly */
+    return (int64_t)strtod(r->str, NULL);
+}
+
+/* The score of 'member' in 'key'; returns 0 when absent. */
+static int score_of(struct redis_server *redis, const char *key, const char *member, int64_t *score)
+{
+    redisReply *r = redis_server_command(redis, "ZSCORE %s %s", key, member);
+    int found = r->type == REDIS_REPLY_STRING;
+    if (found)
+        *score = as_integer(r);
+    else if (r->type != REDIS_REPLY_NIL)
+        fail_msg("ZSCORE %s: %s", key, r->type == REDIS_REPLY_ERROR ? r->str : "?");
+    freeReplyObject(r);
+    return found;
+}
+
+/* The marker of 'field' of a board, or -1. */
+static int64_t marker_of(struct redis_server *redis, const char *board, const char *field)
+{
+    redisReply *r = redis_server_command(redis, "HGET lb:{%s}:~applied %s", board, field);
+    int64_t marker = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
+    freeReplyObject(r);
+    return marker;
+}
+
+/* Calls 'each' for every member of every window key. */
+static void each_member(struct redis_server *redis,
+                        void (*each)(void *ctx, const char *key, const char *member, int64_t score),
+                        void *ctx)
+{
+    char cursor[32] = "0";
+    do {
+        redisReply *r = redis_server_command(redis, "SCAN %s MATCH lb:* COUNT 1000", cursor);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const redisReply *k = r->element[1]->element[i];
+            struct lb_key_parts parts;
+            if (lb_key_parse("lb:", k->str, k->len, &parts) != 0 || parts.kind != LB_KEY_WINDOW)
+                continue;
+            redisReply *z = redis_server_command(redis, "ZRANGE %s 0 -1 WITHSCORES", k->str);
+            assert_int_equal(z->type, REDIS_REPLY_ARRAY);
+            for (size_t m = 0; m + 1 < z->elements; m += 2)
+                each(ctx, k->str, z->element[m]->str, as_integer(z->element[m + 1]));
+            freeReplyObject(z);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
 }
 
 struct compare {
@@ -364,7 +468,8 @@ static void run_sequence(struct harness *h, uint64_t seed, size_t count)
         for (size_t i = 0; i < seq.length[p]; i++)
             apply_reference(&ref, &seq.events[seq.order[p][i]]);
 
-    h->model = model_new();
+    redisReply *r = redis_server_command(h->redis, "FLUSHALL");
+    freeReplyObject(r);
     for (;;) {
         size_t batch[64], n = 0, want = 1 + pick(&rng, 40);
         while (n < want) {
@@ -395,105 +500,94 @@ static void run_sequence(struct harness *h, uint64_t seed, size_t count)
         }
     }
     struct compare c = {.ref = &ref};
-    model_each(h->model, check_member, &c);
+    each_member(h->redis, check_member, &c);
     size_t expected = 0;
     for (size_t i = 0; i < ref.count; i++)
         expected += ref.cells[i].present;
     for (size_t i = 0; i < ref.count && !c.first_error[0]; i++) {
         int64_t score;
         if (ref.cells[i].present &&
-            !model_score(h->model, ref.cells[i].key, ref.cells[i].member, &score))
+            !score_of(h->redis, ref.cells[i].key, ref.cells[i].member, &score))
             snprintf(c.first_error, sizeof(c.first_error), "%s %s: missing", ref.cells[i].key,
                      ref.cells[i].member);
     }
     if (!c.first_error[0] && c.seen != expected)
-        snprintf(c.first_error, sizeof(c.first_error), "%zu members in the model, %zu expected",
-                 c.seen, expected);
-    model_free(h->model);
+        snprintf(c.first_error, sizeof(c.first_error), "%zu members in Redis, %zu expected", c.seen,
+                 expected);
     if (c.first_error[0])
         fail_msg("seed %llu: %s", (unsigned long long)seed, c.first_error);
+}
+
+static struct redis_server *redis;
+
+static int start_redis(void **state)
+{
+    (void)state;
+    redis = redis_server_start(0);
+    return 0;
+}
+
+static int stop_redis(void **state)
+{
+    (void)state;
+    redis_server_stop(redis);
+    return 0;
 }
 
 static void random_sequences_match_the_reference_in_every_mode(void **state)
 {
     (void)state;
-    struct harness h = {0};
-    char err[1024];
-    char *text = config_text();
-    if (lb_config_load_string("t.yaml", text, strlen(text), &h.config, err, sizeof(err)) != 0)
-        fail_msg("%s", err);
-    h.plan = lb_plan_new(h.config);
+    struct harness h;
+    harness_open(&h, config_text(), redis);
     for (uint64_t seed = 1; seed <= 300; seed++)
         run_sequence(&h, seed, 60 + seed % 240);
-    lb_plan_free(h.plan);
-    lb_config_free(h.config);
+    harness_close(&h);
 }
 
-/* One configuration, its planner and a model, for the single-case tests. */
-struct world {
-    struct lb_config *config;
-    struct lb_plan *plan;
-    struct model *model;
-    char overflow[4][128];
-    size_t noverflow;
-};
+/* ---- single cases ------------------------------------------------------------------ */
 
-static void world_open(struct world *w, const char *text)
-{
-    char err[512];
-    memset(w, 0, sizeof(*w));
-    if (lb_config_load_string("t.yaml", text, strlen(text), &w->config, err, sizeof(err)) != 0)
-        fail_msg("%s", err);
-    w->plan = lb_plan_new(w->config);
-    w->model = model_new();
-}
-
-static void world_close(struct world *w)
-{
-    model_free(w->model);
-    lb_plan_free(w->plan);
-    lb_config_free(w->config);
-}
+#define BASE_CONFIG                                                                                \
+    "kafka: {brokers: b, topics: [t]}\n"                                                           \
+    "input: {schemas: {1: s.avsc}}\n"                                                              \
+    "redis: {nodes: [a:1]}\n"
 
 /* Plans 'n' events read at 'pos' as one batch and applies its one request. */
-static enum model_answer world_apply(struct world *w, const struct lb_event *evs,
-                                     const struct lb_position *pos, size_t n)
+static enum lb_apply_status apply_events(struct harness *h, const struct lb_event *evs,
+                                         const struct lb_position *pos, size_t n)
 {
-    struct model_partial partial[4];
-    size_t npartial, ntxns;
+    struct skip skip[PARTITIONS];
+    size_t nskip;
     uint32_t txn;
-    lb_plan_reset(w->plan);
+    lb_plan_reset(h->plan);
     for (size_t i = 0; i < n; i++)
-        assert_int_equal(lb_plan_add(w->plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
-    assert_int_equal(lb_plan_finish(w->plan), 0);
-    const struct lb_txn *txns = lb_plan_txns(w->plan, &ntxns);
-    assert_int_equal(ntxns, 1);
-    return model_apply(w->model, lb_plan_bytes(w->plan) + txns[0].offset, txns[0].len, partial,
-                       &npartial, w->overflow, &w->noverflow, 4);
+        assert_int_equal(lb_plan_add(h->plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
+    assert_int_equal(lb_apply_encode(&h->batch, h->plan, "lb:"), 0);
+    assert_int_equal(h->batch.count, 1);
+    return apply(h, 0, skip, &nskip);
 }
 
 static void a_sum_leaving_its_range_is_refused_whole(void **state)
 {
     (void)state;
-    struct world w;
-    world_open(&w, "kafka: {brokers: b, topics: [t]}\n"
-                   "input: {schemas: {1: s.avsc}}\n"
-                   "redis: {nodes: [a:1]}\n"
-                   "profiles:\n"
-                   "  - {name: xp, aggregation: sum, score_max: 100, sum_max: 150,\n"
-                   "     windows: {alltime: {}, daily: {ttl: 0s}}}\n");
+    struct harness h;
+    harness_open(&h,
+                 BASE_CONFIG "profiles:\n"
+                             "  - {name: xp, aggregation: sum, score_max: 100, sum_max: 150,\n"
+                             "     windows: {alltime: {}, daily: {ttl: 0s}}}\n",
+                 redis);
     for (int round = 0; round < 2; round++) {
         struct lb_event ev = {.board = {"x", 1}, .player = {"ann", 3}, .score = 80, .ts_ms = MAY1};
         struct lb_position pos = {"t", 0, round};
         /* 80 fits; 160 would not: nothing of the second is written */
-        assert_int_equal(world_apply(&w, &ev, &pos, 1), round == 0 ? MODEL_OK : MODEL_OVERFLOW);
+        assert_int_equal(apply_events(&h, &ev, &pos, 1),
+                         round == 0 ? LB_APPLY_OK : LB_APPLY_OVERFLOW);
     }
-    assert_string_equal(w.overflow[0], "ann");
+    assert_string_equal(h.overflow[0], "ann");
     int64_t score;
-    assert_true(model_score(w.model, "lb:{x}:alltime", "ann", &score));
+    assert_true(score_of(redis, "lb:{x}:alltime", "ann", &score));
     assert_true(score >> 30 == 80);
-    assert_int_equal(model_marker(w.model, "lb:{x}:~applied", "t:0"), 0);
-    world_close(&w);
+    assert_int_equal(marker_of(redis, "x", "t:0"), 0);
+    harness_close(&h);
 }
 
 static void ties_at_equal_score_and_time_keep_both_members(void **state)
@@ -501,21 +595,124 @@ static void ties_at_equal_score_and_time_keep_both_members(void **state)
     (void)state;
     /* Equal composites are legal: Redis orders them by member name, and the
      * planner must not merge two players because they tie. */
-    struct world w;
-    world_open(&w, "kafka: {brokers: b, topics: [t]}\n"
-                   "input: {schemas: {1: s.avsc}}\n"
-                   "redis: {nodes: [a:1]}\n");
+    struct harness h;
+    harness_open(&h, BASE_CONFIG, redis);
     struct lb_event evs[] = {
         {.board = {"g", 1}, .player = {"amy", 3}, .score = 5, .ts_ms = MAY1},
         {.board = {"g", 1}, .player = {"bea", 3}, .score = 5, .ts_ms = MAY1},
     };
     struct lb_position pos[] = {{"t", 0, 0}, {"t", 1, 0}};
-    assert_int_equal(world_apply(&w, evs, pos, 2), MODEL_OK);
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
     int64_t sa, sb;
-    assert_true(model_score(w.model, "lb:{g}:alltime", "amy", &sa));
-    assert_true(model_score(w.model, "lb:{g}:alltime", "bea", &sb));
+    assert_true(score_of(redis, "lb:{g}:alltime", "amy", &sa));
+    assert_true(score_of(redis, "lb:{g}:alltime", "bea", &sb));
     assert_true(sa == sb);
-    world_close(&w);
+    harness_close(&h);
+}
+
+/* A key of the wrong type at the board's last window key (2026-05-01 is in
+ * ISO week 18): nothing at all is written (Redis would keep a script's
+ * earlier writes), no marker moves, and once the key is fixed the batch
+ * goes through exactly once. */
+static void wrong_type_at_the_last_window_key(const char *aggregation)
+{
+    char text[1024];
+    snprintf(text, sizeof(text),
+             BASE_CONFIG "profiles:\n"
+                         "  - {name: p, aggregation: %s, tie_break: none,\n"
+                         "     windows: {alltime: {}, daily: {ttl: 0s}, weekly: {ttl: 0s}}}\n",
+             aggregation);
+    static const char *const keys[] = {"lb:{w}:alltime", "lb:{w}:daily:2026-05-01",
+                                       "lb:{w}:weekly:2026-W18"};
+    struct harness h;
+    harness_open(&h, text, redis);
+    redisReply *r = redis_server_command(redis, "SET %s oops", keys[2]);
+    freeReplyObject(r);
+
+    struct lb_event evs[] = {{.board = {"w", 1}, .player = {"ann", 3}, .score = 7, .ts_ms = MAY1},
+                             {.board = {"w", 1}, .player = {"bob", 3}, .score = 9, .ts_ms = MAY1}};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}};
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_WRONGTYPE);
+    int64_t score;
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(score_of(redis, keys[k], "ann", &score), 0);
+    assert_int_equal(marker_of(redis, "w", "t:0"), -1);
+
+    /* the operator removes the key; the same batch goes through, once */
+    r = redis_server_command(redis, "DEL %s", keys[2]);
+    freeReplyObject(r);
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK); /* redelivered: skipped */
+    for (int k = 0; k < 3; k++) {
+        assert_true(score_of(redis, keys[k], "ann", &score));
+        assert_int_equal(score, 7);
+        assert_true(score_of(redis, keys[k], "bob", &score));
+        assert_int_equal(score, 9);
+    }
+    assert_int_equal(marker_of(redis, "w", "t:0"), 1);
+    harness_close(&h);
+}
+
+static void a_wrong_type_at_the_last_key_of_a_sum_board_writes_nothing(void **state)
+{
+    (void)state;
+    wrong_type_at_the_last_window_key("sum");
+}
+
+static void a_wrong_type_at_the_last_key_of_a_latest_board_writes_nothing(void **state)
+{
+    (void)state;
+    wrong_type_at_the_last_window_key("latest");
+}
+
+static void a_wrong_type_at_the_last_key_of_a_best_board_writes_nothing(void **state)
+{
+    (void)state;
+    wrong_type_at_the_last_window_key("best");
+}
+
+/* A zombie pod's batch, older than one applied since, changes nothing: not
+ * the scores, and never moves the marker back (replay's swap trusts it). */
+static void a_zombie_batch_leaves_scores_and_marker_unchanged(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h,
+                 BASE_CONFIG
+                 "profiles:\n"
+                 "  - {name: xp, aggregation: sum, tie_break: none, windows: {alltime: {}}}\n",
+                 redis);
+    struct lb_event ev = {.board = {"z", 1}, .player = {"ann", 3}, .score = 5, .ts_ms = MAY1};
+    struct lb_position old[] = {{"t", 0, 0}, {"t", 0, 1}}, newer[] = {{"t", 0, 2}, {"t", 0, 3}};
+    struct lb_event evs[] = {ev, ev};
+    assert_int_equal(apply_events(&h, evs, old, 2), LB_APPLY_OK);
+    assert_int_equal(apply_events(&h, evs, newer, 2), LB_APPLY_OK);
+    assert_int_equal(marker_of(redis, "z", "t:0"), 3);
+    assert_int_equal(apply_events(&h, evs, old, 2), LB_APPLY_OK); /* the zombie's */
+    int64_t score;
+    assert_true(score_of(redis, "lb:{z}:alltime", "ann", &score));
+    assert_int_equal(score, 20);
+    assert_int_equal(marker_of(redis, "z", "t:0"), 3);
+    harness_close(&h);
+}
+
+/* A request of a protocol the script does not speak is refused, untouched. */
+static void another_protocol_is_refused_and_writes_nothing(void **state)
+{
+    (void)state;
+    redisReply *r = redis_server_command(redis, "FLUSHALL");
+    freeReplyObject(r);
+    r = redis_server_command(redis,
+                             "EVALSHA %s 3 lb:{p}:~applied lb:{p}:~fence lb:{p}:alltime 3 b d 0 0 "
+                             "0 0 1 1 t:0 0 0 n 0 1 0 7 ann",
+                             lb_apply_script_sha());
+    struct lb_apply_answer a;
+    assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_PROTOCOL);
+    assert_string_equal(a.key, "2");
+    freeReplyObject(r);
+    r = redis_server_command(redis, "DBSIZE");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
 }
 
 int main(void)
@@ -524,6 +721,11 @@ int main(void)
         cmocka_unit_test(random_sequences_match_the_reference_in_every_mode),
         cmocka_unit_test(a_sum_leaving_its_range_is_refused_whole),
         cmocka_unit_test(ties_at_equal_score_and_time_keep_both_members),
+        cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_sum_board_writes_nothing),
+        cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_latest_board_writes_nothing),
+        cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_best_board_writes_nothing),
+        cmocka_unit_test(a_zombie_batch_leaves_scores_and_marker_unchanged),
+        cmocka_unit_test(another_protocol_is_refused_and_writes_nothing),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, start_redis, stop_redis);
 }

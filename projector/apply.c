@@ -1,0 +1,410 @@
+/* The apply protocol; see apply.h (and apply.lua for the argument layout). */
+#include "apply.h"
+#include "resp.h"
+#include "window.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* From the build (apply_lua.c, generated from apply.lua). */
+extern const char lb_apply_lua[];
+extern const char lb_apply_lua_sha1[];
+
+const char *lb_apply_script(void)
+{
+    return lb_apply_lua;
+}
+
+const char *lb_apply_script_sha(void)
+{
+    return lb_apply_lua_sha1;
+}
+
+/* ---- key layout ------------------------------------------------------------------- */
+
+static char *put(char *p, const char *bytes, size_t len)
+{
+    memcpy(p, bytes, len);
+    return p + len;
+}
+
+/* "<prefix>{<board>}:<suffix>[:<more>]"; memcpy, not printf: ids are bytes. */
+static size_t build_key(char *out, size_t cap, const char *prefix, struct lb_str board,
+                        const char *suffix, size_t suffix_len, const char *more, size_t more_len)
+{
+    size_t need = strlen(prefix) + board.len + suffix_len + more_len + 5; /* {}:: and NUL */
+    if (need > cap)
+        return 0;
+    char *p = put(out, prefix, strlen(prefix));
+    *p++ = '{';
+    p = put(p, board.ptr, board.len);
+    *p++ = '}';
+    *p++ = ':';
+    p = put(p, suffix, suffix_len);
+    if (more_len) {
+        *p++ = ':';
+        p = put(p, more, more_len);
+    }
+    *p = '\0';
+    return (size_t)(p - out);
+}
+
+size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_window_config *window,
+                     int64_t window_id, struct lb_str custom_value, char *out, size_t cap)
+{
+    char label[LB_WINDOW_LABEL_MAX];
+    const char *kind =
+        window->kind == LB_WINDOW_CUSTOM ? window->dim : lb_window_kind_name(window->kind);
+    if (window->kind == LB_WINDOW_CUSTOM)
+        return build_key(out, cap, prefix, board, kind, strlen(kind), custom_value.ptr,
+                         custom_value.len);
+    if (window->kind == LB_WINDOW_ALLTIME)
+        return build_key(out, cap, prefix, board, kind, strlen(kind), NULL, 0);
+    size_t label_len = lb_window_label(window->kind, window_id, label, sizeof(label));
+    return build_key(out, cap, prefix, board, kind, strlen(kind), label, label_len);
+}
+
+size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t cap)
+{
+    return build_key(out, cap, prefix, board, "~applied", 8, NULL, 0);
+}
+
+size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t cap)
+{
+    return build_key(out, cap, prefix, board, "~fence", 6, NULL, 0);
+}
+
+size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, char *out,
+                    size_t cap)
+{
+    return build_key(out, cap, prefix, board, rest, strlen(rest), NULL, 0);
+}
+
+size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s:%d", topic, partition);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_parts *parts)
+{
+    size_t plen = strlen(prefix);
+    if (len < plen + 4 || memcmp(key, prefix, plen) != 0 || key[plen] != '{')
+        return -1;
+    const char *open = key + plen + 1, *end = key + len;
+    const char *close = memchr(open, '}', (size_t)(end - open));
+    if (!close || close + 1 >= end || close[1] != ':')
+        return -1;
+    const char *rest = close + 2;
+    size_t rlen = (size_t)(end - rest), slen = sizeof(LB_STAMPS_SUFFIX) - 1;
+    *parts = (struct lb_key_parts){.kind = LB_KEY_WINDOW,
+                                   .board = {open, (uint32_t)(close - open)},
+                                   .window = {rest, (uint32_t)rlen}};
+    if (rlen == 8 && memcmp(rest, "~applied", 8) == 0)
+        parts->kind = LB_KEY_MARKER;
+    else if (rlen == 6 && memcmp(rest, "~fence", 6) == 0)
+        parts->kind = LB_KEY_FENCE;
+    else if (rlen > slen && memcmp(rest + rlen - slen, LB_STAMPS_SUFFIX, slen) == 0) {
+        parts->kind = LB_KEY_STAMPS;
+        parts->window.len -= (uint32_t)slen;
+    } else if (rlen == 0 || rest[0] == '~')
+        parts->kind = LB_KEY_OTHER;
+    if (parts->kind == LB_KEY_MARKER || parts->kind == LB_KEY_FENCE)
+        parts->window = (struct lb_str){"", 0};
+    return 0;
+}
+
+/* ---- requests --------------------------------------------------------------------- */
+
+#define KEY_MAX   1024
+#define STAMP_MAX 40 /* "%015lld:%020lld" */
+
+/* Values per plain entry: best composite, member; latest composite, stamp,
+ * member; sum delta, tie, member. A special entry has its flags first. */
+static size_t plain_width(enum lb_aggregation aggregation)
+{
+    return aggregation == LB_AGG_BEST ? 2 : 3;
+}
+
+static int is_plain(const struct lb_plan_entry *e)
+{
+    return (e->flags & (LB_ENTRY_RETRACTED | LB_ENTRY_VALUE)) == LB_ENTRY_VALUE;
+}
+
+struct encoder {
+    struct lb_apply_batch *batch;
+    struct lb_plan_view v;
+    const char *prefix;
+    /* per board: segments by number; per key: entries by segment */
+    const struct lb_plan_segment **segs;
+    uint32_t *counts; /* [2 * (nseg + 1)]: plain, then special, by segment number */
+    uint32_t *order;  /* the key's entries, grouped */
+    size_t segs_cap, counts_cap, order_cap;
+};
+
+static int grow(void **ptr, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *fresh = realloc(*ptr, n * size);
+    if (!fresh)
+        return -1;
+    *ptr = fresh;
+    *cap = n;
+    return 0;
+}
+
+/* An upper bound of what a board's request encodes to. */
+static size_t board_size_bound(const struct encoder *en, const struct lb_plan_board *b)
+{
+    const size_t bulk = LB_RESP_HEADER_MAX + 2;
+    size_t size = 16 * (bulk + LB_RESP_INT_MAX) + 2 * (bulk + KEY_MAX);
+    for (uint32_t s = b->first_segment; s != LB_PLAN_NONE; s = en->v.segments[s].next)
+        size += 3 * (bulk + LB_RESP_INT_MAX) + strlen(en->v.segments[s].topic);
+    for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
+        size += 2 * (bulk + KEY_MAX + sizeof(LB_STAMPS_SUFFIX)) +
+                (2 + 2 * (size_t)b->nsegments) * (bulk + LB_RESP_INT_MAX);
+        for (uint32_t e = en->v.keys[k].first_entry; e != LB_PLAN_NONE;
+             e = en->v.entries[e].next_entry)
+            size += 4 * (bulk + STAMP_MAX) + en->v.entries[e].player.len;
+    }
+    return size;
+}
+
+static char *put_window_key(const struct encoder *en, char *p, const struct lb_plan_board *b,
+                            const struct lb_plan_key *key, int stamps)
+{
+    char name[KEY_MAX + sizeof(LB_STAMPS_SUFFIX)];
+    size_t len = lb_window_key(en->prefix, b->id, &b->profile->windows[key->window], key->window_id,
+                               key->custom_value, name, KEY_MAX);
+    if (stamps) {
+        memcpy(name + len, LB_STAMPS_SUFFIX, sizeof(LB_STAMPS_SUFFIX) - 1);
+        len += sizeof(LB_STAMPS_SUFFIX) - 1;
+    }
+    return lb_resp_bulk(p, name, len);
+}
+
+static char *put_entry(char *p, const struct lb_plan_entry *e, enum lb_aggregation aggregation)
+{
+    if (!is_plain(e))
+        p = (e->flags & LB_ENTRY_VALUE) ? lb_resp_bulk(p, "rv", 2) : lb_resp_bulk(p, "r", 1);
+    p = lb_resp_bulk_int(p, e->value);
+    if (aggregation == LB_AGG_LATEST) {
+        char stamp[STAMP_MAX];
+        int n = snprintf(stamp, sizeof(stamp), "%015lld:%020lld", (long long)e->ts,
+                         (long long)e->order);
+        p = lb_resp_bulk(p, stamp, (size_t)n);
+    } else if (aggregation == LB_AGG_SUM) {
+        p = lb_resp_bulk_int(p, e->ts);
+    }
+    return lb_resp_bulk(p, e->player.ptr, e->player.len);
+}
+
+/* Groups a key's entries by segment number, plain before special, into
+ * en->order (a counting sort, stable), and counts them in en->counts:
+ * plain ones of segment s at [s], special ones at [nseg + 1 + s]. Returns 0
+ * or -1 (memory). */
+static int group_entries(struct encoder *en, const struct lb_plan_key *key, uint32_t nseg)
+{
+    size_t groups = 2 * ((size_t)nseg + 1);
+    if (grow((void **)&en->counts, &en->counts_cap, 2 * groups, sizeof(uint32_t)) != 0 ||
+        grow((void **)&en->order, &en->order_cap, key->nentries, sizeof(uint32_t)) != 0)
+        return -1;
+    uint32_t *count = en->counts, *cursor = en->counts + groups;
+    memset(count, 0, groups * sizeof(uint32_t));
+    for (uint32_t e = key->first_entry; e != LB_PLAN_NONE; e = en->v.entries[e].next_entry) {
+        const struct lb_plan_entry *entry = &en->v.entries[e];
+        count[(is_plain(entry) ? 0 : nseg + 1) + en->v.segments[entry->segment].number]++;
+    }
+    uint32_t sum = 0;
+    for (size_t g = 0; g < groups; g++) {
+        cursor[g] = sum;
+        sum += count[g];
+    }
+    for (uint32_t e = key->first_entry; e != LB_PLAN_NONE; e = en->v.entries[e].next_entry) {
+        const struct lb_plan_entry *entry = &en->v.entries[e];
+        en->order[cursor[(is_plain(entry) ? 0 : nseg + 1) +
+                         en->v.segments[entry->segment].number]++] = e;
+    }
+    return 0;
+}
+
+static int encode_board(struct encoder *en, const struct lb_plan_board *b,
+                        struct lb_apply_request *req)
+{
+    const struct lb_profile *profile = b->profile;
+    struct lb_buf *out = &en->batch->bytes;
+
+    *req = (struct lb_apply_request){.slot = b->slot, .offset = out->len, .board = b->id};
+    if (!profile || b->first_key == LB_PLAN_NONE)
+        return 0; /* every event of the board was rejected or late: nothing to send */
+
+    enum lb_aggregation aggregation = profile->aggregation;
+    size_t width = plain_width(aggregation);
+    uint32_t nseg = b->nsegments, nkeys = 0;
+    size_t nargs = 9 + 3 * (size_t)nseg;
+    for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
+        nkeys++;
+        nargs += 2 + 2 * (size_t)nseg + width * en->v.keys[k].nentries;
+        for (uint32_t e = en->v.keys[k].first_entry; e != LB_PLAN_NONE;
+             e = en->v.entries[e].next_entry)
+            nargs += !is_plain(&en->v.entries[e]);
+    }
+    uint32_t numkeys = 2 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1);
+    if (lb_buf_reserve(out, board_size_bound(en, b)) != 0 ||
+        grow((void **)&en->segs, &en->segs_cap, (size_t)nseg + 1, sizeof(*en->segs)) != 0)
+        return -1;
+    for (uint32_t s = b->first_segment; s != LB_PLAN_NONE; s = en->v.segments[s].next)
+        en->segs[en->v.segments[s].number] = &en->v.segments[s];
+
+    char *p = out->data + out->len;
+    p = lb_resp_header(p, '*', 3 + numkeys + nargs);
+    p = lb_resp_bulk(p, "EVALSHA", 7);
+    p = lb_resp_bulk(p, lb_apply_script_sha(), 40);
+    p = lb_resp_bulk_int(p, numkeys);
+    char name[KEY_MAX];
+    p = lb_resp_bulk(p, name, lb_marker_key(en->prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_fence_key(en->prefix, b->id, name, KEY_MAX));
+    for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
+        p = put_window_key(en, p, b, &en->v.keys[k], 0);
+    if (aggregation == LB_AGG_LATEST)
+        for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
+            p = put_window_key(en, p, b, &en->v.keys[k], 1);
+
+    static const char mode[] = {[LB_AGG_BEST] = 'b', [LB_AGG_LATEST] = 'l', [LB_AGG_SUM] = 's'};
+    p = lb_resp_bulk_int(p, LB_APPLY_VERSION);
+    p = lb_resp_bulk(p, &mode[aggregation], 1);
+    p = lb_resp_bulk(p, profile->scoring.order == LB_ORDER_DESC ? "d" : "a", 1);
+    p = lb_resp_bulk_int(p, profile->scoring.tie_bits);
+    p = lb_resp_bulk(p, lb_tie_grows_with_time(&profile->scoring) ? "1" : "0", 1);
+    p = lb_resp_bulk_int(p, profile->sum_min);
+    p = lb_resp_bulk_int(p, profile->sum_max);
+    p = lb_resp_bulk_int(p, nkeys);
+    p = lb_resp_bulk_int(p, nseg);
+    for (uint32_t number = 1; number <= nseg; number++) {
+        const struct lb_plan_segment *seg = en->segs[number];
+        char field[300];
+        p = lb_resp_bulk(p, field,
+                         lb_marker_field(seg->topic, seg->partition, field, sizeof(field)));
+        p = lb_resp_bulk_int(p, seg->first);
+        p = lb_resp_bulk_int(p, seg->last);
+    }
+    for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
+        const struct lb_plan_key *key = &en->v.keys[k];
+        if (group_entries(en, key, nseg) != 0)
+            return -1;
+        char kind = key->expire;
+        p = lb_resp_bulk(p, &kind, 1);
+        p = lb_resp_bulk_int(p, key->expire_ms);
+        for (uint32_t s = 1; s <= nseg; s++)
+            p = lb_resp_bulk_int(p, en->counts[s]);
+        for (uint32_t s = 1; s <= nseg; s++)
+            p = lb_resp_bulk_int(p, en->counts[nseg + 1 + s]);
+        for (uint32_t i = 0; i < key->nentries; i++)
+            p = put_entry(p, &en->v.entries[en->order[i]], aggregation);
+    }
+    out->len = (size_t)(p - out->data);
+    req->len = out->len - req->offset;
+    return 0;
+}
+
+int lb_apply_encode(struct lb_apply_batch *batch, const struct lb_plan *plan, const char *prefix)
+{
+    struct encoder en = {.batch = batch, .prefix = prefix};
+    int rc = 0;
+    lb_plan_view(plan, &en.v);
+    batch->bytes.len = 0;
+    batch->count = 0;
+    if (grow((void **)&batch->requests, &batch->cap, en.v.nboards ? en.v.nboards : 1,
+             sizeof(*batch->requests)) != 0)
+        return -1;
+    for (uint32_t i = 0; i < en.v.nboards && rc == 0; i++)
+        rc = encode_board(&en, &en.v.boards[i], &batch->requests[i]);
+    batch->count = rc == 0 ? en.v.nboards : 0;
+    free(en.segs);
+    free(en.counts);
+    free(en.order);
+    return rc;
+}
+
+void lb_apply_batch_free(struct lb_apply_batch *batch)
+{
+    lb_buf_free(&batch->bytes);
+    free(batch->requests);
+    *batch = (struct lb_apply_batch){0};
+}
+
+/* ---- replies ---------------------------------------------------------------------- */
+
+static const char *word(const redisReply *reply, size_t i)
+{
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || i >= reply->elements ||
+        reply->element[i]->type != REDIS_REPLY_STRING)
+        return NULL;
+    return reply->element[i]->str;
+}
+
+enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_answer *a)
+{
+    static const struct {
+        const char *word;
+        enum lb_apply_status status;
+    } words[] = {{"ok", LB_APPLY_OK},
+                 {"partial", LB_APPLY_PARTIAL},
+                 {"overflow", LB_APPLY_OVERFLOW},
+                 {"wrongtype", LB_APPLY_WRONGTYPE},
+                 {"badarg", LB_APPLY_BADARG},
+                 {"fenced", LB_APPLY_FENCED},
+                 {"protocol", LB_APPLY_PROTOCOL}};
+    const char *status = word(reply, 0);
+    *a = (struct lb_apply_answer){.status = LB_APPLY_UNKNOWN, .reply = reply};
+    for (size_t i = 0; status && i < sizeof(words) / sizeof(words[0]); i++)
+        if (strcmp(status, words[i].word) == 0)
+            a->status = words[i].status;
+    switch (a->status) {
+    case LB_APPLY_OK:
+        /* {"ok", applied, skipped}: Lua numbers arrive as integers */
+        if (reply->elements != 3 || reply->element[1]->type != REDIS_REPLY_INTEGER ||
+            reply->element[2]->type != REDIS_REPLY_INTEGER)
+            a->status = LB_APPLY_UNKNOWN;
+        else {
+            a->applied = reply->element[1]->integer;
+            a->skipped = reply->element[2]->integer;
+        }
+        break;
+    case LB_APPLY_PARTIAL:
+    case LB_APPLY_OVERFLOW:
+        a->npairs = (reply->elements - 1) / 2;
+        for (size_t i = 1; i < reply->elements; i++)
+            if (!word(reply, i))
+                a->status = LB_APPLY_UNKNOWN;
+        if (a->npairs == 0)
+            a->status = LB_APPLY_UNKNOWN;
+        break;
+    case LB_APPLY_WRONGTYPE:
+    case LB_APPLY_BADARG:
+    case LB_APPLY_FENCED:
+    case LB_APPLY_PROTOCOL:
+        a->key = word(reply, 1);
+        if (!a->key)
+            a->status = LB_APPLY_UNKNOWN;
+        break;
+    case LB_APPLY_UNKNOWN:
+        break;
+    }
+    return a->status;
+}
+
+int lb_apply_pair(const struct lb_apply_answer *a, size_t i, const char **first,
+                  const char **second)
+{
+    if (i >= a->npairs)
+        return -1;
+    *first = word(a->reply, 1 + 2 * i);
+    *second = word(a->reply, 2 + 2 * i);
+    return 0;
+}

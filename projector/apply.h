@@ -1,0 +1,146 @@
+/* The apply protocol: everything about how a board's batch reaches Redis.
+ *
+ * This module owns the key layout (formatted and parsed here only), the
+ * apply script (projector/apply.lua, embedded at build time with its SHA1),
+ * the requests (one EVALSHA per board, encoded from a plan) and the
+ * script's replies (parsed into a status). Every write of board state goes
+ * through this request, atomically per board.
+ *
+ * Keys, under the board's hash tag so one board is one slot:
+ *
+ *   <prefix>{B}:alltime | :daily:2026-05-04 | :weekly:2026-W18 |
+ *     :monthly:2026-05 | :<dim>:<value>        window sorted sets
+ *   <window key>:~ts                           latest boards: per member the
+ *                                              winning "<ts ms, 15 digits>:
+ *                                              <offset, 20 digits>"
+ *   <prefix>{B}:~applied                       per "<topic>:<partition>" the
+ *                                              last offset applied
+ *   <prefix>{B}:~fence                         replay's fence while it swaps
+ *
+ * The request, protocol 2 (apply.lua has the exact argument layout): the
+ * marker fields with each segment's first and last offset, then per window
+ * key its expiry and its entries grouped by segment, "plain" ones (a value
+ * only) apart from "special" ones (a retraction first). A best board's
+ * plain entries are composite, member pairs that the script hands to
+ * `ZADD key GT|LT` straight from its arguments. The script:
+ *
+ *   - refuses a protocol it does not speak: {"protocol", "2", got};
+ *   - writes nothing to a fenced board: {"fenced", key};
+ *   - skips a segment whose marker is at or past its last offset (applied
+ *     before); one whose marker is inside its range (a previous attempt
+ *     ended mid-way) makes it write nothing: {"partial", field, marker, ...}
+ *     and the caller plans the board again without what was applied;
+ *   - refuses a sum leaving [sum_min, sum_max]: {"overflow", key number,
+ *     member, ...}, nothing written;
+ *   - a key of the wrong type: {"wrongtype", key}; an expiry Redis would
+ *     refuse: {"badarg", key}; both found before the first write (Redis
+ *     keeps a script's earlier writes when a later call fails), so nothing
+ *     is written;
+ *   - otherwise writes everything, moves the applied segments' markers to
+ *     their last offsets, and answers {"ok", applied, skipped}.
+ *
+ * Protocol 1 (the release before) used the same keys and the same state;
+ * pods of both releases can write the same boards during a rolling deploy.
+ */
+#ifndef LB_APPLY_H
+#define LB_APPLY_H
+
+#include "arena.h"
+#include "event.h"
+#include "planner.h"
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LB_APPLY_VERSION 2 /* the protocol this release speaks */
+
+/* The script's text and its SHA1 (40 hex digits), both from the build. */
+const char *lb_apply_script(void);
+const char *lb_apply_script_sha(void);
+
+/* ---- key layout ------------------------------------------------------------------- */
+
+/* Each writes the key NUL-terminated into 'out' and returns its length, or
+ * 0 if it does not fit in 'cap'. */
+size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_window_config *window,
+                     int64_t window_id, struct lb_str custom_value, char *out, size_t cap);
+size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t cap);
+size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t cap);
+/* "<prefix>{<board>}:<rest>": any key under the board's tag (a window
+ * named by its label, a SCAN pattern). */
+size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, char *out,
+                    size_t cap);
+/* The marker's field for a topic-partition: "<topic>:<partition>". */
+size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap);
+
+#define LB_STAMPS_SUFFIX ":~ts"
+
+enum lb_key_kind {
+    LB_KEY_WINDOW = 1, /* a window's sorted set */
+    LB_KEY_STAMPS,     /* a latest window's event-time hash */
+    LB_KEY_MARKER,
+    LB_KEY_FENCE,
+    LB_KEY_OTHER, /* under the board's tag, but none of ours */
+};
+
+struct lb_key_parts {
+    enum lb_key_kind kind;
+    struct lb_str board;  /* into the key */
+    struct lb_str window; /* window and stamps keys: "daily:2026-05-04", "alltime", ... */
+};
+
+/* Splits a key under 'prefix' into its parts. Returns 0, or -1 when the key
+ * is not "<prefix>{<board>}:..." at all. */
+int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_parts *parts);
+
+/* ---- requests --------------------------------------------------------------------- */
+
+/* One board's request: bytes [offset, offset + len) of the batch's buffer;
+ * len 0 when there is nothing to send (every event rejected or late). */
+struct lb_apply_request {
+    uint16_t slot;
+    size_t offset, len;
+    struct lb_str board;
+};
+
+struct lb_apply_batch {
+    struct lb_buf bytes;
+    struct lb_apply_request *requests; /* one per board of the plan, in its order */
+    size_t count, cap;
+};
+
+/* Encodes one request per board of 'plan' (keys under 'prefix') into
+ * 'batch', replacing what it held. Returns 0, or -1 when out of memory. */
+int lb_apply_encode(struct lb_apply_batch *batch, const struct lb_plan *plan, const char *prefix);
+void lb_apply_batch_free(struct lb_apply_batch *batch);
+
+/* ---- replies ---------------------------------------------------------------------- */
+
+enum lb_apply_status {
+    LB_APPLY_OK = 0,
+    LB_APPLY_PARTIAL,   /* pairs: marker field, marker; plan again without those events */
+    LB_APPLY_OVERFLOW,  /* pairs: key number, member; reject those members' events */
+    LB_APPLY_WRONGTYPE, /* 'key' holds another type: an operator must fix it */
+    LB_APPLY_BADARG,    /* 'key''s expiry was refused: nothing written */
+    LB_APPLY_FENCED,    /* replay is swapping the board in: try again later */
+    LB_APPLY_PROTOCOL,  /* the script speaks another protocol version */
+    LB_APPLY_UNKNOWN,   /* not a reply of the apply script */
+};
+
+struct lb_apply_answer {
+    enum lb_apply_status status;
+    long long applied, skipped; /* LB_APPLY_OK: segments */
+    const char *key;            /* wrongtype, badarg, fenced; the script's version for protocol */
+    const redisReply *reply;    /* the pairs, from element 1 on */
+    size_t npairs;
+};
+
+/* Reads the script's reply; the answer points into 'reply'. */
+enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_answer *answer);
+
+/* Pair 'i' of a partial or overflow answer; returns 0, or -1 past the end. */
+int lb_apply_pair(const struct lb_apply_answer *answer, size_t i, const char **first,
+                  const char **second);
+
+#endif

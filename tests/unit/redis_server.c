@@ -1,0 +1,197 @@
+/* A real redis-server for a test; see redis_server.h. */
+#include "redis_server.h"
+#include "apply.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct redis_server {
+    pid_t pid;
+    int port;
+    char dir[256];
+    redisContext *c;
+};
+
+static int free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static pid_t spawn(const struct redis_server *s, int cluster)
+{
+    char port[16], log[300];
+    snprintf(port, sizeof(port), "%d", s->port);
+    snprintf(log, sizeof(log), "%s/redis.log", s->dir);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test, whatever ends it */
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+    }
+    const char *argv[] = {"redis-server", "--port", port,   "--bind",
+                          "127.0.0.1",    "--save", "",     "--appendonly",
+                          "no",           "--dir",  s->dir, cluster ? "--cluster-enabled" : NULL,
+                          "yes",          NULL};
+    execvp(argv[0], (char *const *)argv);
+    dprintf(2, "cannot run redis-server: %s (install Debian's redis-server)\n", strerror(errno));
+    _exit(127);
+}
+
+/* Waits for the server to answer PING; returns 0, or -1 if it exited or
+ * did not answer within 10 s. */
+static int connect_to(struct redis_server *s)
+{
+    for (int i = 0; i < 200; i++) {
+        int status;
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+            s->pid = 0;
+            return -1;
+        }
+        struct timeval tv = {1, 0};
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, tv);
+        if (c && !c->err) {
+            redisReply *r = redisCommand(c, "PING");
+            int up = r && r->type == REDIS_REPLY_STATUS;
+            freeReplyObject(r);
+            if (up) {
+                s->c = c;
+                return 0;
+            }
+        }
+        redisFree(c);
+        sleep_ms(50);
+    }
+    return -1;
+}
+
+static void kill_server(struct redis_server *s)
+{
+    if (s->pid > 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, NULL, 0);
+        s->pid = 0;
+    }
+}
+
+static void become_cluster(struct redis_server *s)
+{
+    redisReply *r = redis_server_command(s, "CLUSTER ADDSLOTSRANGE 0 16383");
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("CLUSTER ADDSLOTSRANGE: %s", r->str);
+    freeReplyObject(r);
+    for (int i = 0; i < 200; i++) {
+        r = redis_server_command(s, "CLUSTER INFO");
+        int ok = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+        freeReplyObject(r);
+        if (ok)
+            return;
+        sleep_ms(50);
+    }
+    fail_msg("the single-node cluster on port %d never reached cluster_state:ok", s->port);
+}
+
+struct redis_server *redis_server_start(int cluster)
+{
+    struct redis_server *s = calloc(1, sizeof(*s));
+    const char *tmp = getenv("TMPDIR");
+    assert_non_null(s);
+    snprintf(s->dir, sizeof(s->dir), "%s/lb-redis-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(s->dir))
+        fail_msg("mkdtemp %s: %s", s->dir, strerror(errno));
+    /* the free port can be taken between the probe and the bind: try again */
+    for (int attempt = 0; attempt < 5 && !s->c; attempt++) {
+        s->port = free_port();
+        s->pid = spawn(s, cluster);
+        if (s->pid < 0)
+            fail_msg("fork: %s", strerror(errno));
+        if (connect_to(s) != 0)
+            kill_server(s);
+    }
+    if (!s->c)
+        fail_msg("redis-server did not start (see %s/redis.log)", s->dir);
+    if (cluster)
+        become_cluster(s);
+    const char *script = lb_apply_script();
+    redisReply *r = redis_server_command(s, "SCRIPT LOAD %b", script, strlen(script));
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, lb_apply_script_sha()) != 0)
+        fail_msg("SCRIPT LOAD answered %s, the build says %s",
+                 r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_ERROR ? r->str : "?",
+                 lb_apply_script_sha());
+    freeReplyObject(r);
+    return s;
+}
+
+void redis_server_stop(struct redis_server *s)
+{
+    if (!s)
+        return;
+    redisFree(s->c);
+    kill_server(s);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/redis.log", s->dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/nodes.conf", s->dir);
+    unlink(path);
+    rmdir(s->dir);
+    free(s);
+}
+
+int redis_server_port(const struct redis_server *s)
+{
+    return s->port;
+}
+
+redisReply *redis_server_command(struct redis_server *s, const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    redisReply *r = redisvCommand(s->c, format, ap);
+    va_end(ap);
+    if (!r)
+        fail_msg("redis %s: %s", format, s->c->errstr);
+    return r;
+}
+
+redisReply *redis_server_send(struct redis_server *s, const char *bytes, size_t len)
+{
+    void *r = NULL;
+    if (redisAppendFormattedCommand(s->c, bytes, len) != REDIS_OK ||
+        redisGetReply(s->c, &r) != REDIS_OK || !r)
+        fail_msg("redis: %s", s->c->errstr);
+    return r;
+}

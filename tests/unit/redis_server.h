@@ -1,0 +1,29 @@
+/* A real redis-server for the tests labelled "redis": started by the test
+ * on a free loopback port, in a scratch directory, and stopped by its PID
+ * (also when the test process dies: the server gets SIGKILL with it).
+ *
+ * The apply script is loaded, and its SHA1 checked against the build's.
+ */
+#ifndef REDIS_SERVER_H
+#define REDIS_SERVER_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+struct redis_server;
+
+/* Starts a server; with 'cluster', a single-node cluster owning every slot
+ * (what lb_cluster needs). Fails the test when it cannot. */
+struct redis_server *redis_server_start(int cluster);
+void redis_server_stop(struct redis_server *server);
+
+int redis_server_port(const struct redis_server *server);
+
+/* A command on the test's own connection; fails the test on an I/O error.
+ * The reply is the caller's (freeReplyObject). */
+redisReply *redis_server_command(struct redis_server *server, const char *format, ...);
+
+/* Sends request bytes as encoded (one RESP array) and returns the reply. */
+redisReply *redis_server_send(struct redis_server *server, const char *bytes, size_t len);
+
+#endif
