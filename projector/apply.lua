@@ -122,46 +122,48 @@ if mode == 'b' then
   return {'ok', applied, skipped}
 end
 
--- latest and sum: read what is there, decide in Lua, then write
+-- latest and sum: read what is there, decide in Lua, then write. Per
+-- member only strings and numbers: no table per entry.
 local later_larger = ARGV[5] == '1'
 local scale = 2 ^ tonumber(ARGV[4])
 local smin, smax = tonumber(ARGV[6]), tonumber(ARGV[7])
 local overflow, plans = {}, {}
 for k, key in ipairs(keys) do
   if key.busy then
-    local entries = {}
+    -- where the key's entries are: plain ones, then special ones (whose
+    -- flags come first), each at its value
+    local at, members, n = {}, {}, 0
     for _, r in ipairs(key.runs) do
-      for p = r[1], r[2], width do entries[#entries + 1] = {p, ''} end
+      for p = r[1], r[2], width do n = n + 1; at[n] = p; members[n] = ARGV[p + 2] end
     end
-    for _, p in ipairs(key.specials) do entries[#entries + 1] = {p + 1, ARGV[p]} end
-    local members = {}
-    for i, e in ipairs(entries) do members[i] = ARGV[e[1] + 2] end
+    local nplain = n
+    for _, p in ipairs(key.specials) do n = n + 1; at[n] = p + 1; members[n] = ARGV[p + 3] end
     local from = key.name
     if mode == 'l' then
       from = KEYS[nkeys + 2 + k]
       if not check_type(key.name) then return {'wrongtype', key.name} end
     end
     local current = {}
-    for i = 1, #members, CHUNK do
-      local j = math.min(i + CHUNK - 1, #members)
+    for i = 1, n, CHUNK do
+      local j = math.min(i + CHUNK - 1, n)
       local got = redis.pcall((mode == 's') and 'ZMSCORE' or 'HMGET', from, unpack(members, i, j))
       if got.err then return {'wrongtype', from} end
       for x = i, j do current[members[x]] = got[x - i + 1] or nil end
     end
-    local final, removed, order_seen = {}, {}, {}
-    for _, e in ipairs(entries) do
-      local p, flags = e[1], e[2]
-      local m = ARGV[p + 2]
-      if final[m] == nil then order_seen[#order_seen + 1] = m end
-      if flags ~= '' then removed[m] = true; current[m] = nil; final[m] = false end
+    -- value[m]: what to write, false for nothing; stamp[m]: latest's stamp
+    local value, stamp, removed, order, norder = {}, {}, {}, {}, 0
+    for i = 1, n do
+      local p, m = at[i], members[i]
+      if value[m] == nil then norder = norder + 1; order[norder] = m; value[m] = false end
+      local flags = (i > nplain) and ARGV[p - 1] or ''
+      if flags ~= '' then removed[m] = true; current[m] = nil; value[m] = false end
       if flags ~= 'r' then
         if mode == 'l' then
-          local stamp = ARGV[p + 1]
-          if not current[m] or stamp > current[m] then
-            current[m] = stamp
-            final[m] = {ARGV[p], stamp}
-          elseif final[m] == nil then
-            final[m] = false
+          local s, c = ARGV[p + 1], current[m]
+          if not c or s > c then
+            current[m] = s
+            value[m] = ARGV[p]
+            stamp[m] = s
           end
         else
           local sum, tie = 0, tonumber(ARGV[p + 1])
@@ -178,11 +180,11 @@ for k, key in ipairs(keys) do
           end
           local v = string.format('%.0f', sum * scale + tie)
           current[m] = v
-          final[m] = {v}
+          value[m] = v
         end
       end
     end
-    plans[k] = {final = final, removed = removed, members = order_seen}
+    plans[k] = {value = value, stamp = stamp, removed = removed, order = order, n = norder}
   end
 end
 if #overflow > 0 then return {'overflow', unpack(overflow)} end
@@ -191,27 +193,35 @@ for k, key in ipairs(keys) do
   local plan = plans[k]
   if plan then
     local stamps_key = (mode == 'l') and KEYS[nkeys + 2 + k] or nil
-    local gone, adds, stamps = {}, {}, {}
-    for _, m in ipairs(plan.members) do
-      local f = plan.final[m]
-      if f then
-        adds[#adds + 1] = f[1]
-        adds[#adds + 1] = m
-        if stamps_key then stamps[#stamps + 1] = m; stamps[#stamps + 1] = f[2] end
+    local value, stamp = plan.value, plan.stamp
+    local gone, adds, stamps, ng, na, ns = {}, {}, {}, 0, 0, 0
+    for i = 1, plan.n do
+      local m = plan.order[i]
+      local v = value[m]
+      if v then
+        adds[na + 1] = v
+        adds[na + 2] = m
+        na = na + 2
+        if stamps_key then
+          stamps[ns + 1] = m
+          stamps[ns + 2] = stamp[m]
+          ns = ns + 2
+        end
       elseif plan.removed[m] then
-        gone[#gone + 1] = m
+        ng = ng + 1
+        gone[ng] = m
       end
     end
-    for i = 1, #gone, CHUNK do
-      local j = math.min(i + CHUNK - 1, #gone)
+    for i = 1, ng, CHUNK do
+      local j = math.min(i + CHUNK - 1, ng)
       redis.call('ZREM', key.name, unpack(gone, i, j))
       if stamps_key then redis.call('HDEL', stamps_key, unpack(gone, i, j)) end
     end
-    for i = 1, #adds, CHUNK do
-      redis.call('ZADD', key.name, unpack(adds, i, math.min(i + CHUNK - 1, #adds)))
+    for i = 1, na, CHUNK do
+      redis.call('ZADD', key.name, unpack(adds, i, math.min(i + CHUNK - 1, na)))
     end
-    for i = 1, #stamps, CHUNK do
-      redis.call('HSET', stamps_key, unpack(stamps, i, math.min(i + CHUNK - 1, #stamps)))
+    for i = 1, ns, CHUNK do
+      redis.call('HSET', stamps_key, unpack(stamps, i, math.min(i + CHUNK - 1, ns)))
     end
     expire(key.name, key)
     if stamps_key then expire(stamps_key, key) end

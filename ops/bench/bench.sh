@@ -150,6 +150,11 @@ cpu_seconds() {
     done
     awk -v t="$total" -v k="$tick" 'BEGIN { printf "%.3f", t / k }'
 }
+kafka_pids() {
+    if ((started)); then
+        cat "$(lb_state_dir)/kafka/kafka.pid" 2>/dev/null || true
+    fi
+}
 redis_pids() {
     ((started)) || return 0
     local i
@@ -194,7 +199,9 @@ prefill_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }
 for ((run = 1; run <= runs; run++)); do
     flush_redis
     mapfile -t rpids < <(redis_pids)
-    redis_cpu0=$(cpu_seconds "${rpids[@]}")
+    mapfile -t kpids < <(kafka_pids)
+    redis_cpu0=$(cpu_seconds "${rpids[@]}") kafka_cpu0=$(cpu_seconds "${kpids[@]}")
+    wall0=$(date +%s.%N)
     BENCH_GROUP=bench-drain-$$-$run "$bin/projector" --config "$out/drain.yaml" \
         >"$out/drain-$run.log" 2>&1 &
     projector_pid=$!
@@ -203,6 +210,8 @@ for ((run = 1; run <= runs; run++)); do
     cpu=$(cpu_seconds "$projector_pid")
     rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$projector_pid/status")
     redis_cpu=$(awk -v a="$redis_cpu0" -v b="$(cpu_seconds "${rpids[@]}")" 'BEGIN { printf "%.3f", b - a }')
+    kafka_cpu=$(awk -v a="$kafka_cpu0" -v b="$(cpu_seconds "${kpids[@]}")" 'BEGIN { printf "%.3f", b - a }')
+    wall=$(awk -v a="$wall0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
     kill -TERM "$projector_pid"
     wait "$projector_pid"
     projector_pid=""
@@ -211,7 +220,7 @@ for ((run = 1; run <= runs; run++)); do
         "$out/drain-$run.wait")
     # member updates are counted for the whole topic; the timed part is
     # 'drained' events of it (timing starts at the first commit seen)
-    echo "run=$run events=$drained seconds=$secs total=$events member_updates=$updates cpu=$cpu rss_kb=$rss_kb redis_cpu=$redis_cpu" |
+    echo "run=$run events=$drained seconds=$secs total=$events member_updates=$updates cpu=$cpu rss_kb=$rss_kb redis_cpu=$redis_cpu kafka_cpu=$kafka_cpu wall=$wall" |
         tee -a "$out/drain.txt" >&2
 done
 
@@ -288,6 +297,9 @@ read -r f_ups f_ups_spread < <(stat_of "$out/floor.txt" 'f["member_updates_per_s
 over_floor=$(awk -v a="$c_rcpu" -v b="$f_rcpu" 'BEGIN { printf "%.0f", (a / b - 1) * 100 }')
 read -r cpu_m cpu_spread < <(stat_of "$out/drain.txt" 'f["cpu"] / f["total"] * 1e6')
 read -r rcpu_m rcpu_spread < <(stat_of "$out/drain.txt" 'f["redis_cpu"] / f["total"] * 1e6')
+read -r share_r share_r_spread < <(stat_of "$out/drain.txt" 'f["redis_cpu"] / f["wall"]')
+read -r share_p share_p_spread < <(stat_of "$out/drain.txt" 'f["cpu"] / f["wall"]')
+read -r share_k share_k_spread < <(stat_of "$out/drain.txt" 'f["kafka_cpu"] / f["wall"]')
 read -r rss_m rss_spread < <(stat_of "$out/drain.txt" 'f["rss_kb"] / 1024')
 read -r p50 p50_spread < <(stat_of "$out/fresh.txt" 'f["p50_ms"]')
 read -r p99 p99_spread < <(stat_of "$out/fresh.txt" 'f["p99_ms"]')
@@ -314,6 +326,11 @@ ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
         row "Redis CPU s per 1M events" "$(fmt "$rcpu_m" 2)" "$rcpu_spread"
     else
         row "Redis CPU s per 1M events" "n/a" "not measured: Redis not started by the benchmark"
+    fi
+    if ((started)); then
+        row "drain, cores used: Redis" "$(fmt "$share_r" 2)" "$share_r_spread (CPU s / wall s, of $cores cores)"
+        row "drain, cores used: projector" "$(fmt "$share_p" 2)" "$share_p_spread"
+        row "drain, cores used: Kafka broker" "$(fmt "$share_k" 2)" "$share_k_spread"
     fi
     row "projector peak RSS, MiB" "$(fmt "$rss_m" 1)" "$rss_spread"
     row "freshness at $fresh_rate events/s, p50 ms" "$p50" "$p50_spread"
