@@ -171,6 +171,15 @@ _lb_read_pid() {
 # from /dev/null, stdout+stderr appended to LOGFILE and every other inherited
 # file descriptor closed (so e.g. a test runner waiting on its fd 3 or a
 # command substitution is not held open by the daemon). Sets _lb_spawned_pid.
+# _lb_still_there PID - the process exists and is not a zombie, whatever
+# it runs (a child of ours that has not exec'd yet, say).
+_lb_still_there() {
+    local stat
+    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z ]]
+}
+
 _lb_spawn() {
     local log=$1
     shift
@@ -1101,7 +1110,9 @@ _lb_kafka_start() {
     local limit=${KAFKA_START_TIMEOUT:-60} deadline
     deadline=$(($(_lb_now_ms) + limit * 1000))
     until _lb_kafka_check_ready; do
-        if ! _lb_pid_alive_as "$pid" java "kafka.Kafka $_kprops"; then
+        # on a loaded machine the spawned shell may take longer than
+        # _lb_spawn waits to exec java: still there is still starting
+        if ! _lb_pid_alive_as "$pid" java "kafka.Kafka $_kprops" && ! _lb_still_there "$pid"; then
             _lb_msg "kafka: broker exited during startup"
             _lb_tail_logs 40 "$_kout" "$_klogs/server.log"
             rm -f "$_kpidf"
