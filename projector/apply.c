@@ -115,6 +115,12 @@ int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_
     return 0;
 }
 
+int lb_key_is_window(const char *prefix, const char *key, size_t len)
+{
+    struct lb_key_parts parts;
+    return lb_key_parse(prefix, key, len, &parts) == 0 && parts.kind == LB_KEY_WINDOW;
+}
+
 /* ---- requests --------------------------------------------------------------------- */
 
 #define KEY_MAX   1024

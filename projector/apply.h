@@ -93,6 +93,8 @@ struct lb_key_parts {
 /* Splits a key under 'prefix' into its parts. Returns 0, or -1 when the key
  * is not "<prefix>{<board>}:..." at all. */
 int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_parts *parts);
+/* Whether 'key' is a window's sorted set under 'prefix' (not bookkeeping). */
+int lb_key_is_window(const char *prefix, const char *key, size_t len);
 
 /* ---- requests --------------------------------------------------------------------- */
 

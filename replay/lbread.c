@@ -62,13 +62,6 @@ static int add_key(struct keys *keys, const char *name, size_t len)
 
 static const char *key_prefix; /* for key_order */
 
-/* Whether a key is a window, not projector bookkeeping. */
-static int is_window_key(const char *name, size_t len)
-{
-    struct lb_key_parts parts;
-    return lb_key_parse(key_prefix, name, len, &parts) == 0 && parts.kind == LB_KEY_WINDOW;
-}
-
 static int is_alltime(const char *name)
 {
     struct lb_key_parts parts;
@@ -139,7 +132,8 @@ static int list_keys(struct lb_cluster *cl, const struct lb_config *config, cons
         snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
         for (size_t i = 0; i < reply->element[1]->elements; i++) {
             const redisReply *k = reply->element[1]->element[i];
-            if (is_window_key(k->str, k->len) && add_key(keys, k->str, k->len) != 0) {
+            if (lb_key_is_window(key_prefix, k->str, k->len) &&
+                add_key(keys, k->str, k->len) != 0) {
                 freeReplyObject(reply);
                 return -1;
             }

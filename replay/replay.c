@@ -1002,13 +1002,6 @@ static int window_selected(const struct replay *r, const struct lb_key_parts *kp
 }
 
 /* Whether a live key is a leaderboard (not markers, stamps or a fence). */
-static int is_window_key(const struct replay *r, const char *key)
-{
-    struct lb_key_parts kp;
-    return lb_key_parse(r->config->key_prefix, key, strlen(key), &kp) == 0 &&
-           kp.kind == LB_KEY_WINDOW;
-}
-
 static void delete_keys(struct replay *r, const struct strings *keys)
 {
     for (size_t i = 0; i < keys->count; i++) {
@@ -1485,13 +1478,13 @@ static int verify_all(struct replay *r, struct verify_report *v)
             board_keys_of(r, boards.items[b], strlen(boards.items[b]), &live, &staged, &bk);
             for (size_t k = 0; k < bk.staged.count && status == 0; k++) {
                 const char *t = bk.targets.items[k];
-                if (!is_window_key(r, t))
+                if (!lb_key_is_window(r->config->key_prefix, t, strlen(t)))
                     continue; /* bookkeeping of latest boards, not a leaderboard */
                 status = compare_key(r, bk.staged.items[k], t, v);
             }
             for (size_t k = 0; k < bk.extra.count; k++) {
                 const char *t = bk.extra.items[k];
-                if (!is_window_key(r, t))
+                if (!lb_key_is_window(r->config->key_prefix, t, strlen(t)))
                     continue;
                 v->keys_checked++;
                 v->keys_differing++;

@@ -413,8 +413,7 @@ static void each_member(struct redis_server *redis,
         snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
         for (size_t i = 0; i < r->element[1]->elements; i++) {
             const redisReply *k = r->element[1]->element[i];
-            struct lb_key_parts parts;
-            if (lb_key_parse("lb:", k->str, k->len, &parts) != 0 || parts.kind != LB_KEY_WINDOW)
+            if (!lb_key_is_window("lb:", k->str, k->len))
                 continue;
             redisReply *z = redis_server_command(redis, "ZRANGE %s 0 -1 WITHSCORES", k->str);
             assert_int_equal(z->type, REDIS_REPLY_ARRAY);
@@ -715,6 +714,27 @@ static void another_protocol_is_refused_and_writes_nothing(void **state)
     freeReplyObject(r);
 }
 
+/* An expiry Redis would refuse (an instant of 0) is found before any
+ * write: the whole request writes nothing. */
+static void a_bad_expiry_is_refused_before_any_write(void **state)
+{
+    (void)state;
+    freeReplyObject(redis_server_command(redis, "FLUSHALL"));
+    redisReply *r =
+        redis_server_command(redis,
+                             "EVALSHA %s 4 lb:{p}:~applied lb:{p}:~fence lb:{p}:alltime "
+                             "lb:{p}:daily:2026-05-01 2 b d 0 0 0 0 2 1 t:0 0 0 "
+                             "n 0 1 0 7 ann a 0 1 0 7 ann",
+                             lb_apply_script_sha());
+    struct lb_apply_answer a;
+    assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_BADARG);
+    assert_string_equal(a.key, "lb:{p}:daily:2026-05-01");
+    freeReplyObject(r);
+    r = redis_server_command(redis, "DBSIZE");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -726,6 +746,7 @@ int main(void)
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_best_board_writes_nothing),
         cmocka_unit_test(a_zombie_batch_leaves_scores_and_marker_unchanged),
         cmocka_unit_test(another_protocol_is_refused_and_writes_nothing),
+        cmocka_unit_test(a_bad_expiry_is_refused_before_any_write),
     };
     return cmocka_run_group_tests(tests, start_redis, stop_redis);
 }
