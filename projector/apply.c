@@ -70,6 +70,11 @@ size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t 
     return build_key(out, cap, prefix, board, "~applied", 8, NULL, 0);
 }
 
+size_t lb_marker_zset_key(const char *prefix, struct lb_str board, char *out, size_t cap)
+{
+    return build_key(out, cap, prefix, board, "~offsets", 8, NULL, 0);
+}
+
 size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t cap)
 {
     return build_key(out, cap, prefix, board, "~fence", 6, NULL, 0);
@@ -101,7 +106,7 @@ int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_
     *parts = (struct lb_key_parts){.kind = LB_KEY_WINDOW,
                                    .board = {open, (uint32_t)(close - open)},
                                    .window = {rest, (uint32_t)rlen}};
-    if (rlen == 8 && memcmp(rest, "~applied", 8) == 0)
+    if (rlen == 8 && (memcmp(rest, "~applied", 8) == 0 || memcmp(rest, "~offsets", 8) == 0))
         parts->kind = LB_KEY_MARKER;
     else if (rlen == 6 && memcmp(rest, "~fence", 6) == 0)
         parts->kind = LB_KEY_FENCE;
@@ -172,6 +177,7 @@ static size_t board_size_bound(const struct encoder *en, const struct lb_plan_bo
     for (uint32_t s = b->first_segment; s != LB_PLAN_NONE; s = en->v.segments[s].next)
         size += 3 * (bulk + LB_RESP_INT_MAX) + strlen(en->v.segments[s].topic);
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
+        size += 8 * bulk; /* a transaction's ZADD and expiry headers */
         size += 2 * (bulk + KEY_MAX + sizeof(LB_STAMPS_SUFFIX)) +
                 (2 + 2 * (size_t)b->nsegments) * (bulk + LB_RESP_INT_MAX);
         for (uint32_t e = en->v.keys[k].first_entry; e != LB_PLAN_NONE;
@@ -239,15 +245,83 @@ static int group_entries(struct encoder *en, const struct lb_plan_key *key, uint
     return 0;
 }
 
+/* Whether a board's batch goes as a plain transaction (see apply.h). */
+static int is_transaction(const struct lb_profile *profile)
+{
+    return profile->aggregation == LB_AGG_BEST && profile->reject_retractions;
+}
+
+/* A best board that takes no retractions: MULTI, EXISTS fence, per window
+ * key ZADD GT|LT of its entries and its expiry, ZADD GT of the markers,
+ * EXEC. Every entry is plain (the planner refused retractions). */
+static int encode_transaction(struct encoder *en, const struct lb_plan_board *b,
+                              struct lb_apply_request *req)
+{
+    const struct lb_profile *profile = b->profile;
+    struct lb_buf *out = &en->batch->bytes;
+    const char *gtlt = profile->scoring.order == LB_ORDER_DESC ? "GT" : "LT";
+    char name[KEY_MAX];
+
+    if (lb_buf_reserve(out, board_size_bound(en, b)) != 0)
+        return -1;
+    char *p = out->data + out->len;
+    p = lb_resp_bulk(lb_resp_header(p, '*', 1), "MULTI", 5);
+    p = lb_resp_bulk(lb_resp_header(p, '*', 2), "EXISTS", 6);
+    p = lb_resp_bulk(p, name, lb_fence_key(en->prefix, b->id, name, KEY_MAX));
+    uint32_t ncommands = 2;
+    for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
+        const struct lb_plan_key *key = &en->v.keys[k];
+        size_t len = lb_window_key(en->prefix, b->id, &profile->windows[key->window],
+                                   key->window_id, key->custom_value, name, KEY_MAX);
+        p = lb_resp_header(p, '*', 3 + 2 * (uint64_t)key->nentries);
+        p = lb_resp_bulk(p, "ZADD", 4);
+        p = lb_resp_bulk(p, name, len);
+        p = lb_resp_bulk(p, gtlt, 2);
+        for (uint32_t e = key->first_entry; e != LB_PLAN_NONE; e = en->v.entries[e].next_entry) {
+            p = lb_resp_bulk_int(p, en->v.entries[e].value);
+            p = lb_resp_bulk(p, en->v.entries[e].player.ptr, en->v.entries[e].player.len);
+        }
+        ncommands++;
+        if (key->expire == LB_EXPIRE_NONE)
+            continue;
+        p = lb_resp_header(p, '*', 3);
+        p = key->expire == LB_EXPIRE_AT ? lb_resp_bulk(p, "PEXPIREAT", 9)
+                                        : lb_resp_bulk(p, "PEXPIRE", 7);
+        p = lb_resp_bulk(p, name, len);
+        p = lb_resp_bulk_int(p, key->expire_ms);
+        ncommands++;
+    }
+    p = lb_resp_header(p, '*', 3 + 2 * (uint64_t)b->nsegments);
+    p = lb_resp_bulk(p, "ZADD", 4);
+    p = lb_resp_bulk(p, name, lb_marker_zset_key(en->prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, "GT", 2);
+    for (uint32_t s = b->first_segment; s != LB_PLAN_NONE; s = en->v.segments[s].next) {
+        const struct lb_plan_segment *seg = &en->v.segments[s];
+        char field[300];
+        p = lb_resp_bulk_int(p, seg->last);
+        p = lb_resp_bulk(p, field,
+                         lb_marker_field(seg->topic, seg->partition, field, sizeof(field)));
+    }
+    p = lb_resp_bulk(lb_resp_header(p, '*', 1), "EXEC", 4);
+    out->len = (size_t)(p - out->data);
+    req->len = out->len - req->offset;
+    req->is_txn = 1;
+    req->ncommands = ncommands;
+    return 0;
+}
+
 static int encode_board(struct encoder *en, const struct lb_plan_board *b,
                         struct lb_apply_request *req)
 {
     const struct lb_profile *profile = b->profile;
     struct lb_buf *out = &en->batch->bytes;
 
-    *req = (struct lb_apply_request){.slot = b->slot, .offset = out->len, .board = b->id};
+    *req = (struct lb_apply_request){
+        .slot = b->slot, .offset = out->len, .board = b->id, .ncommands = 1};
     if (!profile || b->first_key == LB_PLAN_NONE)
         return 0; /* every event of the board was rejected or late: nothing to send */
+    if (is_transaction(profile))
+        return encode_transaction(en, b, req);
 
     enum lb_aggregation aggregation = profile->aggregation;
     size_t width = plain_width(aggregation);
@@ -260,7 +334,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
              e = en->v.entries[e].next_entry)
             nargs += !is_plain(&en->v.entries[e]);
     }
-    uint32_t numkeys = 2 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1);
+    uint32_t numkeys = 3 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1);
     if (lb_buf_reserve(out, board_size_bound(en, b)) != 0 ||
         grow((void **)&en->segs, &en->segs_cap, (size_t)nseg + 1, sizeof(*en->segs)) != 0)
         return -1;
@@ -274,6 +348,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     p = lb_resp_bulk_int(p, numkeys);
     char name[KEY_MAX];
     p = lb_resp_bulk(p, name, lb_marker_key(en->prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_marker_zset_key(en->prefix, b->id, name, KEY_MAX));
     p = lb_resp_bulk(p, name, lb_fence_key(en->prefix, b->id, name, KEY_MAX));
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
         p = put_window_key(en, p, b, &en->v.keys[k], 0);
@@ -368,6 +443,20 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
                  {"protocol", LB_APPLY_PROTOCOL}};
     const char *status = word(reply, 0);
     *a = (struct lb_apply_answer){.status = LB_APPLY_UNKNOWN, .reply = reply};
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2 &&
+        reply->element[0]->type == REDIS_REPLY_INTEGER) {
+        /* a transaction's EXEC: EXISTS fence first; an error inside it (the
+         * cluster client fails such a request before anyone parses it) is
+         * the wrong type of a key, or not ours */
+        a->status = reply->element[0]->integer ? LB_APPLY_FENCED : LB_APPLY_OK;
+        a->key = "";
+        for (size_t i = 1; i < reply->elements; i++)
+            if (reply->element[i]->type == REDIS_REPLY_ERROR)
+                a->status = strncmp(reply->element[i]->str, "WRONGTYPE ", 10) == 0
+                                ? LB_APPLY_WRONGTYPE
+                                : LB_APPLY_UNKNOWN;
+        return a->status;
+    }
     for (size_t i = 0; status && i < sizeof(words) / sizeof(words[0]); i++)
         if (strcmp(status, words[i].word) == 0)
             a->status = words[i].status;

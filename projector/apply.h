@@ -14,10 +14,15 @@
  *                                              winning "<ts ms, 15 digits>:
  *                                              <offset, 20 digits>"
  *   <prefix>{B}:~applied                       per "<topic>:<partition>" the
- *                                              last offset applied
+ *                                              last offset applied (hash,
+ *                                              written by the script)
+ *   <prefix>{B}:~offsets                       the same, as a sorted set
+ *                                              written with ZADD GT (boards
+ *                                              without a script); a board's
+ *                                              marker is the larger of both
  *   <prefix>{B}:~fence                         replay's fence while it swaps
  *
- * The request, protocol 2 (apply.lua has the exact argument layout): the
+ * The request, protocol 3 (apply.lua has the exact argument layout): the
  * marker fields with each segment's first and last offset, then per window
  * key its expiry and its entries grouped by segment, "plain" ones (a value
  * only) apart from "special" ones (a retraction first). A best board's
@@ -39,8 +44,20 @@
  *   - otherwise writes everything, moves the applied segments' markers to
  *     their last offsets, and answers {"ok", applied, skipped}.
  *
- * Protocol 1 (the release before) used the same keys and the same state;
- * pods of both releases can write the same boards during a rolling deploy.
+ * Best boards whose profile rejects retractions need no script: ZADD GT|LT
+ * is idempotent, so applying a batch twice, or a zombie's stale batch
+ * after a newer one, changes nothing. Their request is a transaction:
+ * MULTI, EXISTS fence, per window key ZADD GT|LT and its expiry, ZADD GT of
+ * the markers into the sorted set (markers never move backwards), EXEC.
+ * Nothing is checked before the writes: a key of the wrong type fails its
+ * command only (the others, markers included, are written; the batch is
+ * sent again once an operator fixed the key, which rewrites the same), and
+ * a fenced board is written too (the answer says fenced, so the projector
+ * holds the board back and replay's next round reads what was written).
+ *
+ * Protocols 1 and 2 (the releases before) kept markers in the hash only,
+ * which this script still reads and writes; pods of both releases can
+ * write the same boards during a rolling deploy.
  */
 #ifndef LB_APPLY_H
 #define LB_APPLY_H
@@ -53,7 +70,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LB_APPLY_VERSION 2 /* the protocol this release speaks */
+#define LB_APPLY_VERSION 3 /* the protocol this release speaks */
 
 /* The script's text and its SHA1 (40 hex digits), both from the build. */
 const char *lb_apply_script(void);
@@ -66,6 +83,7 @@ const char *lb_apply_script_sha(void);
 size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_window_config *window,
                      int64_t window_id, struct lb_str custom_value, char *out, size_t cap);
 size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t cap);
+size_t lb_marker_zset_key(const char *prefix, struct lb_str board, char *out, size_t cap);
 size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t cap);
 /* "<prefix>{<board>}:<rest>": any key under the board's tag (a window
  * named by its label, a SCAN pattern). */
@@ -99,9 +117,13 @@ int lb_key_is_window(const char *prefix, const char *key, size_t len);
 /* ---- requests --------------------------------------------------------------------- */
 
 /* One board's request: bytes [offset, offset + len) of the batch's buffer;
- * len 0 when there is nothing to send (every event rejected or late). */
+ * len 0 when there is nothing to send (every event rejected or late). As
+ * struct lb_request has them: one EVALSHA, or (is_txn) a transaction of
+ * 'ncommands' commands between MULTI and EXEC. */
 struct lb_apply_request {
     uint16_t slot;
+    uint8_t is_txn;
+    uint32_t ncommands;
     size_t offset, len;
     struct lb_str board;
 };
@@ -138,7 +160,8 @@ struct lb_apply_answer {
     size_t npairs;
 };
 
-/* Reads the script's reply; the answer points into 'reply'. */
+/* Reads the script's reply, or a transaction's EXEC array (OK, or FENCED
+ * with the writes done: see above); the answer points into 'reply'. */
 enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_answer *answer);
 
 /* Pair 'i' of a partial or overflow answer; returns 0, or -1 past the end. */

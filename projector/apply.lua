@@ -1,10 +1,11 @@
--- The apply script, protocol 2: one board's batch, written atomically.
+-- The apply script, protocol 3: one board's batch, written atomically.
 -- Embedded in the programs at build time with its SHA1 (projector/apply.h
 -- documents the request and the replies; projector/apply.c encodes them).
 --
--- KEYS: [1] the board's applied-offset markers (hash), [2] its fence,
---       [3 .. n+2] window keys, latest boards also [n+3 .. 2n+2] their
---       event-time hashes.
+-- KEYS: [1] the board's applied-offset markers (hash), [2] the markers of
+--       boards written without a script (sorted set, ZADD GT), [3] its
+--       fence, [4 .. n+3] window keys, latest boards also [n+4 .. 2n+3]
+--       their event-time hashes.
 -- ARGV: [1] protocol, [2] mode b|l|s, [3] order d|a, [4] tie bits,
 --       [5] later time makes a larger tie 1|0, [6] sum_min, [7] sum_max,
 --       [8] n keys, [9] segments; 3 per segment: marker field, first and
@@ -17,18 +18,26 @@
 --
 -- Nothing is written before every check has passed: Redis keeps a script's
 -- earlier writes when a later call fails. Every key is touched before the
--- first write: markers by HMGET, sum windows by ZMSCORE, latest stamps by
+-- first write: markers by HMGET and ZMSCORE, sum windows by ZMSCORE, latest stamps by
 -- HMGET, and the other window keys (best, latest) by TYPE.
-if ARGV[1] ~= '2' then return {'protocol', '2', ARGV[1]} end
+if ARGV[1] ~= '3' then return {'protocol', '3', ARGV[1]} end
 local mode, order = ARGV[2], ARGV[3]
 local nkeys, nseg = tonumber(ARGV[8]), tonumber(ARGV[9])
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'fenced', KEYS[2]} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'fenced', KEYS[3]} end
 
--- which segments were applied before
+-- which segments were applied before: the larger of the two markers (a
+-- board's profile may have changed between the two ways of writing)
 local fields = {}
 for s = 1, nseg do fields[s] = ARGV[7 + 3 * s] end
 local marks = redis.pcall('HMGET', KEYS[1], unpack(fields))
 if marks.err then return {'wrongtype', KEYS[1]} end
+local zmarks = redis.pcall('ZMSCORE', KEYS[2], unpack(fields))
+if zmarks.err then return {'wrongtype', KEYS[2]} end
+for s = 1, nseg do
+  if zmarks[s] and (not marks[s] or tonumber(zmarks[s]) > tonumber(marks[s])) then
+    marks[s] = zmarks[s]
+  end
+end
 local apply, applied, skipped, partial, moved = {}, 0, 0, {}, {}
 for s = 1, nseg do
   local p = 7 + 3 * s
@@ -54,7 +63,7 @@ local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
 -- where each key's entries are, and which to apply
 local keys, pos = {}, 10 + 3 * nseg
 for k = 1, nkeys do
-  local key = {name = KEYS[k + 2], kind = ARGV[pos], at = ARGV[pos + 1], runs = {}, specials = {}}
+  local key = {name = KEYS[k + 3], kind = ARGV[pos], at = ARGV[pos + 1], runs = {}, specials = {}}
   if key.kind ~= 'n' then
     local at = tonumber(key.at)
     if not at or at <= 0 or at > 9007199254740992 or at % 1 ~= 0 then
@@ -140,7 +149,7 @@ for k, key in ipairs(keys) do
     for _, p in ipairs(key.specials) do n = n + 1; at[n] = p + 1; members[n] = ARGV[p + 3] end
     local from = key.name
     if mode == 'l' then
-      from = KEYS[nkeys + 2 + k]
+      from = KEYS[nkeys + 3 + k]
       if not check_type(key.name) then return {'wrongtype', key.name} end
     end
     local current = {}
@@ -192,7 +201,7 @@ if #overflow > 0 then return {'overflow', unpack(overflow)} end
 for k, key in ipairs(keys) do
   local plan = plans[k]
   if plan then
-    local stamps_key = (mode == 'l') and KEYS[nkeys + 2 + k] or nil
+    local stamps_key = (mode == 'l') and KEYS[nkeys + 3 + k] or nil
     local value, stamp = plan.value, plan.stamp
     local gone, adds, stamps, ng, na, ns = {}, {}, {}, 0, 0, 0
     for i = 1, plan.n do

@@ -1058,6 +1058,12 @@ static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
                              "%s: command %zu of the transaction failed: %.100s", n->name, e + 1,
                              r->element[e]->str);
                 }
+            if (!run->redirect && !run->error[0]) {
+                if (req->reply)
+                    freeReplyObject(req->reply);
+                req->reply = r;
+                keep = 1;
+            }
         } else if (r->type == REDIS_REPLY_ERROR) {
             note_error(cl, run, n, r);
         } else {

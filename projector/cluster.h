@@ -80,7 +80,8 @@ struct lb_request {
     /* out: */
     int ok;
     uint8_t error_class; /* enum lb_redis_error, when !ok */
-    redisReply *reply;   /* plain requests: the last command's reply, owned by the caller */
+    redisReply *reply;   /* the last command's reply (a transaction's: EXEC's array),
+                            owned by the caller */
     char error[160];     /* why it failed, when !ok */
 };
 

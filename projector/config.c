@@ -495,6 +495,7 @@ static const char *const wire_choices[] = {"confluent", "bare", NULL};
 static const char *const order_choices[] = {"desc", "asc", NULL};
 static const char *const aggregation_choices[] = {"best", "latest", "sum", NULL};
 static const char *const tie_choices[] = {"earliest", "latest", "none", NULL};
+static const char *const retraction_choices[] = {"allow", "reject", NULL};
 static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
 
 static int parse_schemas(struct parser *p, yaml_node_t *node, void *obj);
@@ -704,6 +705,12 @@ static const struct key_def profile_keys[] = {
      .def = "best",
      .choices = aggregation_choices,
      .doc = "best: keep each player's best score"},
+    {.name = "retractions",
+     .type = KT_CHOICE,
+     .offset = P(reject_retractions),
+     .def = "allow",
+     .choices = retraction_choices,
+     .doc = "reject: dead-letter RETRACT events (best boards then go without a script)"},
     {.name = "tie_break",
      .type = KT_CHOICE,
      .offset = P(scoring.tie_break),

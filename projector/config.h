@@ -40,6 +40,7 @@ struct lb_profile {
     char **match; /* shell-style patterns (fnmatch) on the board id */
     size_t nmatch;
     enum lb_aggregation aggregation;
+    int reject_retractions;    /* retractions: reject (dead-lettered) */
     struct lb_scoring scoring; /* score_min/score_max bound each event's score */
     int64_t sum_min;           /* sum boards: the range a player's total may take */
     int64_t sum_max;

@@ -34,6 +34,7 @@ static const char *const reject_names[LB_REJECT__COUNT] = {
     [LB_REJECT_TIME_RANGE] = "ts_out_of_range",
     [LB_REJECT_INVALID_DIMS] = "invalid_dims",
     [LB_REJECT_SUM_RANGE] = "sum_out_of_range",
+    [LB_REJECT_RETRACTION] = "retraction_refused",
 };
 
 const char *lb_reject_name(enum lb_reject reason)

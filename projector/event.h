@@ -59,6 +59,7 @@ enum lb_reject {
     LB_REJECT_TIME_RANGE,
     LB_REJECT_INVALID_DIMS,
     LB_REJECT_SUM_RANGE,
+    LB_REJECT_RETRACTION, /* the board's profile says retractions: reject */
     LB_REJECT__COUNT
 };
 

@@ -387,6 +387,11 @@ static void describe_plan_reject(const struct lb_event *ev, enum lb_reject reaso
         snprintf(detail, len, "player '%.*s' would leave the board's sum_min..sum_max",
                  (int)ev->player.len, ev->player.ptr);
         break;
+    case LB_REJECT_RETRACTION:
+        snprintf(detail, len,
+                 "board '%.*s' takes no retractions (its profile says retractions: reject)",
+                 (int)ev->board.len, ev->board.ptr);
+        break;
     default:
         break;
     }
@@ -478,8 +483,9 @@ int lb_pipeline_prepare(struct lb_pipeline *p, const struct lb_record *records, 
         slot->txn_rebuilt[t] = 0;
         slot->request_txn[slot->pending] = (uint32_t)t;
         slot->requests[slot->pending++] = (struct lb_request){.slot = txns[t].slot,
+                                                              .is_txn = txns[t].is_txn,
                                                               .writes = 1,
-                                                              .ncommands = 1,
+                                                              .ncommands = txns[t].ncommands,
                                                               .bytes = bytes + txns[t].offset,
                                                               .len = txns[t].len};
     }
@@ -638,10 +644,14 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
             continue;
         slot->requests[k].bytes = bytes;
         slot->requests[k].len = 0;
+        slot->requests[k].is_txn = 0;
+        slot->requests[k].ncommands = 1;
         for (size_t i = 0; i < slot->count; i++)
             if (slot->txn_of[i] == txn && map[i] != UINT32_MAX) {
                 slot->requests[k].bytes = bytes + txns[map[i]].offset;
                 slot->requests[k].len = txns[map[i]].len;
+                slot->requests[k].is_txn = txns[map[i]].is_txn;
+                slot->requests[k].ncommands = txns[map[i]].ncommands;
                 break;
             }
     }

@@ -447,6 +447,8 @@ static enum lb_reject evaluate(const struct lb_profile *profile, const struct lb
         if (value && !lb_id_is_valid(*value))
             return LB_REJECT_INVALID_DIMS;
     }
+    if (ev->op == LB_OP_RETRACT && profile->reject_retractions)
+        return LB_REJECT_RETRACTION;
     if (ev->op == LB_OP_RETRACT)
         return LB_ACCEPT; /* only its time (and dims) matter: they name the windows */
     if (ev->score < scoring->score_min || ev->score > scoring->score_max)

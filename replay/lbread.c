@@ -17,7 +17,7 @@
  *
  * Keys are found with SCAN on the board's node: all of a board's keys share
  * its hash tag, so they all live on that node. The projector's bookkeeping
- * keys (applied-offset markers "<prefix>{B}:~applied" and the event-time
+ * keys (applied-offset markers "<prefix>{B}:~applied" and "~offsets", the event-time
  * stamps "<window key>:~ts" of latest boards) are not windows and are left
  * out.
  *

@@ -75,9 +75,10 @@ enum {
 #define FENCE_TTL_MS     60000
 
 /* The swap, atomically per board (see the top of the file).
- * KEYS: [1] live marker hash, [2] staging marker hash, [3] the board's
- *       fence, then n staging keys, then their n live names, then live keys
- *       to delete.
+ * KEYS: [1] live marker hash, [2] live marker sorted set, [3] staging
+ *       marker hash, [4] staging marker sorted set, [5] the board's fence,
+ *       then n staging keys, then their n live names, then live keys to
+ *       delete.
  * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, then f
  *       pairs (marker field, last offset read from there).
  * A swap that happens also lifts the fence, if replay had set one. Staging
@@ -1066,15 +1067,14 @@ static void board_keys_free(struct board_keys *bk)
 static int swap_board(struct replay *r, const char *board, const struct board_keys *bk)
 {
     size_t blen = strlen(board);
-    char live_marker[600], staged_marker[600];
-    lb_marker_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, live_marker,
-                  sizeof(live_marker));
-    lb_marker_key(r->staging_prefix, (struct lb_str){board, (uint32_t)blen}, staged_marker,
-                  sizeof(staged_marker));
-    char fence[600];
-    lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, fence,
-                 sizeof(fence));
-    size_t n = bk->staged.count, nkeys = 3 + 2 * n + bk->extra.count;
+    struct lb_str id = {board, (uint32_t)blen};
+    char markers[4][600], fence[600];
+    lb_marker_key(r->config->key_prefix, id, markers[0], sizeof(markers[0]));
+    lb_marker_zset_key(r->config->key_prefix, id, markers[1], sizeof(markers[1]));
+    lb_marker_key(r->staging_prefix, id, markers[2], sizeof(markers[2]));
+    lb_marker_zset_key(r->staging_prefix, id, markers[3], sizeof(markers[3]));
+    lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
+    size_t n = bk->staged.count, nkeys = 5 + 2 * n + bk->extra.count;
     size_t argc = 3 + nkeys + 3 + 2 * r->plan.count;
     const char **argv = calloc(argc, sizeof(char *));
     size_t *argvlen = calloc(argc, sizeof(size_t));
@@ -1092,8 +1092,8 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     argv[a++] = "EVAL";
     argv[a++] = lb_swap_lua;
     argv[a++] = numbers[0];
-    argv[a++] = live_marker;
-    argv[a++] = staged_marker;
+    for (size_t i = 0; i < 4; i++)
+        argv[a++] = markers[i];
     argv[a++] = fence;
     for (size_t i = 0; i < n; i++)
         argv[a++] = bk->staged.items[i];
@@ -1256,28 +1256,35 @@ static int live_committed(struct replay *r, int64_t *committed)
 }
 
 /* Whether the live projector applied anything of 'board' past what replay
- * read: 1 ahead, 0 not, -1 failure. */
+ * read: 1 ahead, 0 not, -1 failure. Both marker keys count (apply.h). */
 static int live_ahead(struct replay *r, const char *board)
 {
-    char key[600];
-    size_t blen = strlen(board);
-    lb_marker_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, key, sizeof(key));
-    const char *argv[] = {"HGETALL", key};
-    size_t argvlen[] = {7, strlen(key)};
-    redisReply *reply = redis_call(r, "reading a board's markers", lb_key_slot(key, argvlen[1]), 2,
-                                   argv, argvlen, NULL);
-    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
-        if (reply)
-            freeReplyObject(reply);
-        return -1;
+    struct lb_str id = {board, (uint32_t)strlen(board)};
+    char hash[600], zset[600];
+    lb_marker_key(r->config->key_prefix, id, hash, sizeof(hash));
+    lb_marker_zset_key(r->config->key_prefix, id, zset, sizeof(zset));
+    const char *reads[2][5] = {{"HGETALL", hash}, {"ZRANGE", zset, "0", "-1", "WITHSCORES"}};
+    int argcs[2] = {2, 5}, ahead = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t argvlen[5];
+        for (int i = 0; i < argcs[k]; i++)
+            argvlen[i] = strlen(reads[k][i]);
+        redisReply *reply =
+            redis_call(r, "reading a board's markers", lb_key_slot(reads[k][1], argvlen[1]),
+                       argcs[k], reads[k], argvlen, NULL);
+        if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+            if (reply)
+                freeReplyObject(reply);
+            return -1;
+        }
+        for (size_t i = 0; i + 1 < reply->elements; i += 2)
+            for (size_t p = 0; p < r->plan.count; p++)
+                if (strcmp(reply->element[i]->str, r->plan.parts[p].field) == 0 &&
+                    strtod(reply->element[i + 1]->str, NULL) >
+                        (double)(r->plan.parts[p].read_to - 1))
+                    ahead = 1;
+        freeReplyObject(reply);
     }
-    int ahead = 0;
-    for (size_t i = 0; i + 1 < reply->elements; i += 2)
-        for (size_t p = 0; p < r->plan.count; p++)
-            if (strcmp(reply->element[i]->str, r->plan.parts[p].field) == 0 &&
-                strtoll(reply->element[i + 1]->str, NULL, 10) > r->plan.parts[p].read_to - 1)
-                ahead = 1;
-    freeReplyObject(reply);
     return ahead;
 }
 

@@ -1,27 +1,34 @@
 -- replay's swap: one board's staging copy in place of its live keys, atomically.
 -- Embedded at build time (replay/CMakeLists.txt); replay.c documents the
--- arguments and the answers.
+-- arguments and the answers. A board's marker is the larger of its hash
+-- (written by the apply script) and its sorted set (written with ZADD GT by
+-- boards without a script).
 local n, mode, f = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-if n > 0 and redis.call('EXISTS', KEYS[2]) == 0 then return {'gone'} end
+if n > 0 and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then return {'gone'} end
+local function marker(hash, zset, field)
+  local h = tonumber(redis.call('HGET', hash, field) or '-1')
+  local z = tonumber(redis.call('ZSCORE', zset, field) or '-1')
+  return math.max(h, z)
+end
 for i = 0, f - 1 do
   local field, read = ARGV[4 + 2 * i], tonumber(ARGV[5 + 2 * i])
-  local live = tonumber(redis.call('HGET', KEYS[1], field) or '-1')
-  if live > read then return {'behind', field, tostring(live)} end
-  local staged = tonumber(redis.call('HGET', KEYS[2], field) or '-1')
+  local live = marker(KEYS[1], KEYS[2], field)
+  if live > read then return {'behind', field, string.format('%.0f', live)} end
+  local staged = marker(KEYS[3], KEYS[4], field)
   if mode == 'exact' and live < staged then
-    return {'differ', field, tostring(live), tostring(staged)}
+    return {'differ', field, string.format('%.0f', live), string.format('%.0f', staged)}
   end
 end
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[3 + i]) == 1 then
-    redis.call('RENAME', KEYS[3 + i], KEYS[3 + n + i])
+  if redis.call('EXISTS', KEYS[5 + i]) == 1 then
+    redis.call('RENAME', KEYS[5 + i], KEYS[5 + n + i])
   else
-    redis.call('DEL', KEYS[3 + n + i])
+    redis.call('DEL', KEYS[5 + n + i])
   end
 end
-for i = 4 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 6 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end
 if mode == 'advance' then
   for i = 0, f - 1 do redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i]) end
 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 return {'ok'}

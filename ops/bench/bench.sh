@@ -12,6 +12,8 @@
 #   --replicas N         Redis replicas per master, 0 or 1 (0)
 #   --aggregation A      every board best, latest or sum (best); sum boards
 #                        use 1-day ticks so hot players' totals stay in range
+#   --retractions R      the profile's retractions: allow or reject (allow);
+#                        best boards that reject them go without a script
 #   --runs N             repetitions of each measurement; medians reported (3)
 #   --fresh-seconds N    length of each freshness run (20)
 #   --brokers HOST:PORT  use this running Kafka instead of starting one
@@ -44,7 +46,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 
 events=2000000 boards=50 players=100000 zipf=1.1 days=7 replicas=0 runs=3 fresh_seconds=20
-aggregation=best
+aggregation=best retractions=allow
 brokers="" redis="" out=""
 while (($#)); do
     case $1 in
@@ -55,6 +57,7 @@ while (($#)); do
     --days) days=$2 ;;
     --replicas) replicas=$2 ;;
     --aggregation) aggregation=$2 ;;
+    --retractions) retractions=$2 ;;
     --runs) runs=$2 ;;
     --fresh-seconds) fresh_seconds=$2 ;;
     --brokers) brokers=$2 ;;
@@ -75,6 +78,13 @@ case $aggregation in
 best | latest | sum) ;;
 *)
     echo "bench: --aggregation wants best, latest or sum, not '$aggregation'" >&2
+    exit 2
+    ;;
+esac
+case $retractions in
+allow | reject) ;;
+*)
+    echo "bench: --retractions wants allow or reject, not '$retractions'" >&2
     exit 2
     ;;
 esac
@@ -180,6 +190,7 @@ redis:
 profiles:
   - name: bench
     aggregation: $aggregation
+    retractions: $retractions
     $([[ $aggregation == sum ]] && echo 'tie_resolution: d')
 YAML
 }
@@ -310,7 +321,7 @@ ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
 {
     echo "leaderboard projector benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $cores cores ($cpu_model); Redis Cluster 3 masters + $replicas replica(s) each; Kafka 1 broker; all on this machine"
-    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly, aggregation $aggregation (each board's batch one EVALSHA of the apply script), batch 5000 events / 20 ms (defaults), runs $runs, pre-fill ${prefill_s}s"
+    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly, aggregation $aggregation, retractions $retractions (each board's batch $([[ $aggregation/$retractions == best/reject ]] && echo "one MULTI/EXEC, no script" || echo "one EVALSHA of the apply script")), batch 5000 events / 20 ms (defaults), runs $runs, pre-fill ${prefill_s}s"
     echo
     row "metric" "median" "spread (min..max over $runs runs)"
     row "drain throughput, events/s" "$(fmt "$d_eps")" "$(awk -v s="$d_eps_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }')"
@@ -343,7 +354,7 @@ cat >"$out/results.json" <<JSON
 {
   "machine": {"cores": $cores, "cpu": "$cpu_model"},
   "parameters": {"events": $events, "boards": $boards, "players": $players, "zipf": $zipf,
-                 "days": $days, "aggregation": "$aggregation", "redis_masters": 3, "redis_replicas": $replicas, "runs": $runs,
+                 "days": $days, "aggregation": "$aggregation", "retractions": "$retractions", "redis_masters": 3, "redis_replicas": $replicas, "runs": $runs,
                  "batch_max_events": 5000, "batch_linger_ms": 20, "fresh_seconds": $fresh_seconds},
   "drain_events_per_s": {"median": $d_eps, "spread": "$d_eps_spread"},
   "drain_member_updates_per_s": {"median": $d_ups, "spread": "$d_ups_spread"},

@@ -96,8 +96,11 @@ static int keep_batch(struct encoded *enc, const struct lb_apply_batch *batch,
     const struct lb_apply_request *txns = batch->requests;
     const char *bytes = batch->bytes.data;
     for (size_t t = 0; t < batch->count; t++) {
-        struct lb_request req = {
-            .slot = txns[t].slot, .writes = 1, .ncommands = 1, .len = txns[t].len};
+        struct lb_request req = {.slot = txns[t].slot,
+                                 .is_txn = txns[t].is_txn,
+                                 .writes = 1,
+                                 .ncommands = txns[t].ncommands,
+                                 .len = txns[t].len};
         if (txns[t].len && add_request(enc, &req, bytes + txns[t].offset) != 0)
             return -1;
     }
@@ -342,6 +345,11 @@ static int push(struct lb_cluster *cl, const char *what, int run, const struct e
                 }
             return -1;
         }
+        for (size_t i = first; i < first + n; i++)
+            if (enc->requests[i].reply) {
+                freeReplyObject(enc->requests[i].reply);
+                enc->requests[i].reply = NULL;
+            }
     }
     double secs = monotonic_s() - start, cpu_after = redis_cpu(cl);
     printf("%s run=%d events=%llu transactions=%zu member_updates=%llu seconds=%.3f "

@@ -291,7 +291,8 @@ verify() {
 START=$(date -u -d '3 days ago' +%Y-%m-%dT00:00:00Z)
 
 # Boards of every aggregation mode, by prefix: best-* (desc), asc-* (best,
-# asc, latest wins ties), lat-* (latest, no tie-break), sum-* (sum), each
+# asc, latest wins ties), lat-* (latest, no tie-break), sum-* (sum), top-*
+# (best, retractions refused), each
 # with alltime, daily, weekly, monthly and a custom "patch" window; the
 # oracle's matching --profile options and loadgen options that spread
 # events (retractions included) over such boards.
@@ -302,8 +303,11 @@ _windows='
       weekly: {ttl: 28d}
       monthly: {ttl: 93d}
       custom: [{dim: patch}]'
+# The four profiles an earlier release also reads (test_semantics' rolling
+# deploy runs one with them), then with best-only top-* boards whose profile
+# rejects retractions (a transaction per batch, no script).
 # shellcheck disable=SC2034 # used by the tests
-MODE_PROFILES="profiles:
+MODE_PROFILES_V2="profiles:
   - name: best
     match: \"best-*\"
     aggregation: best$_windows
@@ -320,11 +324,21 @@ MODE_PROFILES="profiles:
     match: \"sum-*\"
     aggregation: sum$_windows"
 # shellcheck disable=SC2034
+MODE_PROFILES="$MODE_PROFILES_V2
+  - name: top
+    match: \"top-*\"
+    aggregation: best
+    retractions: reject$_windows"
+# shellcheck disable=SC2034
 MODE_ORACLE=(--windows "alltime,daily:7d,weekly:28d,monthly:93d,patch"
     --profile best-=best/desc/earliest --profile asc-=best/asc/latest
-    --profile lat-=latest/desc/none --profile sum-=sum/desc/earliest)
+    --profile lat-=latest/desc/none --profile sum-=sum/desc/earliest
+    --profile top-=best/desc/earliest/noretract)
 # shellcheck disable=SC2034
-MODE_GEN=(--boards 24 --players 400 --board-prefix "best-,asc-,lat-,sum-" --score-max 1000
+MODE_GEN=(--boards 30 --players 400 --board-prefix "best-,asc-,lat-,sum-,top-" --score-max 1000
+    --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25)
+# shellcheck disable=SC2034
+MODE_GEN_V2=(--boards 24 --players 400 --board-prefix "best-,asc-,lat-,sum-" --score-max 1000
     --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25)
 
 # wait_log FILE PATTERN TIMEOUT - until FILE has a line matching PATTERN.

@@ -5,10 +5,11 @@
  * key under the prefix from every master with plain hiredis and compares:
  * keys, members, composite scores (exactly) and expiry times.
  *
- * Boards follow profiles given as --profile PREFIX=MODE/ORDER/TIE (best,
- * latest or sum; desc or asc; earliest, latest or none), the rest best/desc/
- * earliest. Retractions remove the player from the windows of their time,
- * and a sum starts again from zero after one. Custom windows are named by
+ * Boards follow profiles given as --profile PREFIX=MODE/ORDER/TIE[/noretract]
+ * (best, latest or sum; desc or asc; earliest, latest or none; noretract:
+ * the profile rejects retractions), the rest best/desc/earliest.
+ * Retractions remove the player from the windows of their time, and a sum
+ * starts again from zero after one; where refused, they change nothing. Custom windows are named by
  * their dim (--windows alltime,daily:7d,patch).
  *
  * It deliberately shares no code with the projector: windows come from the C
@@ -113,13 +114,14 @@ struct window {
 };
 
 /* What a board's profile decides, for the boards whose id starts with
- * 'prefix' (--profile PREFIX=MODE/ORDER/TIE; the longest prefix wins, the
+ * 'prefix' (--profile PREFIX=MODE/ORDER/TIE[/noretract]; the longest prefix wins, the
  * rest are best/desc/earliest like the projector's default profile). */
 struct profile {
     char prefix[64];
     char mode;  /* b best, l latest, s sum */
     char order; /* d desc, a asc */
     char tie;   /* e earliest, l latest, n none */
+    int no_retractions;
 };
 
 struct rules {
@@ -132,7 +134,7 @@ struct rules {
     int nprofiles;
 };
 
-static const struct profile default_profile = {"", 'b', 'd', 'e'};
+static const struct profile default_profile = {"", 'b', 'd', 'e', 0};
 
 static const struct profile *profile_of(const struct rules *r, const char *board)
 {
@@ -148,13 +150,13 @@ static const struct profile *profile_of(const struct rules *r, const char *board
 /* "sum-=sum/desc/earliest" */
 static int parse_profile(const char *spec, struct rules *r)
 {
-    char mode[16], order[16], tie[16];
+    char mode[16], order[16], tie[16], retractions[16] = "";
     if (r->nprofiles == 16)
         return -1;
     struct profile *p = &r->profiles[r->nprofiles];
     const char *eq = strchr(spec, '=');
     if (!eq || (size_t)(eq - spec) >= sizeof(p->prefix) ||
-        sscanf(eq + 1, "%15[a-z]/%15[a-z]/%15[a-z]", mode, order, tie) != 3)
+        sscanf(eq + 1, "%15[a-z]/%15[a-z]/%15[a-z]/%15[a-z]", mode, order, tie, retractions) < 3)
         return -1;
     snprintf(p->prefix, sizeof(p->prefix), "%.*s", (int)(eq - spec), spec);
     p->mode = strcmp(mode, "best") == 0     ? 'b'
@@ -166,7 +168,8 @@ static int parse_profile(const char *spec, struct rules *r)
              : strcmp(tie, "latest") == 0 ? 'l'
              : strcmp(tie, "none") == 0   ? 'n'
                                           : 0;
-    if (!p->mode || !p->order || !p->tie)
+    p->no_retractions = strcmp(retractions, "noretract") == 0;
+    if (!p->mode || !p->order || !p->tie || (retractions[0] && !p->no_retractions))
         return -1;
     r->nprofiles++;
     return 0;
@@ -322,6 +325,8 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
             ts >= r->horizon_ms)
             continue; /* rejected by the projector (a retraction has no score to check) */
         const struct profile *p = profile_of(r, board);
+        if (retract && p->no_retractions)
+            continue; /* dead-lettered (retraction_refused) */
         struct member *targets[8];
         int64_t expires[8];
         char mkeys[8][900];

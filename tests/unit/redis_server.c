@@ -187,11 +187,17 @@ redisReply *redis_server_command(struct redis_server *s, const char *format, ...
     return r;
 }
 
-redisReply *redis_server_send(struct redis_server *s, const char *bytes, size_t len)
+redisReply *redis_server_send(struct redis_server *s, const char *bytes, size_t len, size_t replies)
 {
     void *r = NULL;
-    if (redisAppendFormattedCommand(s->c, bytes, len) != REDIS_OK ||
-        redisGetReply(s->c, &r) != REDIS_OK || !r)
+    if (redisAppendFormattedCommand(s->c, bytes, len) != REDIS_OK)
         fail_msg("redis: %s", s->c->errstr);
+    for (size_t i = 0; i < replies; i++) {
+        if (r)
+            freeReplyObject(r);
+        r = NULL;
+        if (redisGetReply(s->c, &r) != REDIS_OK || !r)
+            fail_msg("redis: %s", s->c->errstr);
+    }
     return r;
 }

@@ -23,7 +23,9 @@ int redis_server_port(const struct redis_server *server);
  * The reply is the caller's (freeReplyObject). */
 redisReply *redis_server_command(struct redis_server *server, const char *format, ...);
 
-/* Sends request bytes as encoded (one RESP array) and returns the reply. */
-redisReply *redis_server_send(struct redis_server *server, const char *bytes, size_t len);
+/* Sends request bytes as encoded (one or more RESP arrays) and returns the
+ * last of their 'replies' replies (the others are read and dropped). */
+redisReply *redis_server_send(struct redis_server *server, const char *bytes, size_t len,
+                              size_t replies);
 
 #endif

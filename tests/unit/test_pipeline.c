@@ -36,12 +36,13 @@ struct event {
     size_t len;
 };
 
-static struct event event(const char *id, const char *board, const char *player, int64_t score)
+static struct event event_op(const char *id, const char *board, const char *player, int64_t score,
+                             int op)
 {
     static struct generator *gen;
     struct gen_options bare = {
         .seed = 1, .boards = 1, .players = 1, .zipf = 1.0, .days = 1, .bare = 1};
-    struct gen_event ev = {.score = score, .ts_ms = MAY1};
+    struct gen_event ev = {.score = score, .ts_ms = MAY1, .op = op};
     struct event e;
     if (!gen)
         gen = gen_new(&bare); /* kept for the whole run */
@@ -50,6 +51,11 @@ static struct event event(const char *id, const char *board, const char *player,
     snprintf(ev.player, sizeof(ev.player), "%s", player);
     e.len = gen_encode(gen, &ev, e.bytes);
     return e;
+}
+
+static struct event event(const char *id, const char *board, const char *player, int64_t score)
+{
+    return event_op(id, board, player, score, 0);
 }
 
 /* ---- the fixture ------------------------------------------------------------------- */
@@ -73,6 +79,11 @@ static int setup(void **state)
              "input: {format: bare, writer_schema: %s/schemas/score_event.avsc}\n"
              "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0}\n"
              "profiles:\n"
+             "  - name: top\n"
+             "    match: \"top*\"\n"
+             "    retractions: reject\n"
+             "    tie_break: none\n"
+             "    windows: {alltime: {}}\n"
              "  - name: totals\n"
              "    match: \"*\"\n"
              "    aggregation: sum\n"
@@ -211,6 +222,46 @@ static void releasing_one_partition_keeps_the_others_held(void **state)
     assert_int_equal(st[1], LB_RECORD_WITHHELD_FIX);
 }
 
+/* A board without a script (best, retractions rejected) through the real
+ * cluster client: its transaction is written and checked like the script's
+ * request; a retraction is rejected and its offset advances; a fenced board
+ * is held (its writes landed: harmless, ZADD GT) and goes through once the
+ * fence is gone; a key of the wrong type holds it for an operator. */
+static void a_board_without_a_script_is_written_held_and_released(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t st[16];
+    struct input b1[] = {{0, 0, event("g0", "top", "a", 5)},
+                         {0, 1, event_op("g1", "top", "a", 0, 1)},
+                         {0, 2, event("g2", "top", "a", 4)}};
+    assert_int_equal(run(f, b1, 3, st), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(st[i], LB_RECORD_DURABLE);
+    assert_int_equal(total(f, "top", "a"), 5); /* the retraction removed nothing */
+    redisReply *r = redis_server_command(f->redis, "ZSCORE lb:{top}:~offsets t:0");
+    assert_string_equal(r->str, "2");
+    freeReplyObject(r);
+
+    freeReplyObject(redis_server_command(f->redis, "SET lb:{top}:~fence replay PX 60000"));
+    struct input b2[] = {{0, 3, event("g3", "top", "a", 8)}};
+    assert_int_equal(run(f, b2, 1, st), 1);
+    assert_int_equal(st[0], LB_RECORD_HELD_RETRY);
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:{top}:~fence"));
+    lb_pipeline_release(f->pipeline, "t", 0);
+    assert_int_equal(run(f, b2, 1, st), 0);
+    assert_int_equal(st[0], LB_RECORD_DURABLE);
+    assert_int_equal(total(f, "top", "a"), 8);
+
+    break_board(f, "top");
+    struct input b3[] = {{0, 4, event("g4", "top", "a", 9)}};
+    assert_int_equal(run(f, b3, 1, st), 1);
+    assert_int_equal(st[0], LB_RECORD_HELD_FIX);
+    fix_board(f, "top");
+    lb_pipeline_release(f->pipeline, "t", 0);
+    assert_int_equal(run(f, b3, 1, st), 0);
+    assert_int_equal(total(f, "top", "a"), 9);
+}
+
 int main(void)
 {
     lb_log_threshold = LB_LOG_ERROR - 1; /* the holds are logged as errors: expected here */
@@ -219,6 +270,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(releasing_one_partition_keeps_the_others_held, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_board_without_a_script_is_written_held_and_released,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

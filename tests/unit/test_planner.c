@@ -1,7 +1,7 @@
 /* The planner and the requests apply.c encodes from its plans: fan-out to
  * windows, merging per aggregation, retractions, segments, expiry, and the
- * EVALSHA of protocol 2 (parsed back with hiredis' reader: a request is an
- * array of bulk strings, which the reader parses like a reply). What the
+ * EVALSHA of protocol 3 or the transaction of a board without a script (parsed back with hiredis'
+ * reader: a request is an array of bulk strings, which the reader parses like a reply). What the
  * script does with a request is tested against a real redis-server in
  * test_semantics and test_apply. */
 #include <setjmp.h>
@@ -44,6 +44,10 @@ static const char config_text[] = "kafka: {brokers: b, topics: [t]}\n"
                                   "    aggregation: sum\n"
                                   "    score_max: 1000\n"
                                   "    windows: {alltime: {}}\n"
+                                  "  - name: fixed\n"
+                                  "    match: \"top*\"\n"
+                                  "    retractions: reject\n"
+                                  "    windows: {alltime: {}, daily: 2d}\n"
                                   "  - name: default\n"
                                   "    windows:\n"
                                   "      alltime: {}\n"
@@ -216,13 +220,14 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     static const char *const keys[] = {"lb:{g456}:alltime", "lb:{g456}:daily:2026-05-04",
                                        "lb:{g456}:weekly:2026-W19", "lb:{g456}:monthly:2026-05",
                                        "lb:{g456}:patch:1.29"};
-    assert_int_equal(q.numkeys, 7);
+    assert_int_equal(q.numkeys, 8);
     expect(q.keys[1], "lb:{g456}:~applied");
-    expect(q.keys[2], "lb:{g456}:~fence");
+    expect(q.keys[2], "lb:{g456}:~offsets");
+    expect(q.keys[3], "lb:{g456}:~fence");
     for (int k = 0; k < 5; k++)
-        expect(q.keys[3 + k], keys[k]);
+        expect(q.keys[4 + k], keys[k]);
     /* protocol, best, desc, 30 tie bits, earlier wins, 5 keys, 1 segment */
-    expect(q.args[1], "2");
+    expect(q.args[1], "3");
     expect(q.args[2], "b");
     expect(q.args[3], "d");
     expect(q.args[4], "30");
@@ -330,9 +335,9 @@ static void latest_keeps_the_greatest_event_time_whatever_the_order(void **state
     uint32_t txn = plan_batch(f, evs, 3, 0, 7);
     parse(f, txn, &q);
     expect(q.args[2], "l");
-    /* keys: marker, fence, the window, its event-time hash */
-    assert_int_equal(q.numkeys, 4);
-    expect(q.keys[4], "lb:{last1}:alltime:~ts");
+    /* keys: markers, fence, the window, its event-time hash */
+    assert_int_equal(q.numkeys, 5);
+    expect(q.keys[5], "lb:{last1}:alltime:~ts");
     struct key_args a = key_args(&q, 1);
     assert_int_equal(a.nplain, 1);
     /* equal times: the later offset (9, score 7) wins over the earlier (7) */
@@ -424,9 +429,9 @@ static void expired_windows_are_not_resurrected(void **state)
     encode(f);
     assert_int_equal(lb_plan_stats(f->plan)->late, 2);
     parse(f, 0, &q);
-    assert_int_equal(q.numkeys, 4);
-    expect(q.keys[3], "lb:{g2}:alltime");
-    expect(q.keys[4], "lb:{g2}:monthly:2026-05");
+    assert_int_equal(q.numkeys, 5);
+    expect(q.keys[4], "lb:{g2}:alltime");
+    expect(q.keys[5], "lb:{g2}:monthly:2026-05");
     release(&q);
 }
 
@@ -524,6 +529,56 @@ static void the_script_sha_is_forty_hex_digits(void **state)
     assert_non_null(strstr(lb_apply_script(), "return {'ok', applied, skipped}"));
 }
 
+/* A best board whose profile rejects retractions goes as a transaction:
+ * the fence looked at, ZADD GT per window with its expiry, the markers by
+ * ZADD GT into their sorted set. */
+static void a_board_without_retractions_is_a_plain_transaction(void **state)
+{
+    struct fixture *f = *state;
+    struct lb_event ev = event("top1", "ann", 9, MAY4_10H);
+    struct lb_position pos = at(3, 41);
+    uint32_t txn;
+    lb_plan_reset(f->plan);
+    struct lb_event retract = ev;
+    retract.op = LB_OP_RETRACT;
+    assert_int_equal(lb_plan_add(f->plan, &retract, &pos, MAY4_10H, &txn), LB_REJECT_RETRACTION);
+    assert_string_equal(lb_reject_name(LB_REJECT_RETRACTION), "retraction_refused");
+    assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
+    encode(f);
+    const struct lb_apply_request *req = &f->batch.requests[0];
+    assert_int_equal(req->is_txn, 1);
+    assert_int_equal(req->ncommands, 5);
+
+    const char *want[][6] = {
+        {"MULTI"},
+        {"EXISTS", "lb:{top1}:~fence"},
+        {"ZADD", "lb:{top1}:alltime", "GT", num(composite(9, MAY4_10H)), "ann"},
+        {"ZADD", "lb:{top1}:daily:2026-05-04", "GT", num(composite(9, MAY4_10H)), "ann"},
+        {"PEXPIREAT", "lb:{top1}:daily:2026-05-04", num(MAY4 + 3 * DAY)},
+        {"ZADD", "lb:{top1}:~offsets", "GT", "41", "scores:3"},
+        {"EXEC"},
+    };
+    redisReader *reader = redisReaderCreate();
+    redisReaderFeed(reader, f->batch.bytes.data + req->offset, req->len);
+    for (size_t c = 0; c < sizeof(want) / sizeof(want[0]); c++) {
+        void *got = NULL;
+        assert_int_equal(redisReaderGetReply(reader, &got), REDIS_OK);
+        assert_non_null(got);
+        redisReply *cmd = got;
+        size_t n = 0;
+        while (n < 6 && want[c][n])
+            n++;
+        assert_int_equal(cmd->elements, n);
+        for (size_t i = 0; i < n; i++)
+            expect(cmd->element[i]->str, want[c][i]);
+        freeReplyObject(got);
+    }
+    void *rest = NULL;
+    assert_int_equal(redisReaderGetReply(reader, &rest), REDIS_OK);
+    assert_null(rest); /* nothing after EXEC */
+    redisReaderFree(reader);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -539,6 +594,7 @@ int main(void)
         cmocka_unit_test(a_board_without_a_profile_is_rejected),
         cmocka_unit_test(many_events_reuse_the_arena),
         cmocka_unit_test(the_script_sha_is_forty_hex_digits),
+        cmocka_unit_test(a_board_without_retractions_is_a_plain_transaction),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

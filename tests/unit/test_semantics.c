@@ -29,10 +29,11 @@
 #define HORIZON INT64_C(2745532800000) /* 2057-01-01 */
 #define MAY1    INT64_C(1777593600000) /* 2026-05-01 */
 
-static const char modes[] = "bls"; /* best, latest, sum */
+/* best, latest, sum, and best without retractions (a transaction, no script) */
+static const char modes[] = "blsf";
 static const char orders[] = "da"; /* desc, asc */
 static const char ties[] = "eln";  /* earliest, latest, none */
-static const char *const mode_names[] = {"best", "latest", "sum"};
+static const char *const mode_names[] = {"best", "latest", "sum", "best"};
 static const char *const order_names[] = {"desc", "asc"};
 static const char *const tie_names[] = {"earliest", "latest", "none"};
 
@@ -45,7 +46,7 @@ static char *config_text(void)
                                 "input: {schemas: {1: s.avsc}}\n"
                                 "redis: {nodes: [a:1]}\n"
                                 "profiles:\n");
-    for (int m = 0; m < 3; m++)
+    for (int m = 0; m < 4; m++)
         for (int o = 0; o < 2; o++)
             for (int t = 0; t < 3; t++)
                 n += (size_t)snprintf(text + n, sizeof(text) - n,
@@ -54,13 +55,15 @@ static char *config_text(void)
                                       "    aggregation: %s\n"
                                       "    order: %s\n"
                                       "    tie_break: %s\n"
+                                      "    retractions: %s\n"
                                       "    windows:\n"
                                       "      alltime: {}\n"
                                       "      daily: {ttl: 0s}\n"
                                       "      weekly: {ttl: 0s}\n"
                                       "      custom: [{dim: patch}]\n",
                                       modes[m], orders[o], ties[t], modes[m], orders[o], ties[t],
-                                      mode_names[m], order_names[o], tie_names[t]);
+                                      mode_names[m], order_names[o], tie_names[t],
+                                      modes[m] == 'f' ? "reject" : "allow");
     return text;
 }
 
@@ -105,7 +108,7 @@ static void generate(uint64_t seed, size_t count, struct sequence *seq)
     uint64_t rng = seed;
     char boards[10][32];
     for (int b = 0; b < 10; b++)
-        snprintf(boards[b], sizeof(boards[b]), "%c-%c-%c-%d", modes[pick(&rng, 3)],
+        snprintf(boards[b], sizeof(boards[b]), "%c-%c-%c-%d", modes[pick(&rng, 4)],
                  orders[pick(&rng, 2)], ties[pick(&rng, 3)], b);
     memset(seq, 0, sizeof(*seq));
     seq->count = count;
@@ -115,7 +118,7 @@ static void generate(uint64_t seed, size_t count, struct sequence *seq)
         snprintf(e->board, sizeof(e->board), "%s", boards[pick(&rng, 10)]);
         snprintf(e->player, sizeof(e->player), "p%u", player);
         e->partition = (int32_t)(player % PARTITIONS); /* the player is the message key */
-        e->op = pick(&rng, 100) < 15 ? LB_OP_RETRACT : LB_OP_SUBMIT;
+        e->op = pick(&rng, 100) < 15 && e->board[0] != 'f' ? LB_OP_RETRACT : LB_OP_SUBMIT;
         e->score = (int64_t)pick(&rng, 40); /* few values: equal scores happen */
         /* 9 days, on whole minutes: equal times happen too */
         e->ts = MAY1 + (int64_t)pick(&rng, 9 * 24 * 60) * 60000 + (int64_t)pick(&rng, 3);
@@ -205,7 +208,7 @@ static void apply_reference(struct reference *ref, const struct event *e)
             c->present = 0;
             continue;
         }
-        if (mode == 'b') {
+        if (mode == 'b' || mode == 'f') {
             int64_t v = composite_of(order, tie, e->score, e->ts);
             if (!c->present || (order == 'd' ? v > c->score : v < c->score))
                 c->score = v;
@@ -315,7 +318,8 @@ static void plan(struct harness *h, const struct sequence *seq, const size_t *ba
 static enum lb_apply_status apply(struct harness *h, size_t i, struct skip *skip, size_t *nskip)
 {
     const struct lb_apply_request *req = &h->batch.requests[i];
-    redisReply *r = redis_server_send(h->redis, h->batch.bytes.data + req->offset, req->len);
+    redisReply *r = redis_server_send(h->redis, h->batch.bytes.data + req->offset, req->len,
+                                      req->is_txn ? req->ncommands + 2 : 1);
     struct lb_apply_answer a;
     enum lb_apply_status status = lb_apply_parse(r, &a);
     const char *first, *second;
@@ -392,11 +396,16 @@ static int score_of(struct redis_server *redis, const char *key, const char *mem
     return found;
 }
 
-/* The marker of 'field' of a board, or -1. */
+/* The marker of 'field' of a board, or -1: the larger of its hash and its
+ * sorted set (apply.h). */
 static int64_t marker_of(struct redis_server *redis, const char *board, const char *field)
 {
     redisReply *r = redis_server_command(redis, "HGET lb:{%s}:~applied %s", board, field);
     int64_t marker = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
+    freeReplyObject(r);
+    r = redis_server_command(redis, "ZSCORE lb:{%s}:~offsets %s", board, field);
+    if (r->type == REDIS_REPLY_STRING && as_integer(r) > marker)
+        marker = as_integer(r);
     freeReplyObject(r);
     return marker;
 }
@@ -550,9 +559,11 @@ static void random_sequences_match_the_reference_in_every_mode(void **state)
     "input: {schemas: {1: s.avsc}}\n"                                                              \
     "redis: {nodes: [a:1]}\n"
 
-/* Plans 'n' events read at 'pos' as one batch and applies its one request. */
-static enum lb_apply_status apply_events(struct harness *h, const struct lb_event *evs,
-                                         const struct lb_position *pos, size_t n)
+/* Plans 'n' events read at 'pos' as one batch and applies its one request,
+ * to keys under 'prefix'. */
+static enum lb_apply_status apply_events_under(struct harness *h, const char *prefix,
+                                               const struct lb_event *evs,
+                                               const struct lb_position *pos, size_t n)
 {
     struct skip skip[PARTITIONS];
     size_t nskip;
@@ -560,9 +571,15 @@ static enum lb_apply_status apply_events(struct harness *h, const struct lb_even
     lb_plan_reset(h->plan);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(lb_plan_add(h->plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
-    assert_int_equal(lb_apply_encode(&h->batch, h->plan, "lb:"), 0);
+    assert_int_equal(lb_apply_encode(&h->batch, h->plan, prefix), 0);
     assert_int_equal(h->batch.count, 1);
     return apply(h, 0, skip, &nskip);
+}
+
+static enum lb_apply_status apply_events(struct harness *h, const struct lb_event *evs,
+                                         const struct lb_position *pos, size_t n)
+{
+    return apply_events_under(h, "lb:", evs, pos, n);
 }
 
 static void a_sum_leaving_its_range_is_refused_whole(void **state)
@@ -670,29 +687,121 @@ static void a_wrong_type_at_the_last_key_of_a_best_board_writes_nothing(void **s
     wrong_type_at_the_last_window_key("best");
 }
 
-/* A zombie pod's batch, older than one applied since, changes nothing: not
- * the scores, and never moves the marker back (replay's swap trusts it). */
-static void a_zombie_batch_leaves_scores_and_marker_unchanged(void **state)
+/* Without a script nothing is checked before the writes: a key of the wrong
+ * type fails its own command, the others (and the marker) are written,
+ * which is harmless on a board where ZADD GT makes every write idempotent:
+ * once the key is fixed, the same batch sent again gives the exact board. */
+static void a_wrong_type_in_a_transaction_fails_it_and_a_resend_is_exact(void **state)
 {
     (void)state;
+    static const char *const keys[] = {"lb:{w}:alltime", "lb:{w}:daily:2026-05-01",
+                                       "lb:{w}:weekly:2026-W18"};
     struct harness h;
     harness_open(&h,
-                 BASE_CONFIG
-                 "profiles:\n"
-                 "  - {name: xp, aggregation: sum, tie_break: none, windows: {alltime: {}}}\n",
+                 BASE_CONFIG "profiles:\n"
+                             "  - {name: p, retractions: reject, tie_break: none,\n"
+                             "     windows: {alltime: {}, daily: {ttl: 0s}, weekly: {ttl: 0s}}}\n",
                  redis);
-    struct lb_event ev = {.board = {"z", 1}, .player = {"ann", 3}, .score = 5, .ts_ms = MAY1};
-    struct lb_position old[] = {{"t", 0, 0}, {"t", 0, 1}}, newer[] = {{"t", 0, 2}, {"t", 0, 3}};
-    struct lb_event evs[] = {ev, ev};
-    assert_int_equal(apply_events(&h, evs, old, 2), LB_APPLY_OK);
-    assert_int_equal(apply_events(&h, evs, newer, 2), LB_APPLY_OK);
+    freeReplyObject(redis_server_command(redis, "SET %s oops", keys[2]));
+    struct lb_event evs[] = {{.board = {"w", 1}, .player = {"ann", 3}, .score = 7, .ts_ms = MAY1},
+                             {.board = {"w", 1}, .player = {"ann", 3}, .score = 9, .ts_ms = MAY1}};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}};
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_WRONGTYPE);
+    freeReplyObject(redis_server_command(redis, "DEL %s", keys[2]));
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
+    assert_int_equal(apply_events(&h, evs, pos, 1), LB_APPLY_OK); /* a zombie's */
+    int64_t score;
+    for (int k = 0; k < 3; k++) {
+        assert_true(score_of(redis, keys[k], "ann", &score));
+        assert_int_equal(score, 9);
+    }
+    assert_int_equal(marker_of(redis, "w", "t:0"), 1);
+    harness_close(&h);
+}
+
+/* replay's swap script (replay/swap.lua) on board z's alltime key: the
+ * staging copy under "lb:~replay:" replaces the live key if the live
+ * markers are not past 'read' on t:0. Returns the script's first word. */
+static char *swap_alltime(int64_t read)
+{
+    char path[1024];
+    const char *root = getenv("LB_SOURCE_DIR");
+    snprintf(path, sizeof(path), "%s/replay/swap.lua", root ? root : ".");
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char script[8192];
+    size_t n = fread(script, 1, sizeof(script) - 1, f);
+    script[n] = '\0';
+    fclose(f);
+    redisReply *r = redis_server_command(
+        redis,
+        "EVAL %s 7 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:~replay:{z}:alltime lb:{z}:alltime "
+        "1 advance 1 t:0 %lld",
+        script, (long long)read);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    static char word[32];
+    snprintf(word, sizeof(word), "%s", r->element[0]->str);
+    freeReplyObject(r);
+    return word;
+}
+
+/* A zombie pod's batch, older than one applied since, changes nothing: not
+ * the scores, and never moves the marker back, so replay's swap, which
+ * trusts it, refuses a copy that read less than the live board holds and
+ * takes one that read all of it. With and without the script. */
+static void zombie_then_swap(const char *profile, int64_t expected)
+{
+    char text[1024];
+    snprintf(text, sizeof(text), BASE_CONFIG "profiles:\n  - %s\n", profile);
+    struct harness h;
+    harness_open(&h, text, redis);
+    struct lb_event evs[4];
+    const int64_t scores[] = {5, 6, 9, 7};
+    for (int i = 0; i < 4; i++)
+        evs[i] = (struct lb_event){
+            .board = {"z", 1}, .player = {"ann", 3}, .score = scores[i], .ts_ms = MAY1};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2}, {"t", 0, 3}};
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
+    assert_int_equal(apply_events(&h, evs + 2, pos + 2, 2), LB_APPLY_OK);
     assert_int_equal(marker_of(redis, "z", "t:0"), 3);
-    assert_int_equal(apply_events(&h, evs, old, 2), LB_APPLY_OK); /* the zombie's */
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK); /* the zombie's */
     int64_t score;
     assert_true(score_of(redis, "lb:{z}:alltime", "ann", &score));
-    assert_int_equal(score, 20);
+    assert_int_equal(score, expected);
     assert_int_equal(marker_of(redis, "z", "t:0"), 3);
+
+    /* replay's copy of everything; a swap of what read only offsets 0..1
+     * would lose the newer batch: refused while the marker says 3 */
+    assert_int_equal(apply_events_under(&h, "lb:~replay:", evs, pos, 4), LB_APPLY_OK);
+    freeReplyObject(redis_server_command(redis, "ZADD lb:~replay:{z}:alltime 1 stale"));
+    assert_string_equal(swap_alltime(1), "behind");
+    assert_string_equal(swap_alltime(3), "ok");
+    redisReply *r = redis_server_command(redis, "ZRANGE lb:{z}:alltime 0 -1 WITHSCORES");
+    assert_int_equal(r->elements, 4); /* ann and the marked staging member */
+    freeReplyObject(r);
+    assert_true(score_of(redis, "lb:{z}:alltime", "ann", &score));
+    assert_int_equal(score, expected);
+    assert_true(score_of(redis, "lb:{z}:alltime", "stale", &score));
+    assert_int_equal(marker_of(redis, "z", "t:0"), 3);
+    r = redis_server_command(redis, "KEYS lb:~replay:*");
+    assert_int_equal(r->elements, 0); /* staging keys and markers are gone */
+    freeReplyObject(r);
     harness_close(&h);
+}
+
+static void a_zombie_batch_leaves_a_sum_board_and_its_marker_unchanged(void **state)
+{
+    (void)state;
+    zombie_then_swap("{name: xp, aggregation: sum, tie_break: none, windows: {alltime: {}}}",
+                     5 + 6 + 9 + 7);
+}
+
+static void a_zombie_transaction_leaves_a_best_board_and_its_marker_unchanged(void **state)
+{
+    (void)state;
+    zombie_then_swap("{name: top, retractions: reject, tie_break: none, windows: {alltime: {}}}",
+                     9);
 }
 
 /* A request of a protocol the script does not speak is refused, untouched. */
@@ -701,13 +810,15 @@ static void another_protocol_is_refused_and_writes_nothing(void **state)
     (void)state;
     redisReply *r = redis_server_command(redis, "FLUSHALL");
     freeReplyObject(r);
-    r = redis_server_command(redis,
-                             "EVALSHA %s 3 lb:{p}:~applied lb:{p}:~fence lb:{p}:alltime 3 b d 0 0 "
-                             "0 0 1 1 t:0 0 0 n 0 1 0 7 ann",
-                             lb_apply_script_sha());
+    r = redis_server_command(
+        redis,
+        "EVALSHA %s 4 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence lb:{p}:alltime 2 "
+        "b d 0 0 "
+        "0 0 1 1 t:0 0 0 n 0 1 0 7 ann",
+        lb_apply_script_sha());
     struct lb_apply_answer a;
     assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_PROTOCOL);
-    assert_string_equal(a.key, "2");
+    assert_string_equal(a.key, "3");
     freeReplyObject(r);
     r = redis_server_command(redis, "DBSIZE");
     assert_int_equal(r->integer, 0);
@@ -722,8 +833,8 @@ static void a_bad_expiry_is_refused_before_any_write(void **state)
     freeReplyObject(redis_server_command(redis, "FLUSHALL"));
     redisReply *r =
         redis_server_command(redis,
-                             "EVALSHA %s 4 lb:{p}:~applied lb:{p}:~fence lb:{p}:alltime "
-                             "lb:{p}:daily:2026-05-01 2 b d 0 0 0 0 2 1 t:0 0 0 "
+                             "EVALSHA %s 5 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence "
+                             "lb:{p}:alltime lb:{p}:daily:2026-05-01 3 b d 0 0 0 0 2 1 t:0 0 0 "
                              "n 0 1 0 7 ann a 0 1 0 7 ann",
                              lb_apply_script_sha());
     struct lb_apply_answer a;
@@ -744,7 +855,9 @@ int main(void)
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_sum_board_writes_nothing),
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_latest_board_writes_nothing),
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_best_board_writes_nothing),
-        cmocka_unit_test(a_zombie_batch_leaves_scores_and_marker_unchanged),
+        cmocka_unit_test(a_wrong_type_in_a_transaction_fails_it_and_a_resend_is_exact),
+        cmocka_unit_test(a_zombie_batch_leaves_a_sum_board_and_its_marker_unchanged),
+        cmocka_unit_test(a_zombie_transaction_leaves_a_best_board_and_its_marker_unchanged),
         cmocka_unit_test(another_protocol_is_refused_and_writes_nothing),
         cmocka_unit_test(a_bad_expiry_is_refused_before_any_write),
     };
