@@ -60,24 +60,10 @@ static int add_key(struct keys *keys, const char *name, size_t len)
     return 0;
 }
 
-static const char *key_prefix; /* for key_order */
-
-static int is_alltime(const char *name)
+/* Newest window first within each kind (labels sort by time). */
+static int newest_first(const void *a, const void *b)
 {
-    struct lb_key_parts parts;
-    return lb_key_parse(key_prefix, name, strlen(name), &parts) == 0 &&
-           parts.kind == LB_KEY_WINDOW && parts.window.len == 7 &&
-           memcmp(parts.window.ptr, "alltime", 7) == 0;
-}
-
-/* Orders alltime first, then each kind with its newest window first. */
-static int key_order(const void *a, const void *b)
-{
-    const char *x = *(char *const *)a, *y = *(char *const *)b;
-    int ax = is_alltime(x), ay = is_alltime(y);
-    if (ax != ay)
-        return ay - ax;
-    return -strcmp(x, y);
+    return -strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* Escapes SCAN MATCH glob characters in a board id. */
@@ -132,7 +118,7 @@ static int list_keys(struct lb_cluster *cl, const struct lb_config *config, cons
         snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
         for (size_t i = 0; i < reply->element[1]->elements; i++) {
             const redisReply *k = reply->element[1]->element[i];
-            if (lb_key_is_window(key_prefix, k->str, k->len) &&
+            if (lb_key_is_window(config->key_prefix, k->str, k->len) &&
                 add_key(keys, k->str, k->len) != 0) {
                 freeReplyObject(reply);
                 return -1;
@@ -140,7 +126,18 @@ static int list_keys(struct lb_cluster *cl, const struct lb_config *config, cons
         }
         freeReplyObject(reply);
     } while (strcmp(cursor, "0") != 0);
-    qsort(keys->names, keys->count, sizeof(*keys->names), key_order);
+    /* alltime first, then each kind with its newest window first */
+    char alltime[sizeof(pattern)];
+    lb_board_key(config->key_prefix, (struct lb_str){board, (uint32_t)strlen(board)}, "alltime",
+                 alltime, sizeof(alltime));
+    for (size_t i = 0; i < keys->count; i++)
+        if (strcmp(keys->names[i], alltime) == 0) {
+            char *first = keys->names[i];
+            keys->names[i] = keys->names[0];
+            keys->names[0] = first;
+        }
+    size_t head = keys->count && strcmp(keys->names[0], alltime) == 0;
+    qsort(keys->names + head, keys->count - head, sizeof(*keys->names), newest_first);
     return 0;
 }
 
@@ -361,7 +358,6 @@ int main(int argc, char **argv)
     }
     struct lb_cluster_options options;
     lb_cluster_options_from_config(config, &options);
-    key_prefix = config->key_prefix;
     struct view v = {.cl = lb_cluster_new(&options),
                      .profile = profile,
                      .slot = lb_crc16(board, strlen(board)) & (LB_SLOTS - 1),

@@ -1303,7 +1303,10 @@ static struct strings boards_of(const struct board_set *set)
  * writes from the live projector (the apply script answers "fenced" and the
  * projector retries it later), so its markers hold still while replay reads
  * up to the end of every partition and swaps it: the swap then cannot find
- * the projector ahead. The TTL bounds the pause if replay dies meanwhile. */
+ * the projector ahead. A board written without a script (apply.h) is
+ * written even when fenced, then held the same way: its markers move once
+ * more at most per hold, which replay's next round reads. The TTL bounds the
+ * pause if replay dies meanwhile. */
 static int fence_boards(struct replay *r, const struct strings *boards, int lift)
 {
     struct lb_buf buf = {0};

@@ -336,20 +336,20 @@ static int push(struct lb_cluster *cl, const char *what, int run, const struct e
     double cpu = redis_cpu(cl), start = monotonic_s();
     for (size_t first = 0; first < enc->count; first += chunk) {
         size_t n = enc->count - first < chunk ? enc->count - first : chunk;
-        if (lb_cluster_exec(cl, enc->requests + first, n) != 0) {
-            for (size_t i = first; i < first + n; i++)
-                if (!enc->requests[i].ok) {
-                    fprintf(stderr, "lbbench: %s: a transaction failed: %s\n", what,
-                            enc->requests[i].error);
-                    break;
-                }
-            return -1;
-        }
-        for (size_t i = first; i < first + n; i++)
+        size_t failed = lb_cluster_exec(cl, enc->requests + first, n);
+        const char *why = "?";
+        for (size_t i = first; i < first + n; i++) {
+            if (!enc->requests[i].ok && why[0] == '?')
+                why = enc->requests[i].error;
             if (enc->requests[i].reply) {
                 freeReplyObject(enc->requests[i].reply);
                 enc->requests[i].reply = NULL;
             }
+        }
+        if (failed) {
+            fprintf(stderr, "lbbench: %s: a transaction failed: %s\n", what, why);
+            return -1;
+        }
     }
     double secs = monotonic_s() - start, cpu_after = redis_cpu(cl);
     printf("%s run=%d events=%llu transactions=%zu member_updates=%llu seconds=%.3f "

@@ -118,7 +118,7 @@ static void generate(uint64_t seed, size_t count, struct sequence *seq)
         snprintf(e->board, sizeof(e->board), "%s", boards[pick(&rng, 10)]);
         snprintf(e->player, sizeof(e->player), "p%u", player);
         e->partition = (int32_t)(player % PARTITIONS); /* the player is the message key */
-        e->op = pick(&rng, 100) < 15 && e->board[0] != 'f' ? LB_OP_RETRACT : LB_OP_SUBMIT;
+        e->op = pick(&rng, 100) < 15 ? LB_OP_RETRACT : LB_OP_SUBMIT;
         e->score = (int64_t)pick(&rng, 40); /* few values: equal scores happen */
         /* 9 days, on whole minutes: equal times happen too */
         e->ts = MAY1 + (int64_t)pick(&rng, 9 * 24 * 60) * 60000 + (int64_t)pick(&rng, 3);
@@ -189,6 +189,8 @@ static struct cell *cell(struct reference *ref, const struct event *e, const cha
 static void apply_reference(struct reference *ref, const struct event *e)
 {
     char mode = e->board[0], order = e->board[2], tie = e->board[4];
+    if (mode == 'f' && e->op == LB_OP_RETRACT)
+        return; /* refused by the profile: dead-lettered */
     char keys[4][96];
     int nkeys = 0;
     time_t secs = (time_t)(e->ts / 1000);
@@ -307,7 +309,9 @@ static void plan(struct harness *h, const struct sequence *seq, const size_t *ba
         struct lb_dim dim;
         struct lb_event ev = as_event(e, &dim);
         struct lb_position pos = {"t", e->partition, e->offset};
-        assert_int_equal(lb_plan_add(h->plan, &ev, &pos, MAY1, &txn), LB_ACCEPT);
+        int refused = e->board[0] == 'f' && e->op == LB_OP_RETRACT;
+        assert_int_equal(lb_plan_add(h->plan, &ev, &pos, MAY1, &txn),
+                         refused ? LB_REJECT_RETRACTION : LB_ACCEPT);
     }
     assert_int_equal(lb_apply_encode(&h->batch, h->plan, "lb:"), 0);
 }
@@ -719,6 +723,52 @@ static void a_wrong_type_in_a_transaction_fails_it_and_a_resend_is_exact(void **
     harness_close(&h);
 }
 
+/* A board's profile changed from retractions: reject to allow: the script
+ * reads the markers the transactions wrote, so a batch that straddles them
+ * is planned again without what was applied (a script ignoring them would
+ * apply it all). */
+static void the_script_reads_the_markers_a_transaction_wrote(void **state)
+{
+    (void)state;
+    struct lb_event evs[4];
+    for (int i = 0; i < 4; i++)
+        evs[i] = (struct lb_event){
+            .board = {"s", 1}, .player = {"ann", 3}, .score = 5 + i, .ts_ms = MAY1};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2}, {"t", 0, 3}};
+    struct harness h;
+    harness_open(
+        &h, BASE_CONFIG "profiles:\n  - {name: s, retractions: reject, windows: {alltime: {}}}\n",
+        redis);
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
+    harness_close(&h);
+    /* the same board, now allowing retractions (harness_open would flush) */
+    const char text[] =
+        BASE_CONFIG "profiles:\n  - {name: s, retractions: allow, windows: {alltime: {}}}\n";
+    struct lb_config *config;
+    char err[512];
+    assert_int_equal(lb_config_load_string("t.yaml", text, strlen(text), &config, err, sizeof(err)),
+                     0);
+    struct lb_plan *plan = lb_plan_new(config);
+    struct lb_apply_batch batch = {0};
+    uint32_t txn;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(lb_plan_add(plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
+    assert_int_equal(lb_apply_encode(&batch, plan, "lb:"), 0);
+    assert_int_equal(batch.requests[0].is_txn, 0);
+    redisReply *r = redis_server_send(redis, batch.bytes.data + batch.requests[0].offset,
+                                      batch.requests[0].len, 1);
+    struct lb_apply_answer a;
+    assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_PARTIAL);
+    const char *field, *marker;
+    assert_int_equal(lb_apply_pair(&a, 0, &field, &marker), 0);
+    assert_string_equal(field, "t:0");
+    assert_string_equal(marker, "1");
+    freeReplyObject(r);
+    lb_apply_batch_free(&batch);
+    lb_plan_free(plan);
+    lb_config_free(config);
+}
+
 /* replay's swap script (replay/swap.lua) on board z's alltime key: the
  * staging copy under "lb:~replay:" replaces the live key if the live
  * markers are not past 'read' on t:0. Returns the script's first word. */
@@ -858,6 +908,7 @@ int main(void)
         cmocka_unit_test(a_wrong_type_in_a_transaction_fails_it_and_a_resend_is_exact),
         cmocka_unit_test(a_zombie_batch_leaves_a_sum_board_and_its_marker_unchanged),
         cmocka_unit_test(a_zombie_transaction_leaves_a_best_board_and_its_marker_unchanged),
+        cmocka_unit_test(the_script_reads_the_markers_a_transaction_wrote),
         cmocka_unit_test(another_protocol_is_refused_and_writes_nothing),
         cmocka_unit_test(a_bad_expiry_is_refused_before_any_write),
     };
