@@ -28,7 +28,16 @@ for i = 1, n do
 end
 for i = 6 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end
 if mode == 'advance' then
-  for i = 0, f - 1 do redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i]) end
+  -- into the key the board's writes use (no stray second marker key);
+  -- never backwards: the checks above found both markers at or below
+  local zset = redis.call('EXISTS', KEYS[2], KEYS[4]) > 0
+  for i = 0, f - 1 do
+    if zset then
+      redis.call('ZADD', KEYS[2], 'GT', ARGV[5 + 2 * i], ARGV[4 + 2 * i])
+    else
+      redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i])
+    end
+  end
 end
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 return {'ok'}
