@@ -800,7 +800,7 @@ static char *swap_alltime(int64_t read)
  * the scores, and never moves the marker back, so replay's swap, which
  * trusts it, refuses a copy that read less than the live board holds and
  * takes one that read all of it. With and without the script. */
-static void zombie_then_swap(const char *profile, int64_t expected)
+static void zombie_then_swap(const char *profile, int64_t expected, const char *unused_marker)
 {
     char text[1024];
     snprintf(text, sizeof(text), BASE_CONFIG "profiles:\n  - %s\n", profile);
@@ -837,6 +837,9 @@ static void zombie_then_swap(const char *profile, int64_t expected)
     r = redis_server_command(redis, "KEYS lb:~replay:*");
     assert_int_equal(r->elements, 0); /* staging keys and markers are gone */
     freeReplyObject(r);
+    r = redis_server_command(redis, "EXISTS %s", unused_marker);
+    assert_int_equal(r->integer, 0); /* the swap kept to the board's marker key */
+    freeReplyObject(r);
     harness_close(&h);
 }
 
@@ -844,14 +847,14 @@ static void a_zombie_batch_leaves_a_sum_board_and_its_marker_unchanged(void **st
 {
     (void)state;
     zombie_then_swap("{name: xp, aggregation: sum, tie_break: none, windows: {alltime: {}}}",
-                     5 + 6 + 9 + 7);
+                     5 + 6 + 9 + 7, "lb:{z}:~offsets");
 }
 
 static void a_zombie_transaction_leaves_a_best_board_and_its_marker_unchanged(void **state)
 {
     (void)state;
-    zombie_then_swap("{name: top, retractions: reject, tie_break: none, windows: {alltime: {}}}",
-                     9);
+    zombie_then_swap("{name: top, retractions: reject, tie_break: none, windows: {alltime: {}}}", 9,
+                     "lb:{z}:~applied");
 }
 
 /* A request of a protocol the script does not speak is refused, untouched. */
