@@ -540,7 +540,7 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
         return -1;
     case LB_APPLY_FENCED:
         snprintf(req->error, sizeof(req->error),
-                 "fenced: replay is swapping the board in; it is written once replay is done");
+                 "fenced: replay is swapping the board in; the board is held until it is done");
         req->error_class = LB_REDIS_RETRY;
         return -1;
     case LB_APPLY_PROTOCOL:
