@@ -747,8 +747,11 @@ static int complete_inflight(struct daemon *d, int send_ready)
                          (double)(lb_monotonic_ms() - d->batch_sent_ms) / 1000.0);
     lb_histogram_observe(&d->batch_events, (double)done->n);
     /* Redis is up unless it failed for a reason of its own: a board that
-     * needs an operator is not Redis being down */
-    d->redis_ok = written == 0 || !lb_pipeline_last_failure(d->pipeline)->transient;
+     * needs an operator is not Redis being down. A batch that sent nothing
+     * (its events all held back or dead-lettered) says nothing either way. */
+    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(d->pipeline);
+    if (f->sent)
+        d->redis_ok = written == 0 || !f->transient;
     d->last_ping_ms = lb_monotonic_ms();
     if (d->crash_after_batches && ++d->batches_written == d->crash_after_batches) {
         LB_WARN("daemon",

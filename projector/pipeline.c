@@ -796,6 +796,8 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
     struct slot *slot = &p->slots[p->inflight];
 
     p->failure = (struct lb_pipeline_failure){0};
+    for (size_t k = 0; k < slot->pending && !slot->oom; k++)
+        p->failure.sent += slot->requests[k].len > 0; /* an empty one never leaves */
     if (slot->oom) {
         slot->oom = 0;
         gave_up = -1;

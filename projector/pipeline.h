@@ -58,6 +58,8 @@ struct lb_pipeline_stats {
 /* What the last attempt to write the batch in flight met, for the caller's
  * messages between retries. */
 struct lb_pipeline_failure {
+    size_t sent;      /* board requests the batch sent (0: it never reached Redis,
+                         so nothing here says whether Redis is up) */
     size_t requests;  /* board requests that failed */
     unsigned attempt; /* 1 for the first write, 2 for the first retry, ... */
     int needs_fix;    /* one of them needs an operator (WRONGTYPE, NOPERM, ...) */

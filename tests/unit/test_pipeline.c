@@ -220,6 +220,15 @@ static void releasing_one_partition_keeps_the_others_held(void **state)
     assert_int_equal(run(f, b2, 2, st), 1);
     assert_int_equal(st[0], LB_RECORD_DURABLE);
     assert_int_equal(st[1], LB_RECORD_WITHHELD_FIX);
+    assert_int_equal(lb_pipeline_last_failure(f->pipeline)->sent, 1);
+
+    /* a batch of held-back events only never reaches Redis, and says so:
+     * the daemon must not take it for Redis being up (or down) */
+    struct input b3[] = {{1, 12, event("f4", "z", "b", 1)}};
+    assert_int_equal(run(f, b3, 1, st), 1);
+    assert_int_equal(st[0], LB_RECORD_WITHHELD_FIX);
+    assert_int_equal(lb_pipeline_last_failure(f->pipeline)->sent, 0);
+    assert_int_equal(lb_pipeline_last_failure(f->pipeline)->transient, 0);
 }
 
 /* A board without a script (best, retractions rejected) through the real
