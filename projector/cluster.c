@@ -81,6 +81,8 @@ struct run {
     uint8_t round;  /* the round it was last sent in */
     uint8_t asking; /* ASKING precedes the request in this round */
     uint8_t done;
+    uint8_t queued;     /* sent in the first round (a deferred one is not yet) */
+    uint8_t replicated; /* a WAIT after it was answered in full (pipelined passes) */
     uint8_t redirect;
     uint8_t eclass; /* enum lb_redis_error, with 'error' */
     int32_t redirect_node;
@@ -91,6 +93,8 @@ struct lb_cluster {
     struct node **nodes; /* individually allocated: pointers stay valid as nodes are added */
     size_t nnodes, capnodes;
     int32_t slots[LB_SLOTS]; /* node index, -1 when unknown */
+    uint64_t map_changes;    /* bumped whenever 'slots' changes */
+    uint64_t map_at_start;   /* map_changes when the call in progress started */
     size_t nseeds;
     char *user, *password;
     int64_t connect_timeout_ms, command_timeout_ms;
@@ -655,6 +659,7 @@ static int standalone_replicas(struct lb_cluster *cl, struct node *n)
 static void install(struct lb_cluster *cl, const struct topology *t)
 {
     memcpy(cl->slots, t->slots, sizeof(t->slots));
+    cl->map_changes++;
     for (size_t i = 0; i < cl->nnodes; i++) {
         struct node *n = cl->nodes[i];
         n->replicas = i < t->cap ? t->replicas[i] : 0;
@@ -963,15 +968,22 @@ static void fail_unreplicated(struct lb_cluster *cl, struct node *n, const char 
     for (size_t i = 0; i < cl->nrequests; i++) {
         struct run *run = &cl->runs[i];
         if (run->node >= 0 && cl->nodes[run->node] == n && run->round == cl->round && run->done &&
-            !run->redirect)
+            !run->redirect && !run->replicated)
             fail_run(run, LB_REDIS_RETRY, "%s", why);
     }
 }
 
 static void on_wait_reply(struct lb_cluster *cl, struct node *n, const redisReply *r)
 {
-    if (r->type == REDIS_REPLY_INTEGER && r->integer >= n->wait_needed)
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= n->wait_needed) {
+        /* a later WAIT's shortfall (a pipelined pass) does not undo this one */
+        for (size_t i = 0; i < cl->nrequests; i++) {
+            struct run *run = &cl->runs[i];
+            if (run->node >= 0 && cl->nodes[run->node] == n && run->round == cl->round && run->done)
+                run->replicated = 1;
+        }
         return;
+    }
     char why[480];
     if (r->type == REDIS_REPLY_INTEGER)
         snprintf(why, sizeof(why), "%s: WAIT: %lld of %d replica(s) acknowledged within %lld ms",
@@ -1197,9 +1209,21 @@ static void node_io(struct lb_cluster *cl, struct node *n, short revents)
     }
 }
 
+/* Gives up on 'n', silent past its deadline. */
+static void node_timeout(struct lb_cluster *cl, struct node *n)
+{
+    char why[400];
+    cl->stats.timeouts++;
+    snprintf(why, sizeof(why), "Redis %s did not answer within %lld ms", n->name,
+             (long long)cl->command_timeout_ms);
+    node_abort(cl, n, why);
+}
+
 /* One step of every node's I/O: waits at most 'max_wait_ms' (and never past
  * a node's deadline) for sockets to be ready, serves them, and gives up on
- * nodes silent past their deadline. Returns 1 when no node has anything
+ * nodes silent past their deadline: silent means nothing to read even now
+ * (a caller may have left replies unread for a while: a pipelined call
+ * waits for the call before it). Returns 1 when no node has anything
  * queued. */
 static int io_step(struct lb_cluster *cl, int64_t max_wait_ms)
 {
@@ -1215,14 +1239,6 @@ static int io_step(struct lb_cluster *cl, int64_t max_wait_ms)
         struct node *n = cl->nodes[i];
         if (!n->qlen)
             continue;
-        if (n->deadline <= now) {
-            char why[400];
-            cl->stats.timeouts++;
-            snprintf(why, sizeof(why), "Redis %s did not answer within %lld ms", n->name,
-                     (long long)cl->command_timeout_ms);
-            node_abort(cl, n, why);
-            continue;
-        }
         if (n->deadline < wake)
             wake = n->deadline;
         cl->pfds[count] = (struct pollfd){
@@ -1235,9 +1251,14 @@ static int io_step(struct lb_cluster *cl, int64_t max_wait_ms)
     int rc = poll(cl->pfds, count, wake > now ? (int)(wake - now) : 0);
     if (rc < 0 && errno != EINTR)
         rc = 0; /* treat like a timeout: the deadlines decide */
-    for (nfds_t k = 0; rc > 0 && k < count; k++)
-        if (cl->pfds[k].revents)
-            node_io(cl, cl->nodes[cl->pfd_node[k]], cl->pfds[k].revents);
+    now = lb_monotonic_ms();
+    for (nfds_t k = 0; k < count; k++) {
+        struct node *n = cl->nodes[cl->pfd_node[k]];
+        if (rc > 0 && cl->pfds[k].revents)
+            node_io(cl, n, cl->pfds[k].revents);
+        else if (rc >= 0 && n->qlen && n->deadline <= now)
+            node_timeout(cl, n);
+    }
     return 0;
 }
 
@@ -1297,6 +1318,8 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
 
     run->redirect = REDIRECT_NONE;
     run->done = 0;
+    run->queued = 1;
+    run->replicated = 0;
     if (node < 0) {
         fail_run(run, LB_REDIS_RETRY, "no Redis master serves slot %u", req->slot);
         cl->need_refresh = 1;
@@ -1353,11 +1376,10 @@ static void queue_waits(struct lb_cluster *cl, const size_t *queued_before, size
 {
     for (size_t i = 0; i < nodes; i++) {
         struct node *n = cl->nodes[i];
-        n->wait_needed = 0;
         int wrote = n->wrote;
         n->wrote = 0;
         if (!wrote || n->qlen == queued_before[i] || wait_needed(cl, n) == 0)
-            continue; /* reads need no WAIT */
+            continue; /* reads need no WAIT (and a WAIT queued before keeps its count) */
         char cmd[96], replicas[16], timeout[24];
         int rl = snprintf(replicas, sizeof(replicas), "%d", wait_needed(cl, n));
         int tl = snprintf(timeout, sizeof(timeout), "%lld", (long long)cl->wait_timeout_ms);
@@ -1383,6 +1405,8 @@ static size_t dispatch_round(struct lb_cluster *cl, int round)
     if (cl->need_refresh && !cl->no_refresh && lb_cluster_refresh(cl) != 0)
         lb_log_every(&cl->refresh_said, 5000, LB_LOG_WARN, "redis", "slot map refresh failed: %s",
                      cl->errstr);
+    if (!cl->round_sent && round == 0)
+        cl->map_at_start = cl->map_changes; /* nothing of the call went out by another map */
     /* after the refresh, which may have met new nodes */
     size_t known = cl->nnodes;
     size_t *queued_before = calloc(known ? known : 1, sizeof(*queued_before));
@@ -1391,7 +1415,7 @@ static size_t dispatch_round(struct lb_cluster *cl, int round)
         queued_before[i] = cl->nodes[i]->qlen;
     for (size_t i = 0; i < cl->nrequests; i++) {
         struct run *run = &cl->runs[i];
-        if (run->error[0] || (round > 0 && !run->redirect))
+        if (run->error[0] || (round > 0 ? !run->redirect : run->queued || cl->requests[i].defer))
             continue;
         if (cl->requests[i].len == 0) {
             run->done = 1;
@@ -1452,6 +1476,48 @@ void lb_cluster_start(struct lb_cluster *cl, struct lb_request *requests, size_t
     flush_nonblocking(cl);
 }
 
+void lb_cluster_dispatch(struct lb_cluster *cl)
+{
+    if (!cl->started || cl->oom)
+        return;
+    cl->round_sent += dispatch_round(cl, 0);
+    flush_nonblocking(cl);
+}
+
+size_t lb_cluster_busy_nodes(const struct lb_cluster *cl)
+{
+    size_t busy = 0;
+    for (size_t i = 0; i < cl->nnodes; i++)
+        busy += cl->nodes[i]->qlen > 0;
+    return busy;
+}
+
+int lb_cluster_call_clean(const struct lb_cluster *cl)
+{
+    /* a map that changed during the call may route a slot elsewhere than
+     * where its request went: an idle master then says nothing about it */
+    if (!cl->started || cl->oom || cl->need_refresh || cl->map_changes != cl->map_at_start)
+        return 0;
+    for (size_t i = 0; i < cl->nrequests; i++)
+        if (cl->runs[i].error[0] || cl->runs[i].redirect)
+            return 0;
+    return 1;
+}
+
+const char *lb_cluster_route(const struct lb_cluster *cl, uint16_t slot)
+{
+    int32_t owner = cl->slots[slot & (LB_SLOTS - 1)];
+    return owner < 0 || cl->need_refresh ? NULL : cl->nodes[owner]->name;
+}
+
+const char *lb_cluster_settled_owner(const struct lb_cluster *cl, uint16_t slot)
+{
+    int32_t owner = cl->slots[slot & (LB_SLOTS - 1)];
+    if (owner < 0 || cl->need_refresh || cl->nodes[owner]->qlen)
+        return NULL;
+    return cl->nodes[owner]->name;
+}
+
 size_t lb_cluster_finish(struct lb_cluster *cl)
 {
     struct lb_request *requests = cl->requests;
@@ -1482,6 +1548,7 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
             if (run->redirect == REDIRECT_MOVED) {
                 cl->stats.moved++;
                 cl->slots[requests[i].slot] = run->redirect_node;
+                cl->map_changes++;
                 cl->need_refresh = 1;
                 redirected++;
             } else if (run->redirect == REDIRECT_ASK) {
@@ -1502,6 +1569,8 @@ size_t lb_cluster_finish(struct lb_cluster *cl)
         struct run *run = &cl->runs[i];
         if (run->redirect && !run->error[0])
             fail_run(run, LB_REDIS_RETRY, "still redirected after %d rounds", MAX_ROUNDS);
+        if (!run->queued && requests[i].defer && !run->error[0])
+            fail_run(run, LB_REDIS_RETRY, "not sent: still deferred when the call ended");
         requests[i].ok = run->done && !run->error[0];
         if (!requests[i].ok) {
             if (!run->error[0])

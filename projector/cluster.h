@@ -74,6 +74,8 @@ struct lb_request {
     uint8_t is_txn;
     uint8_t writes;
     uint8_t no_refresh; /* a probe: never block on a slot map refresh for it */
+    uint8_t defer;      /* not sent by lb_cluster_start: the caller clears it and calls
+                           lb_cluster_dispatch (pipelining); still set at finish: fails */
     uint32_t ncommands;
     const char *bytes; /* not owned; must stay valid during lb_cluster_exec */
     size_t len;
@@ -136,6 +138,21 @@ size_t lb_cluster_finish(struct lb_cluster *cluster);
  * caller that polls this never waits on a node that stopped answering. */
 int lb_cluster_progress(struct lb_cluster *cluster, int timeout_ms);
 
+/* Between start and finish: sends the requests whose 'defer' the caller has
+ * cleared since, and writes what the sockets take without blocking. */
+void lb_cluster_dispatch(struct lb_cluster *cluster);
+/* For a caller that pipelines a second call, on a second client, behind the
+ * call in progress here (see lb_pipeline_overlap): masters with replies of
+ * this call still outstanding (0 once all are in); whether the call met no
+ * failure, redirection, slot map change or reason to reload it so far; the
+ * master that serves 'slot' if it has answered everything this call sent
+ * it, its WAIT included (NULL otherwise). */
+size_t lb_cluster_busy_nodes(const struct lb_cluster *cluster);
+int lb_cluster_call_clean(const struct lb_cluster *cluster);
+const char *lb_cluster_settled_owner(const struct lb_cluster *cluster, uint16_t slot);
+/* The master that serves 'slot' by the slot map, or NULL when it is
+ * unknown or the map is due for a reload. */
+const char *lb_cluster_route(const struct lb_cluster *cluster, uint16_t slot);
 /* Runs one command (argv/argvlen as in hiredis) on the master of 'slot';
  * returns its reply (caller frees with freeReplyObject) or NULL with the
  * reason in lb_cluster_error(). For tools, not for the hot path. */

@@ -482,7 +482,9 @@ static void publish(struct daemon *d, int now)
         return;
     d->last_publish_ms = lb_monotonic_ms();
     const struct lb_pipeline_stats *ps = lb_pipeline_stats(d->pipeline);
-    const struct lb_cluster_stats *cs = lb_cluster_stats(d->cluster);
+    struct lb_cluster_stats redis;
+    lb_pipeline_redis_stats(d->pipeline, &redis);
+    const struct lb_cluster_stats *cs = &redis;
     const struct lb_consumer_stats *ks = lb_consumer_stats(d->consumer);
     struct lb_text t = {0};
     uint64_t rejected = 0;
@@ -525,6 +527,11 @@ static void publish(struct daemon *d, int now)
                        (unsigned long long)(d->dlq ? lb_dlq_stats(d->dlq)->failures[k] : 0));
     counter(&t, "lb_redis_requests_total", "Requests sent to Redis (one per board per batch).");
     lb_text_printf(&t, "lb_redis_requests_total %llu\n", (unsigned long long)cs->requests);
+    counter(&t, "lb_redis_requests_pipelined_total",
+            "Board requests sent to a master that had answered the batch ahead, before the rest "
+            "of that batch was answered.");
+    lb_text_printf(&t, "lb_redis_requests_pipelined_total %llu\n",
+                   (unsigned long long)ps->overlapped);
     counter(&t, "lb_redis_redirections_total", "Cluster redirections followed, by kind.");
     lb_text_printf(&t,
                    "lb_redis_redirections_total{kind=\"moved\"} %llu\n"
@@ -779,7 +786,9 @@ static int complete_inflight(struct daemon *d, int send_ready)
 static void log_totals(const struct daemon *d)
 {
     const struct lb_pipeline_stats *s = lb_pipeline_stats(d->pipeline);
-    const struct lb_cluster_stats *c = lb_cluster_stats(d->cluster);
+    struct lb_cluster_stats redis;
+    lb_pipeline_redis_stats(d->pipeline, &redis);
+    const struct lb_cluster_stats *c = &redis;
     uint64_t rejected = 0;
     for (int r = 0; r < LB_REJECT__COUNT; r++)
         rejected += s->rejected[r];
@@ -788,7 +797,7 @@ static void log_totals(const struct daemon *d)
             "batches=%llu write_failures=%llu redis_requests=%llu moved=%llu ask=%llu "
             "retry_later=%llu command_errors=%llu connection_errors=%llu timeouts=%llu "
             "slot_map_refreshes=%llu wait_shortfalls=%llu replans=%llu "
-            "skipped_segments=%llu",
+            "skipped_segments=%llu overlapped=%llu",
             (unsigned long long)s->records, (unsigned long long)s->applied,
             (unsigned long long)rejected, (unsigned long long)s->member_updates,
             (unsigned long long)s->late_windows, (unsigned long long)s->batches,
@@ -797,7 +806,8 @@ static void log_totals(const struct daemon *d)
             (unsigned long long)c->retry_later, (unsigned long long)c->command_errors,
             (unsigned long long)c->connection_errors, (unsigned long long)c->timeouts,
             (unsigned long long)c->refreshes, (unsigned long long)c->wait_shortfalls,
-            (unsigned long long)s->replans, (unsigned long long)s->skipped_segments);
+            (unsigned long long)s->replans, (unsigned long long)s->skipped_segments,
+            (unsigned long long)s->overlapped);
 }
 
 int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
@@ -831,7 +841,7 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     d.next = &d.batches[0];
     d.cluster = lb_cluster_new(&options);
     d.pipeline = d.cluster ? lb_pipeline_new(config, d.decoder, d.cluster) : NULL;
-    if (!allocated || !d.pipeline) {
+    if (!allocated || !d.pipeline || lb_pipeline_overlap(d.pipeline, &options) != 0) {
         LB_ERROR("daemon", "out of memory");
         status = LB_EXIT_RUNTIME;
         goto done;
@@ -936,8 +946,11 @@ done:
         finish_ping(&d);
     lb_metrics_stop(d.metrics);
     lb_consumer_close(d.consumer);
-    /* before the batches go: late delivery reports write into them */
-    lb_dlq_free(d.dlq, 5000);
+    /* before the batches go: late delivery reports write into them; within
+     * what is left of shutdown.drain_timeout once it started counting (what
+     * is not delivered was not committed either) */
+    int64_t left = d.give_up_at ? d.give_up_at - lb_monotonic_ms() : 5000;
+    lb_dlq_free(d.dlq, left <= 0 ? 0 : left < 5000 ? (int)left : 5000);
     if (d.pipeline)
         log_totals(&d);
     lb_pipeline_free(d.pipeline);

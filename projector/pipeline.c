@@ -91,7 +91,8 @@ struct slot {
     size_t cap_txns;
     int64_t now_ms; /* the wall clock the batch was planned with */
     size_t pending; /* requests not yet written successfully */
-    int oom;        /* preparing the send ran out of memory: nothing was sent */
+    int oom;        /* preparing the send ran out of memory (nothing more was sent) */
+    int early;      /* some requests went out while the batch ahead was answered */
     struct exclusion *exclusions;
     size_t nexclusions, cap_exclusions;
 };
@@ -99,7 +100,8 @@ struct slot {
 struct lb_pipeline {
     const struct lb_config *config;
     const struct lb_decoder *decoder;
-    struct lb_cluster *cluster;
+    struct lb_cluster *clusters[2]; /* slot i's; the same one unless overlapping */
+    struct lb_cluster *own;         /* the second, created by lb_pipeline_overlap */
     struct slot slots[2];
     int prepared; /* slot planned but not sent, or -1 */
     int inflight; /* slot sent but not completed, or -1 */
@@ -141,7 +143,7 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
         return NULL;
     p->config = config;
     p->decoder = decoder;
-    p->cluster = cluster;
+    p->clusters[0] = p->clusters[1] = cluster;
     p->jitter = 0x9e3779b97f4a7c15u;
     p->prepared = p->inflight = -1;
     lb_histogram_init(&p->stats.visible, lb_latency_bounds, lb_latency_nbounds);
@@ -162,6 +164,9 @@ void lb_pipeline_free(struct lb_pipeline *p)
         return;
     for (int i = 0; i < 2; i++) {
         struct slot *s = &p->slots[i];
+        for (size_t k = 0; k < s->pending; k++)
+            if (s->requests[k].reply) /* of requests that went out early */
+                freeReplyObject(s->requests[k].reply);
         lb_plan_free(s->plan);
         lb_plan_free(s->rebuilt);
         lb_apply_batch_free(&s->encoded);
@@ -183,7 +188,39 @@ void lb_pipeline_free(struct lb_pipeline *p)
     }
     free(p->held.pairs);
     free(p->held.index);
+    lb_cluster_free(p->own);
     free(p);
+}
+
+int lb_pipeline_overlap(struct lb_pipeline *p, const struct lb_cluster_options *options)
+{
+    if (p->own)
+        return 0;
+    if (!(p->own = lb_cluster_new(options)))
+        return -1;
+    if (lb_cluster_refresh(p->own) != 0)
+        LB_DEBUG("pipeline", "second Redis client: %s (its first batch loads the slot map)",
+                 lb_cluster_error(p->own));
+    p->clusters[1] = p->own;
+    return 0;
+}
+
+void lb_pipeline_redis_stats(const struct lb_pipeline *p, struct lb_cluster_stats *sum)
+{
+    *sum = *lb_cluster_stats(p->clusters[0]);
+    if (!p->own)
+        return;
+    const struct lb_cluster_stats *b = lb_cluster_stats(p->own);
+    sum->requests += b->requests;
+    sum->moved += b->moved;
+    sum->ask += b->ask;
+    sum->retry_later += b->retry_later;
+    sum->command_errors += b->command_errors;
+    sum->connection_errors += b->connection_errors;
+    sum->timeouts += b->timeouts;
+    sum->refreshes += b->refreshes;
+    sum->wait_shortfalls += b->wait_shortfalls;
+    sum->script_loads += b->script_loads;
 }
 
 /* ---- held pairs -------------------------------------------------------------- */
@@ -690,14 +727,100 @@ void lb_pipeline_send(struct lb_pipeline *p)
     if (p->prepared < 0 || p->inflight >= 0)
         return;
     struct slot *slot = &p->slots[p->prepared];
+    struct lb_cluster *cluster = p->clusters[p->prepared];
     p->inflight = p->prepared;
     p->prepared = -1;
     slot->nexclusions = 0;
+    for (size_t k = 0; k < slot->pending; k++)
+        slot->requests[k].defer = 0;
+    /* What went out early was for boards that are not held (see overlap):
+     * excluding the newly held ones rebuilds only requests not sent yet. */
     if (withhold(p, slot) != 0) {
-        slot->oom = 1; /* nothing is sent; complete reports it */
+        slot->oom = 1; /* nothing more is sent; complete reports it */
         return;
     }
-    lb_cluster_start(p->cluster, slot->requests, slot->pending);
+    if (slot->early)
+        lb_cluster_dispatch(cluster);
+    else
+        lb_cluster_start(cluster, slot->requests, slot->pending);
+}
+
+/* Whether every request of 'slot' that was answered so far succeeded: the
+ * script (or transaction) said OK, nothing to plan again, nothing fenced. */
+static int answers_ok(const struct slot *slot)
+{
+    struct lb_apply_answer a;
+    for (size_t k = 0; k < slot->pending; k++) {
+        const struct lb_request *req = &slot->requests[k];
+        if (req->len && req->reply && lb_apply_parse(req->reply, &a) != LB_APPLY_OK)
+            return 0;
+    }
+    return 1;
+}
+
+/* Sends the requests of 'next' whose master has answered all of the batch
+ * in flight, cleanly, on the second client; returns how many. Its map must
+ * agree with the first client's on the master. */
+static size_t send_settled(struct lb_pipeline *p, struct slot *next, struct lb_cluster *a,
+                           struct lb_cluster *b)
+{
+    size_t released = 0;
+    for (size_t k = 0; k < next->pending; k++) {
+        struct lb_request *req = &next->requests[k];
+        if (!req->defer)
+            continue;
+        const char *settled = lb_cluster_settled_owner(a, req->slot);
+        const char *route = lb_cluster_route(b, req->slot);
+        if (settled && route && strcmp(settled, route) == 0) {
+            req->defer = 0;
+            released++;
+        }
+    }
+    if (!released)
+        return 0;
+    if (next->early) {
+        lb_cluster_dispatch(b);
+    } else {
+        lb_cluster_start(b, next->requests, next->pending);
+        next->early = 1;
+    }
+    p->stats.overlapped += released;
+    return released;
+}
+
+/* Pipelining: while the batch in flight is answered, the prepared batch's
+ * requests go out, on the second client, to each master as soon as it has
+ * answered everything of the batch in flight. A board's requests thus reach
+ * its master in batch order. Nothing goes out early once anything of the
+ * batch in flight failed, was redirected or must be planned again, nor
+ * while pairs are held: a board whose request fails is then held before
+ * any later request of it is sent (lb_pipeline_send withholds it). */
+static void overlap(struct lb_pipeline *p)
+{
+    if (!p->own || p->prepared < 0 || p->held.count)
+        return;
+    struct slot *cur = &p->slots[p->inflight], *next = &p->slots[p->prepared];
+    struct lb_cluster *a = p->clusters[p->inflight], *b = p->clusters[p->prepared];
+    size_t waiting = 0, busy = SIZE_MAX;
+    for (size_t k = 0; k < next->pending; k++) {
+        next->requests[k].defer = next->requests[k].len > 0;
+        waiting += next->requests[k].defer;
+    }
+    while (waiting) {
+        /* short waits once something went out: its socket may want writing */
+        int all_in = lb_cluster_progress(a, next->early ? 2 : 50);
+        size_t now_busy = lb_cluster_busy_nodes(a);
+        if (now_busy < busy) {
+            busy = now_busy;
+            if (!lb_cluster_call_clean(a) || !answers_ok(cur))
+                break;
+            waiting -= send_settled(p, next, a, b);
+        }
+        if (next->early)
+            lb_cluster_progress(b, 0);
+        if (all_in)
+            break;
+    }
 }
 
 /* Keeps the failed requests of 'slot' for a retry and notes why in
@@ -795,15 +918,20 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
         return 0;
     struct slot *slot = &p->slots[p->inflight];
 
+    struct lb_cluster *cluster = p->clusters[p->inflight];
     p->failure = (struct lb_pipeline_failure){0};
     for (size_t k = 0; k < slot->pending && !slot->oom; k++)
         p->failure.sent += slot->requests[k].len > 0; /* an empty one never leaves */
     if (slot->oom) {
         slot->oom = 0;
         gave_up = -1;
+        if (slot->early)
+            lb_cluster_finish(cluster); /* what went out early is read, not left on the wire */
     } else {
-        lb_cluster_finish(p->cluster);
+        overlap(p);
+        lb_cluster_finish(cluster);
     }
+    slot->early = 0;
     while (gave_up == 0) {
         size_t again = keep_failed(p, slot);
         if (!slot->pending)
@@ -816,7 +944,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
                 gave_up = -1;
                 break;
             }
-            lb_cluster_exec(p->cluster, slot->requests, slot->pending);
+            lb_cluster_exec(cluster, slot->requests, slot->pending);
             continue;
         }
         lb_log_every(
@@ -828,7 +956,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
             break;
         }
         backoff = next_backoff(p, backoff);
-        lb_cluster_exec(p->cluster, slot->requests, slot->pending);
+        lb_cluster_exec(cluster, slot->requests, slot->pending);
     }
     int64_t now_ms = lb_wall_ms();
     int all = 1;

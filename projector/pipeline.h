@@ -53,6 +53,7 @@ struct lb_pipeline_stats {
     uint64_t skipped_segments;   /* a board's events from one partition found applied before */
     uint64_t held_requests;      /* board requests given up on and held */
     uint64_t withheld;           /* records kept from Redis behind a held event */
+    uint64_t overlapped;         /* requests sent before the batch ahead was complete */
 };
 
 /* What the last attempt to write the batch in flight met, for the caller's
@@ -86,6 +87,15 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster);
 void lb_pipeline_free(struct lb_pipeline *pipeline);
 
+/* Pipelining across batches: a second client (made from 'options', owned by
+ * the pipeline) carries every other batch, so that while one batch is
+ * answered, the next one's requests go to each master that has answered
+ * all of it, cleanly (see lb_pipeline_complete). Costs one more connection
+ * per master. Returns 0, or -1 when out of memory. */
+int lb_pipeline_overlap(struct lb_pipeline *pipeline, const struct lb_cluster_options *options);
+/* The Redis client counters of the pipeline's clients, summed. */
+void lb_pipeline_redis_stats(const struct lb_pipeline *pipeline, struct lb_cluster_stats *sum);
+
 /* What became of a record, after complete. */
 enum lb_record_state {
     LB_RECORD_NOT_DONE = 0, /* out of memory before it was written */
@@ -115,7 +125,10 @@ int lb_pipeline_run(struct lb_pipeline *pipeline, const struct lb_record *record
  *   complete  reads and checks the in-flight batch's replies, retries what
  *             failed (calling 'wait' between attempts), holds what still
  *             fails when 'wait' gives up, and fills 'state' for its records.
- *             Returns as lb_pipeline_run.
+ *             Returns as lb_pipeline_run. With lb_pipeline_overlap, the
+ *             prepared batch's requests go out while this one is answered,
+ *             master by master (none once anything here failed, or while a
+ *             pair is held); send then sends the rest.
  *
  * The records (and what their payloads point into) of a batch must stay
  * valid from prepare until its complete returns. */

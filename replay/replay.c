@@ -1861,7 +1861,8 @@ int main(int argc, char **argv)
     if (r.o.dry_run)
         goto out;
 
-    if (!(r.pipeline = lb_pipeline_new(&r.staged, r.decoder, r.cluster))) {
+    if (!(r.pipeline = lb_pipeline_new(&r.staged, r.decoder, r.cluster)) ||
+        lb_pipeline_overlap(r.pipeline, &copts) != 0) {
         fprintf(stderr, "replay: out of memory\n");
         status = EXIT_BROKEN;
         goto out;

@@ -25,7 +25,7 @@
 
 struct redis_server {
     pid_t pid;
-    int port;
+    int port, bus_port;
     char dir[256];
     redisContext *c;
 };
@@ -51,8 +51,9 @@ static void sleep_ms(long ms)
 
 static pid_t spawn(const struct redis_server *s, int cluster)
 {
-    char port[16], log[300];
+    char port[16], bus[16], log[300];
     snprintf(port, sizeof(port), "%d", s->port);
+    snprintf(bus, sizeof(bus), "%d", s->bus_port);
     snprintf(log, sizeof(log), "%s/redis.log", s->dir);
     pid_t pid = fork();
     if (pid != 0)
@@ -63,10 +64,22 @@ static pid_t spawn(const struct redis_server *s, int cluster)
         dup2(fd, 1);
         dup2(fd, 2);
     }
-    const char *argv[] = {"redis-server", "--port", port,   "--bind",
-                          "127.0.0.1",    "--save", "",     "--appendonly",
-                          "no",           "--dir",  s->dir, cluster ? "--cluster-enabled" : NULL,
-                          "yes",          NULL};
+    const char *argv[] = {"redis-server",
+                          "--port",
+                          port,
+                          "--bind",
+                          "127.0.0.1",
+                          "--save",
+                          "",
+                          "--appendonly",
+                          "no",
+                          "--dir",
+                          s->dir,
+                          cluster ? "--cluster-enabled" : NULL,
+                          "yes",
+                          "--cluster-port", /* port + 10000 may be past 65535 */
+                          bus,
+                          NULL};
     execvp(argv[0], (char *const *)argv);
     dprintf(2, "cannot run redis-server: %s (install Debian's redis-server)\n", strerror(errno));
     _exit(127);
@@ -102,30 +115,73 @@ static int connect_to(struct redis_server *s)
 static void kill_server(struct redis_server *s)
 {
     if (s->pid > 0) {
+        kill(s->pid, SIGCONT); /* a paused one too */
         kill(s->pid, SIGKILL);
         waitpid(s->pid, NULL, 0);
         s->pid = 0;
     }
 }
 
-static void become_cluster(struct redis_server *s)
+static void add_slots(struct redis_server *s, int first, int last)
 {
-    redisReply *r = redis_server_command(s, "CLUSTER ADDSLOTSRANGE 0 16383");
+    redisReply *r = redis_server_command(s, "CLUSTER ADDSLOTSRANGE %d %d", first, last);
     if (r->type == REDIS_REPLY_ERROR)
         fail_msg("CLUSTER ADDSLOTSRANGE: %s", r->str);
     freeReplyObject(r);
-    for (int i = 0; i < 200; i++) {
-        r = redis_server_command(s, "CLUSTER INFO");
+}
+
+/* Waits until 's' says the cluster is ok and its slot map has 'ranges'
+ * entries (every master known). */
+static void wait_cluster_ok(struct redis_server *s, size_t ranges)
+{
+    for (int i = 0; i < 400; i++) {
+        redisReply *r = redis_server_command(s, "CLUSTER INFO");
         int ok = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+        freeReplyObject(r);
+        r = redis_server_command(s, "CLUSTER SLOTS");
+        ok = ok && r->type == REDIS_REPLY_ARRAY && r->elements == ranges;
         freeReplyObject(r);
         if (ok)
             return;
         sleep_ms(50);
     }
-    fail_msg("the single-node cluster on port %d never reached cluster_state:ok", s->port);
+    fail_msg("the cluster on port %d never reached cluster_state:ok", s->port);
 }
 
+static struct redis_server *start_one(int cluster);
+
 struct redis_server *redis_server_start(int cluster)
+{
+    struct redis_server *s = start_one(cluster);
+    if (cluster) {
+        add_slots(s, 0, 16383);
+        wait_cluster_ok(s, 1);
+    }
+    return s;
+}
+
+void redis_server_start_pair(struct redis_server *servers[2])
+{
+    servers[0] = start_one(1);
+    servers[1] = start_one(1);
+    add_slots(servers[0], 0, 8191);
+    add_slots(servers[1], 8192, 16383);
+    redisReply *r = redis_server_command(servers[0], "CLUSTER MEET 127.0.0.1 %d %d",
+                                         servers[1]->port, servers[1]->bus_port);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("CLUSTER MEET: %s", r->str);
+    freeReplyObject(r);
+    wait_cluster_ok(servers[0], 2);
+    wait_cluster_ok(servers[1], 2);
+}
+
+void redis_server_pause(struct redis_server *s, int paused)
+{
+    if (s->pid > 0)
+        kill(s->pid, paused ? SIGSTOP : SIGCONT);
+}
+
+static struct redis_server *start_one(int cluster)
 {
     struct redis_server *s = calloc(1, sizeof(*s));
     const char *tmp = getenv("TMPDIR");
@@ -136,6 +192,7 @@ struct redis_server *redis_server_start(int cluster)
     /* the free port can be taken between the probe and the bind: try again */
     for (int attempt = 0; attempt < 5 && !s->c; attempt++) {
         s->port = free_port();
+        s->bus_port = free_port();
         s->pid = spawn(s, cluster);
         if (s->pid < 0)
             fail_msg("fork: %s", strerror(errno));
@@ -144,8 +201,6 @@ struct redis_server *redis_server_start(int cluster)
     }
     if (!s->c)
         fail_msg("redis-server did not start (see %s/redis.log)", s->dir);
-    if (cluster)
-        become_cluster(s);
     const char *script = lb_apply_script();
     redisReply *r = redis_server_command(s, "SCRIPT LOAD %b", script, strlen(script));
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, lb_apply_script_sha()) != 0)

@@ -17,6 +17,13 @@ struct redis_server;
 struct redis_server *redis_server_start(int cluster);
 void redis_server_stop(struct redis_server *server);
 
+/* Two masters of one cluster: slots 0-8191 on servers[0], 8192-16383 on
+ * servers[1]. Each is stopped with redis_server_stop. */
+void redis_server_start_pair(struct redis_server *servers[2]);
+
+/* Stops (SIGSTOP) or resumes (SIGCONT) the server: a node that stalls. */
+void redis_server_pause(struct redis_server *server, int paused);
+
 int redis_server_port(const struct redis_server *server);
 
 /* A command on the test's own connection; fails the test on an I/O error.

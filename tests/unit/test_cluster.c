@@ -347,6 +347,57 @@ static void wait_follows_the_writes_when_the_master_has_a_replica(void **state)
     stop_nodes(&n);
 }
 
+/* A pipelined call: deferred requests stay out of lb_cluster_start; each
+ * lb_cluster_dispatch sends what the caller released, with a WAIT of its
+ * own; one still deferred when the call ends fails, never half-sent. */
+static void deferred_requests_go_out_when_released_each_with_a_wait(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    shards_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, 1, 0);
+    struct lb_request reqs[3] = {txn(), txn(), txn()};
+    reqs[1].defer = reqs[2].defer = 1;
+    lb_cluster_start(n.cl, reqs, 3);
+    while (!lb_cluster_progress(n.cl, 100))
+        ;
+    expect_log(n.fa, "CLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\nWAIT 1 100\n");
+    assert_int_equal(lb_cluster_busy_nodes(n.cl), 0);
+    assert_true(lb_cluster_call_clean(n.cl));
+    assert_non_null(lb_cluster_settled_owner(n.cl, 1));
+    reqs[1].defer = 0;
+    lb_cluster_dispatch(n.cl);
+    assert_int_equal(lb_cluster_finish(n.cl), 1);
+    expect_log(n.fa, "MULTI\nZADD k GT 1 m\nEXEC\nWAIT 1 100\n");
+    assert_true(reqs[0].ok);
+    assert_true(reqs[1].ok);
+    assert_false(reqs[2].ok);
+    assert_non_null(strstr(reqs[2].error, "still deferred"));
+    for (int i = 0; i < 3; i++)
+        if (reqs[i].reply)
+            freeReplyObject(reqs[i].reply);
+
+    /* a shortfall of the second pass's WAIT fails what it covered */
+    reqs[0] = reqs[1] = txn();
+    reqs[1].defer = 1;
+    lb_cluster_start(n.cl, reqs, 2);
+    while (!lb_cluster_progress(n.cl, 100))
+        ;
+    n.a.wait_reply = ":0\r\n";
+    reqs[1].defer = 0;
+    lb_cluster_dispatch(n.cl);
+    while (!lb_cluster_progress(n.cl, 100))
+        ;
+    assert_false(lb_cluster_call_clean(n.cl)); /* nothing may follow it early now */
+    assert_int_equal(lb_cluster_finish(n.cl), 1);
+    assert_true(reqs[0].ok);
+    assert_false(reqs[1].ok);
+    assert_non_null(strstr(reqs[1].error, "WAIT: 0 of 1 replica(s)"));
+    if (reqs[0].reply)
+        freeReplyObject(reqs[0].reply);
+    stop_nodes(&n);
+}
+
 static void writes_whose_wait_never_answered_are_not_durable(void **state)
 {
     (void)state;
@@ -762,6 +813,7 @@ int main(void)
         cmocka_unit_test(an_error_inside_exec_fails_the_whole_request),
         cmocka_unit_test(a_short_exec_reply_is_a_failure),
         cmocka_unit_test(wait_follows_the_writes_when_the_master_has_a_replica),
+        cmocka_unit_test(deferred_requests_go_out_when_released_each_with_a_wait),
         cmocka_unit_test(writes_whose_wait_never_answered_are_not_durable),
         cmocka_unit_test(no_wait_without_replicas_or_when_disabled),
         cmocka_unit_test(maps_come_from_shards_with_string_slots_or_from_slots),

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -26,6 +27,7 @@
 #include "pipeline.h"
 #include "planner.h"
 #include "redis_server.h"
+#include "slot.h"
 
 #define MAY1 INT64_C(1777593600000) /* 2026-05-01 */
 
@@ -62,22 +64,23 @@ static struct event event(const char *id, const char *board, const char *player,
 
 struct fixture {
     struct redis_server *redis;
+    struct redis_server *redis2; /* a second master (slots 8192-16383), or NULL */
     struct lb_config *config;
     struct lb_decoder *decoder;
     struct lb_cluster *cluster;
     struct lb_pipeline *pipeline;
 };
 
-static int setup(void **state)
+/* The pipeline over 'f->redis' (and f->redis2), whose client gives up on a
+ * silent node after 'timeout'. */
+static void open_pipeline(struct fixture *f, const char *timeout, int overlap)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
     char text[2048], err[512];
-    f->redis = redis_server_start(1);
     int port = redis_server_port(f->redis);
     snprintf(text, sizeof(text),
              "kafka: {brokers: b, topics: [t]}\n"
              "input: {format: bare, writer_schema: %s/schemas/score_event.avsc}\n"
-             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0}\n"
+             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0, command_timeout: %s}\n"
              "profiles:\n"
              "  - name: top\n"
              "    match: \"top*\"\n"
@@ -89,7 +92,7 @@ static int setup(void **state)
              "    aggregation: sum\n"
              "    tie_break: none\n"
              "    windows: {alltime: {}}\n",
-             getenv("LB_SOURCE_DIR"), port);
+             getenv("LB_SOURCE_DIR"), port, timeout);
     assert_int_equal(
         lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
     f->decoder = lb_config_decoder(f->config, err, sizeof(err));
@@ -99,6 +102,27 @@ static int setup(void **state)
     f->cluster = lb_cluster_new(&options);
     f->pipeline = lb_pipeline_new(f->config, f->decoder, f->cluster);
     assert_non_null(f->pipeline);
+    if (overlap)
+        assert_int_equal(lb_pipeline_overlap(f->pipeline, &options), 0);
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    f->redis = redis_server_start(1);
+    open_pipeline(f, "5s", 0);
+    *state = f;
+    return 0;
+}
+
+static int setup_pair(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    struct redis_server *pair[2];
+    redis_server_start_pair(pair);
+    f->redis = pair[0];
+    f->redis2 = pair[1];
+    open_pipeline(f, "1s", 1);
     *state = f;
     return 0;
 }
@@ -111,6 +135,7 @@ static int teardown(void **state)
     lb_decoder_free(f->decoder);
     lb_config_free(f->config);
     redis_server_stop(f->redis);
+    redis_server_stop(f->redis2);
     free(f);
     return 0;
 }
@@ -138,9 +163,16 @@ static int run(struct fixture *f, const struct input *in, size_t n, uint8_t *sta
     return lb_pipeline_run(f->pipeline, records, n, MAY1, state, give_up_at_once, NULL);
 }
 
+/* The master that holds 'board'. */
+static struct redis_server *node_of(const struct fixture *f, const char *board)
+{
+    return f->redis2 && lb_crc16(board, strlen(board)) % 16384 >= 8192 ? f->redis2 : f->redis;
+}
+
 static int64_t total(const struct fixture *f, const char *board, const char *player)
 {
-    redisReply *r = redis_server_command(f->redis, "ZSCORE lb:{%s}:alltime %s", board, player);
+    redisReply *r =
+        redis_server_command(node_of(f, board), "ZSCORE lb:{%s}:alltime %s", board, player);
     int64_t score = r->type == REDIS_REPLY_STRING ? (int64_t)strtod(r->str, NULL) : 0;
     freeReplyObject(r);
     return score;
@@ -271,6 +303,170 @@ static void a_board_without_a_script_is_written_held_and_released(void **state)
     assert_int_equal(total(f, "top", "a"), 9);
 }
 
+/* ---- pipelining over two masters ----------------------------------------------------- */
+
+/* A board name (sum board) whose keys live on the first or second master. */
+static const char *board_on(const struct fixture *f, int second, char *name, size_t cap)
+{
+    for (int i = 0;; i++) {
+        snprintf(name, cap, "s%d", i);
+        if ((node_of(f, name) == f->redis2) == second)
+            return name;
+    }
+}
+
+struct between_attempts {
+    struct fixture *f;
+    const char *board, *player; /* the total to look at when the first attempt failed */
+    int64_t seen;
+    int calls;
+    void (*then)(struct fixture *f); /* what ends the failure */
+};
+
+static int look_then_retry(void *ctx, int64_t backoff_ms)
+{
+    struct between_attempts *b = ctx;
+    (void)backoff_ms;
+    if (b->calls++ == 0) {
+        b->seen = total(b->f, b->board, b->player);
+        b->then(b->f);
+    }
+    return 0;
+}
+
+static void resume_second(struct fixture *f)
+{
+    redis_server_pause(f->redis2, 0);
+}
+
+static void records_of(const struct input *in, size_t n, struct lb_record *records)
+{
+    for (size_t i = 0; i < n; i++)
+        records[i] =
+            (struct lb_record){in[i].ev.bytes, in[i].ev.len, "t", in[i].partition, in[i].offset};
+}
+
+/* Two batches over board x on the first master and y on the second: the
+ * first gives a and b 1 point each, the second a 2 and b 'b_then'. */
+struct two_batches {
+    char x[16], y[16];
+    struct input first[2], second[2];
+    struct lb_record r1[2], r2[2];
+    uint8_t st1[2], st2[2];
+};
+
+static void two_batches(const struct fixture *f, struct two_batches *t, int64_t b_then)
+{
+    board_on(f, 0, t->x, sizeof(t->x));
+    board_on(f, 1, t->y, sizeof(t->y));
+    t->first[0] = (struct input){0, 0, event("k0", t->x, "a", 1)};
+    t->first[1] = (struct input){0, 1, event("k1", t->y, "b", 1)};
+    t->second[0] = (struct input){0, 2, event("k2", t->x, "a", 2)};
+    t->second[1] = (struct input){0, 3, event("k3", t->y, "b", b_then)};
+    records_of(t->first, 2, t->r1);
+    records_of(t->second, 2, t->r2);
+}
+
+/* One master stalls while the other answers: the next batch's request for
+ * the master that answered goes out before the stalled one's failure is
+ * even known, lands after the request it follows, and everything ends
+ * exact once the stalled master is back and its request sent again. */
+static void a_master_that_answered_gets_the_next_batch_while_another_stalls(void **state)
+{
+    struct fixture *f = *state;
+    struct two_batches t;
+    two_batches(f, &t, 4);
+
+    redis_server_pause(f->redis2, 1);
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, t.r1, 2, MAY1), 0);
+    lb_pipeline_send(f->pipeline);
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, t.r2, 2, MAY1), 0);
+    struct between_attempts look = {.f = f, .board = t.x, .player = "a", .then = resume_second};
+    assert_int_equal(lb_pipeline_complete(f->pipeline, t.st1, look_then_retry, &look), 0);
+    assert_int_equal(look.calls, 1);    /* the stalled master's request failed once */
+    assert_int_equal(look.seen, 1 + 2); /* the next batch was written by then */
+    assert_int_equal(lb_pipeline_stats(f->pipeline)->overlapped, 1); /* not y's: it waited */
+    lb_pipeline_send(f->pipeline);
+    assert_int_equal(lb_pipeline_complete(f->pipeline, t.st2, give_up_at_once, NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(t.st1[i], LB_RECORD_DURABLE);
+        assert_int_equal(t.st2[i], LB_RECORD_DURABLE);
+    }
+    assert_int_equal(total(f, t.x, "a"), 3);
+    /* y's first event once, though the stalled master may have run it too */
+    assert_int_equal(total(f, t.y, "b"), 1 + 4);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Replies a caller leaves unread for longer than the command timeout (the
+ * daemon settling the dead-letter topic, a pipelined batch waiting for the
+ * one before it) are read, not taken for a silent node. */
+static void replies_read_late_are_not_a_timeout(void **state)
+{
+    struct fixture *f = *state;
+    struct two_batches t;
+    two_batches(f, &t, 2);
+
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, t.r1, 2, MAY1), 0);
+    lb_pipeline_send(f->pipeline);
+    sleep_ms(1500);
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, t.r2, 2, MAY1), 0);
+    assert_int_equal(lb_pipeline_complete(f->pipeline, t.st1, give_up_at_once, NULL), 0);
+    lb_pipeline_send(f->pipeline);
+    sleep_ms(1500);
+    assert_int_equal(lb_pipeline_complete(f->pipeline, t.st2, give_up_at_once, NULL), 0);
+    struct lb_cluster_stats redis;
+    lb_pipeline_redis_stats(f->pipeline, &redis);
+    assert_int_equal(redis.timeouts, 0);
+    assert_int_equal(total(f, t.x, "a"), 3);
+    assert_int_equal(total(f, t.y, "b"), 3);
+}
+
+static void unfence(struct fixture *f)
+{
+    char x[16];
+    board_on(f, 0, x, sizeof(x));
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:{%s}:~fence", x));
+}
+
+/* Once a request of the batch in flight failed, nothing of the next batch
+ * goes out early, not even to a master that answered: the failed board must
+ * be settled (written on a retry, or held) before any later request of it. */
+static void nothing_goes_out_early_once_a_request_failed(void **state)
+{
+    struct fixture *f = *state;
+    char x[16], z[16];
+    board_on(f, 0, x, sizeof(x));
+    snprintf(z, sizeof(z), "%s", x);
+    for (int i = 0; strcmp(z, x) == 0 || node_of(f, z) != f->redis; i++)
+        snprintf(z, sizeof(z), "t%d", i);
+    struct input first[] = {{0, 0, event("i0", x, "a", 1)}};
+    struct input second[] = {{1, 0, event("i1", x, "a", 2)}, {1, 1, event("i2", z, "c", 5)}};
+    struct lb_record r1[1], r2[2];
+    uint8_t st1[1], st2[2];
+    records_of(first, 1, r1);
+    records_of(second, 2, r2);
+
+    freeReplyObject(redis_server_command(f->redis, "SET lb:{%s}:~fence replay PX 60000", x));
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, r1, 1, MAY1), 0);
+    lb_pipeline_send(f->pipeline);
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, r2, 2, MAY1), 0);
+    struct between_attempts look = {.f = f, .board = z, .player = "c", .then = unfence};
+    assert_int_equal(lb_pipeline_complete(f->pipeline, st1, look_then_retry, &look), 0);
+    assert_int_equal(look.calls, 1);
+    assert_int_equal(look.seen, 0); /* z's request waited, though its master had answered */
+    assert_int_equal(lb_pipeline_stats(f->pipeline)->overlapped, 0);
+    lb_pipeline_send(f->pipeline);
+    assert_int_equal(lb_pipeline_complete(f->pipeline, st2, give_up_at_once, NULL), 0);
+    assert_int_equal(total(f, x, "a"), 1 + 2);
+    assert_int_equal(total(f, z, "c"), 5);
+}
+
 int main(void)
 {
     lb_log_threshold = LB_LOG_ERROR - 1; /* the holds are logged as errors: expected here */
@@ -281,6 +477,11 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_board_without_a_script_is_written_held_and_released,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            a_master_that_answered_gets_the_next_batch_while_another_stalls, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(nothing_goes_out_early_once_a_request_failed, setup_pair,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(replies_read_late_are_not_a_timeout, setup_pair, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
