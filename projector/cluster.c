@@ -55,7 +55,7 @@ struct node {
     uint32_t replies;          /* replies already matched to queue[qhead] */
     int64_t deadline;          /* when the node is given up on if it stays silent */
     int replicas;              /* healthy replicas of this master, at the last refresh */
-    int wait_needed;           /* WAIT queued in this round: replicas it must reach (0: none) */
+    int wait_needed;           /* replicas the last WAIT queued here must reach */
     int wrote;                 /* a transaction was queued in this round */
     int load_script;           /* SCRIPT LOAD before the next request queued here */
     int connecting;            /* a non-blocking connect is under way */
@@ -1512,10 +1512,8 @@ const char *lb_cluster_route(const struct lb_cluster *cl, uint16_t slot)
 
 const char *lb_cluster_settled_owner(const struct lb_cluster *cl, uint16_t slot)
 {
-    int32_t owner = cl->slots[slot & (LB_SLOTS - 1)];
-    if (owner < 0 || cl->need_refresh || cl->nodes[owner]->qlen)
-        return NULL;
-    return cl->nodes[owner]->name;
+    const char *owner = lb_cluster_route(cl, slot);
+    return owner && !cl->nodes[cl->slots[slot & (LB_SLOTS - 1)]]->qlen ? owner : NULL;
 }
 
 size_t lb_cluster_finish(struct lb_cluster *cl)
