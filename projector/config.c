@@ -1275,6 +1275,14 @@ void lb_config_free(struct lb_config *config)
     free(config);
 }
 
+struct lb_kafka_options lb_config_kafka(const struct lb_config *config)
+{
+    return (struct lb_kafka_options){.path = config->path,
+                                     .brokers = config->brokers,
+                                     .props = config->kafka_props,
+                                     .nprops = config->nkafka_props};
+}
+
 const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,
                                                size_t len)
 {

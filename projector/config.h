@@ -12,6 +12,7 @@
 #define LB_CONFIG_H
 
 #include "event.h"
+#include "kafka.h"
 #include "score.h"
 #include "window.h"
 
@@ -46,12 +47,6 @@ struct lb_profile {
     int64_t sum_max;
     struct lb_window_config *windows;
     size_t nwindows;
-    int line;
-};
-
-struct lb_kv {
-    char *key;
-    char *value;
     int line;
 };
 
@@ -123,6 +118,9 @@ int lb_config_load_string(const char *name, const char *text, size_t len, struct
                           char *err, size_t errlen);
 /* Accepts NULL. */
 void lb_config_free(struct lb_config *config);
+
+/* The kafka: section, as lb_kafka_new reads it (points into .config.). */
+struct lb_kafka_options lb_config_kafka(const struct lb_config *config);
 
 /* The profile for 'board': the first whose patterns match, or NULL. */
 const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,

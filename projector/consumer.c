@@ -42,132 +42,6 @@ const struct lb_consumer_stats *lb_consumer_stats(const struct lb_consumer *c)
     return &c->stats;
 }
 
-int lb_kafka_log_quiet;
-
-void lb_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    (void)rk;
-    /* syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug */
-    enum lb_log_level ours = level <= 3   ? LB_LOG_ERROR
-                             : level == 4 ? LB_LOG_WARN
-                             : level <= 6 ? LB_LOG_INFO
-                                          : LB_LOG_DEBUG;
-    if (lb_kafka_log_quiet && ours < LB_LOG_INFO)
-        ours = LB_LOG_INFO;
-    /* "Connect to ... failed" and its kin repeat what the error callback and
-     * the consumer's broker state already say, once: keep them for info */
-    if (strcmp(fac, "FAIL") == 0 && ours < LB_LOG_INFO)
-        ours = LB_LOG_INFO;
-    lb_log(ours, "kafka", "%s: %s", fac, buf);
-}
-
-static int conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, const char *file,
-                    int line, char *err, size_t errlen)
-{
-    char why[256];
-    if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
-        return 0;
-    snprintf(err, errlen, "%s:%d: kafka property %s: %s", file, line, key, why);
-    return -1;
-}
-
-/* Which clients a librdkafka property is for, from librdkafka's own table
- * (rd_kafka_conf_properties_show: a column 'C/P' of C, P or *), read once. */
-struct scope_entry {
-    char *name;
-    char scope;
-};
-static struct scope_entry *scopes;
-static size_t nscopes;
-static pthread_once_t scopes_once = PTHREAD_ONCE_INIT;
-
-static void read_scopes(void)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    if (!out)
-        return;
-    rd_kafka_conf_properties_show(out);
-    fclose(out);
-    for (char *line = text, *end; line && *line; line = end ? end + 1 : NULL) {
-        end = strchr(line, '\n');
-        if (end)
-            *end = '\0';
-        char name[128], scope[8];
-        if (sscanf(line, "%127s | %7s |", name, scope) != 2 || strlen(scope) != 1 ||
-            !strchr("CP*", scope[0]))
-            continue;
-        struct scope_entry *grown = realloc(scopes, (nscopes + 1) * sizeof(*grown));
-        char *copy = strdup(name);
-        if (!grown || !copy) {
-            free(copy);
-            if (grown)
-                scopes = grown;
-            break;
-        }
-        scopes = grown;
-        scopes[nscopes++] = (struct scope_entry){copy, scope[0]};
-    }
-    free(text);
-}
-
-char lb_kafka_property_scope(const char *name)
-{
-    pthread_once(&scopes_once, read_scopes);
-    for (size_t i = 0; i < nscopes; i++)
-        if (strcmp(scopes[i].name, name) == 0)
-            return scopes[i].scope;
-    return 0;
-}
-
-/* Whether an error is about reaching the brokers (said once, by the
- * consumer's broker state, rather than at every attempt). */
-static int is_transport_error(rd_kafka_resp_err_t err)
-{
-    return err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
-           err == RD_KAFKA_RESP_ERR__RESOLVE || err == RD_KAFKA_RESP_ERR__TIMED_OUT;
-}
-
-/* librdkafka's error events: without this callback it would also log each
- * one itself, a second line for what its log callback already said. */
-static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
-{
-    static struct lb_ratelimit said;
-    (void)opaque;
-    if (err == RD_KAFKA_RESP_ERR__FATAL) {
-        char why[512];
-        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof(why));
-        LB_ERROR("kafka", "fatal error %s: %s", rd_kafka_err2name(orig), why);
-        return;
-    }
-    if (is_transport_error((rd_kafka_resp_err_t)err)) {
-        LB_DEBUG("kafka", "%s", reason);
-        return;
-    }
-    lb_log_every(&said, 5000, lb_kafka_log_quiet ? LB_LOG_INFO : LB_LOG_WARN, "kafka", "%s: %s",
-                 rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
-}
-
-int lb_kafka_conf_apply(const struct lb_config *config, rd_kafka_conf_t *conf, rd_kafka_type_t type,
-                        char *err, size_t errlen)
-{
-    char mine = type == RD_KAFKA_CONSUMER ? 'C' : 'P';
-    if (conf_set(conf, "bootstrap.servers", config->brokers, config->path, 0, err, errlen) != 0)
-        return -1;
-    for (size_t i = 0; i < config->nkafka_props; i++) {
-        const struct lb_kv *kv = &config->kafka_props[i];
-        char scope = lb_kafka_property_scope(kv->key);
-        if (scope && scope != '*' && scope != mine)
-            continue; /* the other client's: e.g. session.timeout.ms is no producer's */
-        if (conf_set(conf, kv->key, kv->value, config->path, kv->line, err, errlen) != 0)
-            return -1;
-    }
-    rd_kafka_conf_set_log_cb(conf, lb_kafka_log_cb);
-    rd_kafka_conf_set_error_cb(conf, error_cb);
-    return 0;
-}
-
 static void assign(rd_kafka_t *rk, const rd_kafka_topic_partition_list_t *partitions)
 {
     rd_kafka_resp_err_t err = rd_kafka_assign(rk, partitions);
@@ -297,52 +171,12 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
     return 0; /* librdkafka frees 'json' */
 }
 
-struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn on_revoke,
-                                    void *ctx, char *err, size_t errlen)
+/* Offsets must only ever come from us: refuse overrides that would let
+ * librdkafka commit or store on its own. And the rebalance callback speaks
+ * the eager protocol: cooperative-sticky has known crash and hang bugs in
+ * librdkafka 2.0.2 anyway. */
+int lb_consumer_check(const struct lb_config *config, char *err, size_t errlen)
 {
-    struct lb_consumer *c = calloc(1, sizeof(*c));
-    if (c) {
-        lb_histogram_init(&c->stats.commit_latency, lb_latency_bounds, lb_latency_nbounds);
-        /* a held partition is paused after a few batches' worth of records:
-         * enough to keep its other boards flowing through a short fault,
-         * little to read again at the rewind */
-        c->offsets = lb_offsets_new((uint64_t)config->batch_max_events * 5, 100, 5000);
-        c->brokers_up = c->stats.brokers_up = -1;
-    }
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_topic_partition_list_t *topics = NULL;
-    char why[512];
-
-    if (!c || !c->offsets || !conf) {
-        snprintf(err, errlen, "out of memory");
-        goto error;
-    }
-    c->on_revoke = on_revoke;
-    c->ctx = ctx;
-    /* Our defaults first, so that a kafka: property can override them. */
-    if (conf_set(conf, "group.id", config->group, config->path, 0, err, errlen) != 0 ||
-        conf_set(conf, "enable.auto.commit", "false", config->path, 0, err, errlen) != 0 ||
-        conf_set(conf, "enable.auto.offset.store", "false", config->path, 0, err, errlen) != 0 ||
-        conf_set(conf, "auto.offset.reset", "earliest", config->path, 0, err, errlen) != 0 ||
-        conf_set(conf, "partition.assignment.strategy", "range", config->path, 0, err, errlen) !=
-            0 ||
-        /* librdkafka 2.0.2 refills a prefetch queue that reached its threshold
-         * only when its broker thread next wakes up (up to a second later), so
-         * a backlog drains in bursts unless the queue holds about a second of
-         * consumption. 300000 messages cost ~150 MB of RSS while draining a
-         * backlog, nothing when tailing; lower it for memory, raise it for
-         * faster catch-up. */
-        conf_set(conf, "queued.min.messages", "300000", config->path, 0, err, errlen) != 0 ||
-        /* a broker back after an outage is reconnected to within a second,
-         * not after librdkafka's default 10 s back-off */
-        conf_set(conf, "reconnect.backoff.max.ms", "1000", config->path, 0, err, errlen) != 0 ||
-        conf_set(conf, "statistics.interval.ms", "1000", config->path, 0, err, errlen) != 0 ||
-        lb_kafka_conf_apply(config, conf, RD_KAFKA_CONSUMER, err, errlen) != 0)
-        goto error;
-    /* Offsets must only ever come from us: refuse overrides that would let
-     * librdkafka commit or store on its own. And the rebalance callback
-     * speaks the eager protocol: cooperative-sticky has known crash and hang
-     * bugs in librdkafka 2.0.2 anyway. */
     for (size_t i = 0; i < config->nkafka_props; i++) {
         const struct lb_kv *kv = &config->kafka_props[i];
         if ((strcmp(kv->key, "enable.auto.commit") == 0 ||
@@ -352,7 +186,7 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
                      "%s:%d: kafka property %s must stay false: the projector commits only what "
                      "is durable in Redis",
                      config->path, kv->line, kv->key);
-            goto error;
+            return -1;
         }
         if (strcmp(kv->key, "partition.assignment.strategy") == 0 &&
             strstr(kv->value, "cooperative")) {
@@ -360,20 +194,74 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
                      "%s:%d: kafka property %s: cooperative-sticky is not supported (librdkafka "
                      "2.0.2 has known crash and hang bugs in it); use range or roundrobin",
                      config->path, kv->line, kv->key);
-            goto error;
+            return -1;
         }
     }
+    return 0;
+}
+
+static void consumer_callbacks(rd_kafka_conf_t *conf, void *ctx)
+{
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
     rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
     rd_kafka_conf_set_stats_cb(conf, stats_cb);
-    rd_kafka_conf_set_opaque(conf, c);
+    rd_kafka_conf_set_opaque(conf, ctx);
+}
 
-    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why));
-    if (!c->rk) {
-        snprintf(err, errlen, "cannot create the Kafka consumer: %s", why);
+struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn on_revoke,
+                                    void *ctx, char *err, size_t errlen, enum lb_error_class *class)
+{
+    /* Our defaults, which a kafka: property may override. */
+    const char *const defaults[][2] = {
+        {"group.id", config->group},
+        {"enable.auto.commit", "false"},
+        {"enable.auto.offset.store", "false"},
+        {"auto.offset.reset", "earliest"},
+        {"partition.assignment.strategy", "range"},
+        /* librdkafka 2.0.2 refills a prefetch queue that reached its
+         * threshold only when its broker thread next wakes up (up to a second
+         * later), so a backlog drains in bursts unless the queue holds about a
+         * second of consumption. 300000 messages cost ~150 MB of RSS while
+         * draining a backlog, nothing when tailing; lower it for memory,
+         * raise it for faster catch-up. */
+        {"queued.min.messages", "300000"},
+        /* a broker back after an outage is reconnected to within a second,
+         * not after librdkafka's default 10 s back-off */
+        {"reconnect.backoff.max.ms", "1000"},
+        {"statistics.interval.ms", "1000"},
+    };
+    rd_kafka_topic_partition_list_t *topics = NULL;
+    enum lb_error_class ignored;
+    if (!class)
+        class = &ignored;
+    *class = LB_ERROR_CONFIG;
+    if (lb_consumer_check(config, err, errlen) != 0)
+        return NULL;
+    *class = LB_ERROR_RUNTIME;
+    struct lb_consumer *c = calloc(1, sizeof(*c));
+    if (c) {
+        lb_histogram_init(&c->stats.commit_latency, lb_latency_bounds, lb_latency_nbounds);
+        /* a held partition is paused after a few batches' worth of records:
+         * enough to keep its other boards flowing through a short fault,
+         * little to read again at the rewind */
+        c->offsets = lb_offsets_new((uint64_t)config->batch_max_events * 5, 100, 5000);
+        c->brokers_up = c->stats.brokers_up = -1;
+    }
+    if (!c || !c->offsets) {
+        snprintf(err, errlen, "out of memory");
         goto error;
     }
-    conf = NULL; /* owned by c->rk now */
+    c->on_revoke = on_revoke;
+    c->ctx = ctx;
+    struct lb_kafka_options options = lb_config_kafka(config);
+    struct lb_kafka_client client = {.type = RD_KAFKA_CONSUMER,
+                                     .defaults = defaults,
+                                     .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
+                                     .setup = consumer_callbacks,
+                                     .ctx = c};
+    c->rk = lb_kafka_new(&options, &client, err, errlen, class);
+    if (!c->rk)
+        goto error;
     rd_kafka_poll_set_consumer(c->rk);
 
     topics = rd_kafka_topic_partition_list_new((int)config->ntopics);
@@ -383,13 +271,12 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
     rd_kafka_topic_partition_list_destroy(topics);
     if (rc) {
         snprintf(err, errlen, "cannot subscribe: %s", rd_kafka_err2str(rc));
+        *class = LB_ERROR_RUNTIME;
         goto error;
     }
     return c;
 
 error:
-    if (conf)
-        rd_kafka_conf_destroy(conf);
     if (c && c->rk)
         rd_kafka_destroy(c->rk);
     if (c)
@@ -446,7 +333,7 @@ rd_kafka_message_t *lb_consumer_poll(struct lb_consumer *c, int timeout_ms)
         rd_kafka_resp_err_t orig = rd_kafka_fatal_error(c->rk, why, sizeof(why));
         LB_ERROR("kafka", "fatal consumer error %s: %s", rd_kafka_err2name(orig), why);
         c->fatal = 1;
-    } else if (!is_transport_error(msg->err)) {
+    } else if (!lb_kafka_is_transport_error(msg->err)) {
         lb_log_every(&c->error_said, 5000, LB_LOG_WARN, "kafka", "consumer: %s%s%s",
                      rd_kafka_message_errstr(msg), msg->rkt ? " on topic " : "",
                      msg->rkt ? rd_kafka_topic_name(msg->rkt) : "");

@@ -32,9 +32,16 @@ typedef void (*lb_revoke_fn)(void *ctx, const rd_kafka_topic_partition_list_t *p
 
 /* Creates the consumer and subscribes to the configured topics. On error
  * returns NULL with "file:line: message" (for a bad kafka property) or a
- * plain sentence in 'err'. 'config' must outlive the consumer. */
+ * plain sentence in 'err', and whether the configuration or the world is to
+ * blame in '*class' (may be NULL). 'config' must outlive the consumer. */
 struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn on_revoke,
-                                    void *ctx, char *err, size_t errlen);
+                                    void *ctx, char *err, size_t errlen,
+                                    enum lb_error_class *class);
+
+/* Refuses kafka: properties the projector cannot work with (automatic
+ * commits or offset stores, the cooperative assignor): 0, or -1 with
+ * "file:line: message". */
+int lb_consumer_check(const struct lb_config *config, char *err, size_t errlen);
 
 /* Commits what is stored, leaves the group and frees. Accepts NULL. */
 void lb_consumer_close(struct lb_consumer *consumer);
@@ -81,22 +88,5 @@ struct lb_consumer_stats {
     struct lb_histogram commit_latency; /* seconds from commit to the broker's answer */
 };
 const struct lb_consumer_stats *lb_consumer_stats(const struct lb_consumer *consumer);
-
-/* Shared by the tools: applies the kafka: section (brokers and passthrough
- * properties) to 'conf' for a client of 'type': properties librdkafka says
- * are for the other type of client are left out (consumer properties never
- * reach the dead-letter producer, and the reverse). Returns 0, or -1 with
- * "file:line: message". */
-int lb_kafka_conf_apply(const struct lb_config *config, rd_kafka_conf_t *conf, rd_kafka_type_t type,
-                        char *err, size_t errlen);
-
-/* 'C' (consumers), 'P' (producers), '*' (both) or 0 (not a librdkafka
- * property), per librdkafka's own property table. */
-char lb_kafka_property_scope(const char *name);
-/* Non-zero: librdkafka's errors and warnings are logged at info level, for
- * tools that report failures themselves in one line. */
-extern int lb_kafka_log_quiet;
-/* Routes librdkafka's logs through lb_log. */
-void lb_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
 
 #endif

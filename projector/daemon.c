@@ -847,10 +847,11 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         goto done;
     }
     if (config->dlq_topic) {
-        d.dlq = lb_dlq_new(config, err, sizeof(err));
+        enum lb_error_class class;
+        d.dlq = lb_dlq_new(config, err, sizeof(err), &class);
         if (!d.dlq) {
             LB_ERROR("daemon", "dead-letter producer: %s", err);
-            status = LB_EXIT_CONFIG;
+            status = class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
             goto done;
         }
         lb_pipeline_set_reject_hook(d.pipeline, on_reject, &d);
@@ -876,11 +877,11 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     else
         LB_INFO("redis", "slot map loaded%s",
                 lb_cluster_is_standalone(d.cluster) ? " (standalone Redis)" : "");
-    d.consumer = lb_consumer_new(config, on_revoke, &d, err, sizeof(err));
+    enum lb_error_class class;
+    d.consumer = lb_consumer_new(config, on_revoke, &d, err, sizeof(err), &class);
     if (!d.consumer) {
         LB_ERROR("daemon", "%s", err);
-        status =
-            strchr(err, ':') && strstr(err, "kafka property") ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
+        status = class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
         goto done;
     }
     LB_INFO("daemon", "consuming %zu topic(s) as group '%s'", config->ntopics, config->group);

@@ -9,7 +9,7 @@
  */
 #include "dlq.h"
 
-#include "consumer.h"
+#include "kafka.h"
 #include "log.h"
 
 #include <openssl/evp.h>
@@ -191,43 +191,49 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
         free_entry(dlq, e);
 }
 
-struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errlen)
+static void dlq_callbacks(rd_kafka_conf_t *conf, void *ctx)
 {
-    struct lb_dlq *dlq = calloc(1, sizeof(*dlq));
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (!dlq || !conf || !(dlq->buckets = calloc(64, sizeof(*dlq->buckets)))) {
-        snprintf(err, errlen, "out of memory");
-        goto fail;
-    }
-    dlq->nbuckets = 64;
-    /* Defaults first, so the kafka: section can override them. */
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_opaque(conf, ctx);
+}
+
+struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errlen,
+                          enum lb_error_class *class)
+{
+    /* defaults, which the kafka: section may override */
     static const char *const defaults[][2] = {{"enable.idempotence", "true"},
                                               {"acks", "all"},
                                               {"linger.ms", "5"},
                                               {"message.timeout.ms", "30000"},
                                               {"reconnect.backoff.max.ms", "1000"}};
-    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
-        if (rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], err, errlen) !=
-            RD_KAFKA_CONF_OK)
-            goto fail;
-    if (lb_kafka_conf_apply(config, conf, RD_KAFKA_PRODUCER, err, errlen) != 0)
+    enum lb_error_class ignored;
+    if (!class)
+        class = &ignored;
+    *class = LB_ERROR_RUNTIME;
+    struct lb_dlq *dlq = calloc(1, sizeof(*dlq));
+    if (!dlq || !(dlq->buckets = calloc(64, sizeof(*dlq->buckets)))) {
+        snprintf(err, errlen, "out of memory");
         goto fail;
-    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-    rd_kafka_conf_set_opaque(conf, dlq);
-    dlq->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
+    }
+    dlq->nbuckets = 64;
+    struct lb_kafka_options options = lb_config_kafka(config);
+    struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
+                                     .defaults = defaults,
+                                     .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
+                                     .setup = dlq_callbacks,
+                                     .ctx = dlq};
+    dlq->producer = lb_kafka_new(&options, &client, err, errlen, class);
     if (!dlq->producer)
         goto fail;
-    conf = NULL; /* owned by the producer now */
     dlq->topic = rd_kafka_topic_new(dlq->producer, config->dlq_topic, NULL);
     if (!dlq->topic) {
         snprintf(err, errlen, "dead-letter topic %s: %s", config->dlq_topic,
                  rd_kafka_err2str(rd_kafka_last_error()));
+        *class = LB_ERROR_RUNTIME;
         goto fail;
     }
     return dlq;
 fail:
-    if (conf)
-        rd_kafka_conf_destroy(conf);
     if (dlq && dlq->producer)
         rd_kafka_destroy(dlq->producer);
     if (dlq)

@@ -60,8 +60,10 @@ const char *lb_dlq_failure_name(enum lb_dlq_failure kind);
 
 struct lb_dlq;
 
-/* Creates the producer for config->dlq_topic. NULL with a message on error. */
-struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errlen);
+/* Creates the producer for config->dlq_topic. NULL with a message and its
+ * class ('class' may be NULL) on error. */
+struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errlen,
+                          enum lb_error_class *class);
 
 /* Waits up to 'timeout_ms' for outstanding deliveries, then frees. Accepts
  * NULL. */

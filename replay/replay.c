@@ -39,7 +39,7 @@
 #include "clock.h"
 #include "cluster.h"
 #include "config.h"
-#include "consumer.h"
+#include "kafka.h"
 #include "event.h"
 #include "lease.h"
 #include "log.h"
@@ -313,34 +313,6 @@ static void group_digits(int64_t v, char *out, size_t cap)
         out[o++] = digits[i];
     }
     out[o] = '\0';
-}
-
-static rd_kafka_t *kafka_handle(const struct lb_config *config, const char *group, char *err,
-                                size_t errlen)
-{
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    /* the projector's default prefetch (see consumer.c), before the
-     * kafka: section so it can be overridden there */
-    if (rd_kafka_conf_set(conf, "queued.min.messages", "300000", err, errlen) != RD_KAFKA_CONF_OK ||
-        lb_kafka_conf_apply(config, conf, RD_KAFKA_CONSUMER, err, errlen) != 0) {
-        rd_kafka_conf_destroy(conf);
-        return NULL;
-    }
-    /* Never commit, never store, never skip silently. */
-    const char *props[][2] = {{"group.id", group},
-                              {"enable.auto.commit", "false"},
-                              {"enable.auto.offset.store", "false"},
-                              {"auto.offset.reset", "error"},
-                              {"enable.partition.eof", "false"}};
-    for (size_t i = 0; i < sizeof(props) / sizeof(props[0]); i++)
-        if (rd_kafka_conf_set(conf, props[i][0], props[i][1], err, errlen) != RD_KAFKA_CONF_OK) {
-            rd_kafka_conf_destroy(conf);
-            return NULL;
-        }
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, errlen);
-    if (!rk)
-        rd_kafka_conf_destroy(conf);
-    return rk;
 }
 
 /* Resolves "earliest", "latest", "committed", an RFC 3339 time or an offset
@@ -1817,8 +1789,9 @@ int main(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    if (!(r.meta = kafka_handle(r.config, r.config->group, err, sizeof(err))) ||
-        !(r.reader = kafka_handle(r.config, group, err, sizeof(err)))) {
+    struct lb_kafka_options kafka = lb_config_kafka(r.config);
+    if (!(r.meta = lb_kafka_reader(&kafka, r.config->group, err, sizeof(err))) ||
+        !(r.reader = lb_kafka_reader(&kafka, group, err, sizeof(err)))) {
         fprintf(stderr, "replay: Kafka: %s\n", err);
         status = EXIT_CONFIG;
         goto out;

@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kafka.h"
+
 struct options {
     const char *brokers;
     const char *topic;
@@ -32,7 +34,7 @@ struct options {
     const char *reason;
     int partitions;
     int timeout_s;
-    char *props[32];
+    struct lb_kv props[32]; /* -X key=value */
     int nprops;
     char *topic_configs[16]; /* create-topic --config key=value */
     int ntopic_configs;
@@ -41,35 +43,19 @@ struct options {
 static rd_kafka_t *make_client(const struct options *o, rd_kafka_type_t type)
 {
     char err[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (rd_kafka_conf_set(conf, "bootstrap.servers", o->brokers, err, sizeof(err)) ||
-        (o->group && rd_kafka_conf_set(conf, "group.id", o->group, err, sizeof(err))) ||
-        rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err))) {
+    /* errors only: a fresh broker's "coordinator load in progress" is noise */
+    static const char *const defaults[][2] = {{"log_level", "3"}};
+    const char *const group[][2] = {{"group.id", o->group}};
+    struct lb_kafka_options options = {
+        .brokers = o->brokers, .props = o->props, .nprops = (size_t)o->nprops};
+    struct lb_kafka_client client = {.type = type,
+                                     .defaults = defaults,
+                                     .ndefaults = 1,
+                                     .fixed = group,
+                                     .nfixed = o->group ? 1 : 0};
+    rd_kafka_t *rk = lb_kafka_new(&options, &client, err, sizeof(err), NULL);
+    if (!rk)
         fprintf(stderr, "lbadmin: %s\n", err);
-        rd_kafka_conf_destroy(conf);
-        return NULL;
-    }
-    for (int i = 0; i < o->nprops; i++) {
-        char *eq = strchr(o->props[i], '=');
-        if (!eq) {
-            fprintf(stderr, "lbadmin: -X expects key=value\n");
-            rd_kafka_conf_destroy(conf);
-            return NULL;
-        }
-        *eq = '\0';
-        int rc = rd_kafka_conf_set(conf, o->props[i], eq + 1, err, sizeof(err));
-        *eq = '=';
-        if (rc) {
-            fprintf(stderr, "lbadmin: %s\n", err);
-            rd_kafka_conf_destroy(conf);
-            return NULL;
-        }
-    }
-    rd_kafka_t *rk = rd_kafka_new(type, conf, err, sizeof(err));
-    if (!rk) {
-        fprintf(stderr, "lbadmin: %s\n", err);
-        rd_kafka_conf_destroy(conf);
-    }
     return rk;
 }
 
@@ -545,8 +531,12 @@ int main(int argc, char **argv)
             o.reason = optarg;
             break;
         case 'X':
-            if (o.nprops < 32)
-                o.props[o.nprops++] = optarg;
+            if (o.nprops == 32 || lb_kafka_property_arg(optarg, &o.props[o.nprops]) != 0) {
+                fprintf(stderr, "lbadmin: -X %s: %s\n", optarg,
+                        o.nprops == 32 ? "at most 32 properties" : "expected key=value");
+                return 2;
+            }
+            o.nprops++;
             break;
         case 'C':
             if (o.ntopic_configs < 16)

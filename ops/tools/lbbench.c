@@ -18,7 +18,7 @@
 #include "apply.h"
 #include "cluster.h"
 #include "config.h"
-#include "consumer.h"
+#include "kafka.h"
 #include "eventgen.h"
 #include "log.h"
 #include "pipeline.h"
@@ -207,7 +207,6 @@ static int encode_topic(const struct lb_config *config, struct encoded *enc, str
     struct lb_apply_batch encoded = {0};
     size_t batch = (size_t)config->batch_max_events, n = 0;
     rd_kafka_message_t **msgs = calloc(batch, sizeof(*msgs));
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_t *rk = NULL;
     rd_kafka_topic_partition_list_t *parts = NULL;
     const struct rd_kafka_metadata *md = NULL;
@@ -217,15 +216,9 @@ static int encode_topic(const struct lb_config *config, struct encoded *enc, str
 
     lb_arena_init(&arena, 1 << 16);
     snprintf(group, sizeof(group), "lbbench-ceiling-%lld", (long long)now);
-    if (!decoder || !plan || !msgs ||
-        lb_kafka_conf_apply(config, conf, RD_KAFKA_CONSUMER, err, sizeof(err)) != 0 ||
-        rd_kafka_conf_set(conf, "group.id", group, err, sizeof(err)) ||
-        rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err)) ||
-        rd_kafka_conf_set(conf, "queued.min.messages", "300000", err, sizeof(err)) ||
-        !(rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err)))) {
-        fprintf(stderr, "lbbench: %s\n", err);
-        if (!rk)
-            rd_kafka_conf_destroy(conf);
+    struct lb_kafka_options options = lb_config_kafka(config);
+    if (!decoder || !plan || !msgs || !(rk = lb_kafka_reader(&options, group, err, sizeof(err)))) {
+        fprintf(stderr, "lbbench: %s\n", !plan || !msgs ? "out of memory" : err);
         goto done;
     }
     rd_kafka_poll_set_consumer(rk);
@@ -416,18 +409,12 @@ static int compare_i64(const void *a, const void *b)
 static rd_kafka_t *probe_producer(const struct lb_config *config)
 {
     char err[1024];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (lb_kafka_conf_apply(config, conf, RD_KAFKA_CONSUMER, err, sizeof(err)) != 0 ||
-        rd_kafka_conf_set(conf, "linger.ms", "0", err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+    static const char *const fixed[][2] = {{"linger.ms", "0"}};
+    struct lb_kafka_options options = lb_config_kafka(config);
+    struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER, .fixed = fixed, .nfixed = 1};
+    rd_kafka_t *rk = lb_kafka_new(&options, &client, err, sizeof(err), NULL);
+    if (!rk)
         fprintf(stderr, "lbbench: %s\n", err);
-        rd_kafka_conf_destroy(conf);
-        return NULL;
-    }
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    if (!rk) {
-        fprintf(stderr, "lbbench: %s\n", err);
-        rd_kafka_conf_destroy(conf);
-    }
     return rk;
 }
 

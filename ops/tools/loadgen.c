@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "config.h" /* lb_time_parse */
+#include "kafka.h"
 #include "eventgen.h"
 
 struct options {
@@ -61,12 +62,16 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static void producer_callbacks(rd_kafka_conf_t *conf, void *ctx)
+{
+    (void)ctx;
+    rd_kafka_conf_set_dr_msg_cb(conf, delivery_cb);
+}
+
 static rd_kafka_t *make_producer(const struct options *o, char **props, int nprops)
 {
     char err[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    const char *defaults[][2] = {
-        {"bootstrap.servers", o->brokers},
+    static const char *const defaults[][2] = {
         {"linger.ms", "5"},
         {"batch.num.messages", "10000"},
         {"queue.buffering.max.messages", "500000"},
@@ -74,32 +79,21 @@ static rd_kafka_t *make_producer(const struct options *o, char **props, int npro
         {"acks", "all"},
         /* errors only: a fresh broker's "coordinator load in progress" is noise */
         {"log_level", "3"}};
-    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
-        if (rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], err, sizeof(err))) {
-            fprintf(stderr, "loadgen: %s\n", err);
-            rd_kafka_conf_destroy(conf);
-            return NULL;
-        }
-    for (int i = 0; i < nprops; i++) {
-        char *eq = strchr(props[i], '=');
-        if (!eq) {
+    struct lb_kv kv[64];
+    for (int i = 0; i < nprops; i++)
+        if (lb_kafka_property_arg(props[i], &kv[i]) != 0) {
             fprintf(stderr, "loadgen: -X expects key=value, got '%s'\n", props[i]);
-            rd_kafka_conf_destroy(conf);
             return NULL;
         }
-        *eq = '\0';
-        if (rd_kafka_conf_set(conf, props[i], eq + 1, err, sizeof(err))) {
-            fprintf(stderr, "loadgen: %s\n", err);
-            rd_kafka_conf_destroy(conf);
-            return NULL;
-        }
-    }
-    rd_kafka_conf_set_dr_msg_cb(conf, delivery_cb);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    if (!rk) {
+    struct lb_kafka_options options = {
+        .brokers = o->brokers, .props = kv, .nprops = (size_t)nprops};
+    struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
+                                     .defaults = defaults,
+                                     .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
+                                     .setup = producer_callbacks};
+    rd_kafka_t *rk = lb_kafka_new(&options, &client, err, sizeof(err), NULL);
+    if (!rk)
         fprintf(stderr, "loadgen: %s\n", err);
-        rd_kafka_conf_destroy(conf);
-    }
     return rk;
 }
 

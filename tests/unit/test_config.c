@@ -247,9 +247,11 @@ static void kafka_overrides_that_break_the_offset_contract_are_refused(void **st
                  "input: {schemas: {1: s.avsc}}\nredis: {nodes: [a:1]}\n",
                  bad[i]);
         struct lb_config *c = load_ok(text);
-        assert_null(lb_consumer_new(c, NULL, NULL, err, sizeof(err)));
+        enum lb_error_class class = LB_ERROR_NONE;
+        assert_null(lb_consumer_new(c, NULL, NULL, err, sizeof(err), &class));
         if (!strstr(err, "test.yaml:4: kafka property"))
             fail_msg("unexpected error: %s", err);
+        assert_int_equal(class, LB_ERROR_CONFIG);
         lb_config_free(c);
     }
 }
@@ -338,7 +340,9 @@ static void kafka_properties_go_to_their_client(void **state)
         char err[512], value[64];
         size_t len;
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        assert_int_equal(lb_kafka_conf_apply(c, conf, want[i].type, err, sizeof(err)), 0);
+        struct lb_kafka_options options = lb_config_kafka(c);
+        struct lb_kafka_client client = {.type = want[i].type};
+        assert_int_equal(lb_kafka_conf_apply(&options, &client, conf, err, sizeof(err)), 0);
         len = sizeof(value);
         assert_int_equal(rd_kafka_conf_get(conf, "session.timeout.ms", value, &len),
                          RD_KAFKA_CONF_OK);
@@ -356,12 +360,69 @@ static void kafka_properties_go_to_their_client(void **state)
     c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  no.such.property: 1\n"
                 "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
     char err[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    assert_int_equal(lb_kafka_conf_apply(c, conf, RD_KAFKA_PRODUCER, err, sizeof(err)), -1);
-    if (!strstr(err, "test.yaml:4: kafka property"))
+    struct lb_kafka_options options = lb_config_kafka(c);
+    struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER};
+    enum lb_error_class class = LB_ERROR_NONE;
+    assert_null(lb_kafka_new(&options, &client, err, sizeof(err), &class));
+    if (!strstr(err, "test.yaml:4: kafka property no.such.property"))
         fail_msg("unexpected error: %s", err);
+    assert_int_equal(class, LB_ERROR_CONFIG);
+    lb_config_free(c);
+}
+
+/* The caller's defaults give way to the kafka: section, its fixed
+ * properties do not; properties librdkafka refuses only together (checked
+ * when the client is created) are the configuration's fault too. */
+static void kafka_clients_layer_defaults_section_and_fixed(void **state)
+{
+    (void)state;
+    struct lb_config *c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n"
+                                  "  linger.ms: 20\n  request.required.acks: \"1\"\n"
+                                  "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
+    static const char *const defaults[][2] = {{"linger.ms", "5"}, {"batch.size", "4096"}};
+    static const char *const fixed[][2] = {{"request.required.acks", "all"}};
+    struct lb_kafka_options options = lb_config_kafka(c);
+    struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
+                                     .defaults = defaults,
+                                     .ndefaults = 2,
+                                     .fixed = fixed,
+                                     .nfixed = 1};
+    char err[512], value[64];
+    size_t len;
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    assert_int_equal(lb_kafka_conf_apply(&options, &client, conf, err, sizeof(err)), 0);
+    static const char *const want[][2] = {{"linger.ms", "20"},
+                                          {"batch.size", "4096"},
+                                          {"request.required.acks", "-1"},
+                                          {"bootstrap.servers", "b"}};
+    for (size_t i = 0; i < 4; i++) {
+        len = sizeof(value);
+        assert_int_equal(rd_kafka_conf_get(conf, want[i][0], value, &len), RD_KAFKA_CONF_OK);
+        if (strcmp(value, want[i][1]) != 0)
+            fail_msg("%s is %s, expected %s", want[i][0], value, want[i][1]);
+    }
     rd_kafka_conf_destroy(conf);
     lb_config_free(c);
+
+    c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  security.protocol: ssl\n"
+                "  ssl.ca.location: /nonexistent/ca.pem\n"
+                "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
+    options = lb_config_kafka(c);
+    client = (struct lb_kafka_client){.type = RD_KAFKA_CONSUMER};
+    enum lb_error_class class = LB_ERROR_NONE;
+    assert_null(lb_kafka_new(&options, &client, err, sizeof(err), &class));
+    assert_int_equal(class, LB_ERROR_CONFIG);
+    if (!strstr(err, "test.yaml: cannot create the Kafka consumer") || !strstr(err, "ssl"))
+        fail_msg("unexpected error: %s", err);
+    lb_config_free(c);
+
+    /* a tool's -X */
+    char arg[] = "client.id=pod-7", bad[] = "client.id";
+    struct lb_kv kv;
+    assert_int_equal(lb_kafka_property_arg(arg, &kv), 0);
+    assert_string_equal(kv.key, "client.id");
+    assert_string_equal(kv.value, "pod-7");
+    assert_int_equal(lb_kafka_property_arg(bad, &kv), -1);
 }
 
 static void durations_and_times_parse(void **state)
@@ -399,6 +460,7 @@ int main(void)
         cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
         cmocka_unit_test(kafka_properties_go_to_their_client),
+        cmocka_unit_test(kafka_clients_layer_defaults_section_and_fixed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

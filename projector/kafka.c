@@ -1,0 +1,217 @@
+/* Kafka clients; see kafka.h.
+ *
+ * librdkafka's own threads call the log and error callbacks below: they
+ * only format and hand the line to lb_log, which is thread-safe.
+ */
+#include "kafka.h"
+#include "log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int lb_kafka_log_quiet;
+
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    /* syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug */
+    enum lb_log_level ours = level <= 3   ? LB_LOG_ERROR
+                             : level == 4 ? LB_LOG_WARN
+                             : level <= 6 ? LB_LOG_INFO
+                                          : LB_LOG_DEBUG;
+    if (lb_kafka_log_quiet && ours < LB_LOG_INFO)
+        ours = LB_LOG_INFO;
+    /* "Connect to ... failed" and its kin repeat what the error callback and
+     * the consumer's broker state already say, once: keep them for info */
+    if (strcmp(fac, "FAIL") == 0 && ours < LB_LOG_INFO)
+        ours = LB_LOG_INFO;
+    lb_log(ours, "kafka", "%s: %s", fac, buf);
+}
+
+int lb_kafka_is_transport_error(rd_kafka_resp_err_t err)
+{
+    return err == RD_KAFKA_RESP_ERR__TRANSPORT || err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+           err == RD_KAFKA_RESP_ERR__RESOLVE || err == RD_KAFKA_RESP_ERR__TIMED_OUT;
+}
+
+/* librdkafka's error events: without this callback it would also log each
+ * one itself, a second line for what its log callback already said. */
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    static struct lb_ratelimit said;
+    (void)opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char why[512];
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof(why));
+        LB_ERROR("kafka", "fatal error %s: %s", rd_kafka_err2name(orig), why);
+        return;
+    }
+    if (lb_kafka_is_transport_error((rd_kafka_resp_err_t)err)) {
+        LB_DEBUG("kafka", "%s", reason);
+        return;
+    }
+    lb_log_every(&said, 5000, lb_kafka_log_quiet ? LB_LOG_INFO : LB_LOG_WARN, "kafka", "%s: %s",
+                 rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+/* Which clients a librdkafka property is for, from librdkafka's own table
+ * (rd_kafka_conf_properties_show: a column 'C/P' of C, P or *), read once. */
+struct scope_entry {
+    char *name;
+    char scope;
+};
+static struct scope_entry *scopes;
+static size_t nscopes;
+static pthread_once_t scopes_once = PTHREAD_ONCE_INIT;
+
+static void read_scopes(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (!out)
+        return;
+    rd_kafka_conf_properties_show(out);
+    fclose(out);
+    for (char *line = text, *end; line && *line; line = end ? end + 1 : NULL) {
+        end = strchr(line, '\n');
+        if (end)
+            *end = '\0';
+        char name[128], scope[8];
+        if (sscanf(line, "%127s | %7s |", name, scope) != 2 || strlen(scope) != 1 ||
+            !strchr("CP*", scope[0]))
+            continue;
+        struct scope_entry *grown = realloc(scopes, (nscopes + 1) * sizeof(*grown));
+        char *copy = strdup(name);
+        if (!grown || !copy) {
+            free(copy);
+            if (grown)
+                scopes = grown;
+            break;
+        }
+        scopes = grown;
+        scopes[nscopes++] = (struct scope_entry){copy, scope[0]};
+    }
+    free(text);
+}
+
+char lb_kafka_property_scope(const char *name)
+{
+    pthread_once(&scopes_once, read_scopes);
+    for (size_t i = 0; i < nscopes; i++)
+        if (strcmp(scopes[i].name, name) == 0)
+            return scopes[i].scope;
+    return 0;
+}
+
+static int conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, const char *file,
+                    int line, char *err, size_t errlen)
+{
+    char why[256];
+    if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
+        return 0;
+    if (file)
+        snprintf(err, errlen, "%s:%d: kafka property %s: %s", file, line, key, why);
+    else
+        snprintf(err, errlen, "kafka property %s: %s", key, why);
+    return -1;
+}
+
+static int set_all(rd_kafka_conf_t *conf, const char *const (*kv)[2], size_t n, char *err,
+                   size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (conf_set(conf, kv[i][0], kv[i][1], NULL, 0, err, errlen) != 0)
+            return -1;
+    return 0;
+}
+
+int lb_kafka_conf_apply(const struct lb_kafka_options *o, const struct lb_kafka_client *client,
+                        rd_kafka_conf_t *conf, char *err, size_t errlen)
+{
+    char mine = client->type == RD_KAFKA_CONSUMER ? 'C' : 'P';
+    if (set_all(conf, client->defaults, client->ndefaults, err, errlen) != 0)
+        return -1;
+    if (o->brokers && conf_set(conf, "bootstrap.servers", o->brokers, o->path, 0, err, errlen) != 0)
+        return -1;
+    for (size_t i = 0; i < o->nprops; i++) {
+        const struct lb_kv *kv = &o->props[i];
+        char scope = lb_kafka_property_scope(kv->key);
+        if (scope && scope != '*' && scope != mine)
+            continue; /* the other client's: e.g. session.timeout.ms is no producer's */
+        if (conf_set(conf, kv->key, kv->value, o->path, kv->line, err, errlen) != 0)
+            return -1;
+    }
+    if (set_all(conf, client->fixed, client->nfixed, err, errlen) != 0)
+        return -1;
+    rd_kafka_conf_set_log_cb(conf, log_cb);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
+    if (client->setup)
+        client->setup(conf, client->ctx);
+    return 0;
+}
+
+rd_kafka_t *lb_kafka_new(const struct lb_kafka_options *o, const struct lb_kafka_client *client,
+                         char *err, size_t errlen, enum lb_error_class *class)
+{
+    enum lb_error_class ignored;
+    if (!class)
+        class = &ignored;
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (!conf) {
+        snprintf(err, errlen, "out of memory");
+        *class = LB_ERROR_RUNTIME;
+        return NULL;
+    }
+    if (lb_kafka_conf_apply(o, client, conf, err, errlen) != 0) {
+        rd_kafka_conf_destroy(conf);
+        *class = LB_ERROR_CONFIG;
+        return NULL;
+    }
+    char why[512];
+    rd_kafka_t *rk = rd_kafka_new(client->type, conf, why, sizeof(why));
+    if (!rk) {
+        /* librdkafka checks the properties against each other here (a SASL
+         * mechanism without credentials, a certificate it cannot read) */
+        snprintf(err, errlen, "%s%scannot create the Kafka %s: %s", o->path ? o->path : "",
+                 o->path ? ": " : "", client->type == RD_KAFKA_CONSUMER ? "consumer" : "producer",
+                 why);
+        rd_kafka_conf_destroy(conf);
+        *class = LB_ERROR_CONFIG;
+        return NULL;
+    }
+    *class = LB_ERROR_NONE;
+    return rk;
+}
+
+int lb_kafka_property_arg(char *arg, struct lb_kv *kv)
+{
+    char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        return -1;
+    *eq = '\0';
+    *kv = (struct lb_kv){.key = arg, .value = eq + 1, .line = 0};
+    return 0;
+}
+
+rd_kafka_t *lb_kafka_reader(const struct lb_kafka_options *o, const char *group, char *err,
+                            size_t errlen)
+{
+    /* the projector's prefetch (see consumer.c), which the kafka: section
+     * may override */
+    static const char *const defaults[][2] = {{"queued.min.messages", "300000"}};
+    /* never commit, never store, never skip silently */
+    const char *const fixed[][2] = {{"group.id", group},
+                                    {"enable.auto.commit", "false"},
+                                    {"enable.auto.offset.store", "false"},
+                                    {"auto.offset.reset", "error"},
+                                    {"enable.partition.eof", "false"}};
+    struct lb_kafka_client client = {.type = RD_KAFKA_CONSUMER,
+                                     .defaults = defaults,
+                                     .ndefaults = 1,
+                                     .fixed = fixed,
+                                     .nfixed = sizeof(fixed) / sizeof(fixed[0])};
+    return lb_kafka_new(o, &client, err, errlen, NULL);
+}

@@ -1,0 +1,90 @@
+/* Kafka clients, created in one place: the projector's consumer, the
+ * dead-letter producer, replay's readers and the tools' clients all come
+ * from lb_kafka_new, so they log the same way, read the kafka: section the
+ * same way and report a bad property with the line that set it.
+ *
+ * A client is configured in three layers: the caller's defaults (which the
+ * kafka: section may override), the section itself (brokers, then each
+ * passthrough property; properties librdkafka documents as the other client
+ * type's are left out, so session.timeout.ms never reaches a producer), then
+ * the caller's fixed properties, which nothing overrides.
+ */
+#ifndef LB_KAFKA_H
+#define LB_KAFKA_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+
+/* A property and the line of the configuration file that set it (0: not
+ * from a file, e.g. a tool's -X). */
+struct lb_kv {
+    char *key;
+    char *value;
+    int line;
+};
+
+/* What the kafka: section says, as every client reads it. */
+struct lb_kafka_options {
+    const char *path;    /* where the properties were set, for "file:line:"; NULL: nowhere */
+    const char *brokers; /* bootstrap.servers, or NULL */
+    const struct lb_kv *props;
+    size_t nprops;
+};
+
+/* Why a constructor failed: its input was wrong (an operator fixes the
+ * configuration; the daemon exits with its configuration status) or the
+ * world was (a broker, memory, the system). */
+enum lb_error_class {
+    LB_ERROR_NONE = 0,
+    LB_ERROR_CONFIG,
+    LB_ERROR_RUNTIME,
+};
+
+/* The client a caller asks for. */
+struct lb_kafka_client {
+    rd_kafka_type_t type;
+    const char *const (*defaults)[2]; /* before the kafka: section */
+    size_t ndefaults;
+    const char *const (*fixed)[2]; /* after it */
+    size_t nfixed;
+    /* callbacks and opaque, on the finished configuration; NULL: none */
+    void (*setup)(rd_kafka_conf_t *conf, void *ctx);
+    void *ctx;
+};
+
+/* Creates the client. On failure returns NULL with one line in 'err'
+ * ("file:line: kafka property K: why" for a property librdkafka refuses)
+ * and its class in '*class' (may be NULL). */
+rd_kafka_t *lb_kafka_new(const struct lb_kafka_options *options,
+                         const struct lb_kafka_client *client, char *err, size_t errlen,
+                         enum lb_error_class *class);
+
+/* A consumer that reads assigned partitions and never commits, stores or
+ * resets an offset on its own ('group' names it to the brokers): replay's
+ * readers, the benchmark's. NULL with a message on failure. */
+rd_kafka_t *lb_kafka_reader(const struct lb_kafka_options *options, const char *group, char *err,
+                            size_t errlen);
+
+/* Applies the layers above to 'conf' (exposed for tests). Returns 0, or -1
+ * with a message. */
+int lb_kafka_conf_apply(const struct lb_kafka_options *options,
+                        const struct lb_kafka_client *client, rd_kafka_conf_t *conf, char *err,
+                        size_t errlen);
+
+/* Splits a tool's "-X key=value" in place into 'kv' (pointing into 'arg'):
+ * 0, or -1 when it is not key=value. */
+int lb_kafka_property_arg(char *arg, struct lb_kv *kv);
+
+/* 'C' (consumers), 'P' (producers), '*' (both) or 0 (not a librdkafka
+ * property), per librdkafka's own property table. */
+char lb_kafka_property_scope(const char *name);
+
+/* Non-zero: librdkafka's errors and warnings are logged at info level, for
+ * tools that report failures themselves in one line. */
+extern int lb_kafka_log_quiet;
+
+/* Whether an error is about reaching the brokers (said once, by the
+ * consumer's broker state, rather than at every attempt). */
+int lb_kafka_is_transport_error(rd_kafka_resp_err_t err);
+
+#endif
