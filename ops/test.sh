@@ -3,13 +3,16 @@
 #
 #   1. installs what is missing (Debian packages, Kafka jars; idempotent)
 #   2. checks formatting with clang-format (.clang-format)
-#   3. builds with warnings as errors and runs the unit tests (label "unit";
-#      those labelled "redis" start their own redis-server on a free port)
+#   3. builds with warnings as errors (hardened: _FORTIFY_SOURCE, stack
+#      protector, full RELRO), checks what cmake --install lays out, and runs
+#      the unit tests (label "unit"; those labelled "redis" start their own
+#      redis-server on a free port)
 #   4. builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
 #      (leak checking on) and runs them
 #   5. (in the integration tests) builds the previous release's projector
 #      once into the cache, for the rolling-deploy test
-#   6. runs the integration tests against a real Redis Cluster and a real
+#   6. runs the integration tests (CTest label "integration", one scenario
+#      per script) against a real Redis Cluster and a real
 #      Kafka broker, started and stopped by the tests themselves, with the
 #      sanitizer build of the projector and tools (a memory error, undefined
 #      behaviour or leak anywhere on those paths fails the test)
@@ -40,6 +43,17 @@ echo "${#scripts[@]} scripts clean"
 step "build (warnings are errors)"
 cmake -S . -B build -DLB_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
+
+step "install layout (cmake --install, as the Dockerfile uses it)"
+staged=$(mktemp -d)
+trap 'rm -rf "$staged"' EXIT
+cmake --install build --prefix "$staged" >/dev/null
+for f in bin/projector bin/replay bin/lbread bin/lbadmin \
+    share/leaderboard-projector/schemas/score_event.avsc \
+    share/leaderboard-projector/config/projector.example.yaml; do
+    [[ -f $staged/$f ]] || { echo "cmake --install did not install $f" >&2; exit 1; }
+done
+echo "installed: $(cd "$staged" && find . -type f | wc -l) files"
 
 step "unit tests"
 ctest --test-dir build -L "unit|redis" --output-on-failure

@@ -27,9 +27,9 @@
 #include "clock.h"
 #include "consumer.h"
 #include "dlq.h"
-#include "metrics.h"
+#include "httpd.h"
 #include "log.h"
-#include "pipeline.h"
+#include "engine.h"
 #include "planner.h"
 
 #include <stdlib.h>
@@ -66,11 +66,11 @@ struct release {
 struct daemon {
     const struct lb_config *config;
     struct lb_consumer *consumer;
-    struct lb_cluster *cluster;
-    struct lb_decoder *decoder;
-    struct lb_pipeline *pipeline;
-    struct lb_dlq *dlq;         /* NULL: no dead-letter topic configured */
-    struct lb_metrics *metrics; /* NULL: no metrics.listen */
+    struct lb_engine *engine;
+    struct lb_cluster *cluster;   /* the engine's */
+    struct lb_pipeline *pipeline; /* the engine's */
+    struct lb_dlq *dlq;           /* NULL: no dead-letter topic configured */
+    struct lb_metrics *metrics;   /* NULL: no metrics.listen */
     struct lb_histogram batch_events, batch_seconds;
     int64_t batch_sent_ms, last_publish_ms, last_ping_ms;
     int redis_ok;           /* the last write (or ping) reached Redis */
@@ -817,14 +817,14 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     char err[1024];
     int status = LB_EXIT_OK;
 
-    struct lb_cluster_options options;
-    lb_pipeline_cluster_options(config, &options);
-
-    d.decoder = lb_config_decoder(config, err, sizeof(err));
-    if (!d.decoder) {
+    enum lb_error_class class;
+    d.engine = lb_engine_open(config, NULL, err, sizeof(err), &class);
+    if (!d.engine) {
         LB_ERROR("daemon", "%s", err);
-        return LB_EXIT_CONFIG;
+        return class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
     }
+    d.cluster = d.engine->cluster;
+    d.pipeline = d.engine->pipeline;
     int allocated = 1;
     for (int b = 0; b < 2; b++) {
         d.batches[b].msgs = calloc(max, sizeof(*d.batches[b].msgs));
@@ -839,15 +839,12 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
                     d.batches[b].records;
     }
     d.next = &d.batches[0];
-    d.cluster = lb_cluster_new(&options);
-    d.pipeline = d.cluster ? lb_pipeline_new(config, d.decoder, d.cluster) : NULL;
-    if (!allocated || !d.pipeline || lb_pipeline_overlap(d.pipeline, &options) != 0) {
+    if (!allocated) {
         LB_ERROR("daemon", "out of memory");
         status = LB_EXIT_RUNTIME;
         goto done;
     }
     if (config->dlq_topic) {
-        enum lb_error_class class;
         d.dlq = lb_dlq_new(config, err, sizeof(err), &class);
         if (!d.dlq) {
             LB_ERROR("daemon", "dead-letter producer: %s", err);
@@ -877,7 +874,6 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     else
         LB_INFO("redis", "slot map loaded%s",
                 lb_cluster_is_standalone(d.cluster) ? " (standalone Redis)" : "");
-    enum lb_error_class class;
     d.consumer = lb_consumer_new(config, on_revoke, &d, err, sizeof(err), &class);
     if (!d.consumer) {
         LB_ERROR("daemon", "%s", err);
@@ -943,7 +939,7 @@ done:
     for (size_t i = 0; i < d.ncarry; i++)
         rd_kafka_message_destroy(d.carry[i]);
     d.ncarry = 0;
-    if (d.cluster)
+    if (d.engine)
         finish_ping(&d);
     lb_metrics_stop(d.metrics);
     lb_consumer_close(d.consumer);
@@ -952,11 +948,9 @@ done:
      * is not delivered was not committed either) */
     int64_t left = d.give_up_at ? d.give_up_at - lb_monotonic_ms() : 5000;
     lb_dlq_free(d.dlq, left <= 0 ? 0 : left < 5000 ? (int)left : 5000);
-    if (d.pipeline)
+    if (d.engine)
         log_totals(&d);
-    lb_pipeline_free(d.pipeline);
-    lb_cluster_free(d.cluster);
-    lb_decoder_free(d.decoder);
+    lb_engine_close(d.engine);
     for (int b = 0; b < 2; b++) {
         free(d.batches[b].msgs);
         free(d.batches[b].skip);

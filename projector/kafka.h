@@ -12,6 +12,8 @@
 #ifndef LB_KAFKA_H
 #define LB_KAFKA_H
 
+#include "error.h"
+
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
 
@@ -29,15 +31,6 @@ struct lb_kafka_options {
     const char *brokers; /* bootstrap.servers, or NULL */
     const struct lb_kv *props;
     size_t nprops;
-};
-
-/* Why a constructor failed: its input was wrong (an operator fixes the
- * configuration; the daemon exits with its configuration status) or the
- * world was (a broker, memory, the system). */
-enum lb_error_class {
-    LB_ERROR_NONE = 0,
-    LB_ERROR_CONFIG,
-    LB_ERROR_RUNTIME,
 };
 
 /* The client a caller asks for. */

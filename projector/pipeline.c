@@ -99,6 +99,7 @@ struct slot {
 
 struct lb_pipeline {
     const struct lb_config *config;
+    const char *key_prefix; /* the keyspace written */
     const struct lb_decoder *decoder;
     struct lb_cluster *clusters[2]; /* slot i's; the same one unless overlapping */
     struct lb_cluster *own;         /* the second, created by lb_pipeline_overlap */
@@ -142,6 +143,7 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
     if (!p)
         return NULL;
     p->config = config;
+    p->key_prefix = config->key_prefix;
     p->decoder = decoder;
     p->clusters[0] = p->clusters[1] = cluster;
     p->jitter = 0x9e3779b97f4a7c15u;
@@ -156,6 +158,11 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
         }
     }
     return p;
+}
+
+void lb_pipeline_set_key_prefix(struct lb_pipeline *p, const char *prefix)
+{
+    p->key_prefix = prefix;
 }
 
 void lb_pipeline_free(struct lb_pipeline *p)
@@ -482,7 +489,7 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
                 p->on_reject(p->reject_ctx, r, reason, detail);
         }
     }
-    return lb_apply_encode(&slot->encoded, slot->plan, p->config->key_prefix);
+    return lb_apply_encode(&slot->encoded, slot->plan, p->key_prefix);
 }
 
 static int64_t next_backoff(struct lb_pipeline *p, int64_t backoff)
@@ -667,7 +674,7 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
         }
         map[i] = again;
     }
-    if (lb_apply_encode(&slot->encoded_rebuilt, slot->rebuilt, p->config->key_prefix) != 0) {
+    if (lb_apply_encode(&slot->encoded_rebuilt, slot->rebuilt, p->key_prefix) != 0) {
         free(map);
         return -1;
     }

@@ -86,6 +86,9 @@ void lb_pipeline_cluster_options(const struct lb_config *config,
 struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster);
 void lb_pipeline_free(struct lb_pipeline *pipeline);
+/* The keyspace written: the configuration's key prefix unless set here
+ * (replay writes under its staging prefix). 'prefix' is borrowed. */
+void lb_pipeline_set_key_prefix(struct lb_pipeline *pipeline, const char *prefix);
 
 /* Pipelining across batches: a second client (made from 'options', owned by
  * the pipeline) carries every other batch, so that while one batch is

@@ -44,7 +44,7 @@
 #include "lease.h"
 #include "log.h"
 #include "apply.h"
-#include "pipeline.h"
+#include "engine.h"
 #include "resp.h"
 #include "slot.h"
 
@@ -466,10 +466,10 @@ struct replay {
     struct replay_lease lease;
     struct board_set fenced; /* boards whose fence replay set */
     char selection[400];     /* the selection as given, for the journal */
-    struct lb_config *config, staged;
+    struct lb_config *config;
     char staging_prefix[128];
-    struct lb_decoder *decoder;
-    struct lb_cluster *cluster;
+    struct lb_engine *engine;         /* writes under staging_prefix */
+    struct lb_cluster *cluster;       /* the engine's */
     struct lb_cluster *lease_cluster; /* the lease's and journal's own connections */
     struct lb_pipeline *pipeline;
     rd_kafka_t *meta, *reader;
@@ -1756,28 +1756,31 @@ int main(int argc, char **argv)
     lb_log_threshold = r.o.verbose ? LB_LOG_INFO : LB_LOG_ERROR;
     /* librdkafka's own lines only with --verbose: replay says what failed */
     lb_kafka_log_quiet = !r.o.verbose;
-    if (lb_config_load(r.o.config_path, &r.config, err, sizeof(err)) != 0 ||
-        !(r.decoder = lb_config_decoder(r.config, err, sizeof(err)))) {
+    if (lb_config_load(r.o.config_path, &r.config, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
-        lb_config_free(r.config);
         return EXIT_CONFIG;
     }
     snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%s", r.config->key_prefix,
              STAGING_INFIX);
-    r.staged = *r.config;
-    r.staged.key_prefix = r.staging_prefix;
+    enum lb_error_class class;
+    struct lb_engine_options eopts = {.key_prefix = r.staging_prefix};
+    if (!(r.engine = lb_engine_open(r.config, &eopts, err, sizeof(err), &class))) {
+        fprintf(stderr, "%s%s\n", class == LB_ERROR_CONFIG ? "" : "replay: ", err);
+        lb_config_free(r.config);
+        return class == LB_ERROR_CONFIG ? EXIT_CONFIG : EXIT_BROKEN;
+    }
+    r.cluster = r.engine->cluster;
+    r.pipeline = r.engine->pipeline;
     r.tty = isatty(STDERR_FILENO);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN); /* stdout piped to a pager that quit */
 
-    struct lb_cluster_options copts;
-    lb_pipeline_cluster_options(r.config, &copts);
+    struct lb_cluster_options copts = r.engine->cluster_options;
     char group[256];
     snprintf(group, sizeof(group), "lb-replay-%ld", (long)getpid());
-    if (!(r.cluster = lb_cluster_new(&copts)) || lb_cluster_refresh(r.cluster) != 0) {
-        fprintf(stderr, "replay: cannot reach Redis: %s\n",
-                r.cluster ? lb_cluster_error(r.cluster) : "out of memory");
+    if (lb_cluster_refresh(r.cluster) != 0) {
+        fprintf(stderr, "replay: cannot reach Redis: %s\n", lb_cluster_error(r.cluster));
         status = EXIT_BROKEN;
         goto out;
     }
@@ -1834,12 +1837,6 @@ int main(int argc, char **argv)
     if (r.o.dry_run)
         goto out;
 
-    if (!(r.pipeline = lb_pipeline_new(&r.staged, r.decoder, r.cluster)) ||
-        lb_pipeline_overlap(r.pipeline, &copts) != 0) {
-        fprintf(stderr, "replay: out of memory\n");
-        status = EXIT_BROKEN;
-        goto out;
-    }
     lb_pipeline_set_filter(r.pipeline, filter_event, &r.sel);
     size_t leftovers = 0;
     if (clear_staging(&r, &leftovers) != 0) {
@@ -1886,7 +1883,6 @@ out:
         status = EXIT_BROKEN;
     if (r.lease.held)
         status = finish(&r, status);
-    lb_pipeline_free(r.pipeline);
     if (r.reader) {
         rd_kafka_consumer_close(r.reader);
         rd_kafka_destroy(r.reader);
@@ -1895,8 +1891,7 @@ out:
         rd_kafka_destroy(r.meta);
     free(r.plan.parts);
     lb_cluster_free(r.lease_cluster);
-    lb_cluster_free(r.cluster);
-    lb_decoder_free(r.decoder);
+    lb_engine_close(r.engine);
     lb_config_free(r.config);
     strings_free(&r.sel.boards);
     strings_free(&r.sel.windows);

@@ -1,0 +1,47 @@
+/* The engine's assembly; see engine.h. */
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct lb_engine *lb_engine_open(const struct lb_config *config,
+                                 const struct lb_engine_options *options, char *err, size_t errlen,
+                                 enum lb_error_class *class)
+{
+    enum lb_error_class ignored;
+    if (!class)
+        class = &ignored;
+    struct lb_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        goto nomem;
+    lb_pipeline_cluster_options(config, &e->cluster_options);
+    e->decoder = lb_config_decoder(config, err, errlen);
+    if (!e->decoder) {
+        *class = LB_ERROR_CONFIG;
+        lb_engine_close(e);
+        return NULL;
+    }
+    if (!(e->cluster = lb_cluster_new(&e->cluster_options)) ||
+        !(e->pipeline = lb_pipeline_new(config, e->decoder, e->cluster)) ||
+        lb_pipeline_overlap(e->pipeline, &e->cluster_options) != 0)
+        goto nomem;
+    if (options && options->key_prefix)
+        lb_pipeline_set_key_prefix(e->pipeline, options->key_prefix);
+    *class = LB_ERROR_NONE;
+    return e;
+nomem:
+    snprintf(err, errlen, "out of memory");
+    *class = LB_ERROR_RUNTIME;
+    lb_engine_close(e);
+    return NULL;
+}
+
+void lb_engine_close(struct lb_engine *e)
+{
+    if (!e)
+        return;
+    lb_pipeline_free(e->pipeline);
+    lb_cluster_free(e->cluster);
+    lb_decoder_free(e->decoder);
+    free(e);
+}

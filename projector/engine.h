@@ -1,0 +1,41 @@
+/* The engine, assembled once: the event decoder, the Redis Cluster client
+ * (the apply script loaded on every connection) and the pipeline that writes
+ * through it, pipelining across batches on a second client. The daemon,
+ * replay and the tools open it the same way, so none of them can forget a
+ * part (replay once ran without the script).
+ */
+#ifndef LB_ENGINE_H
+#define LB_ENGINE_H
+
+#include "cluster.h"
+#include "config.h"
+#include "error.h"
+#include "event.h"
+#include "pipeline.h"
+
+#include <stddef.h>
+
+struct lb_engine_options {
+    /* the keyspace the pipeline writes; NULL: the configuration's prefix */
+    const char *key_prefix;
+};
+
+struct lb_engine {
+    struct lb_decoder *decoder;
+    struct lb_cluster *cluster; /* the pipeline's first client; tools may call it between batches */
+    struct lb_pipeline *pipeline;
+    /* what the clients were made from, for more clients of the same cluster */
+    struct lb_cluster_options cluster_options;
+};
+
+/* Opens the engine for 'config' (borrowed: it must outlive the engine).
+ * Opens no connection: the cluster client connects on first use. On failure
+ * returns NULL with one line in 'err' and its class in '*class' (may be
+ * NULL): LB_ERROR_CONFIG for a schema that does not load. */
+struct lb_engine *lb_engine_open(const struct lb_config *config,
+                                 const struct lb_engine_options *options, char *err, size_t errlen,
+                                 enum lb_error_class *class);
+/* Accepts NULL. */
+void lb_engine_close(struct lb_engine *engine);
+
+#endif
