@@ -16,6 +16,7 @@ struct lb_arena_chunk {
 void lb_arena_init(struct lb_arena *arena, size_t first_chunk_size)
 {
     arena->head = NULL;
+    arena->chunks_made = 0;
     arena->chunk_size = first_chunk_size < 4096 ? 4096 : first_chunk_size;
 }
 
@@ -43,6 +44,7 @@ void *lb_arena_alloc(struct lb_arena *arena, size_t size)
             return NULL;
         fresh->next = chunk;
         arena->head = fresh;
+        arena->chunks_made++;
         arena->chunk_size = want * 2;
         chunk = fresh;
     }

@@ -537,3 +537,8 @@ const struct lb_plan_stats *lb_plan_stats(const struct lb_plan *plan)
 {
     return &plan->stats;
 }
+
+uint64_t lb_plan_chunks_made(const struct lb_plan *plan)
+{
+    return plan->arena.chunks_made;
+}

@@ -68,6 +68,9 @@ enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *event,
                            const struct lb_position *pos, int64_t now_ms, uint32_t *txn);
 
 const struct lb_plan_stats *lb_plan_stats(const struct lb_plan *plan);
+/* How many chunks the planner's memory took from malloc so far: it stops
+ * growing once batches of one size have settled the arena. */
+uint64_t lb_plan_chunks_made(const struct lb_plan *plan);
 
 /* ---- the plan, read-only, for the apply module ------------------------------------- */
 
