@@ -67,10 +67,8 @@ struct daemon {
     const struct lb_config *config;
     struct lb_consumer *consumer;
     struct lb_engine *engine;
-    struct lb_cluster *cluster;   /* the engine's */
-    struct lb_pipeline *pipeline; /* the engine's */
-    struct lb_dlq *dlq;           /* NULL: no dead-letter topic configured */
-    struct lb_metrics *metrics;   /* NULL: no metrics.listen */
+    struct lb_dlq *dlq;         /* NULL: no dead-letter topic configured */
+    struct lb_metrics *metrics; /* NULL: no metrics.listen */
     struct lb_histogram batch_events, batch_seconds;
     int64_t batch_sent_ms, last_publish_ms, last_ping_ms;
     int redis_ok;           /* the last write (or ping) reached Redis */
@@ -149,7 +147,7 @@ static void release_due(struct daemon *d, const struct batch *b)
     for (size_t i = 0; i < d->nreleases; i++) {
         struct release *r = &d->releases[i];
         if (r->seq <= b->seq) {
-            lb_pipeline_release(d->pipeline, r->topic, r->partition);
+            lb_pipeline_release(d->engine->pipeline, r->topic, r->partition);
             free(r->topic);
         } else {
             d->releases[kept++] = *r;
@@ -343,7 +341,7 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
     struct daemon *d = ctx;
     int64_t now = lb_monotonic_ms(), deadline = now + backoff_ms;
 
-    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(d->pipeline);
+    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(d->engine->pipeline);
     if (!d->retry_since)
         d->retry_since = now;
     d->redis_ok = !f->transient;
@@ -481,9 +479,9 @@ static void publish(struct daemon *d, int now)
     if (!d->metrics || (!now && lb_monotonic_ms() - d->last_publish_ms < 1000))
         return;
     d->last_publish_ms = lb_monotonic_ms();
-    const struct lb_pipeline_stats *ps = lb_pipeline_stats(d->pipeline);
+    const struct lb_pipeline_stats *ps = lb_pipeline_stats(d->engine->pipeline);
     struct lb_cluster_stats redis;
-    lb_pipeline_redis_stats(d->pipeline, &redis);
+    lb_pipeline_redis_stats(d->engine->pipeline, &redis);
     const struct lb_cluster_stats *cs = &redis;
     const struct lb_consumer_stats *ks = lb_consumer_stats(d->consumer);
     struct lb_text t = {0};
@@ -565,7 +563,7 @@ static void publish(struct daemon *d, int now)
     lb_text_printf(&t, "lb_partitions_assigned %d\n", ks->assigned);
     gauge(&t, "lb_held_board_partitions",
           "(board, partition) pairs whose events are withheld behind a held event.");
-    lb_text_printf(&t, "lb_held_board_partitions %zu\n", lb_pipeline_held(d->pipeline));
+    lb_text_printf(&t, "lb_held_board_partitions %zu\n", lb_pipeline_held(d->engine->pipeline));
     gauge(&t, "lb_last_commit_timestamp_seconds", "When offsets were last committed (0: never).");
     lb_text_printf(&t, "lb_last_commit_timestamp_seconds %.3f\n",
                    (double)ks->last_commit_ms / 1000.0);
@@ -586,7 +584,7 @@ static void finish_ping(struct daemon *d)
 {
     if (!d->ping_pending)
         return;
-    lb_cluster_finish(d->cluster);
+    lb_cluster_finish(d->engine->cluster);
     d->redis_ok = d->ping.ok && d->ping.reply && d->ping.reply->type == REDIS_REPLY_STATUS;
     if (d->ping.reply)
         freeReplyObject(d->ping.reply);
@@ -598,7 +596,7 @@ static void ping_if_idle(struct daemon *d)
 {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
     if (d->ping_pending) {
-        if (lb_cluster_progress(d->cluster, 0))
+        if (lb_cluster_progress(d->engine->cluster, 0))
             finish_ping(d);
         return;
     }
@@ -612,7 +610,7 @@ static void ping_if_idle(struct daemon *d)
                                   .no_refresh = 1,
                                   .bytes = ping,
                                   .len = sizeof(ping) - 1};
-    lb_cluster_start(d->cluster, &d->ping, 1);
+    lb_cluster_start(d->engine->cluster, &d->ping, 1);
     d->ping_pending = 1;
 }
 
@@ -722,7 +720,7 @@ static int prepare_next(struct daemon *d)
                                            .partition = msg->partition,
                                            .offset = msg->offset};
     }
-    if (lb_pipeline_prepare(d->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
+    if (lb_pipeline_prepare(d->engine->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
         LB_ERROR("daemon", "out of memory projecting a batch of %zu records; stopping", b->n);
         return -1;
     }
@@ -735,7 +733,7 @@ static void send_next(struct daemon *d)
     finish_ping(d); /* one call into the cluster at a time */
     d->batch_sent_ms = lb_monotonic_ms();
     release_due(d, d->next);
-    lb_pipeline_send(d->pipeline);
+    lb_pipeline_send(d->engine->pipeline);
     d->inflight = d->next;
     d->next = d->next == &d->batches[0] ? &d->batches[1] : &d->batches[0];
 }
@@ -749,14 +747,14 @@ static int complete_inflight(struct daemon *d, int send_ready)
 {
     struct batch *done = d->inflight;
     d->retry_since = 0;
-    int written = lb_pipeline_complete(d->pipeline, done->state, wait_for_redis, d);
+    int written = lb_pipeline_complete(d->engine->pipeline, done->state, wait_for_redis, d);
     lb_histogram_observe(&d->batch_seconds,
                          (double)(lb_monotonic_ms() - d->batch_sent_ms) / 1000.0);
     lb_histogram_observe(&d->batch_events, (double)done->n);
     /* Redis is up unless it failed for a reason of its own: a board that
      * needs an operator is not Redis being down. A batch that sent nothing
      * (its events all held back or dead-lettered) says nothing either way. */
-    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(d->pipeline);
+    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(d->engine->pipeline);
     if (f->sent)
         d->redis_ok = written == 0 || !f->transient;
     d->last_ping_ms = lb_monotonic_ms();
@@ -785,9 +783,9 @@ static int complete_inflight(struct daemon *d, int send_ready)
 
 static void log_totals(const struct daemon *d)
 {
-    const struct lb_pipeline_stats *s = lb_pipeline_stats(d->pipeline);
+    const struct lb_pipeline_stats *s = lb_pipeline_stats(d->engine->pipeline);
     struct lb_cluster_stats redis;
-    lb_pipeline_redis_stats(d->pipeline, &redis);
+    lb_pipeline_redis_stats(d->engine->pipeline, &redis);
     const struct lb_cluster_stats *c = &redis;
     uint64_t rejected = 0;
     for (int r = 0; r < LB_REJECT__COUNT; r++)
@@ -823,8 +821,6 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         LB_ERROR("daemon", "%s", err);
         return class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
     }
-    d.cluster = d.engine->cluster;
-    d.pipeline = d.engine->pipeline;
     int allocated = 1;
     for (int b = 0; b < 2; b++) {
         d.batches[b].msgs = calloc(max, sizeof(*d.batches[b].msgs));
@@ -851,7 +847,7 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
             status = class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
             goto done;
         }
-        lb_pipeline_set_reject_hook(d.pipeline, on_reject, &d);
+        lb_pipeline_set_reject_hook(d.engine->pipeline, on_reject, &d);
         LB_INFO("daemon", "events that cannot be projected go to topic '%s'", config->dlq_topic);
     } else {
         LB_WARN("daemon", "no kafka.dlq_topic: events that cannot be projected are only logged "
@@ -869,11 +865,11 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         LB_INFO("daemon", "metrics on http://%s/metrics, probes on /healthz and /readyz",
                 config->metrics_listen);
     }
-    if (lb_cluster_refresh(d.cluster) != 0)
-        LB_WARN("redis", "%s; will keep trying", lb_cluster_error(d.cluster));
+    if (lb_cluster_refresh(d.engine->cluster) != 0)
+        LB_WARN("redis", "%s; will keep trying", lb_cluster_error(d.engine->cluster));
     else
         LB_INFO("redis", "slot map loaded%s",
-                lb_cluster_is_standalone(d.cluster) ? " (standalone Redis)" : "");
+                lb_cluster_is_standalone(d.engine->cluster) ? " (standalone Redis)" : "");
     d.consumer = lb_consumer_new(config, on_revoke, &d, err, sizeof(err), &class);
     if (!d.consumer) {
         LB_ERROR("daemon", "%s", err);

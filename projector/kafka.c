@@ -171,6 +171,7 @@ rd_kafka_t *lb_kafka_new(const struct lb_kafka_options *o, const struct lb_kafka
         return NULL;
     }
     char why[512];
+    /* on success the client owns 'conf'; on failure it is still ours */
     rd_kafka_t *rk = rd_kafka_new(client->type, conf, why, sizeof(why));
     if (!rk) {
         /* librdkafka checks the properties against each other here (a SASL

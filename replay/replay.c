@@ -469,9 +469,7 @@ struct replay {
     struct lb_config *config;
     char staging_prefix[128];
     struct lb_engine *engine;         /* writes under staging_prefix */
-    struct lb_cluster *cluster;       /* the engine's */
     struct lb_cluster *lease_cluster; /* the lease's and journal's own connections */
-    struct lb_pipeline *pipeline;
     rd_kafka_t *meta, *reader;
     struct plan plan;
     struct selection sel;
@@ -566,7 +564,7 @@ static int wait_between_retries(void *ctx, int64_t backoff_ms)
 {
     struct replay *r = ctx;
     static struct lb_ratelimit said;
-    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(r->pipeline);
+    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(r->engine->pipeline);
     uint64_t suppressed;
     keep_lease(r);
     if (interrupted)
@@ -602,7 +600,8 @@ static int finish_inflight(struct replay *r, struct batch **inflight)
 {
     if (!*inflight)
         return 0;
-    int rc = lb_pipeline_complete(r->pipeline, (*inflight)->durable, wait_between_retries, r);
+    int rc =
+        lb_pipeline_complete(r->engine->pipeline, (*inflight)->durable, wait_between_retries, r);
     if (rc < 0)
         fprintf(stderr, "replay: out of memory writing a batch\n");
     batch_release(*inflight);
@@ -618,12 +617,12 @@ static int flush_batch(struct replay *r, struct batch *b, struct batch **infligh
         b->records[i] = (struct lb_record){b->msgs[i]->payload, b->msgs[i]->len,
                                            rd_kafka_topic_name(b->msgs[i]->rkt),
                                            b->msgs[i]->partition, b->msgs[i]->offset};
-    if (lb_pipeline_prepare(r->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
+    if (lb_pipeline_prepare(r->engine->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
         fprintf(stderr, "replay: out of memory\n");
         return -1;
     }
     int rc = finish_inflight(r, inflight);
-    lb_pipeline_send(r->pipeline);
+    lb_pipeline_send(r->engine->pipeline);
     *inflight = b;
     return rc;
 }
@@ -824,16 +823,16 @@ static redisReply *redis_call(struct replay *r, const char *what, uint16_t slot,
 {
     int64_t since = lb_monotonic_ms();
     for (int attempt = 1;; attempt++) {
-        redisReply *reply = lb_cluster_command(r->cluster, slot, argc, argv, argvlen);
+        redisReply *reply = lb_cluster_command(r->engine->cluster, slot, argc, argv, argvlen);
         if (tries)
             *tries = attempt;
         if (reply)
             return reply;
-        if (lb_cluster_error_class(r->cluster) != LB_REDIS_RETRY) {
-            fprintf(stderr, "replay: %s failed: %s\n", what, lb_cluster_error(r->cluster));
+        if (lb_cluster_error_class(r->engine->cluster) != LB_REDIS_RETRY) {
+            fprintf(stderr, "replay: %s failed: %s\n", what, lb_cluster_error(r->engine->cluster));
             return NULL;
         }
-        if (retry_pause(r, what, lb_cluster_error(r->cluster), attempt, since) != 0)
+        if (retry_pause(r, what, lb_cluster_error(r->engine->cluster), attempt, since) != 0)
             return NULL;
     }
 }
@@ -846,7 +845,7 @@ static int exec_retrying(struct replay *r, const char *what, struct lb_request *
     size_t pending = n;
     struct lb_request *todo = reqs;
     for (int attempt = 1; pending; attempt++) {
-        lb_cluster_exec(r->cluster, todo, pending);
+        lb_cluster_exec(r->engine->cluster, todo, pending);
         size_t still = 0;
         const char *why = NULL;
         int fatal = 0;
@@ -920,15 +919,15 @@ static int scan_keys(struct replay *r, struct strings *live, struct strings *sta
     /* one SCAN cursor loop per master, reached through a slot it owns */
     for (uint16_t slot = 0;;) {
         /* One representative slot per master: walk the slot map. */
-        const char *owner = lb_cluster_slot_owner(r->cluster, slot);
+        const char *owner = lb_cluster_slot_owner(r->engine->cluster, slot);
         uint16_t next = slot;
-        while (next < LB_SLOTS - 1 && lb_cluster_slot_owner(r->cluster, next + 1) && owner &&
-               strcmp(lb_cluster_slot_owner(r->cluster, next + 1), owner) == 0)
+        while (next < LB_SLOTS - 1 && lb_cluster_slot_owner(r->engine->cluster, next + 1) &&
+               owner && strcmp(lb_cluster_slot_owner(r->engine->cluster, next + 1), owner) == 0)
             next++;
         if (owner) {
             int seen_before = 0;
             for (uint16_t s = 0; s < slot && !seen_before; s++) {
-                const char *o = lb_cluster_slot_owner(r->cluster, s);
+                const char *o = lb_cluster_slot_owner(r->engine->cluster, s);
                 seen_before = o && strcmp(o, owner) == 0;
             }
             if (!seen_before) {
@@ -1549,10 +1548,10 @@ static int print_leftovers(struct replay *r)
 {
     struct replay_leftover old;
     struct strings live = {0}, staged = {0};
-    if (replay_journal_read(r->cluster, r->config->key_prefix, &old) != 0 ||
+    if (replay_journal_read(r->engine->cluster, r->config->key_prefix, &old) != 0 ||
         scan_keys(r, &live, &staged, 1) != 0) {
         fprintf(stderr, "replay: cannot read what an earlier run left in Redis: %s\n",
-                lb_cluster_error(r->cluster));
+                lb_cluster_error(r->engine->cluster));
         strings_free(&live);
         strings_free(&staged);
         return -1;
@@ -1646,7 +1645,7 @@ static int node_slots(struct replay *r, const char *node)
 {
     int found = 0;
     for (int s = 0; s < LB_SLOTS; s++) {
-        const char *owner = lb_cluster_slot_owner(r->cluster, (uint16_t)s);
+        const char *owner = lb_cluster_slot_owner(r->engine->cluster, (uint16_t)s);
         if (owner && strcmp(owner, node) == 0) {
             r->sel.slots[s] = 1;
             found = 1;
@@ -1769,8 +1768,6 @@ int main(int argc, char **argv)
         lb_config_free(r.config);
         return class == LB_ERROR_CONFIG ? EXIT_CONFIG : EXIT_BROKEN;
     }
-    r.cluster = r.engine->cluster;
-    r.pipeline = r.engine->pipeline;
     r.tty = isatty(STDERR_FILENO);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -1779,8 +1776,8 @@ int main(int argc, char **argv)
     struct lb_cluster_options copts = r.engine->cluster_options;
     char group[256];
     snprintf(group, sizeof(group), "lb-replay-%ld", (long)getpid());
-    if (lb_cluster_refresh(r.cluster) != 0) {
-        fprintf(stderr, "replay: cannot reach Redis: %s\n", lb_cluster_error(r.cluster));
+    if (lb_cluster_refresh(r.engine->cluster) != 0) {
+        fprintf(stderr, "replay: cannot reach Redis: %s\n", lb_cluster_error(r.engine->cluster));
         status = EXIT_BROKEN;
         goto out;
     }
@@ -1837,7 +1834,7 @@ int main(int argc, char **argv)
     if (r.o.dry_run)
         goto out;
 
-    lb_pipeline_set_filter(r.pipeline, filter_event, &r.sel);
+    lb_pipeline_set_filter(r.engine->pipeline, filter_event, &r.sel);
     size_t leftovers = 0;
     if (clear_staging(&r, &leftovers) != 0) {
         status = EXIT_BROKEN;
@@ -1850,7 +1847,7 @@ int main(int argc, char **argv)
         goto out;
     }
     progress(&r, 1);
-    const struct lb_pipeline_stats *ps = lb_pipeline_stats(r.pipeline);
+    const struct lb_pipeline_stats *ps = lb_pipeline_stats(r.engine->pipeline);
     uint64_t rejected = 0;
     for (int i = 0; i < LB_REJECT__COUNT; i++)
         rejected += ps->rejected[i];

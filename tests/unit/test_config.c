@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "consumer.h"
+#include "engine.h"
 
 static const char minimal[] = "kafka:\n"
                               "  brokers: 127.0.0.1:9092\n"
@@ -370,6 +371,45 @@ static void kafka_properties_go_to_their_client(void **state)
     lb_config_free(c);
 }
 
+/* The engine opens from the configuration alone (no connection is tried
+ * until it is used), and a schema that does not load is the
+ * configuration's fault, named in the message. */
+static void the_engine_opens_without_connecting_and_blames_a_bad_schema(void **state)
+{
+    (void)state;
+    const char *src = getenv("LB_SOURCE_DIR");
+    char text[2048], err[1024];
+    snprintf(text, sizeof(text),
+             "kafka: {brokers: 127.0.0.1:1, topics: [t]}\n"
+             "input: {schemas: {1: %s/schemas/score_event.avsc}}\n"
+             "redis: {nodes: [\"127.0.0.1:1\"]}\n",
+             src ? src : ".");
+    struct lb_config *c = load_ok(text);
+    enum lb_error_class class = LB_ERROR_CONFIG;
+    struct lb_engine_options options = {.key_prefix = "staging:"};
+    struct lb_engine *e = lb_engine_open(c, &options, err, sizeof(err), &class);
+    if (!e)
+        fail_msg("lb_engine_open: %s", err);
+    assert_int_equal(class, LB_ERROR_NONE);
+    assert_non_null(e->decoder);
+    assert_non_null(e->pipeline);
+    assert_non_null(e->cluster_options.script); /* every client loads the apply script */
+    const struct lb_cluster_stats *cs = lb_cluster_stats(e->cluster);
+    assert_int_equal(cs->connection_errors + cs->refreshes, 0);
+    lb_engine_close(e);
+    lb_config_free(c);
+
+    c = load_ok("kafka: {brokers: b, topics: [t]}\n"
+                "input: {schemas: {1: /nonexistent/score_event.avsc}}\n"
+                "redis: {nodes: [a:1]}\n");
+    class = LB_ERROR_NONE;
+    assert_null(lb_engine_open(c, NULL, err, sizeof(err), &class));
+    assert_int_equal(class, LB_ERROR_CONFIG);
+    if (!strstr(err, "/nonexistent/score_event.avsc"))
+        fail_msg("unexpected error: %s", err);
+    lb_config_free(c);
+}
+
 /* The caller's defaults give way to the kafka: section, its fixed
  * properties do not; properties librdkafka refuses only together (checked
  * when the client is created) are the configuration's fault too. */
@@ -461,6 +501,7 @@ int main(void)
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
         cmocka_unit_test(kafka_properties_go_to_their_client),
         cmocka_unit_test(kafka_clients_layer_defaults_section_and_fixed),
+        cmocka_unit_test(the_engine_opens_without_connecting_and_blames_a_bad_schema),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
