@@ -127,8 +127,11 @@ lost_slot() { # SLOT: whether it is in the lost ranges
     done
     return 1
 }
+# 45 s of production: the checks below, the runbook and replay must all
+# happen while it runs, also on a loaded two-core machine under ASan (30 s
+# was once not enough there)
 "$BIN/loadgen" --brokers "$BROKERS" --events-out "$T_DIR/events.part" \
-    --deliveries-out "$T_DIR/deliveries.tsv" -n 30000 --seed 124 "${gen[@]}" --rate 1000 \
+    --deliveries-out "$T_DIR/deliveries.tsv" -n 45000 --seed 124 "${gen[@]}" --rate 1000 \
     >>"$T_DIR/loadgen.log" 2>&1 &
 producer=$!
 T_PIDS+=("$producer")
