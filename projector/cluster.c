@@ -872,27 +872,42 @@ static int32_t redirect_target(struct lb_cluster *cl, const char *msg)
     return add_node(cl, host, port);
 }
 
-static int starts_with(const char *s, const char *prefix)
-{
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
+/* Every error code the client treats other than "an operator must act". */
+static const struct {
+    const char *code;
+    enum lb_redis_action action;
+} error_codes[] = {
+    {"MOVED", LB_REDIS_MOVED},          {"ASK", LB_REDIS_ASK},
+    {"NOSCRIPT", LB_REDIS_LOAD_SCRIPT}, {"EXECABORT", LB_REDIS_FOLLOWS},
+    {"TRYAGAIN", LB_REDIS_LATER},       {"LOADING", LB_REDIS_LATER},
+    {"BUSY", LB_REDIS_LATER},           {"MASTERDOWN", LB_REDIS_LATER},
+    {"NOREPLICAS", LB_REDIS_LATER},     {"CLUSTERDOWN", LB_REDIS_LATER_REMAP},
+    {"READONLY", LB_REDIS_LATER_REMAP},
+};
 
-/* The error code: the word before the first space of an error reply. */
-static int error_code_is(const char *msg, const char *code)
+enum lb_redis_action lb_redis_action(const char *msg)
 {
-    size_t n = strlen(code);
-    return strncmp(msg, code, n) == 0 && (msg[n] == ' ' || msg[n] == '\0');
+    size_t len = strcspn(msg, " ");
+    for (size_t i = 0; i < sizeof(error_codes) / sizeof(error_codes[0]); i++)
+        if (strlen(error_codes[i].code) == len && memcmp(msg, error_codes[i].code, len) == 0)
+            return error_codes[i].action;
+    return LB_REDIS_OPERATOR;
 }
 
 enum lb_redis_error lb_redis_classify(const char *msg)
 {
-    static const char *const transient[] = {"TRYAGAIN", "CLUSTERDOWN", "LOADING",
-                                            "BUSY",     "MASTERDOWN",  "READONLY",
-                                            "MOVED",    "ASK",         "NOREPLICAS"};
-    for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
-        if (error_code_is(msg, transient[i]))
-            return LB_REDIS_RETRY;
-    return LB_REDIS_FIX; /* WRONGTYPE, NOPERM, OOM, NOSCRIPT, ERR ...: an operator acts */
+    switch (lb_redis_action(msg)) {
+    case LB_REDIS_MOVED:
+    case LB_REDIS_ASK:
+    case LB_REDIS_LATER:
+    case LB_REDIS_LATER_REMAP:
+        return LB_REDIS_RETRY;
+    case LB_REDIS_LOAD_SCRIPT: /* met where no script can be loaded */
+    case LB_REDIS_FOLLOWS:     /* met without the error it follows */
+    case LB_REDIS_OPERATOR:
+        break;
+    }
+    return LB_REDIS_FIX;
 }
 
 const char *lb_redis_error_name(enum lb_redis_error class)
@@ -910,11 +925,14 @@ const char *lb_redis_error_name(enum lb_redis_error class)
     return "?";
 }
 
-/* Classifies an error reply met by a request. */
+/* Acts on an error reply met by a request. */
 static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, const redisReply *r)
 {
     const char *msg = r->str;
-    if (starts_with(msg, "MOVED ") || starts_with(msg, "ASK ")) {
+    enum lb_redis_action action = lb_redis_action(msg);
+    switch (action) {
+    case LB_REDIS_MOVED:
+    case LB_REDIS_ASK: {
         if (run->redirect || run->error[0])
             return;
         int32_t target = redirect_target(cl, msg);
@@ -922,15 +940,17 @@ static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, c
             fail_run(run, LB_REDIS_RETRY, "unparsable redirection from %s: %.80s", n->name, msg);
             return;
         }
-        run->redirect = msg[0] == 'M' ? REDIRECT_MOVED : REDIRECT_ASK;
+        run->redirect = action == LB_REDIS_MOVED ? REDIRECT_MOVED : REDIRECT_ASK;
         run->redirect_node = target;
         return;
     }
-    if (starts_with(msg, "EXECABORT") && (run->redirect || run->error[0]))
-        return; /* the consequence of an error already noted */
-    if (starts_with(msg, "CLUSTERDOWN") || starts_with(msg, "READONLY"))
-        cl->need_refresh = 1; /* failing over, or failed over: read the map again */
-    if (starts_with(msg, "NOSCRIPT") && cl->script && !run->redirect && !run->error[0]) {
+    case LB_REDIS_FOLLOWS:
+        if (run->redirect || run->error[0])
+            return; /* the consequence of an error already noted */
+        break;
+    case LB_REDIS_LOAD_SCRIPT:
+        if (!cl->script || run->redirect || run->error[0])
+            break;
         /* A node that never saw the script (a new or promoted node, a
          * flushed cache): load it on this connection and resend, in order,
          * every request it answered so. Not a failure. */
@@ -942,12 +962,19 @@ static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, c
         run->redirect_node = -1; /* resent to the slot's owner, as before */
         n->load_script = 1;
         return;
+    case LB_REDIS_LATER_REMAP:
+        cl->need_refresh = 1; /* failing over, or failed over: read the map again */
+        break;
+    case LB_REDIS_LATER:
+    case LB_REDIS_OPERATOR:
+        break;
     }
-    if (lb_redis_classify(msg) == LB_REDIS_RETRY)
+    enum lb_redis_error class = lb_redis_classify(msg);
+    if (class == LB_REDIS_RETRY)
         cl->stats.retry_later++;
     else
         cl->stats.command_errors++;
-    fail_run(run, lb_redis_classify(msg), "%s: %.120s", n->name, msg);
+    fail_run(run, class, "%s: %.120s", n->name, msg);
 }
 
 static uint32_t replies_expected(const struct lb_request *req, const struct run *run)
@@ -1018,6 +1045,22 @@ static void on_script_reply(struct lb_cluster *cl, struct node *n, const redisRe
     cl->stats.command_errors++;
 }
 
+/* A reply of a shape the protocol does not allow where it came: replies on
+ * this connection can no longer be paired with requests. Frees 'r', closes
+ * the connection; every request on it fails, to be sent again. */
+static void node_desync(struct lb_cluster *cl, struct node *n, redisReply *r, const char *fmt, ...)
+{
+    char what[200], why[sizeof(what) + sizeof(n->name) + 32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    snprintf(why, sizeof(why), "%s: %s; closing the connection", n->name, what);
+    freeReplyObject(r);
+    cl->stats.connection_errors++;
+    node_abort_as(cl, n, why, LB_REDIS_RETRY);
+}
+
 static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
 {
     uint32_t index = n->queue[n->qhead];
@@ -1055,14 +1098,17 @@ static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
             const char *want = j == 0 ? "OK" : "QUEUED";
             if (r->type == REDIS_REPLY_ERROR)
                 note_error(cl, run, n, r);
-            else if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, want) != 0)
-                fail_run(run, LB_REDIS_RETRY,
-                         "%s: expected +%s inside MULTI, got a reply of type %d", n->name, want,
-                         r->type);
+            else if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, want) != 0) {
+                node_desync(cl, n, r, "expected +%s inside MULTI, got a reply of type %d", want,
+                            r->type);
+                return;
+            }
         } else if (r->type == REDIS_REPLY_ARRAY) { /* EXEC */
-            if (r->elements != req->ncommands)
-                fail_run(run, LB_REDIS_RETRY, "%s: EXEC returned %zu replies for %u commands",
-                         n->name, r->elements, req->ncommands);
+            if (r->elements != req->ncommands) {
+                node_desync(cl, n, r, "EXEC returned %zu replies for %u commands", r->elements,
+                            req->ncommands);
+                return;
+            }
             for (size_t e = 0; e < r->elements; e++)
                 if (r->element[e]->type == REDIS_REPLY_ERROR) {
                     cl->stats.command_errors++;

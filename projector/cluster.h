@@ -61,7 +61,25 @@ enum lb_redis_error {
     LB_REDIS_NOMEM,
 };
 
-/* The class of an error reply's text ("WRONGTYPE Operation ..."). */
+/* What an error reply asks of the client, decided by its code alone. */
+enum lb_redis_action {
+    LB_REDIS_OPERATOR = 0, /* an operator must act: fail, class LB_REDIS_FIX */
+    LB_REDIS_MOVED,        /* the slot moved: update the map, resend there */
+    LB_REDIS_ASK,          /* the slot is migrating: resend there after ASKING */
+    LB_REDIS_LOAD_SCRIPT,  /* NOSCRIPT: load the script, resend on the same connection */
+    LB_REDIS_FOLLOWS,      /* EXECABORT: the consequence of an error already met */
+    LB_REDIS_LATER,        /* transient: fail, class LB_REDIS_RETRY */
+    LB_REDIS_LATER_REMAP,  /* transient, and the map is stale: refresh it first */
+};
+
+/* The action for an error reply's text ("WRONGTYPE Operation ..."): one
+ * table of codes, matched on the word before the first space. Codes not in
+ * it (ERR, WRONGTYPE, NOPERM, OOM, ...) ask for an operator. */
+enum lb_redis_action lb_redis_action(const char *message);
+/* The class of the failure an error reply causes when it is not followed:
+ * LB_REDIS_RETRY for the transient codes and a redirection that could not
+ * be followed, LB_REDIS_FIX for the rest (NOSCRIPT where no script can be
+ * loaded, EXECABORT without the error it follows). */
 enum lb_redis_error lb_redis_classify(const char *message);
 const char *lb_redis_error_name(enum lb_redis_error class);
 

@@ -473,8 +473,7 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
         slot->ts[i] = reason == LB_ACCEPT ? ev.ts_ms : 0;
         if (reason == LB_ACCEPT) {
             struct lb_position pos = {r->topic, r->partition, r->offset};
-            reason = lb_plan_add(slot->plan, &ev, &pos, now_ms, &txn);
-            if (reason == LB_REJECT__COUNT)
+            if (lb_plan_add(slot->plan, &ev, &pos, now_ms, &txn, &reason) < 0)
                 return -1;
             if (reason != LB_ACCEPT)
                 describe_plan_reject(&ev, reason, detail, sizeof(detail));
@@ -668,7 +667,9 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
         if (slot->fate[i] != FATE_PLANNED)
             continue;
         struct lb_position pos = {r->topic, r->partition, r->offset};
-        if (lb_plan_add(slot->rebuilt, &ev, &pos, now_ms, &again) != LB_ACCEPT) {
+        enum lb_reject reason;
+        if (lb_plan_add(slot->rebuilt, &ev, &pos, now_ms, &again, &reason) < 0 ||
+            reason != LB_ACCEPT) {
             free(map);
             return -1; /* it was accepted by the same planner before */
         }

@@ -458,23 +458,22 @@ static enum lb_reject evaluate(const struct lb_profile *profile, const struct lb
     return LB_ACCEPT;
 }
 
-enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *ev,
-                           const struct lb_position *pos, int64_t now_ms, uint32_t *txn)
+int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb_position *pos,
+                int64_t now_ms, uint32_t *txn, enum lb_reject *reason)
 {
     struct update u;
     uint32_t board = find_board(plan, ev);
     if (board == NONE)
-        return LB_REJECT__COUNT;
+        return -1;
     const struct lb_profile *profile = plan->boards.items[board].profile;
-    if (!profile)
-        return LB_REJECT_INVALID_BOARD; /* no profile matches and there is no catch-all */
-    enum lb_reject reason = evaluate(profile, ev, pos, &u);
-    if (reason != LB_ACCEPT)
-        return reason;
+    *reason = profile ? evaluate(profile, ev, pos, &u)
+                      : LB_REJECT_INVALID_BOARD; /* no profile matches and no catch-all */
+    if (*reason != LB_ACCEPT)
+        return 0;
 
     uint32_t segment = segment_for(plan, board, pos);
     if (segment == NONE)
-        return LB_REJECT__COUNT;
+        return -1;
     int64_t day = lb_floor_div(ev->ts_ms, LB_MS_PER_DAY);
     if (day != plan->span_day) {
         for (int kind = 0; kind < LB_WINDOW_CUSTOM; kind++)
@@ -516,11 +515,11 @@ enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *ev,
         struct lb_plan_entry *e =
             key == NONE ? NULL : find_entry(plan, key, segment, ev->player, player_hash);
         if (!e)
-            return LB_REJECT__COUNT;
+            return -1;
         merge(e, profile, &u);
     }
     *txn = board;
-    return LB_ACCEPT;
+    return 0;
 }
 
 void lb_plan_view(const struct lb_plan *plan, struct lb_plan_view *view)

@@ -57,15 +57,15 @@ void lb_plan_free(struct lb_plan *plan);
 void lb_plan_reset(struct lb_plan *plan);
 
 /* Adds one validated event read at 'pos'. Events of one partition must come
- * in offset order. On success returns LB_ACCEPT and stores in '*txn' the
- * index of the board the event belongs to (its request's index once
- * encoded); the event is durable exactly when that request succeeded.
- * Otherwise returns the reject reason (score or time out of the board's
- * range, a bad custom window value, no profile) and plans nothing of the
- * event. 'now_ms' decides which windows
- * have already expired. Returns LB_REJECT__COUNT when out of memory. */
-enum lb_reject lb_plan_add(struct lb_plan *plan, const struct lb_event *event,
-                           const struct lb_position *pos, int64_t now_ms, uint32_t *txn);
+ * in offset order. Stores in '*reason' LB_ACCEPT, or why the event cannot be
+ * planned (score or time out of the board's range, a bad custom window
+ * value, no profile: it is then planned nothing of). An accepted event's
+ * board index goes to '*txn' (its request's index once encoded); the event
+ * is durable exactly when that request succeeded. 'now_ms' decides which
+ * windows have already expired. Returns 0, or -1 when out of memory (the
+ * plan is then only fit for lb_plan_reset). */
+int lb_plan_add(struct lb_plan *plan, const struct lb_event *event, const struct lb_position *pos,
+                int64_t now_ms, uint32_t *txn, enum lb_reject *reason);
 
 const struct lb_plan_stats *lb_plan_stats(const struct lb_plan *plan);
 /* How many chunks the planner's memory took from malloc so far: it stops

@@ -185,7 +185,8 @@ static int plan_batch(const struct lb_config *config, const struct lb_decoder *d
             continue;
         struct lb_position pos = {rd_kafka_topic_name(msgs[i]->rkt), msgs[i]->partition,
                                   msgs[i]->offset};
-        if (lb_plan_add(plan, &ev, &pos, now, &txn) == LB_REJECT__COUNT)
+        enum lb_reject reason;
+        if (lb_plan_add(plan, &ev, &pos, now, &txn, &reason) < 0)
             return -1;
     }
     return lb_apply_encode(batch, plan, config->key_prefix) == 0 &&

@@ -309,15 +309,71 @@ static void an_error_inside_exec_fails_the_whole_request(void **state)
     stop_nodes(&n);
 }
 
-static void a_short_exec_reply_is_a_failure(void **state)
+/* Error replies are told apart by their code, the word before the first
+ * space, never by the rest of the text. */
+static void error_replies_are_classified_by_their_code(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *reply;
+        enum lb_redis_action action;
+        enum lb_redis_error class;
+    } cases[] = {
+        {"MOVED 3999 127.0.0.1:6381", LB_REDIS_MOVED, LB_REDIS_RETRY},
+        {"ASK 3999 127.0.0.1:6381", LB_REDIS_ASK, LB_REDIS_RETRY},
+        {"NOSCRIPT No matching script. Please use EVAL.", LB_REDIS_LOAD_SCRIPT, LB_REDIS_FIX},
+        {"EXECABORT Transaction discarded", LB_REDIS_FOLLOWS, LB_REDIS_FIX},
+        {"TRYAGAIN Multiple keys request during rehashing", LB_REDIS_LATER, LB_REDIS_RETRY},
+        {"LOADING Redis is loading the dataset in memory", LB_REDIS_LATER, LB_REDIS_RETRY},
+        {"BUSY Redis is busy running a script", LB_REDIS_LATER, LB_REDIS_RETRY},
+        {"MASTERDOWN Link with MASTER is down", LB_REDIS_LATER, LB_REDIS_RETRY},
+        {"NOREPLICAS Not enough good replicas to write.", LB_REDIS_LATER, LB_REDIS_RETRY},
+        {"CLUSTERDOWN The cluster is down", LB_REDIS_LATER_REMAP, LB_REDIS_RETRY},
+        {"READONLY You can't write against a read only replica.", LB_REDIS_LATER_REMAP,
+         LB_REDIS_RETRY},
+        {"WRONGTYPE Operation against a key holding the wrong kind of value", LB_REDIS_OPERATOR,
+         LB_REDIS_FIX},
+        {"NOPERM this user has no permissions to run the 'zadd' command", LB_REDIS_OPERATOR,
+         LB_REDIS_FIX},
+        {"OOM command not allowed when used memory > 'maxmemory'.", LB_REDIS_OPERATOR,
+         LB_REDIS_FIX},
+        {"ERR Error running script: TRYAGAIN inside", LB_REDIS_OPERATOR, LB_REDIS_FIX},
+        {"BUSYKEY Target key name already exists.", LB_REDIS_OPERATOR, LB_REDIS_FIX},
+        {"MOVEDX 1 a:1", LB_REDIS_OPERATOR, LB_REDIS_FIX},
+        {"TRYAGAIN", LB_REDIS_LATER, LB_REDIS_RETRY},
+        {"", LB_REDIS_OPERATOR, LB_REDIS_FIX},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        print_message("%s\n", cases[i].reply);
+        assert_int_equal(lb_redis_action(cases[i].reply), cases[i].action);
+        assert_int_equal(lb_redis_classify(cases[i].reply), cases[i].class);
+    }
+}
+
+/* A reply of the wrong shape means replies can no longer be paired with
+ * requests: the connection is closed, the request fails to be retried, and
+ * the next one goes out on a new connection. */
+static void a_short_exec_reply_closes_the_connection_and_fails_for_a_retry(void **state)
 {
     (void)state;
     struct nodes n;
     start_nodes(&n, -1, NULL);
     n.a.exec_reply = "*0\r\n";
+    n.a.once = 1;
     struct lb_request req = txn();
     assert_int_equal(exec_one(n.cl, &req), 1);
-    assert_non_null(strstr(req.error, "0 replies for 1 commands"));
+    assert_non_null(strstr(req.error, "0 replies for 1 commands; closing the connection"));
+    assert_int_equal(req.error_class, LB_REDIS_RETRY);
+    assert_int_equal(lb_cluster_stats(n.cl)->connection_errors, 1);
+    req = txn(); /* on a new connection: a fresh MAP read and the transaction */
+    assert_int_equal(exec_one(n.cl, &req), 0);
+    n.a.once = 0;
+    n.a.queued_reply = "+OK\r\n"; /* not +QUEUED */
+    req = txn();
+    assert_int_equal(exec_one(n.cl, &req), 1);
+    assert_non_null(strstr(req.error, "expected +QUEUED inside MULTI"));
+    assert_int_equal(lb_cluster_stats(n.cl)->connection_errors, 2);
+    n.a.queued_reply = NULL;
     n.a.exec_reply = "*-1\r\n"; /* a nil EXEC: aborted */
     req = txn();
     assert_int_equal(exec_one(n.cl, &req), 1);
@@ -811,7 +867,8 @@ int main(void)
         cmocka_unit_test(clusterdown_fails_and_reloads_the_map_first_next_time),
         cmocka_unit_test(a_queued_error_is_reported_not_execabort),
         cmocka_unit_test(an_error_inside_exec_fails_the_whole_request),
-        cmocka_unit_test(a_short_exec_reply_is_a_failure),
+        cmocka_unit_test(error_replies_are_classified_by_their_code),
+        cmocka_unit_test(a_short_exec_reply_closes_the_connection_and_fails_for_a_retry),
         cmocka_unit_test(wait_follows_the_writes_when_the_master_has_a_replica),
         cmocka_unit_test(deferred_requests_go_out_when_released_each_with_a_wait),
         cmocka_unit_test(writes_whose_wait_never_answered_are_not_durable),

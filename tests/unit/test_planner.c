@@ -18,6 +18,7 @@
 
 #include "apply.h"
 #include "config.h"
+#include "plan_event.h"
 #include "planner.h"
 #include "slot.h"
 
@@ -112,7 +113,7 @@ static uint32_t plan_batch(struct fixture *f, const struct lb_event *evs, size_t
     lb_plan_reset(f->plan);
     for (size_t i = 0; i < n; i++) {
         struct lb_position pos = at(partition, first + (int64_t)i);
-        assert_int_equal(lb_plan_add(f->plan, &evs[i], &pos, MAY4_10H, &txn), LB_ACCEPT);
+        assert_int_equal(plan_event(f->plan, &evs[i], &pos, MAY4_10H, &txn), LB_ACCEPT);
     }
     encode(f);
     return txn;
@@ -211,7 +212,7 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     ev.dims = &dim;
     ev.ndims = 1;
     lb_plan_reset(f->plan);
-    assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
+    assert_int_equal(plan_event(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
     assert_int_equal(txn, 0);
     encode(f);
     assert_int_equal(f->batch.count, 1);
@@ -269,7 +270,7 @@ static void duplicates_merge_to_the_best_and_boards_split(void **state)
     lb_plan_reset(f->plan);
     for (size_t i = 0; i < 6; i++) {
         struct lb_position pos = at(0, (int64_t)i);
-        assert_int_equal(lb_plan_add(f->plan, &evs[i], &pos, MAY4_10H, &txn[i]), LB_ACCEPT);
+        assert_int_equal(plan_event(f->plan, &evs[i], &pos, MAY4_10H, &txn[i]), LB_ACCEPT);
     }
     assert_int_equal(txn[0], txn[3]);
     assert_int_not_equal(txn[0], txn[4]);
@@ -361,10 +362,10 @@ static void sum_adds_scores_and_keeps_the_latest_time_as_the_tie(void **state)
     lb_plan_reset(f->plan);
     /* a score below score_min (0) is rejected, not added */
     struct lb_position pos = at(0, 1);
-    assert_int_equal(lb_plan_add(f->plan, &evs[2], &pos, MAY4_10H, &txn), LB_REJECT_SCORE_RANGE);
+    assert_int_equal(plan_event(f->plan, &evs[2], &pos, MAY4_10H, &txn), LB_REJECT_SCORE_RANGE);
     for (size_t i = 0; i < 2; i++) {
         pos = at(0, 2 + (int64_t)i);
-        assert_int_equal(lb_plan_add(f->plan, &evs[i], &pos, MAY4_10H, &txn), LB_ACCEPT);
+        assert_int_equal(plan_event(f->plan, &evs[i], &pos, MAY4_10H, &txn), LB_ACCEPT);
     }
     encode(f);
     parse(f, txn, &q);
@@ -394,7 +395,7 @@ static void each_partition_is_a_segment_with_its_offsets(void **state)
         snprintf(players[i], sizeof(players[i]), "p%zu", i);
         struct lb_event ev = event("g9", players[i], 1, MAY4_10H);
         struct lb_position pos = at(partitions[i], offsets[i]);
-        assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
+        assert_int_equal(plan_event(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
     }
     encode(f);
     parse(f, txn, &q);
@@ -426,7 +427,7 @@ static void expired_windows_are_not_resurrected(void **state)
     uint32_t txn;
     struct request q;
     lb_plan_reset(f->plan);
-    assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H + 15 * DAY, &txn), LB_ACCEPT);
+    assert_int_equal(plan_event(f->plan, &ev, &pos, MAY4_10H + 15 * DAY, &txn), LB_ACCEPT);
     encode(f);
     assert_int_equal(lb_plan_stats(f->plan)->late, 2);
     parse(f, 0, &q);
@@ -444,8 +445,8 @@ static void out_of_range_events_are_rejected_and_plan_nothing(void **state)
     struct lb_position pos = at(0, 0);
     uint32_t txn;
     lb_plan_reset(f->plan);
-    assert_int_equal(lb_plan_add(f->plan, &high, &pos, MAY4_10H, &txn), LB_REJECT_SCORE_RANGE);
-    assert_int_equal(lb_plan_add(f->plan, &early, &pos, MAY4_10H, &txn), LB_REJECT_TIME_RANGE);
+    assert_int_equal(plan_event(f->plan, &high, &pos, MAY4_10H, &txn), LB_REJECT_SCORE_RANGE);
+    assert_int_equal(plan_event(f->plan, &early, &pos, MAY4_10H, &txn), LB_REJECT_TIME_RANGE);
     encode(f);
     assert_int_equal(f->batch.count, 1);
     assert_int_equal(f->batch.requests[0].len, 0); /* nothing to send for g3 */
@@ -465,7 +466,7 @@ static void a_bad_custom_dim_rejects_the_whole_event(void **state)
         ev.ndims = 1;
         ev.op = i ? LB_OP_RETRACT : LB_OP_SUBMIT; /* a retraction too */
         lb_plan_reset(f->plan);
-        assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_DIMS);
+        assert_int_equal(plan_event(f->plan, &ev, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_DIMS);
         encode(f);
         assert_int_equal(f->batch.requests[0].len, 0); /* no window written */
         assert_int_equal(lb_plan_stats(f->plan)->member_updates, 0);
@@ -490,8 +491,8 @@ static void a_board_without_a_profile_is_rejected(void **state)
     struct lb_plan *plan = lb_plan_new(config);
     struct lb_event stray = event("x1", "p", 1, MAY4_10H), fine = event("g1", "p", 1, MAY4_10H);
     struct lb_position pos = at(0, 0);
-    assert_int_equal(lb_plan_add(plan, &stray, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_BOARD);
-    assert_int_equal(lb_plan_add(plan, &fine, &pos, MAY4_10H, &txn), LB_ACCEPT);
+    assert_int_equal(plan_event(plan, &stray, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_BOARD);
+    assert_int_equal(plan_event(plan, &fine, &pos, MAY4_10H, &txn), LB_ACCEPT);
     assert_int_equal(lb_apply_encode(&batch, plan, "lb:"), 0);
     assert_int_equal(batch.count, 2);
     assert_int_equal(batch.requests[0].len, 0);
@@ -515,7 +516,7 @@ static void many_events_reuse_the_arena(void **state)
             struct lb_position pos = at(0, i);
             snprintf(players[i], sizeof(players[i]), "p%d", i);
             struct lb_event ev = event(i % 2 ? "a" : "b", players[i], i, MAY4_10H + i * 1000);
-            assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
+            assert_int_equal(plan_event(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
         }
         encode(f);
         assert_int_equal(lb_plan_stats(f->plan)->member_updates, 3000 * 4);
@@ -572,9 +573,9 @@ static void a_board_without_retractions_is_a_plain_transaction(void **state)
     lb_plan_reset(f->plan);
     struct lb_event retract = ev;
     retract.op = LB_OP_RETRACT;
-    assert_int_equal(lb_plan_add(f->plan, &retract, &pos, MAY4_10H, &txn), LB_REJECT_RETRACTION);
+    assert_int_equal(plan_event(f->plan, &retract, &pos, MAY4_10H, &txn), LB_REJECT_RETRACTION);
     assert_string_equal(lb_reject_name(LB_REJECT_RETRACTION), "retraction_refused");
-    assert_int_equal(lb_plan_add(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
+    assert_int_equal(plan_event(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
     encode(f);
     const struct lb_apply_request *req = &f->batch.requests[0];
     assert_int_equal(req->is_txn, 1);

@@ -22,6 +22,7 @@
 
 #include "apply.h"
 #include "config.h"
+#include "plan_event.h"
 #include "planner.h"
 #include "redis_server.h"
 
@@ -310,7 +311,7 @@ static void plan(struct harness *h, const struct sequence *seq, const size_t *ba
         struct lb_event ev = as_event(e, &dim);
         struct lb_position pos = {"t", e->partition, e->offset};
         int refused = e->board[0] == 'f' && e->op == LB_OP_RETRACT;
-        assert_int_equal(lb_plan_add(h->plan, &ev, &pos, MAY1, &txn),
+        assert_int_equal(plan_event(h->plan, &ev, &pos, MAY1, &txn),
                          refused ? LB_REJECT_RETRACTION : LB_ACCEPT);
     }
     assert_int_equal(lb_apply_encode(&h->batch, h->plan, "lb:"), 0);
@@ -574,7 +575,7 @@ static enum lb_apply_status apply_events_under(struct harness *h, const char *pr
     uint32_t txn;
     lb_plan_reset(h->plan);
     for (size_t i = 0; i < n; i++)
-        assert_int_equal(lb_plan_add(h->plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
+        assert_int_equal(plan_event(h->plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
     assert_int_equal(lb_apply_encode(&h->batch, h->plan, prefix), 0);
     assert_int_equal(h->batch.count, 1);
     return apply(h, 0, skip, &nskip);
@@ -731,7 +732,7 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
     struct lb_apply_batch batch = {0};
     uint32_t txn;
     for (int i = 0; i < 4; i++)
-        assert_int_equal(lb_plan_add(plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
+        assert_int_equal(plan_event(plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
     assert_int_equal(lb_apply_encode(&batch, plan, "lb:"), 0);
     assert_int_equal(batch.requests[0].is_txn, 0);
     redisReply *r = redis_server_send(redis, batch.bytes.data + batch.requests[0].offset,
