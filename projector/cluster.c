@@ -22,6 +22,7 @@
 #include "log.h"
 #include "resp.h"
 #include "slot.h"
+#include "topology.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -442,203 +443,6 @@ broken:
 
 /* ---- the slot map --------------------------------------------------------------- */
 
-/* A topology being read: the slot map, each master's healthy replicas and
- * which known nodes it names. It replaces the current one only when
- * complete. The per-node arrays follow the node table, which parsing may
- * grow. */
-struct topology {
-    int32_t slots[LB_SLOTS];
-    int *replicas;  /* per node index */
-    uint8_t *named; /* per node index: the reply lists the node */
-    size_t cap;     /* entries in both arrays */
-    int oom;
-};
-
-/* Makes room for node index 'i'; on failure the topology is marked out of
- * memory and the refresh fails. */
-static int topology_room(struct topology *t, size_t i)
-{
-    if (i < t->cap)
-        return 0;
-    size_t cap = t->cap ? t->cap : 16;
-    while (cap <= i)
-        cap *= 2;
-    int *replicas = realloc(t->replicas, cap * sizeof(*replicas));
-    if (replicas)
-        t->replicas = replicas;
-    uint8_t *named = replicas ? realloc(t->named, cap) : NULL;
-    if (!named) {
-        t->oom = 1;
-        return -1;
-    }
-    t->named = named;
-    memset(t->replicas + t->cap, 0, (cap - t->cap) * sizeof(*replicas));
-    memset(t->named + t->cap, 0, cap - t->cap);
-    t->cap = cap;
-    return 0;
-}
-
-static void topology_clear(struct topology *t)
-{
-    for (size_t s = 0; s < LB_SLOTS; s++)
-        t->slots[s] = -1;
-    if (t->cap) {
-        memset(t->replicas, 0, t->cap * sizeof(*t->replicas));
-        memset(t->named, 0, t->cap);
-    }
-}
-
-static int reply_port(const redisReply *r, int *port)
-{
-    long long v = -1;
-    if (r->type == REDIS_REPLY_INTEGER)
-        v = r->integer;
-    else if (r->type == REDIS_REPLY_STRING)
-        v = strtoll(r->str, NULL, 10);
-    if (v <= 0 || v >= 65536)
-        return -1;
-    *port = (int)v;
-    return 0;
-}
-
-/* Slot numbers come as integers, or as strings from some Redis 7.0 builds. */
-static int reply_slot(const redisReply *r, long long *slot)
-{
-    char *end;
-    if (r->type == REDIS_REPLY_INTEGER)
-        *slot = r->integer;
-    else if (r->type == REDIS_REPLY_STRING && r->len > 0) {
-        *slot = strtoll(r->str, &end, 10);
-        if (*end)
-            return -1;
-    } else
-        return -1;
-    return *slot >= 0 && *slot < LB_SLOTS ? 0 : -1;
-}
-
-/* The node a topology reply names: 'host' may be empty or "?" when the node
- * does not know its own address; it is then the node that answered. */
-static int32_t topology_node(struct lb_cluster *cl, struct topology *t, const char *host, int port,
-                             int32_t asked)
-{
-    if (!host || !*host || strcmp(host, "?") == 0)
-        host = cl->nodes[asked]->host;
-    int32_t index = add_node(cl, host, port);
-    if (index < 0 || topology_room(t, (size_t)index) != 0)
-        return -1;
-    t->named[index] = 1;
-    return index;
-}
-
-static void note_replicas(struct topology *t, int32_t master, int healthy)
-{
-    if (master >= 0 && (size_t)master < t->cap)
-        t->replicas[master] = healthy;
-}
-
-/* CLUSTER SLOTS: [[first, last, [ip, port, id], [replica...], ...], ...].
- * Failed replicas are not listed, so every listed one counts as healthy. */
-static int parse_cluster_slots(struct lb_cluster *cl, const redisReply *reply, int32_t asked,
-                               struct topology *t)
-{
-    if (reply->type != REDIS_REPLY_ARRAY)
-        return -1;
-    for (size_t i = 0; i < reply->elements; i++) {
-        const redisReply *range = reply->element[i];
-        long long first, last;
-        int port;
-        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
-            reply_slot(range->element[0], &first) != 0 ||
-            reply_slot(range->element[1], &last) != 0 || first > last)
-            return -1;
-        int32_t master = -1;
-        for (size_t k = 2; k < range->elements; k++) {
-            const redisReply *node = range->element[k];
-            if (node->type != REDIS_REPLY_ARRAY || node->elements < 2 ||
-                node->element[0]->type != REDIS_REPLY_STRING ||
-                reply_port(node->element[1], &port) != 0)
-                return -1;
-            int32_t index = topology_node(cl, t, node->element[0]->str, port, asked);
-            if (index < 0)
-                return -1;
-            if (k == 2)
-                master = index; /* replicas are remembered to ask for the map */
-        }
-        note_replicas(t, master, (int)range->elements - 3);
-        for (long long slot = first; slot <= last; slot++)
-            t->slots[slot] = master;
-    }
-    return 0;
-}
-
-static const redisReply *field(const redisReply *map, const char *name)
-{
-    if (map->type != REDIS_REPLY_ARRAY)
-        return NULL;
-    for (size_t i = 0; i + 1 < map->elements; i += 2)
-        if (map->element[i]->type == REDIS_REPLY_STRING && strcmp(map->element[i]->str, name) == 0)
-            return map->element[i + 1];
-    return NULL;
-}
-
-static int field_is(const redisReply *map, const char *name, const char *value)
-{
-    const redisReply *f = field(map, name);
-    return f && f->type == REDIS_REPLY_STRING && strcmp(f->str, value) == 0;
-}
-
-/* CLUSTER SHARDS: [{slots: [first, last, ...], nodes: [{ip, endpoint, port,
- * role, health, ...}, ...]}, ...], each map a flat array of name, value. */
-static int parse_cluster_shards(struct lb_cluster *cl, const redisReply *reply, int32_t asked,
-                                struct topology *t)
-{
-    if (reply->type != REDIS_REPLY_ARRAY)
-        return -1;
-    for (size_t i = 0; i < reply->elements; i++) {
-        const redisReply *shard = reply->element[i];
-        const redisReply *ranges = field(shard, "slots"), *nodes = field(shard, "nodes");
-        if (!ranges || !nodes || ranges->type != REDIS_REPLY_ARRAY ||
-            nodes->type != REDIS_REPLY_ARRAY || ranges->elements % 2)
-            return -1;
-        int32_t master = -1;
-        int healthy = 0;
-        for (size_t k = 0; k < nodes->elements; k++) {
-            const redisReply *node = nodes->element[k], *addr = field(node, "endpoint");
-            const redisReply *port = field(node, "port");
-            int p;
-            if (!addr || addr->type != REDIS_REPLY_STRING || !*addr->str ||
-                strcmp(addr->str, "?") == 0)
-                addr = field(node, "ip");
-            if (!port || reply_port(port, &p) != 0)
-                continue; /* a TLS-only node: not for us */
-            int32_t index = topology_node(
-                cl, t, addr && addr->type == REDIS_REPLY_STRING ? addr->str : NULL, p, asked);
-            if (index < 0)
-                return -1;
-            if (field_is(node, "role", "master")) {
-                /* Redis 7.0 says "fail" (documented as "failed"): either
-                 * way its slots have no master until one is promoted */
-                if (!field_is(node, "health", "fail") && !field_is(node, "health", "failed"))
-                    master = index;
-            } else if (field_is(node, "health", "online")) {
-                healthy++;
-            }
-        }
-        if (master < 0)
-            continue; /* its slots stay unknown until a replica takes over */
-        note_replicas(t, master, healthy);
-        for (size_t r = 0; r + 1 < ranges->elements; r += 2) {
-            long long first, last;
-            if (reply_slot(ranges->element[r], &first) != 0 ||
-                reply_slot(ranges->element[r + 1], &last) != 0 || first > last)
-                return -1;
-            for (long long slot = first; slot <= last; slot++)
-                t->slots[slot] = master;
-        }
-    }
-    return 0;
-}
-
 /* ROLE of a standalone master: ["master", offset, [[ip, port, offset], ...]]. */
 static int standalone_replicas(struct lb_cluster *cl, struct node *n)
 {
@@ -654,17 +458,34 @@ static int standalone_replicas(struct lb_cluster *cl, struct node *n)
     return count;
 }
 
-/* Makes 't' the current topology. Nodes it does not name (and that are not
- * seeds) are forgotten at the next opportunity (forget_departed). */
-static void install(struct lb_cluster *cl, const struct topology *t)
+/* Makes 't', as node 'asked' described it, the current topology. Nodes it
+ * does not name (and that are not seeds) are forgotten at the next
+ * opportunity (forget_departed). Returns -1 when out of memory. */
+static int install(struct lb_cluster *cl, const struct lb_topology *t, size_t asked)
 {
-    memcpy(cl->slots, t->slots, sizeof(t->slots));
+    int32_t *index = malloc((t->nnodes ? t->nnodes : 1) * sizeof(*index));
+    if (!index)
+        return -1;
+    for (size_t k = 0; k < t->nnodes; k++) {
+        const char *host = t->nodes[k].host ? t->nodes[k].host : cl->nodes[asked]->host;
+        if ((index[k] = add_node(cl, host, t->nodes[k].port)) < 0) {
+            free(index);
+            return -1;
+        }
+    }
+    for (size_t s = 0; s < LB_SLOTS; s++)
+        cl->slots[s] = t->slots[s] >= 0 ? index[t->slots[s]] : -1;
     cl->map_changes++;
     for (size_t i = 0; i < cl->nnodes; i++) {
-        struct node *n = cl->nodes[i];
-        n->replicas = i < t->cap ? t->replicas[i] : 0;
-        n->in_topology = i < cl->nseeds || (i < t->cap && t->named[i]);
+        cl->nodes[i]->replicas = 0;
+        cl->nodes[i]->in_topology = i < cl->nseeds;
     }
+    for (size_t k = 0; k < t->nnodes; k++) {
+        cl->nodes[index[k]]->in_topology = 1;
+        cl->nodes[index[k]]->replicas = t->nodes[k].replicas;
+    }
+    free(index);
+    return 0;
 }
 
 /* Drops nodes that left the topology: a long-running client meets new node
@@ -705,7 +526,7 @@ static void forget_departed(struct lb_cluster *cl)
 }
 
 /* Asks node 'i' for the topology. Returns 0 when it was installed. */
-static int refresh_from(struct lb_cluster *cl, size_t i, struct topology *t, char *first_error,
+static int refresh_from(struct lb_cluster *cl, size_t i, struct lb_topology *t, char *first_error,
                         size_t errlen)
 {
     static const char shards[] = "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
@@ -720,63 +541,48 @@ static int refresh_from(struct lb_cluster *cl, size_t i, struct topology *t, cha
             snprintf(first_error, errlen, "%s", cl->errstr);
         return -1;
     }
+    enum lb_topology_result rc;
+    int standalone = 0;
     if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "cluster support disabled")) {
         freeReplyObject(reply);
-        topology_clear(t);
-        if (topology_room(t, i) != 0) {
-            set_error(cl, "out of memory");
-            return -1;
-        }
-        for (size_t s = 0; s < LB_SLOTS; s++)
-            t->slots[s] = (int32_t)i;
-        t->named[i] = 1;
-        note_replicas(t, (int32_t)i, standalone_replicas(cl, n));
-        if (!cl->standalone)
-            LB_INFO("redis",
-                    "%s is a standalone Redis (cluster support disabled); every slot goes "
-                    "to it",
-                    n->name);
-        cl->standalone = 1;
-        install(cl, t);
-        return 0;
-    }
-    if (reply->type == REDIS_REPLY_ERROR && !cl->no_shards &&
-        (strstr(reply->str, "unknown subcommand") || strstr(reply->str, "Unknown subcommand"))) {
+        reply = NULL;
+        rc = lb_topology_standalone(t, n->port, standalone_replicas(cl, n));
+        standalone = 1;
+    } else if (reply->type == REDIS_REPLY_ERROR && !cl->no_shards &&
+               (strstr(reply->str, "unknown subcommand") ||
+                strstr(reply->str, "Unknown subcommand"))) {
         /* Redis before 7.0: CLUSTER SLOTS it is, from now on */
         freeReplyObject(reply);
         cl->no_shards = 1;
         return refresh_from(cl, i, t, first_error, errlen);
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        rc = LB_TOPOLOGY_MALFORMED;
+    } else {
+        rc = cl->no_shards ? lb_topology_from_slots(t, reply) : lb_topology_from_shards(t, reply);
     }
-    topology_clear(t);
-    int rc = reply->type == REDIS_REPLY_ERROR ? -1
-             : cl->no_shards                  ? parse_cluster_slots(cl, reply, (int32_t)i, t)
-                                              : parse_cluster_shards(cl, reply, (int32_t)i, t);
-    if (rc != 0 && t->oom)
+    if (rc == LB_TOPOLOGY_OK && install(cl, t, i) != 0)
+        rc = LB_TOPOLOGY_NOMEM;
+    if (rc == LB_TOPOLOGY_NOMEM)
         snprintf(first_error, errlen, "out of memory reading the topology");
-    else if (rc != 0 && !first_error[0])
+    else if (rc != LB_TOPOLOGY_OK && !first_error[0])
         snprintf(first_error, errlen, "unexpected topology reply from %s%s%.200s", n->name,
                  reply->type == REDIS_REPLY_ERROR ? ": " : "",
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-    freeReplyObject(reply);
-    if (rc != 0)
+    if (reply)
+        freeReplyObject(reply);
+    if (rc != LB_TOPOLOGY_OK)
         return -1;
-    cl->standalone = 0;
-    install(cl, t);
+    if (standalone && !cl->standalone)
+        LB_INFO("redis",
+                "%s is a standalone Redis (cluster support disabled); every slot goes to it",
+                n->name);
+    cl->standalone = standalone;
     return 0;
-}
-
-static void topology_free(struct topology *t)
-{
-    if (!t)
-        return;
-    free(t->replicas);
-    free(t->named);
-    free(t);
 }
 
 int lb_cluster_refresh(struct lb_cluster *cl)
 {
-    struct topology *t = calloc(1, sizeof(*t));
+    struct lb_topology *t = calloc(1, sizeof(*t));
     char first_error[sizeof(cl->errstr)] = "";
 
     if (!t) {
@@ -787,21 +593,25 @@ int lb_cluster_refresh(struct lb_cluster *cl)
     /* The node that answered last time first, then every known node:
      * seeds, masters and replicas alike, within one budget. */
     cl->call_deadline = lb_monotonic_ms() + cl->command_timeout_ms;
+    int rc = -1;
     for (size_t k = 0; k < cl->nnodes && lb_monotonic_ms() < cl->call_deadline; k++) {
         size_t i = (cl->last_good + k) % cl->nnodes;
         if (cl->nodes[i]->qlen)
             continue; /* busy inside an exec round; not used here */
         if (refresh_from(cl, i, t, first_error, sizeof(first_error)) == 0) {
-            cl->call_deadline = 0;
             cl->need_refresh = 0;
             cl->last_good = i;
-            topology_free(t);
-            forget_departed(cl);
-            return 0;
+            rc = 0;
+            break;
         }
     }
     cl->call_deadline = 0;
-    topology_free(t);
+    lb_topology_free(t);
+    free(t);
+    if (rc == 0) {
+        forget_departed(cl);
+        return 0;
+    }
     /* the next refresh starts elsewhere: a silent node does not eat every budget */
     cl->last_good = (cl->last_good + 1) % cl->nnodes;
     cl->errclass = LB_REDIS_RETRY;

@@ -2,8 +2,9 @@
  * projector's are one EVALSHA per board; MULTI/EXEC transactions work too).
  *
  * hiredis 0.14 parses RESP for us (redisReader) but knows nothing of
- * clusters, so the rest is here: the slot map (read from CLUSTER SLOTS, or
- * every slot on one node for a standalone Redis), one non-blocking TCP
+ * clusters, so the rest is here: the slot map (read with CLUSTER SHARDS or
+ * CLUSTER SLOTS, parsed by topology.c, or every slot on one node for a
+ * standalone Redis), one non-blocking TCP
  * connection per node, and an executor that writes every request of a batch
  * to its slot's master, all nodes at once, then reads and checks every reply:
  * MULTI's +OK, each +QUEUED, and every element of EXEC's array. A request
