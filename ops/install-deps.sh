@@ -12,7 +12,7 @@ packages=(
     librdkafka-dev libavro-dev libyaml-dev libhiredis-dev libcmocka-dev libmicrohttpd-dev
     libssl-dev
     redis-server redis-tools
-    clang clang-format shellcheck
+    clang clang-format shellcheck libclang-rt-14-dev
     curl
     maven
 )

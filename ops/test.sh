@@ -9,17 +9,19 @@
 #      redis-server on a free port)
 #   4. builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
 #      (leak checking on) and runs them
-#   5. (in the integration tests) builds the previous release's projector
+#   5. builds the libFuzzer targets (tests/fuzz, clang) and runs each for
+#      10 s (ops/fuzz.sh; longer by hand)
+#   6. (in the integration tests) builds the previous release's projector
 #      once into the cache, for the rolling-deploy test
-#   6. runs the integration tests (CTest label "integration", one scenario
+#   7. runs the integration tests (CTest label "integration", one scenario
 #      per script) against a real Redis Cluster and a real
 #      Kafka broker, started and stopped by the tests themselves, with the
 #      sanitizer build of the projector and tools (a memory error, undefined
 #      behaviour or leak anywhere on those paths fails the test)
-#   7. runs the chaos soak for two minutes on the release build
+#   8. runs the chaos soak for two minutes on the release build
 #      (ops/chaos.sh; longer runs by hand, see the README)
 #
-# Build directories: build/ and build-asan/ (reused when present).
+# Build directories: build/, build-asan/ and build-fuzz/ (reused when present).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -63,6 +65,9 @@ cmake -S . -B build-asan -DLB_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan -L "unit|redis" --output-on-failure
+
+step "fuzz targets, 10 s each (libFuzzer, ASan + UBSan)"
+ops/fuzz.sh --seconds 10 --jobs "$jobs"
 
 step "integration tests (real Redis Cluster, real Kafka, sanitizer build)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

@@ -859,6 +859,9 @@ static void on_script_reply(struct lb_cluster *cl, struct node *n, const redisRe
  * this connection can no longer be paired with requests. Frees 'r', closes
  * the connection; every request on it fails, to be sent again. */
 static void node_desync(struct lb_cluster *cl, struct node *n, redisReply *r, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void node_desync(struct lb_cluster *cl, struct node *n, redisReply *r, const char *fmt, ...)
 {
     char what[200], why[sizeof(what) + sizeof(n->name) + 32];
     va_list ap;
