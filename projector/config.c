@@ -819,6 +819,7 @@ static int parse_listen(struct parser *p, yaml_node_t *node, void *obj)
     return 0;
 }
 
+/* Returns 0, -1 when 'text' is not host:port, -2 when out of memory. */
 static int parse_host(const char *text, struct lb_host *host)
 {
     const char *colon = strrchr(text, ':');
@@ -832,7 +833,7 @@ static int parse_host(const char *text, struct lb_host *host)
     }
     host->host = strndup(start, (size_t)(end - start));
     host->port = (int)port;
-    return host->host ? 0 : -1;
+    return host->host ? 0 : -2;
 }
 
 static int parse_hosts(struct parser *p, yaml_node_t *node, void *obj)
@@ -852,7 +853,10 @@ static int parse_hosts(struct parser *p, yaml_node_t *node, void *obj)
             rc = fail(p, line_of(node), "out of memory");
     }
     for (size_t i = 0; rc == 0 && i < strings.count; i++) {
-        if (parse_host(strings.list[i], &config->redis_nodes[i]) != 0)
+        int bad = parse_host(strings.list[i], &config->redis_nodes[i]);
+        if (bad == -2)
+            rc = fail(p, line_of(node), "out of memory");
+        else if (bad)
             rc = fail(p, line_of(node), "nodes: \"%s\" is not host:port", strings.list[i]);
         else
             config->nredis_nodes++;
@@ -1176,9 +1180,12 @@ static int load(struct parser *p, const unsigned char *text, size_t len, struct 
         fail(p, 1, "the file is empty; start from config/projector.example.yaml");
         goto done;
     }
-    config->path = strdup(p->name);
     config->wait_replicas = -1; /* auto unless the file says otherwise */
-    if (!config->path || parse_mapping(p, top_keys, root, line_of(root), config, NULL, 0) != 0 ||
+    if (!(config->path = strdup(p->name))) {
+        fail(p, 0, "out of memory");
+        goto done;
+    }
+    if (parse_mapping(p, top_keys, root, line_of(root), config, NULL, 0) != 0 ||
         check_config(p, config, line_of(root)) != 0)
         goto done;
     *out = config;
@@ -1298,13 +1305,19 @@ const struct lb_profile *lb_config_profile_for(const struct lb_config *config, c
     return NULL;
 }
 
-struct lb_decoder *lb_config_decoder(const struct lb_config *config, char *err, size_t errlen)
+struct lb_decoder *lb_config_decoder(const struct lb_config *config, char *err, size_t errlen,
+                                     enum lb_error_class *class)
 {
+    enum lb_error_class ignored;
+    if (!class)
+        class = &ignored;
+    *class = LB_ERROR_RUNTIME;
     struct lb_decoder *decoder = lb_decoder_new((enum lb_wire_format)config->wire_format);
     if (!decoder) {
         snprintf(err, errlen, "%s: out of memory", config->path);
         return NULL;
     }
+    *class = LB_ERROR_CONFIG;
     for (size_t i = 0; i < config->nschemas; i++) {
         const struct lb_schema_ref *ref = &config->schemas[i];
         char why[400];
@@ -1319,12 +1332,16 @@ struct lb_decoder *lb_config_decoder(const struct lb_config *config, char *err, 
                      too_big ? "larger than 64 KiB" : strerror(errno));
             goto error;
         }
-        if (lb_decoder_add_schema(decoder, ref->id, json, n, why, sizeof(why)) != 0) {
+        int rc = lb_decoder_add_schema(decoder, ref->id, json, n, why, sizeof(why));
+        if (rc != 0) {
             snprintf(err, errlen, "%s:%d: schema file %s: %s", config->path, ref->line, ref->path,
                      why);
+            if (rc == -2)
+                *class = LB_ERROR_RUNTIME;
             goto error;
         }
     }
+    *class = LB_ERROR_NONE;
     return decoder;
 error:
     lb_decoder_free(decoder);

@@ -11,6 +11,8 @@
 #ifndef LB_CONFIG_H
 #define LB_CONFIG_H
 
+#include "error.h"
+
 #include "event.h"
 #include "kafka.h"
 #include "score.h"
@@ -130,8 +132,10 @@ const struct lb_profile *lb_config_profile_for(const struct lb_config *config, c
 void lb_config_print(const struct lb_config *config, FILE *out);
 
 /* Builds a decoder from the input: section (reads the schema files). Returns
- * NULL with "path:line: message" in 'err' on failure. */
-struct lb_decoder *lb_config_decoder(const struct lb_config *config, char *err, size_t errlen);
+ * NULL with "path:line: message" in 'err' on failure, and in '*class' (may
+ * be NULL) LB_ERROR_CONFIG, or LB_ERROR_RUNTIME when out of memory. */
+struct lb_decoder *lb_config_decoder(const struct lb_config *config, char *err, size_t errlen,
+                                     enum lb_error_class *class);
 
 /* Parses "500ms", "2s", "5m", "1h", "7d", "2w" into milliseconds; -1 when
  * malformed. */

@@ -15,9 +15,8 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
     if (!e)
         goto nomem;
     lb_pipeline_cluster_options(config, &e->cluster_options);
-    e->decoder = lb_config_decoder(config, err, errlen);
+    e->decoder = lb_config_decoder(config, err, errlen, class);
     if (!e->decoder) {
-        *class = LB_ERROR_CONFIG;
         lb_engine_close(e);
         return NULL;
     }

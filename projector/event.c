@@ -91,6 +91,7 @@ struct schema_prog {
     avro_schema_t *named;
     uint32_t *named_index;
     size_t nnamed, capnamed;
+    int too_deep; /* why compiling failed, when not for memory */
 };
 
 struct lb_decoder {
@@ -211,8 +212,10 @@ static uint32_t compile_enum(struct schema_prog *prog, avro_schema_t schema, uin
  * compiled once, so recursive schemas terminate. */
 static uint32_t compile_type(struct schema_prog *prog, avro_schema_t schema, int depth)
 {
-    if (depth > 64)
+    if (depth > 64) {
+        prog->too_deep = 1;
         return COMPILE_ERROR;
+    }
     if (avro_typeof(schema) == AVRO_LINK)
         schema = avro_schema_link_target(schema);
     for (size_t i = 0; i < prog->nnamed; i++)
@@ -262,6 +265,7 @@ static uint32_t compile_type(struct schema_prog *prog, avro_schema_t schema, int
     case AVRO_LINK:
         break;
     }
+    prog->too_deep = 1; /* a link to a link: avro-c does not make those */
     return COMPILE_ERROR;
 }
 
@@ -311,7 +315,7 @@ static int resolve_fields(struct schema_prog *prog, avro_schema_t record, char *
     prog->targets = calloc(root->count ? root->count : 1, sizeof(*prog->targets));
     if (!prog->targets) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return -2;
     }
     for (uint32_t i = 0; i < root->count; i++) {
         const char *name = avro_schema_record_field_name(record, (int)i);
@@ -368,6 +372,7 @@ int lb_decoder_add_schema(struct lb_decoder *decoder, int32_t id, const char *js
 {
     avro_schema_t schema = NULL;
     struct schema_prog prog = {.id = id};
+    int rc = -1;
 
     if (decoder->format == LB_WIRE_BARE && decoder->nprogs > 0) {
         snprintf(err, errlen, "bare Avro input takes exactly one writer schema");
@@ -390,13 +395,16 @@ int lb_decoder_add_schema(struct lb_decoder *decoder, int32_t id, const char *js
     }
     prog.root = compile_type(&prog, schema, 0);
     if (prog.root == COMPILE_ERROR) {
-        snprintf(err, errlen, "the writer schema is nested too deeply or memory ran out");
+        snprintf(err, errlen, "%s",
+                 prog.too_deep ? "the writer schema is nested more than 64 deep" : "out of memory");
+        rc = prog.too_deep ? -1 : -2;
         goto error;
     }
-    if (resolve_fields(&prog, schema, err, errlen) != 0)
+    if ((rc = resolve_fields(&prog, schema, err, errlen)) != 0)
         goto error;
     if (GROW(decoder->progs, decoder->nprogs, decoder->capprogs) != 0) {
         snprintf(err, errlen, "out of memory");
+        rc = -2;
         goto error;
     }
     decoder->progs[decoder->nprogs++] = prog;
@@ -406,7 +414,7 @@ int lb_decoder_add_schema(struct lb_decoder *decoder, int32_t id, const char *js
 error:
     prog_free(&prog);
     avro_schema_decref(schema);
-    return -1;
+    return rc;
 }
 
 /* ---- decoding ---------------------------------------------------------- */

@@ -75,8 +75,9 @@ struct lb_decoder *lb_decoder_new(enum lb_wire_format format);
 void lb_decoder_free(struct lb_decoder *decoder);
 
 /* Compiles the writer schema 'json' (Avro JSON) for schema id 'id' (ignored
- * for LB_WIRE_BARE, which takes exactly one schema). On error returns -1 with
- * a sentence in 'err'. The decoder does not keep 'json'. */
+ * for LB_WIRE_BARE, which takes exactly one schema). Returns 0; -1 with a
+ * sentence in 'err' when the schema cannot serve; -2 when out of memory. The
+ * decoder does not keep 'json'. */
 int lb_decoder_add_schema(struct lb_decoder *decoder, int32_t id, const char *json, size_t len,
                           char *err, size_t errlen);
 

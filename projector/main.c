@@ -93,7 +93,7 @@ int main(int argc, char **argv)
     lb_log_threshold = level ? lb_log_level_parse(level) : config->log_level;
     lb_log_json = config->log_json;
     if (check) {
-        struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err));
+        struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err), NULL);
         if (!decoder) {
             fprintf(stderr, "%s\n", err);
             lb_config_free(config);

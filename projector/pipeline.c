@@ -103,6 +103,7 @@ struct lb_pipeline {
     const struct lb_decoder *decoder;
     struct lb_cluster *clusters[2]; /* slot i's; the same one unless overlapping */
     struct lb_cluster *own;         /* the second, created by lb_pipeline_overlap */
+    int own_mapped;                 /* it was asked for the slot map (at the first send) */
     struct slot slots[2];
     int prepared; /* slot planned but not sent, or -1 */
     int inflight; /* slot sent but not completed, or -1 */
@@ -205,10 +206,7 @@ int lb_pipeline_overlap(struct lb_pipeline *p, const struct lb_cluster_options *
         return 0;
     if (!(p->own = lb_cluster_new(options)))
         return -1;
-    if (lb_cluster_refresh(p->own) != 0)
-        LB_DEBUG("pipeline", "second Redis client: %s (its first batch loads the slot map)",
-                 lb_cluster_error(p->own));
-    p->clusters[1] = p->own;
+    p->clusters[1] = p->own; /* connects, and reads the slot map, when first used */
     return 0;
 }
 
@@ -734,6 +732,14 @@ void lb_pipeline_send(struct lb_pipeline *p)
 {
     if (p->prepared < 0 || p->inflight >= 0)
         return;
+    if (p->own && !p->own_mapped) {
+        /* Sending early needs the second client's slot map: read it now,
+         * once, before anything is in flight (never while opening). */
+        p->own_mapped = 1;
+        if (lb_cluster_refresh(p->own) != 0)
+            LB_DEBUG("pipeline", "second Redis client: %s (its first batch loads the slot map)",
+                     lb_cluster_error(p->own));
+    }
     struct slot *slot = &p->slots[p->prepared];
     struct lb_cluster *cluster = p->clusters[p->prepared];
     p->inflight = p->prepared;

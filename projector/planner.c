@@ -114,6 +114,7 @@ struct lb_plan {
     const struct lb_config *config;
     struct lb_arena arena;
     struct index board_index, key_index, entry_index;
+    int ready; /* the indexes exist: 0 after a reset or an add ran out of memory */
     ARRAY(struct lb_plan_board) boards;
     ARRAY(struct lb_plan_segment) segments;
     ARRAY(struct lb_plan_key) keys;
@@ -156,7 +157,7 @@ struct lb_plan *lb_plan_new(const struct lb_config *config)
     plan->config = config;
     lb_arena_init(&plan->arena, 1 << 20);
     lb_plan_reset(plan);
-    if (!plan->board_index.slots) {
+    if (!plan->ready) {
         lb_plan_free(plan);
         return NULL;
     }
@@ -186,10 +187,9 @@ void lb_plan_reset(struct lb_plan *plan)
     memset(&plan->entries, 0, sizeof(plan->entries));
     memset(&plan->stats, 0, sizeof(plan->stats));
     plan->span_day = INT64_MIN;
-    if (index_init(&plan->board_index, &plan->arena, plan->peak_boards + 256) != 0 ||
-        index_init(&plan->key_index, &plan->arena, plan->peak_keys + 1024) != 0 ||
-        index_init(&plan->entry_index, &plan->arena, plan->peak_entries + 4096) != 0)
-        plan->board_index.slots = NULL;
+    plan->ready = index_init(&plan->board_index, &plan->arena, plan->peak_boards + 256) == 0 &&
+                  index_init(&plan->key_index, &plan->arena, plan->peak_keys + 1024) == 0 &&
+                  index_init(&plan->entry_index, &plan->arena, plan->peak_entries + 4096) == 0;
 }
 
 /* Grows 'ix' before it is more than half full. */
@@ -458,13 +458,23 @@ static enum lb_reject evaluate(const struct lb_profile *profile, const struct lb
     return LB_ACCEPT;
 }
 
+/* An add that ran out of memory leaves a half-planned event: nothing more
+ * is planned until the next reset. */
+static int out_of_memory(struct lb_plan *plan)
+{
+    plan->ready = 0;
+    return -1;
+}
+
 int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb_position *pos,
                 int64_t now_ms, uint32_t *txn, enum lb_reject *reason)
 {
     struct update u;
+    if (!plan->ready)
+        return -1;
     uint32_t board = find_board(plan, ev);
     if (board == NONE)
-        return -1;
+        return out_of_memory(plan);
     const struct lb_profile *profile = plan->boards.items[board].profile;
     *reason = profile ? evaluate(profile, ev, pos, &u)
                       : LB_REJECT_INVALID_BOARD; /* no profile matches and no catch-all */
@@ -473,7 +483,7 @@ int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb
 
     uint32_t segment = segment_for(plan, board, pos);
     if (segment == NONE)
-        return -1;
+        return out_of_memory(plan);
     int64_t day = lb_floor_div(ev->ts_ms, LB_MS_PER_DAY);
     if (day != plan->span_day) {
         for (int kind = 0; kind < LB_WINDOW_CUSTOM; kind++)
@@ -515,7 +525,7 @@ int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb
         struct lb_plan_entry *e =
             key == NONE ? NULL : find_entry(plan, key, segment, ev->player, player_hash);
         if (!e)
-            return -1;
+            return out_of_memory(plan);
         merge(e, profile, &u);
     }
     *txn = board;

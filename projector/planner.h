@@ -53,7 +53,8 @@ struct lb_plan;
 struct lb_plan *lb_plan_new(const struct lb_config *config);
 void lb_plan_free(struct lb_plan *plan);
 
-/* Forgets the previous batch, keeping memory for the next. */
+/* Forgets the previous batch, keeping memory for the next. If memory runs
+ * out here, the next lb_plan_add says so. */
 void lb_plan_reset(struct lb_plan *plan);
 
 /* Adds one validated event read at 'pos'. Events of one partition must come

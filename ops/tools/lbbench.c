@@ -203,7 +203,7 @@ static int encode_topic(const struct lb_config *config, struct encoded *enc, str
                         uint64_t *events)
 {
     char err[1024], group[64];
-    struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err));
+    struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err), NULL);
     struct lb_plan *plan = lb_plan_new(config);
     struct lb_apply_batch encoded = {0};
     size_t batch = (size_t)config->batch_max_events, n = 0;

@@ -18,6 +18,7 @@
 #include "cluster.h"
 #include "fake_redis.h"
 #include "log.h"
+#include "oom.h"
 
 /* How a fake node behaves; the handler below reads it. */
 struct script {
@@ -856,6 +857,53 @@ static void a_failed_master_serves_nothing(void **state)
     stop_nodes(&n);
 }
 
+/* ---- out of memory ----------------------------------------------------------- */
+
+/* A new client (AUTH, a script) sends a transaction that meets MOVED and a
+ * script call that meets NOSCRIPT (on the first run; later runs find the
+ * map moved and the script loaded). Whatever allocation fails: no crash,
+ * no leak, and a request fails only when memory ran out. */
+static int exec_with_a_new_client(void *ctx)
+{
+    struct nodes *n = ctx;
+    static const char evalsha[] = "*3\r\n$7\r\nEVALSHA\r\n$40\r\n" SCRIPT_SHA "\r\n$1\r\n0\r\n";
+    struct lb_cluster_options options = {.seeds = &n->seed,
+                                         .nseeds = 1,
+                                         .user = "projector",
+                                         .password = "secret",
+                                         .connect_timeout_ms = 1000,
+                                         .command_timeout_ms = 2000,
+                                         .wait_replicas = -1,
+                                         .wait_timeout_ms = 100,
+                                         .script = SCRIPT,
+                                         .script_sha = SCRIPT_SHA};
+    struct lb_cluster *cl = lb_cluster_new(&options);
+    if (!cl)
+        return oom_failed() ? 0 : -1;
+    struct lb_request req[2] = {
+        txn(), {.slot = 1, .ncommands = 1, .bytes = evalsha, .len = sizeof(evalsha) - 1}};
+    size_t failed = lb_cluster_exec(cl, req, 2);
+    for (int i = 0; i < 2; i++)
+        if (req[i].reply)
+            freeReplyObject(req[i].reply);
+    lb_cluster_free(cl);
+    return failed == 0 || oom_failed() ? 0 : -1;
+}
+
+static void running_out_of_memory_in_the_client_fails_requests_cleanly(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char moved[64];
+    start_nodes(&n, -1, NULL);
+    snprintf(moved, sizeof(moved), "-MOVED 1 127.0.0.1:%d\r\n", n.b.port);
+    n.a.queued_reply = moved;
+    n.a.once = 1;
+    assert_true(oom_sweep("cluster client", exec_with_a_new_client, &n, 1) > 20);
+    assert_int_equal(n.b.script_cached, 1);
+    stop_nodes(&n);
+}
+
 int main(void)
 {
     lb_log_threshold = LB_LOG_ERROR;
@@ -868,6 +916,7 @@ int main(void)
         cmocka_unit_test(a_queued_error_is_reported_not_execabort),
         cmocka_unit_test(an_error_inside_exec_fails_the_whole_request),
         cmocka_unit_test(error_replies_are_classified_by_their_code),
+        cmocka_unit_test(running_out_of_memory_in_the_client_fails_requests_cleanly),
         cmocka_unit_test(a_short_exec_reply_closes_the_connection_and_fails_for_a_retry),
         cmocka_unit_test(wait_follows_the_writes_when_the_master_has_a_replica),
         cmocka_unit_test(deferred_requests_go_out_when_released_each_with_a_wait),

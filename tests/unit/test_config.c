@@ -13,6 +13,7 @@
 #include "config.h"
 #include "consumer.h"
 #include "engine.h"
+#include "oom.h"
 
 static const char minimal[] = "kafka:\n"
                               "  brokers: 127.0.0.1:9092\n"
@@ -371,20 +372,27 @@ static void kafka_properties_go_to_their_client(void **state)
     lb_config_free(c);
 }
 
+/* What the engine tests open: the canonical schema, nodes nobody listens on. */
+static struct lb_config *engine_config(void)
+{
+    const char *src = getenv("LB_SOURCE_DIR");
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "kafka: {brokers: 127.0.0.1:1, topics: [t]}\n"
+             "input: {schemas: {1: %s/schemas/score_event.avsc}}\n"
+             "redis: {nodes: [\"127.0.0.1:1\"]}\n",
+             src ? src : ".");
+    return load_ok(text);
+}
+
 /* The engine opens from the configuration alone (no connection is tried
  * until it is used), and a schema that does not load is the
  * configuration's fault, named in the message. */
 static void the_engine_opens_without_connecting_and_blames_a_bad_schema(void **state)
 {
     (void)state;
-    const char *src = getenv("LB_SOURCE_DIR");
-    char text[2048], err[1024];
-    snprintf(text, sizeof(text),
-             "kafka: {brokers: 127.0.0.1:1, topics: [t]}\n"
-             "input: {schemas: {1: %s/schemas/score_event.avsc}}\n"
-             "redis: {nodes: [\"127.0.0.1:1\"]}\n",
-             src ? src : ".");
-    struct lb_config *c = load_ok(text);
+    char err[1024];
+    struct lb_config *c = engine_config();
     enum lb_error_class class = LB_ERROR_CONFIG;
     struct lb_engine_options options = {.key_prefix = "staging:"};
     struct lb_engine *e = lb_engine_open(c, &options, err, sizeof(err), &class);
@@ -394,8 +402,9 @@ static void the_engine_opens_without_connecting_and_blames_a_bad_schema(void **s
     assert_non_null(e->decoder);
     assert_non_null(e->pipeline);
     assert_non_null(e->cluster_options.script); /* every client loads the apply script */
-    const struct lb_cluster_stats *cs = lb_cluster_stats(e->cluster);
-    assert_int_equal(cs->connection_errors + cs->refreshes, 0);
+    struct lb_cluster_stats cs;
+    lb_pipeline_redis_stats(e->pipeline, &cs); /* both of its clients */
+    assert_int_equal(cs.connection_errors + cs.refreshes, 0);
     lb_engine_close(e);
     lb_config_free(c);
 
@@ -486,10 +495,76 @@ static void durations_and_times_parse(void **state)
     assert_int_equal(lb_time_parse("1970-13-01", &ms), -1);
 }
 
+/* ---- out of memory ----------------------------------------------------------- */
+
+struct oom_config {
+    char *text; /* config/projector.example.yaml */
+};
+
+/* Loading the documented example: a failed allocation anywhere is a clean
+ * "out of memory" error, never a configuration missing what failed. */
+static int load_example(void *ctx)
+{
+    const struct oom_config *o = ctx;
+    struct lb_config *c = NULL;
+    char err[1024] = "";
+    if (lb_config_load_string("example.yaml", o->text, strlen(o->text), &c, err, sizeof(err)) ==
+        0) {
+        lb_config_free(c);
+        return oom_failed() ? -1 : 0;
+    }
+    if (!oom_failed() || !strstr(err, "out of memory")) {
+        print_message("error: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The engine assembly (decoder, cluster client, pipeline) from a loaded
+ * configuration: NULL with a runtime error, or an engine to close. */
+static int open_engine(void *ctx)
+{
+    const struct lb_config *config = ctx;
+    char err[1024] = "";
+    enum lb_error_class class = LB_ERROR_NONE;
+    struct lb_engine_options options = {.key_prefix = "staging:"};
+    struct lb_engine *e = lb_engine_open(config, &options, err, sizeof(err), &class);
+    if (e) {
+        lb_engine_close(e);
+        return oom_failed() ? -1 : 0;
+    }
+    if (!oom_failed() || class != LB_ERROR_RUNTIME || !strstr(err, "out of memory")) {
+        print_message("class %d, error: %s\n", class, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void running_out_of_memory_while_loading_or_opening_is_a_clean_error(void **state)
+{
+    (void)state;
+    const char *src = getenv("LB_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/config/projector.example.yaml", src ? src : ".");
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    struct oom_config o = {calloc(1, 1 << 16)};
+    assert_non_null(o.text);
+    assert_true(fread(o.text, 1, (1 << 16) - 1, f) > 0);
+    fclose(f);
+    assert_true(oom_sweep("config load", load_example, &o, 1) > 50);
+    free(o.text);
+
+    struct lb_config *c = engine_config();
+    assert_true(oom_sweep("engine open", open_engine, c, 1) > 10);
+    lb_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(minimal_config_gets_documented_defaults),
+        cmocka_unit_test(running_out_of_memory_while_loading_or_opening_is_a_clean_error),
         cmocka_unit_test(profiles_match_by_pattern_in_order),
         cmocka_unit_test(errors_name_file_and_line),
         cmocka_unit_test(environment_variables_are_interpolated),

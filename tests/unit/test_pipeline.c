@@ -24,6 +24,7 @@
 #include "event.h"
 #include "eventgen.h"
 #include "log.h"
+#include "oom.h"
 #include "pipeline.h"
 #include "planner.h"
 #include "redis_server.h"
@@ -95,7 +96,7 @@ static void open_pipeline(struct fixture *f, const char *timeout, int overlap)
              getenv("LB_SOURCE_DIR"), port, timeout);
     assert_int_equal(
         lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
-    f->decoder = lb_config_decoder(f->config, err, sizeof(err));
+    f->decoder = lb_config_decoder(f->config, err, sizeof(err), NULL);
     assert_non_null(f->decoder);
     struct lb_cluster_options options;
     lb_pipeline_cluster_options(f->config, &options);
@@ -467,10 +468,61 @@ static void nothing_goes_out_early_once_a_request_failed(void **state)
     assert_int_equal(total(f, z, "c"), 5);
 }
 
+/* ---- out of memory ----------------------------------------------------------- */
+
+struct oom_pipeline {
+    struct fixture *f;
+    struct input in[3];
+    struct lb_record records[3];
+};
+
+/* A new cluster client and pipeline (with its second client) project three
+ * sum events over two boards. Whatever allocation fails, the run says so
+ * and nothing counts twice: a run that reports every record durable finds
+ * the totals exact, however many failed runs came before it. */
+static int project_with_a_new_pipeline(void *ctx)
+{
+    struct oom_pipeline *o = ctx;
+    struct lb_cluster_options options;
+    lb_pipeline_cluster_options(o->f->config, &options);
+    struct lb_cluster *cl = lb_cluster_new(&options);
+    struct lb_pipeline *p = cl ? lb_pipeline_new(o->f->config, o->f->decoder, cl) : NULL;
+    uint8_t state[3];
+    int rc = -1;
+    if (p && lb_pipeline_overlap(p, &options) == 0)
+        rc = lb_pipeline_run(p, o->records, 3, MAY1, state, give_up_at_once, NULL);
+    lb_pipeline_free(p);
+    lb_cluster_free(cl);
+    if (rc != 0)
+        return oom_failed() ? 0 : -1;
+    oom_counting(0);
+    int exact = total(o->f, "s1", "a") == 3 && total(o->f, "s2", "b") == 5;
+    oom_counting(1);
+    return exact ? 0 : -1;
+}
+
+static void running_out_of_memory_while_projecting_never_counts_twice(void **state)
+{
+    struct fixture *f = *state;
+    struct oom_pipeline o = {.f = f};
+    o.in[0] = (struct input){0, 0, event("o0", "s1", "a", 1)};
+    o.in[1] = (struct input){0, 1, event("o1", "s2", "b", 5)};
+    o.in[2] = (struct input){0, 2, event("o2", "s1", "a", 2)};
+    records_of(o.in, 3, o.records);
+    assert_true(oom_sweep("pipeline", project_with_a_new_pipeline, &o, 1) > 20);
+    uint8_t st[3];
+    assert_int_equal(lb_pipeline_run(f->pipeline, o.records, 3, MAY1, st, give_up_at_once, NULL),
+                     0);
+    assert_int_equal(total(f, "s1", "a"), 3);
+    assert_int_equal(total(f, "s2", "b"), 5);
+}
+
 int main(void)
 {
     lb_log_threshold = LB_LOG_ERROR - 1; /* the holds are logged as errors: expected here */
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(running_out_of_memory_while_projecting_never_counts_twice,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(a_held_event_is_never_skipped_and_nothing_else_waits, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(releasing_one_partition_keeps_the_others_held, setup,

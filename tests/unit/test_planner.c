@@ -17,6 +17,7 @@
 #include <hiredis/hiredis.h>
 
 #include "apply.h"
+#include "oom.h"
 #include "config.h"
 #include "plan_event.h"
 #include "planner.h"
@@ -611,10 +612,54 @@ static void a_board_without_retractions_is_a_plain_transaction(void **state)
     redisReaderFree(reader);
 }
 
+/* ---- out of memory ----------------------------------------------------------- */
+
+/* Two batches of many boards, players and windows, planned and encoded by a
+ * new planner: every failed allocation is reported (-1 from lb_plan_new,
+ * lb_plan_add or lb_apply_encode), including one in the reset between the
+ * batches, after which nothing is planned until the next reset. */
+static int plan_two_batches(void *ctx)
+{
+    const struct lb_config *config = ctx;
+    struct lb_plan *plan = lb_plan_new(config);
+    struct lb_apply_batch batch = {0};
+    int failed = !plan;
+    char boards[64][16], players[64][16];
+    for (int i = 0; i < 64; i++) {
+        snprintf(boards[i], sizeof(boards[i]), "%s%d", i % 2 ? "top" : "g", i);
+        snprintf(players[i], sizeof(players[i]), "p%d", i * 7);
+    }
+    for (int round = 0; round < 2 && !failed; round++) {
+        lb_plan_reset(plan);
+        for (int i = 0; i < 3000 && !failed; i++) {
+            struct lb_event ev = event(boards[(i * 13) % 64], players[(i * 29) % 64], i,
+                                       MAY4_10H + (int64_t)(i % 40) * DAY);
+            struct lb_dim patch = {{"patch", 5}, {"1.2", 3}};
+            ev.dims = &patch;
+            ev.ndims = 1;
+            struct lb_position pos = at(i % 4, round * 3000 + i);
+            uint32_t txn;
+            enum lb_reject reason;
+            failed = lb_plan_add(plan, &ev, &pos, MAY4_10H, &txn, &reason) != 0;
+        }
+        failed = failed || lb_apply_encode(&batch, plan, "lb:") != 0;
+    }
+    lb_apply_batch_free(&batch);
+    lb_plan_free(plan);
+    return failed == oom_failed() ? 0 : -1;
+}
+
+static void running_out_of_memory_anywhere_in_planning_is_reported(void **state)
+{
+    struct fixture *f = *state;
+    assert_true(oom_sweep("planner", plan_two_batches, f->config, 1) > 10);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(one_event_fans_out_to_every_window_in_one_request),
+        cmocka_unit_test(running_out_of_memory_anywhere_in_planning_is_reported),
         cmocka_unit_test(duplicates_merge_to_the_best_and_boards_split),
         cmocka_unit_test(a_retraction_keeps_its_place_in_the_sequence),
         cmocka_unit_test(latest_keeps_the_greatest_event_time_whatever_the_order),
