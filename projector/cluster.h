@@ -106,6 +106,8 @@ struct lb_request {
     char error[160];     /* why it failed, when !ok */
 };
 
+/* Counters only, all uint64_t: lb_pipeline_redis_stats sums two clients'
+ * field by field as an array. */
 struct lb_cluster_stats {
     uint64_t requests;       /* requests sent, resends included */
     uint64_t moved;          /* MOVED redirections followed */

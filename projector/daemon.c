@@ -472,6 +472,92 @@ static void render_partitions(struct daemon *d, struct lb_text *t)
     lb_text_printf(t, "lb_partitions_paused %d\n", pg.paused);
 }
 
+/* The daemon's counters at one moment, gathered from their modules. */
+struct totals {
+    uint64_t consumed, applied, rejected, dead_lettered, late_windows, member_updates, batches,
+        write_failures, replans, skipped_segments, overlapped;
+    uint64_t requests, moved, ask, retry_later, command_errors, connection_errors, timeouts,
+        refreshes, wait_shortfalls;
+};
+
+static void gather(const struct daemon *d, struct totals *t)
+{
+    const struct lb_pipeline_stats *ps = lb_pipeline_stats(d->engine->pipeline);
+    struct lb_cluster_stats cs;
+    lb_pipeline_redis_stats(d->engine->pipeline, &cs);
+    *t = (struct totals){.consumed = ps->records,
+                         .applied = ps->applied,
+                         .dead_lettered = d->dlq ? lb_dlq_stats(d->dlq)->delivered : 0,
+                         .late_windows = ps->late_windows,
+                         .member_updates = ps->member_updates,
+                         .batches = ps->batches,
+                         .write_failures = ps->write_failures,
+                         .replans = ps->replans,
+                         .skipped_segments = ps->skipped_segments,
+                         .overlapped = ps->overlapped,
+                         .requests = cs.requests,
+                         .moved = cs.moved,
+                         .ask = cs.ask,
+                         .retry_later = cs.retry_later,
+                         .command_errors = cs.command_errors,
+                         .connection_errors = cs.connection_errors,
+                         .timeouts = cs.timeouts,
+                         .refreshes = cs.refreshes,
+                         .wait_shortfalls = cs.wait_shortfalls};
+    for (int r = 1; r < LB_REJECT__COUNT; r++)
+        t->rejected += ps->rejected[r];
+}
+
+/* Every counter of struct totals, defined once: its series on /metrics (a
+ * family's HELP with its first series; no family: the log only) and its
+ * key in the totals logged at exit (none: /metrics only). */
+#define TOTAL(field) offsetof(struct totals, field)
+static const struct counter_def {
+    const char *family, *help, *label, *log;
+    size_t offset;
+} counters[] = {
+    {"lb_events_total", "Events read from Kafka and what became of them.", "outcome=\"consumed\"",
+     "records", TOTAL(consumed)},
+    {"lb_events_total", NULL, "outcome=\"applied\"", "applied", TOTAL(applied)},
+    {"lb_events_total", NULL, "outcome=\"rejected\"", "rejected", TOTAL(rejected)},
+    {"lb_events_total", NULL, "outcome=\"dead_lettered\"", NULL, TOTAL(dead_lettered)},
+    {NULL, NULL, NULL, "member_updates", TOTAL(member_updates)},
+    {"lb_late_window_writes_total",
+     "Window writes skipped because the window had expired (late events).", NULL, "late_windows",
+     TOTAL(late_windows)},
+    {NULL, NULL, NULL, "batches", TOTAL(batches)},
+    {"lb_redis_requests_total", "Requests sent to Redis (one per board per batch).", NULL,
+     "redis_requests", TOTAL(requests)},
+    {"lb_redis_requests_pipelined_total",
+     "Board requests sent to a master that had answered the batch ahead, before the rest of "
+     "that batch was answered.",
+     NULL, "overlapped", TOTAL(overlapped)},
+    {"lb_redis_redirections_total", "Cluster redirections followed, by kind.", "kind=\"moved\"",
+     "moved", TOTAL(moved)},
+    {"lb_redis_redirections_total", NULL, "kind=\"ask\"", "ask", TOTAL(ask)},
+    {"lb_redis_errors_total", "Redis failures, by kind; the batch is retried.",
+     "kind=\"retry_later\"", "retry_later", TOTAL(retry_later)},
+    {"lb_redis_errors_total", NULL, "kind=\"command\"", "command_errors", TOTAL(command_errors)},
+    {"lb_redis_errors_total", NULL, "kind=\"connection\"", "connection_errors",
+     TOTAL(connection_errors)},
+    {"lb_redis_errors_total", NULL, "kind=\"timeout\"", "timeouts", TOTAL(timeouts)},
+    {"lb_redis_errors_total", NULL, "kind=\"wait_shortfall\"", "wait_shortfalls",
+     TOTAL(wait_shortfalls)},
+    {NULL, NULL, NULL, "slot_map_refreshes", TOTAL(refreshes)},
+    {"lb_redis_retries_total", "Board requests written again after a failure.", NULL,
+     "write_failures", TOTAL(write_failures)},
+    {"lb_redis_replans_total",
+     "Board requests planned again because part of them was applied before.", NULL, "replans",
+     TOTAL(replans)},
+    {NULL, NULL, NULL, "skipped_segments", TOTAL(skipped_segments)},
+};
+#undef TOTAL
+
+static uint64_t counter_value(const struct totals *t, const struct counter_def *c)
+{
+    return *(const uint64_t *)(const void *)((const char *)t + c->offset);
+}
+
 /* Renders every metric (all counters live in this thread) and publishes
  * the page with the readiness, at most once a second unless 'now'. */
 static void publish(struct daemon *d, int now)
@@ -480,31 +566,24 @@ static void publish(struct daemon *d, int now)
         return;
     d->last_publish_ms = lb_monotonic_ms();
     const struct lb_pipeline_stats *ps = lb_pipeline_stats(d->engine->pipeline);
-    struct lb_cluster_stats redis;
-    lb_pipeline_redis_stats(d->engine->pipeline, &redis);
-    const struct lb_cluster_stats *cs = &redis;
     const struct lb_consumer_stats *ks = lb_consumer_stats(d->consumer);
     struct lb_text t = {0};
-    uint64_t rejected = 0;
-    for (int r = 1; r < LB_REJECT__COUNT; r++)
-        rejected += ps->rejected[r];
+    struct totals totals;
+    gather(d, &totals);
 
-    counter(&t, "lb_events_total", "Events read from Kafka and what became of them.");
-    lb_text_printf(&t, "lb_events_total{outcome=\"consumed\"} %llu\n",
-                   (unsigned long long)ps->records);
-    lb_text_printf(&t, "lb_events_total{outcome=\"applied\"} %llu\n",
-                   (unsigned long long)ps->applied);
-    lb_text_printf(&t, "lb_events_total{outcome=\"rejected\"} %llu\n",
-                   (unsigned long long)rejected);
-    lb_text_printf(&t, "lb_events_total{outcome=\"dead_lettered\"} %llu\n",
-                   (unsigned long long)(d->dlq ? lb_dlq_stats(d->dlq)->delivered : 0));
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+        const struct counter_def *c = &counters[i];
+        if (!c->family)
+            continue;
+        if (c->help)
+            counter(&t, c->family, c->help);
+        lb_text_printf(&t, c->label ? "%s{%s} %llu\n" : "%s%s %llu\n", c->family,
+                       c->label ? c->label : "", (unsigned long long)counter_value(&totals, c));
+    }
     counter(&t, "lb_rejected_events_total", "Events that could not be projected, by reason.");
     for (int r = 1; r < LB_REJECT__COUNT; r++)
         lb_text_printf(&t, "lb_rejected_events_total{reason=\"%s\"} %llu\n",
                        lb_reject_name((enum lb_reject)r), (unsigned long long)ps->rejected[r]);
-    counter(&t, "lb_late_window_writes_total",
-            "Window writes skipped because the window had expired (late events).");
-    lb_text_printf(&t, "lb_late_window_writes_total %llu\n", (unsigned long long)ps->late_windows);
     counter(&t, "lb_dlq_records_total", "Records produced to the dead-letter topic, by result.");
     if (d->dlq) {
         const struct lb_dlq_stats *ds = lb_dlq_stats(d->dlq);
@@ -523,33 +602,6 @@ static void publish(struct daemon *d, int now)
         lb_text_printf(&t, "lb_dlq_failures_total{kind=\"%s\"} %llu\n",
                        lb_dlq_failure_name((enum lb_dlq_failure)k),
                        (unsigned long long)(d->dlq ? lb_dlq_stats(d->dlq)->failures[k] : 0));
-    counter(&t, "lb_redis_requests_total", "Requests sent to Redis (one per board per batch).");
-    lb_text_printf(&t, "lb_redis_requests_total %llu\n", (unsigned long long)cs->requests);
-    counter(&t, "lb_redis_requests_pipelined_total",
-            "Board requests sent to a master that had answered the batch ahead, before the rest "
-            "of that batch was answered.");
-    lb_text_printf(&t, "lb_redis_requests_pipelined_total %llu\n",
-                   (unsigned long long)ps->overlapped);
-    counter(&t, "lb_redis_redirections_total", "Cluster redirections followed, by kind.");
-    lb_text_printf(&t,
-                   "lb_redis_redirections_total{kind=\"moved\"} %llu\n"
-                   "lb_redis_redirections_total{kind=\"ask\"} %llu\n",
-                   (unsigned long long)cs->moved, (unsigned long long)cs->ask);
-    counter(&t, "lb_redis_errors_total", "Redis failures, by kind; the batch is retried.");
-    lb_text_printf(&t,
-                   "lb_redis_errors_total{kind=\"retry_later\"} %llu\n"
-                   "lb_redis_errors_total{kind=\"command\"} %llu\n"
-                   "lb_redis_errors_total{kind=\"connection\"} %llu\n"
-                   "lb_redis_errors_total{kind=\"timeout\"} %llu\n"
-                   "lb_redis_errors_total{kind=\"wait_shortfall\"} %llu\n",
-                   (unsigned long long)cs->retry_later, (unsigned long long)cs->command_errors,
-                   (unsigned long long)cs->connection_errors, (unsigned long long)cs->timeouts,
-                   (unsigned long long)cs->wait_shortfalls);
-    counter(&t, "lb_redis_retries_total", "Board requests written again after a failure.");
-    lb_text_printf(&t, "lb_redis_retries_total %llu\n", (unsigned long long)ps->write_failures);
-    counter(&t, "lb_redis_replans_total",
-            "Board requests planned again because part of them was applied before.");
-    lb_text_printf(&t, "lb_redis_replans_total %llu\n", (unsigned long long)ps->replans);
     lb_text_histogram(&t, "lb_batch_events", "Events per batch.", &d->batch_events);
     lb_text_histogram(&t, "lb_batch_seconds", "From sending a batch to Redis to its last reply.",
                       &d->batch_seconds);
@@ -783,29 +835,15 @@ static int complete_inflight(struct daemon *d, int send_ready)
 
 static void log_totals(const struct daemon *d)
 {
-    const struct lb_pipeline_stats *s = lb_pipeline_stats(d->engine->pipeline);
-    struct lb_cluster_stats redis;
-    lb_pipeline_redis_stats(d->engine->pipeline, &redis);
-    const struct lb_cluster_stats *c = &redis;
-    uint64_t rejected = 0;
-    for (int r = 0; r < LB_REJECT__COUNT; r++)
-        rejected += s->rejected[r];
-    LB_INFO("daemon",
-            "totals: records=%llu applied=%llu rejected=%llu member_updates=%llu late_windows=%llu "
-            "batches=%llu write_failures=%llu redis_requests=%llu moved=%llu ask=%llu "
-            "retry_later=%llu command_errors=%llu connection_errors=%llu timeouts=%llu "
-            "slot_map_refreshes=%llu wait_shortfalls=%llu replans=%llu "
-            "skipped_segments=%llu overlapped=%llu",
-            (unsigned long long)s->records, (unsigned long long)s->applied,
-            (unsigned long long)rejected, (unsigned long long)s->member_updates,
-            (unsigned long long)s->late_windows, (unsigned long long)s->batches,
-            (unsigned long long)s->write_failures, (unsigned long long)c->requests,
-            (unsigned long long)c->moved, (unsigned long long)c->ask,
-            (unsigned long long)c->retry_later, (unsigned long long)c->command_errors,
-            (unsigned long long)c->connection_errors, (unsigned long long)c->timeouts,
-            (unsigned long long)c->refreshes, (unsigned long long)c->wait_shortfalls,
-            (unsigned long long)s->replans, (unsigned long long)s->skipped_segments,
-            (unsigned long long)s->overlapped);
+    struct totals totals;
+    struct lb_text line = {0};
+    gather(d, &totals);
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+        if (counters[i].log)
+            lb_text_printf(&line, " %s=%llu", counters[i].log,
+                           (unsigned long long)counter_value(&totals, &counters[i]));
+    LB_INFO("daemon", "totals:%s", line.data && !line.oom ? line.data : " (out of memory)");
+    lb_text_free(&line);
 }
 
 int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
@@ -944,6 +982,7 @@ done:
      * is not delivered was not committed either) */
     int64_t left = d.give_up_at ? d.give_up_at - lb_monotonic_ms() : 5000;
     lb_dlq_free(d.dlq, left <= 0 ? 0 : left < 5000 ? (int)left : 5000);
+    d.dlq = NULL;
     if (d.engine)
         log_totals(&d);
     lb_engine_close(d.engine);

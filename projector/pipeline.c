@@ -212,20 +212,15 @@ int lb_pipeline_overlap(struct lb_pipeline *p, const struct lb_cluster_options *
 
 void lb_pipeline_redis_stats(const struct lb_pipeline *p, struct lb_cluster_stats *sum)
 {
+    _Static_assert(sizeof(struct lb_cluster_stats) % sizeof(uint64_t) == 0,
+                   "struct lb_cluster_stats holds uint64_t counters only");
     *sum = *lb_cluster_stats(p->clusters[0]);
     if (!p->own)
         return;
-    const struct lb_cluster_stats *b = lb_cluster_stats(p->own);
-    sum->requests += b->requests;
-    sum->moved += b->moved;
-    sum->ask += b->ask;
-    sum->retry_later += b->retry_later;
-    sum->command_errors += b->command_errors;
-    sum->connection_errors += b->connection_errors;
-    sum->timeouts += b->timeouts;
-    sum->refreshes += b->refreshes;
-    sum->wait_shortfalls += b->wait_shortfalls;
-    sum->script_loads += b->script_loads;
+    uint64_t *to = (uint64_t *)(void *)sum;
+    const uint64_t *from = (const uint64_t *)(const void *)lb_cluster_stats(p->own);
+    for (size_t i = 0; i < sizeof(*sum) / sizeof(uint64_t); i++)
+        to[i] += from[i];
 }
 
 /* ---- held pairs -------------------------------------------------------------- */
