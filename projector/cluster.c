@@ -18,6 +18,7 @@
  * idempotent, the caller can simply send them again.
  */
 #include "cluster.h"
+#include "arena.h"
 #include "clock.h"
 #include "log.h"
 #include "resp.h"
@@ -1467,19 +1468,6 @@ size_t lb_cluster_exec(struct lb_cluster *cl, struct lb_request *requests, size_
 }
 
 /* ---- lifecycle and tools ------------------------------------------------------------- */
-
-void lb_cluster_options_from_config(const struct lb_config *config,
-                                    struct lb_cluster_options *options)
-{
-    *options = (struct lb_cluster_options){.seeds = config->redis_nodes,
-                                           .nseeds = config->nredis_nodes,
-                                           .user = config->redis_user,
-                                           .password = config->redis_password,
-                                           .connect_timeout_ms = config->connect_timeout_ms,
-                                           .command_timeout_ms = config->command_timeout_ms,
-                                           .wait_replicas = config->wait_replicas,
-                                           .wait_timeout_ms = config->wait_timeout_ms};
-}
 
 struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options)
 {

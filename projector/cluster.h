@@ -18,11 +18,14 @@
 #ifndef LB_CLUSTER_H
 #define LB_CLUSTER_H
 
-#include "config.h"
-
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct lb_host {
+    char *host;
+    int port;
+};
 
 struct lb_cluster_options {
     const struct lb_host *seeds; /* copied */
@@ -122,10 +125,6 @@ struct lb_cluster_stats {
 };
 
 struct lb_cluster;
-
-/* Fills 'options' from the redis: section of 'config' (which it borrows). */
-void lb_cluster_options_from_config(const struct lb_config *config,
-                                    struct lb_cluster_options *options);
 
 /* Creates a client; does not connect. Returns NULL when out of memory. */
 struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options);

@@ -1282,6 +1282,18 @@ void lb_config_free(struct lb_config *config)
     free(config);
 }
 
+struct lb_cluster_options lb_config_cluster(const struct lb_config *config)
+{
+    return (struct lb_cluster_options){.seeds = config->redis_nodes,
+                                       .nseeds = config->nredis_nodes,
+                                       .user = config->redis_user,
+                                       .password = config->redis_password,
+                                       .connect_timeout_ms = config->connect_timeout_ms,
+                                       .command_timeout_ms = config->command_timeout_ms,
+                                       .wait_replicas = config->wait_replicas,
+                                       .wait_timeout_ms = config->wait_timeout_ms};
+}
+
 struct lb_kafka_options lb_config_kafka(const struct lb_config *config)
 {
     return (struct lb_kafka_options){.path = config->path,

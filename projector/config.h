@@ -11,6 +11,7 @@
 #ifndef LB_CONFIG_H
 #define LB_CONFIG_H
 
+#include "cluster.h"
 #include "error.h"
 
 #include "event.h"
@@ -50,11 +51,6 @@ struct lb_profile {
     struct lb_window_config *windows;
     size_t nwindows;
     int line;
-};
-
-struct lb_host {
-    char *host;
-    int port;
 };
 
 struct lb_schema_ref {
@@ -123,6 +119,9 @@ void lb_config_free(struct lb_config *config);
 
 /* The kafka: section, as lb_kafka_new reads it (points into .config.). */
 struct lb_kafka_options lb_config_kafka(const struct lb_config *config);
+/* The redis: section, for lb_cluster_new (it borrows from 'config'; no
+ * script: the writer adds its own). */
+struct lb_cluster_options lb_config_cluster(const struct lb_config *config);
 
 /* The profile for 'board': the first whose patterns match, or NULL. */
 const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,

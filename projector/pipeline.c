@@ -132,7 +132,7 @@ void lb_pipeline_set_filter(struct lb_pipeline *p, lb_pipeline_filter_fn filter,
 
 void lb_pipeline_cluster_options(const struct lb_config *config, struct lb_cluster_options *options)
 {
-    lb_cluster_options_from_config(config, options);
+    *options = lb_config_cluster(config);
     options->script = lb_apply_script();
     options->script_sha = lb_apply_script_sha();
 }

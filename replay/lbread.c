@@ -357,7 +357,7 @@ int main(int argc, char **argv)
         return 2;
     }
     struct lb_cluster_options options;
-    lb_cluster_options_from_config(config, &options);
+    options = lb_config_cluster(config);
     struct view v = {.cl = lb_cluster_new(&options),
                      .profile = profile,
                      .slot = lb_crc16(board, strlen(board)) & (LB_SLOTS - 1),
