@@ -1,0 +1,265 @@
+/* The helpers every part of replay uses: small containers, the selection,
+ * signals, and calls into Redis retried through transient failures. */
+#include "replay.h"
+
+volatile sig_atomic_t interrupted;
+
+void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+double mono_s(void)
+{
+    return (double)lb_monotonic_ms() / 1000.0;
+}
+
+/* Renews the replay lease; losing it to another run stops this one. */
+void keep_lease(struct replay *r)
+{
+    if (replay_lease_keep(&r->lease) != 0 && !interrupted) {
+        fprintf(stderr, "replay: another run took the replay lease %s; stopping\n", r->lease.key);
+        interrupted = 1;
+    }
+}
+
+/* ---- small containers ---------------------------------------------------------------- */
+
+void strings_add(struct strings *s, const char *text, size_t len)
+{
+    if (s->count == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        s->items = realloc(s->items, s->cap * sizeof(*s->items));
+        if (!s->items) {
+            fprintf(stderr, "replay: out of memory\n");
+            exit(EXIT_BROKEN);
+        }
+    }
+    s->items[s->count] = strndup(text, len);
+    if (!s->items[s->count]) {
+        fprintf(stderr, "replay: out of memory\n");
+        exit(EXIT_BROKEN);
+    }
+    s->count++;
+}
+
+/* Appends one command in RESP to 'buf'. */
+int encode_command(struct lb_buf *buf, int argc, const char **argv)
+{
+    size_t need = LB_RESP_HEADER_MAX;
+    for (int i = 0; i < argc; i++)
+        need += LB_RESP_HEADER_MAX + strlen(argv[i]) + 2;
+    if (lb_buf_reserve(buf, need) != 0)
+        return -1;
+    char *p = lb_resp_header(buf->data + buf->len, '*', (uint64_t)argc);
+    for (int i = 0; i < argc; i++)
+        p = lb_resp_bulk(p, argv[i], strlen(argv[i]));
+    buf->len = (size_t)(p - buf->data);
+    return 0;
+}
+
+void strings_free(struct strings *s)
+{
+    for (size_t i = 0; i < s->count; i++)
+        free(s->items[i]);
+    free(s->items);
+    memset(s, 0, sizeof(*s));
+}
+
+static uint64_t hash_text(const char *p, size_t len)
+{
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)p[i]) * 1099511628211u;
+    return h;
+}
+
+void board_set_add(struct board_set *set, const char *id, size_t len)
+{
+    if ((set->count + 1) * 2 > set->cap) {
+        struct board_set bigger = {.cap = set->cap ? set->cap * 2 : 64};
+        bigger.slots = calloc(bigger.cap, sizeof(char *));
+        if (!bigger.slots) {
+            fprintf(stderr, "replay: out of memory\n");
+            exit(EXIT_BROKEN);
+        }
+        for (size_t i = 0; i < set->cap; i++)
+            if (set->slots[i])
+                board_set_add(&bigger, set->slots[i], strlen(set->slots[i]));
+        for (size_t i = 0; i < set->cap; i++)
+            free(set->slots[i]);
+        free(set->slots);
+        *set = bigger;
+    }
+    size_t pos = hash_text(id, len) & (set->cap - 1);
+    while (set->slots[pos]) {
+        if (strlen(set->slots[pos]) == len && memcmp(set->slots[pos], id, len) == 0)
+            return;
+        pos = (pos + 1) & (set->cap - 1);
+    }
+    set->slots[pos] = strndup(id, len);
+    set->count++;
+}
+
+int board_set_contains(const struct board_set *set, const char *id, size_t len)
+{
+    if (!set->cap)
+        return 0;
+    size_t pos = hash_text(id, len) & (set->cap - 1);
+    for (; set->slots[pos]; pos = (pos + 1) & (set->cap - 1))
+        if (strlen(set->slots[pos]) == len && memcmp(set->slots[pos], id, len) == 0)
+            return 1;
+    return 0;
+}
+
+void board_set_free(struct board_set *set)
+{
+    for (size_t i = 0; i < set->cap; i++)
+        free(set->slots[i]);
+    free(set->slots);
+}
+
+/* ---- the selection -------------------------------------------------------------------- */
+
+int board_selected(const struct selection *sel, const char *board, size_t len)
+{
+    uint16_t slot = lb_crc16(board, len) & (LB_SLOTS - 1);
+    if (sel->any_slots && !sel->slots[slot])
+        return 0;
+    if (!sel->boards.count)
+        return 1;
+    char id[LB_ID_MAX_BYTES + 1];
+    snprintf(id, sizeof(id), "%.*s", (int)len, board);
+    for (size_t i = 0; i < sel->boards.count; i++)
+        if (fnmatch(sel->boards.items[i], id, 0) == 0)
+            return 1;
+    return 0;
+}
+
+int filter_event(void *ctx, const struct lb_event *ev)
+{
+    struct selection *sel = ctx;
+    if (!board_selected(sel, ev->board.ptr, ev->board.len) ||
+        board_set_contains(&sel->done, ev->board.ptr, ev->board.len))
+        return 0;
+    board_set_add(&sel->seen, ev->board.ptr, ev->board.len);
+    return 1;
+}
+
+/* "0-5460,12000" */
+int parse_slots(const char *text, struct selection *sel)
+{
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (end == p)
+            return -1;
+        p = end;
+        if (*p == '-') {
+            hi = strtol(p + 1, &end, 10);
+            if (end == p + 1)
+                return -1;
+            p = end;
+        }
+        if (lo < 0 || hi >= LB_SLOTS || lo > hi)
+            return -1;
+        for (long s = lo; s <= hi; s++)
+            sel->slots[s] = 1;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    sel->any_slots = 1;
+    return 0;
+}
+
+/* ---- talking to Redis ---------------------------------------------------------------- */
+
+#define RETRY_FOR_MS 120000 /* how long a transient failure is retried */
+
+/* Waits before the next attempt of 'what' (the back-off doubles from 100 ms
+ * to 2 s), saying why, at most every 5 s. Returns -1 when replay must stop
+ * instead (interrupted, or transient failures for RETRY_FOR_MS). */
+int retry_pause(struct replay *r, const char *what, const char *why, int attempt, int64_t since_ms)
+{
+    static struct lb_ratelimit said;
+    uint64_t suppressed;
+    int64_t backoff = attempt < 5 ? 100 << attempt : 2000;
+    keep_lease(r);
+    if (interrupted)
+        return -1;
+    if (lb_monotonic_ms() - since_ms > RETRY_FOR_MS) {
+        fprintf(stderr, "replay: %s kept failing for %d s: %s\n", what, RETRY_FOR_MS / 1000, why);
+        return -1;
+    }
+    if (lb_ratelimit_allow(&said, 5000, &suppressed))
+        fprintf(stderr, "replay: %s failed (attempt %d): %s; retrying in %lld ms%s\n", what,
+                attempt, why, (long long)backoff,
+                suppressed ? " (earlier failures suppressed)" : "");
+    for (int64_t left = backoff; left > 0 && !interrupted; left -= 50)
+        usleep(50000);
+    return interrupted ? -1 : 0;
+}
+
+/* One command on the master of 'slot', sent again after transient failures
+ * (a node hanging up, failing over, or still loading), which is what nodes
+ * do during the incidents replay is run for. Only for commands that can be
+ * sent twice. Returns the reply, or NULL with the reason printed. '*tries'
+ * (if given) says how many attempts were made. */
+redisReply *redis_call(struct replay *r, const char *what, uint16_t slot, int argc,
+                       const char **argv, const size_t *argvlen, int *tries)
+{
+    int64_t since = lb_monotonic_ms();
+    for (int attempt = 1;; attempt++) {
+        redisReply *reply = lb_cluster_command(r->engine->cluster, slot, argc, argv, argvlen);
+        if (tries)
+            *tries = attempt;
+        if (reply)
+            return reply;
+        if (lb_cluster_error_class(r->engine->cluster) != LB_REDIS_RETRY) {
+            fprintf(stderr, "replay: %s failed: %s\n", what, lb_cluster_error(r->engine->cluster));
+            return NULL;
+        }
+        if (retry_pause(r, what, lb_cluster_error(r->engine->cluster), attempt, since) != 0)
+            return NULL;
+    }
+}
+
+/* lb_cluster_exec for requests that can be sent twice, sending the failed
+ * ones again after transient failures. Returns 0 when all succeeded. */
+int exec_retrying(struct replay *r, const char *what, struct lb_request *reqs, size_t n)
+{
+    int64_t since = lb_monotonic_ms();
+    size_t pending = n;
+    struct lb_request *todo = reqs;
+    for (int attempt = 1; pending; attempt++) {
+        lb_cluster_exec(r->engine->cluster, todo, pending);
+        size_t still = 0;
+        const char *why = NULL;
+        int fatal = 0;
+        for (size_t i = 0; i < pending; i++) {
+            if (todo[i].reply) {
+                freeReplyObject(todo[i].reply);
+                todo[i].reply = NULL;
+            }
+            if (todo[i].ok)
+                continue;
+            fatal |= todo[i].error_class != LB_REDIS_RETRY;
+            todo[still++] = todo[i]; /* reqs is ours: compact the failed ones */
+            why = todo[still - 1].error;
+        }
+        pending = still;
+        if (!pending)
+            break;
+        if (fatal) {
+            fprintf(stderr, "replay: %s failed: %s\n", what, why);
+            return -1;
+        }
+        if (retry_pause(r, what, why, attempt, since) != 0)
+            return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,430 @@
+/* replay: rebuilds lost leaderboards from the events Kafka still retains,
+ * beside the live projector.
+ *
+ * How it stays correct while the projector keeps writing the same boards:
+ *
+ *  1. It reads every partition of the configured topics with its own
+ *     assignment (never joining or committing for the live group) and runs
+ *     the selected boards' events through the projector's own engine
+ *     (decoder, profiles, planner, apply script, cluster client) into
+ *     staging keys: the same keys under the prefix "<prefix>~replay:", so
+ *     "lb:~replay:{B}:daily:2026-05-04" shares board B's hash tag and slot.
+ *     The staging copy has its own applied-offset markers, so retries and
+ *     redeliveries inside the replay count once, as in the projector.
+ *
+ *  2. Per board, one atomic swap script then moves the staging keys over the
+ *     live ones and deletes live keys the events do not produce, provided
+ *     the live projector has not applied anything past what replay read:
+ *     for every partition, the live marker must be <= the last offset replay
+ *     read. It then sets the live markers to that offset, so the projector
+ *     skips what replay applied and applies everything after it: no event is
+ *     lost or counted twice, for best, latest and sum boards alike. If the
+ *     projector got ahead, replay reads further and tries again.
+ *
+ *  3. With --window, only some keys of a board are replaced while its other
+ *     keys (and its markers) stay live, so markers cannot move: the swap
+ *     then requires the staging copy to hold exactly the events the live
+ *     projector applied to the board: per partition, replay's last event of
+ *     the board <= the live marker <= the last offset replay read (no event
+ *     of the board lies between), and retries until that holds.
+ *
+ *  --verify builds the same staging copy and compares it with the live keys
+ *  instead of swapping (when the live projector has applied exactly what
+ *  replay read, per the markers and committed offsets), then deletes it.
+ *
+ * Exit codes: 0 done (or verified equal), 1 Kafka or Redis failure, 2 usage,
+ * 3 configuration, 4 retention gap (refused without --allow-gap), 5 verify
+ * found differences.
+ */
+#include "replay.h"
+
+/* Whether --from/--to 'spec' has a form resolve() understands. */
+static int offset_spec_valid(const char *spec)
+{
+    int64_t ms;
+    char *end;
+    if (strcmp(spec, "earliest") == 0 || strcmp(spec, "latest") == 0 ||
+        strcmp(spec, "committed") == 0 || lb_time_parse(spec, &ms) == 0)
+        return 1;
+    long long offset = strtoll(spec, &end, 10);
+    return *end == '\0' && end != spec && offset >= 0;
+}
+
+/* The command line's selection and range, for the journal. */
+static void describe_selection(struct replay *r, int argc, char **argv)
+{
+    size_t used = 0;
+    for (int i = 1; i < argc && used + 2 < sizeof(r->selection); i++) {
+        if (strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "-c") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(argv[i], "--config=", 9) == 0)
+            continue;
+        int n = snprintf(r->selection + used, sizeof(r->selection) - used, "%s%s", used ? " " : "",
+                         argv[i]);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    if (used >= sizeof(r->selection))
+        used = sizeof(r->selection) - 1;
+    r->selection[used] = '\0';
+}
+
+/* Shows, after the plan, what an earlier run that did not finish left: the
+ * boards it swapped (they are rebuilt again; the result is the same) and
+ * the staging keys that are deleted before reading. */
+static int print_leftovers(struct replay *r)
+{
+    struct replay_leftover old;
+    struct strings live = {0}, staged = {0};
+    if (replay_journal_read(r->engine->cluster, r->config->key_prefix, &old) != 0 ||
+        scan_keys(r, &live, &staged, 1) != 0) {
+        fprintf(stderr, "replay: cannot read what an earlier run left in Redis: %s\n",
+                lb_cluster_error(r->engine->cluster));
+        strings_free(&live);
+        strings_free(&staged);
+        return -1;
+    }
+    if (old.found)
+        printf("  an earlier replay did not finish: %s, started %s, selection '%s'; it swapped "
+               "%zu board(s)%s%s%s\n",
+               old.owner, old.started, old.selection, old.swapped, old.swapped ? " (" : "",
+               old.examples,
+               old.swapped > 5 ? ", ...)"
+               : old.swapped   ? ")"
+                               : "");
+    if (staged.count)
+        printf("  %zu staging key(s) left by an earlier run %s\n", staged.count,
+               r->o.dry_run ? "would be deleted" : "are deleted before reading");
+    if (old.found || staged.count)
+        printf("  (this run rebuilds its whole selection; boards swapped before are simply "
+               "rebuilt again)\n");
+    fflush(stdout);
+    strings_free(&live);
+    strings_free(&staged);
+    return 0;
+}
+
+/* The end of a run that holds the lease: on success the journal goes; on
+ * failure or interrupt, staging keys and fences this run set are removed
+ * (every swap is atomic per board, so nothing is half-swapped), the journal
+ * stays for the next run to show, and one line says what was done. */
+static int finish(struct replay *r, int status)
+{
+    if (status == EXIT_GAP) {
+        /* refused before writing anything */
+    } else if (status == EXIT_OK || status == EXIT_DIFFERENT) {
+        clear_staging(r, NULL);
+        replay_journal_finish(&r->lease);
+    } else {
+        struct strings fenced = boards_of(&r->fenced);
+        fence_boards(r, &fenced, 1);
+        strings_free(&fenced);
+        size_t deleted = 0;
+        int cleared = clear_staging(r, &deleted) == 0;
+        fprintf(stderr,
+                "replay: %s: %zu of %zu board(s) swapped (each swap is atomic; the others are "
+                "untouched)%s; run replay again to finish\n",
+                interrupted ? "interrupted" : "stopped on the error above", r->sel.done.count,
+                r->sel.seen.count,
+                cleared ? ", staging keys deleted" : ", staging keys left for the next run");
+    }
+    replay_lease_release(&r->lease);
+    return status;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: replay --config FILE (--slots LIST | --node HOST:PORT | --board ID...)\n"
+            "              [--window SUFFIX...] [--from SPEC] [--to SPEC]\n"
+            "              [--dry-run] [--allow-gap] [--verify] [--max-rate N] [--verbose]\n"
+            "\n"
+            "Rebuilds the selected leaderboards from the events Kafka retains, through the\n"
+            "projector's own engine, beside the running projector (see ops/runbooks).\n"
+            "\n"
+            "What to rebuild (at least one; together they narrow):\n"
+            "  --slots LIST         hash slots, e.g. 0-5460,12000\n"
+            "  --node HOST:PORT     the slots that master owns now\n"
+            "  --board ID           a board id or a pattern (ach:*); repeatable\n"
+            "  --window SUFFIX      only these windows of the boards, e.g. alltime,\n"
+            "                       weekly:2026-W18; repeatable\n"
+            "What to read (every partition of the configured topics):\n"
+            "  --from SPEC          earliest (default), an offset, or an RFC 3339 time\n"
+            "  --to SPEC            committed (the live group's offsets; default),\n"
+            "                       latest, an offset or an RFC 3339 time\n"
+            "How:\n"
+            "  --dry-run            print the plan and stop\n"
+            "  --allow-gap          run although retention deleted events in the range\n"
+            "  --verify             compare the selection with Redis instead of writing it\n"
+            "  --max-rate N         read at most N events per second\n"
+            "  --verbose            per-partition progress\n"
+            "\n"
+            "Exit: 0 done, 1 Kafka/Redis failure, 2 usage, 3 configuration,\n"
+            "      4 retention gap (refused without --allow-gap), 5 --verify found differences\n"
+            "\n"
+            "Examples:\n"
+            "  replay --config /etc/projector.yaml --node 10.0.0.7:6379 --dry-run\n"
+            "  replay --config /etc/projector.yaml --node 10.0.0.7:6379\n"
+            "  replay --config /etc/projector.yaml --node 10.0.0.7:6379 --verify\n"
+            "  replay --config /etc/projector.yaml --board 'ach:*' --from 2026-05-01T00:00:00Z\n");
+}
+
+static int node_slots(struct replay *r, const char *node)
+{
+    int found = 0;
+    for (int s = 0; s < LB_SLOTS; s++) {
+        const char *owner = lb_cluster_slot_owner(r->engine->cluster, (uint16_t)s);
+        if (owner && strcmp(owner, node) == 0) {
+            r->sel.slots[s] = 1;
+            found = 1;
+        }
+    }
+    r->sel.any_slots = 1;
+    return found ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_ALLOW_GAP = 256, O_MAX_RATE, O_VERBOSE };
+    static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
+                                             {"slots", required_argument, NULL, 's'},
+                                             {"node", required_argument, NULL, 'n'},
+                                             {"board", required_argument, NULL, 'b'},
+                                             {"window", required_argument, NULL, 'w'},
+                                             {"from", required_argument, NULL, 'f'},
+                                             {"to", required_argument, NULL, 't'},
+                                             {"dry-run", no_argument, NULL, 'd'},
+                                             {"allow-gap", no_argument, NULL, O_ALLOW_GAP},
+                                             {"verify", no_argument, NULL, 'v'},
+                                             {"max-rate", required_argument, NULL, O_MAX_RATE},
+                                             {"verbose", no_argument, NULL, O_VERBOSE},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    static struct replay r;
+    char err[1024], *end;
+    int opt, status = EXIT_OK;
+
+    r.o.from = "earliest";
+    r.o.to = "committed";
+    while ((opt = getopt_long(argc, argv, "c:s:n:b:w:f:t:dvh", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            r.o.config_path = optarg;
+            break;
+        case 's':
+            if (parse_slots(optarg, &r.sel) != 0) {
+                fprintf(stderr,
+                        "replay: --slots wants slots 0..16383 like 0-5460,12000, not "
+                        "'%s'\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'n':
+            r.o.node = optarg;
+            break;
+        case 'b':
+            strings_add(&r.sel.boards, optarg, strlen(optarg));
+            break;
+        case 'w':
+            strings_add(&r.sel.windows, optarg, strlen(optarg));
+            break;
+        case 'f':
+            r.o.from = optarg;
+            break;
+        case 't':
+            r.o.to = optarg;
+            break;
+        case 'd':
+            r.o.dry_run = 1;
+            break;
+        case O_ALLOW_GAP:
+            r.o.allow_gap = 1;
+            break;
+        case 'v':
+            r.o.verify = 1;
+            break;
+        case O_MAX_RATE:
+            r.o.max_rate = strtod(optarg, &end);
+            if (*end || r.o.max_rate <= 0) {
+                fprintf(stderr, "replay: --max-rate wants events per second, not '%s'\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_VERBOSE:
+            r.o.verbose = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_OK;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (!r.o.config_path || optind != argc ||
+        (!r.sel.any_slots && !r.o.node && !r.sel.boards.count)) {
+        if (r.o.config_path && optind == argc)
+            fprintf(stderr, "replay: say what to rebuild: --slots, --node or --board\n");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    for (const char *spec = r.o.from, *name = "--from"; spec;
+         spec = spec == r.o.from ? r.o.to : NULL, name = "--to") {
+        if (!offset_spec_valid(spec)) {
+            fprintf(stderr,
+                    "replay: %s wants earliest, latest, committed, an offset or an RFC 3339 "
+                    "time like 2026-05-04T00:00:00Z, not '%s'\n",
+                    name, spec);
+            return EXIT_USAGE;
+        }
+    }
+    describe_selection(&r, argc, argv);
+    lb_log_threshold = r.o.verbose ? LB_LOG_INFO : LB_LOG_ERROR;
+    /* librdkafka's own lines only with --verbose: replay says what failed */
+    lb_kafka_log_quiet = !r.o.verbose;
+    if (lb_config_load(r.o.config_path, &r.config, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return EXIT_CONFIG;
+    }
+    snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%s", r.config->key_prefix,
+             STAGING_INFIX);
+    enum lb_error_class class;
+    struct lb_engine_options eopts = {.key_prefix = r.staging_prefix};
+    if (!(r.engine = lb_engine_open(r.config, &eopts, err, sizeof(err), &class))) {
+        fprintf(stderr, "%s%s\n", class == LB_ERROR_CONFIG ? "" : "replay: ", err);
+        lb_config_free(r.config);
+        return class == LB_ERROR_CONFIG ? EXIT_CONFIG : EXIT_BROKEN;
+    }
+    r.tty = isatty(STDERR_FILENO);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN); /* stdout piped to a pager that quit */
+
+    struct lb_cluster_options copts = r.engine->cluster_options;
+    char group[256];
+    snprintf(group, sizeof(group), "lb-replay-%ld", (long)getpid());
+    if (lb_cluster_refresh(r.engine->cluster) != 0) {
+        fprintf(stderr, "replay: cannot reach Redis: %s\n", lb_cluster_error(r.engine->cluster));
+        status = EXIT_BROKEN;
+        goto out;
+    }
+    if (r.o.node && node_slots(&r, r.o.node) != 0) {
+        fprintf(stderr,
+                "replay: %s owns no slots now (masters are named host:port as in "
+                "CLUSTER SHARDS)\n",
+                r.o.node);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    struct lb_kafka_options kafka = lb_config_kafka(r.config);
+    if (!(r.meta = lb_kafka_reader(&kafka, r.config->group, err, sizeof(err))) ||
+        !(r.reader = lb_kafka_reader(&kafka, group, err, sizeof(err)))) {
+        fprintf(stderr, "replay: Kafka: %s\n", err);
+        status = EXIT_CONFIG;
+        goto out;
+    }
+    if (make_plan(r.meta, r.config, &r.o, &r.plan) != 0) {
+        status = EXIT_BROKEN;
+        goto out;
+    }
+    /* The lease has its own connections: it is renewed while a batch is in
+     * Redis, and a cluster client serves one call at a time. */
+    copts.script = copts.script_sha = NULL;
+    if (!r.o.dry_run && !(r.lease_cluster = lb_cluster_new(&copts))) {
+        fprintf(stderr, "replay: out of memory\n");
+        status = EXIT_BROKEN;
+        goto out;
+    }
+    if (!r.o.dry_run) {
+        int rc =
+            replay_lease_take(&r.lease, r.lease_cluster, r.config->key_prefix, err, sizeof(err));
+        if (rc != 0) {
+            fprintf(stderr, "replay: %s\n", err);
+            status = EXIT_BROKEN;
+            goto out;
+        }
+    }
+    int gaps = print_plan(&r.plan, &r.o, r.config->group);
+    if (print_leftovers(&r) != 0) {
+        status = EXIT_BROKEN;
+        goto out;
+    }
+    if (gaps && !r.o.allow_gap) {
+        fprintf(stderr,
+                "replay: refusing to run with a retention gap in %d partition(s); the "
+                "rebuilt boards would lack the deleted events. Run with --allow-gap to "
+                "rebuild from what is left.\n",
+                gaps);
+        status = EXIT_GAP;
+        goto out;
+    }
+    if (r.o.dry_run)
+        goto out;
+
+    lb_pipeline_set_filter(r.engine->pipeline, filter_event, &r.sel);
+    size_t leftovers = 0;
+    if (clear_staging(&r, &leftovers) != 0) {
+        status = EXIT_BROKEN;
+        goto out;
+    }
+    replay_journal_start(&r.lease, r.selection);
+    r.started = mono_s();
+    if (read_until_end(&r) != 0) {
+        status = EXIT_BROKEN;
+        goto out;
+    }
+    progress(&r, 1);
+    const struct lb_pipeline_stats *ps = lb_pipeline_stats(r.engine->pipeline);
+    uint64_t rejected = 0;
+    for (int i = 0; i < LB_REJECT__COUNT; i++)
+        rejected += ps->rejected[i];
+    double secs = mono_s() - r.started;
+    if (r.o.verify) {
+        struct verify_report v = {0};
+        if (verify_all(&r, &v) != 0) {
+            status = EXIT_BROKEN;
+            goto out;
+        }
+        printf("replay --verify: %zu board(s), %zu key(s) checked, %zu differing; members: %zu "
+               "missing, %zu extra, %zu different\n",
+               r.sel.seen.count, v.keys_checked, v.keys_differing, v.missing, v.extra, v.different);
+        status = v.keys_differing ? EXIT_DIFFERENT : EXIT_OK;
+    } else {
+        /* Catch up with everything Kafka has now, so the rebuilt keys hold
+         * every event the live projector may have applied before the loss. */
+        size_t swapped = 0;
+        if (extend_to_latest(&r) != 0 || read_until_end(&r) != 0 || swap_all(&r, &swapped) != 0)
+            status = EXIT_BROKEN;
+        if (status == EXIT_OK)
+            printf("replay: %llu events read in %.1f s (%.0f/s), %llu in the selection applied, "
+                   "%llu rejected; %zu of %zu board(s) rebuilt\n",
+                   (unsigned long long)r.read, secs, secs > 0 ? (double)r.read / secs : 0.0,
+                   (unsigned long long)(ps->records - ps->filtered - rejected),
+                   (unsigned long long)rejected, swapped, r.sel.seen.count);
+    }
+out:
+    if (interrupted && status != EXIT_USAGE && status != EXIT_CONFIG)
+        status = EXIT_BROKEN;
+    if (r.lease.held)
+        status = finish(&r, status);
+    if (r.reader) {
+        rd_kafka_consumer_close(r.reader);
+        rd_kafka_destroy(r.reader);
+    }
+    if (r.meta)
+        rd_kafka_destroy(r.meta);
+    free(r.plan.parts);
+    lb_cluster_free(r.lease_cluster);
+    lb_engine_close(r.engine);
+    lb_config_free(r.config);
+    strings_free(&r.sel.boards);
+    strings_free(&r.sel.windows);
+    board_set_free(&r.sel.seen);
+    board_set_free(&r.sel.done);
+    board_set_free(&r.fenced);
+    return status;
+}

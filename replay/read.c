@@ -1,0 +1,299 @@
+/* Reading: every planned partition, from its own assignment, through the
+ * projector's engine into staging keys, batches double-buffered like the
+ * projector's, with progress and retries. */
+#include "replay.h"
+
+static struct part *part_of(struct replay *r, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < r->plan.count; i++)
+        if (r->plan.parts[i].partition == partition && strcmp(r->plan.parts[i].topic, topic) == 0)
+            return &r->plan.parts[i];
+    return NULL;
+}
+
+static int64_t remaining(const struct replay *r)
+{
+    int64_t left = 0;
+    for (size_t i = 0; i < r->plan.count; i++)
+        left += r->plan.parts[i].end - r->plan.parts[i].read_to;
+    return left;
+}
+
+/* Events per second and seconds left for one partition. */
+static double part_eta(const struct part *p, double elapsed, double *rate)
+{
+    *rate = (double)p->consumed / (elapsed > 0.001 ? elapsed : 0.001);
+    int64_t left = p->end - p->read_to;
+    return left <= 0 ? 0.0 : *rate > 0 ? (double)left / *rate : -1.0;
+}
+
+/* A progress bar on a terminal, a line every 5 s otherwise: events read,
+ * rate, and the ETA of the slowest partition (all of them with --verbose). */
+void progress(struct replay *r, int final)
+{
+    double t = mono_s(), elapsed = t - r->started;
+    keep_lease(r);
+    if (!final && t - r->last_progress < (r->tty ? 0.25 : 5.0))
+        return;
+    r->last_progress = t;
+    double rate = r->read / (elapsed > 0.001 ? elapsed : 0.001), slowest = 0, prate;
+    const struct part *last = NULL;
+    for (size_t i = 0; i < r->plan.count; i++) {
+        double eta = part_eta(&r->plan.parts[i], elapsed, &prate);
+        if (eta < 0 || eta > slowest) {
+            slowest = eta < 0 ? 1e9 : eta;
+            last = &r->plan.parts[i];
+        }
+    }
+    char eta[64] = "done";
+    if (last && slowest >= 1e9)
+        snprintf(eta, sizeof(eta), "%s [%d] not started", last->topic, last->partition);
+    else if (last)
+        snprintf(eta, sizeof(eta), "ETA %.0f s (%s [%d])", slowest, last->topic, last->partition);
+    if (r->tty) {
+        int64_t left = remaining(r), all = (int64_t)r->read + left;
+        int width = 30, done = all ? (int)((double)r->read / (double)all * width) : width;
+        char bar[64];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < done ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(stderr, "\r[%s] %llu events read, %.0f/s, %s   ", bar, (unsigned long long)r->read,
+                rate, eta);
+        if (final)
+            fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "replay: %llu events read, %lld left, %.0f events/s, %s\n",
+                (unsigned long long)r->read, (long long)remaining(r), rate, eta);
+    }
+    for (size_t i = 0; i < r->plan.count && r->o.verbose; i++) {
+        const struct part *p = &r->plan.parts[i];
+        double e = part_eta(p, elapsed, &prate);
+        fprintf(stderr, "  %s [%d]: at %lld of %lld, %.0f/s, ETA %s%.0f s\n", p->topic,
+                p->partition, (long long)p->read_to, (long long)p->end, prate, e < 0 ? ">" : "",
+                e < 0 ? 0.0 : e);
+    }
+}
+
+/* Always "ready": replay retries a failing batch until it is written (Redis
+ * failing over, a node being replaced), saying why at every failed round,
+ * rate-limited; an interrupt gives up. */
+static int wait_between_retries(void *ctx, int64_t backoff_ms)
+{
+    struct replay *r = ctx;
+    static struct lb_ratelimit said;
+    const struct lb_pipeline_failure *f = lb_pipeline_last_failure(r->engine->pipeline);
+    uint64_t suppressed;
+    keep_lease(r);
+    if (interrupted)
+        return -1;
+    if (lb_ratelimit_allow(&said, 5000, &suppressed))
+        fprintf(stderr,
+                "replay: writing to Redis failed (attempt %u, %zu board request(s)): %s; "
+                "retrying in %lld ms%s\n",
+                f->attempt, f->requests, f->reason, (long long)backoff_ms,
+                suppressed ? " (earlier failures suppressed)" : "");
+    usleep((useconds_t)backoff_ms * 1000);
+    return interrupted ? -1 : 0;
+}
+
+/* Batches are double-buffered like the projector's: while one is in Redis,
+ * the next is read from Kafka, decoded and planned. */
+struct batch {
+    rd_kafka_message_t **msgs;
+    struct lb_record *records;
+    uint8_t *durable;
+    size_t n;
+};
+
+static void batch_release(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        rd_kafka_message_destroy(b->msgs[i]);
+    b->n = 0;
+}
+
+/* Waits for the batch in Redis, if any. */
+static int finish_inflight(struct replay *r, struct batch **inflight)
+{
+    if (!*inflight)
+        return 0;
+    int rc =
+        lb_pipeline_complete(r->engine->pipeline, (*inflight)->durable, wait_between_retries, r);
+    if (rc < 0)
+        fprintf(stderr, "replay: out of memory writing a batch\n");
+    batch_release(*inflight);
+    *inflight = NULL;
+    r->applied_batches++;
+    return rc == 0 ? 0 : -1;
+}
+
+/* Plans 'b', waits for the batch before it, and sends 'b'. */
+static int flush_batch(struct replay *r, struct batch *b, struct batch **inflight)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->records[i] = (struct lb_record){b->msgs[i]->payload, b->msgs[i]->len,
+                                           rd_kafka_topic_name(b->msgs[i]->rkt),
+                                           b->msgs[i]->partition, b->msgs[i]->offset};
+    if (lb_pipeline_prepare(r->engine->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
+        fprintf(stderr, "replay: out of memory\n");
+        return -1;
+    }
+    int rc = finish_inflight(r, inflight);
+    lb_pipeline_send(r->engine->pipeline);
+    *inflight = b;
+    return rc;
+}
+
+/* Offsets without a message (transaction markers, compacted records) never
+ * arrive: when the consumer's position has passed the last offsets wanted
+ * and nothing comes, the partition is done. */
+static void skip_gaps(struct replay *r)
+{
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new((int)r->plan.count ? (int)r->plan.count : 1);
+    for (size_t i = 0; i < r->plan.count; i++)
+        if (r->plan.parts[i].read_to < r->plan.parts[i].end)
+            rd_kafka_topic_partition_list_add(list, r->plan.parts[i].topic,
+                                              r->plan.parts[i].partition);
+    if (list->cnt && rd_kafka_position(r->reader, list) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        for (int i = 0; i < list->cnt; i++) {
+            struct part *p = part_of(r, list->elems[i].topic, list->elems[i].partition);
+            if (p && list->elems[i].offset >= p->end)
+                p->read_to = p->end;
+        }
+    rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* Says what went wrong reading Kafka: once and stop when 'broken', else at
+ * most every 5 s while librdkafka reconnects. */
+static void kafka_trouble(struct replay *r, const rd_kafka_message_t *m, int broken)
+{
+    static struct lb_ratelimit said;
+    uint64_t suppressed;
+    (void)r;
+    if (broken)
+        fprintf(stderr, "replay: reading %s [%d] from Kafka failed: %s\n",
+                m->rkt ? rd_kafka_topic_name(m->rkt) : "?", m->partition,
+                rd_kafka_message_errstr(m));
+    else if (lb_ratelimit_allow(&said, 5000, &suppressed))
+        fprintf(stderr, "replay: Kafka: %s; waiting for the brokers%s\n",
+                rd_kafka_message_errstr(m), suppressed ? " (earlier messages suppressed)" : "");
+}
+
+/* Reads every partition from read_to up to end, applying as it goes. */
+int read_until_end(struct replay *r)
+{
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new((int)r->plan.count ? (int)r->plan.count : 1);
+    for (size_t i = 0; i < r->plan.count; i++) {
+        struct part *p = &r->plan.parts[i];
+        if (p->read_to < p->end)
+            rd_kafka_topic_partition_list_add(list, p->topic, p->partition)->offset = p->read_to;
+    }
+    if (list->cnt == 0) {
+        rd_kafka_topic_partition_list_destroy(list);
+        return 0;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_assign(r->reader, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    if (e) {
+        fprintf(stderr, "replay: assign: %s\n", rd_kafka_err2str(e));
+        return -1;
+    }
+    size_t cap = (size_t)r->config->batch_max_events;
+    struct batch batches[2], *cur = &batches[0], *inflight = NULL;
+    int status = 0;
+    for (int i = 0; i < 2; i++) {
+        batches[i] = (struct batch){calloc(cap, sizeof(rd_kafka_message_t *)),
+                                    calloc(cap, sizeof(struct lb_record)), calloc(cap, 1), 0};
+        if (!batches[i].msgs || !batches[i].records || !batches[i].durable)
+            status = -1;
+    }
+    double batch_started = mono_s(), budget_start = mono_s();
+    uint64_t budget_read = 0;
+    while (status == 0 && remaining(r) > 0 && !interrupted) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, inflight ? 0 : 100);
+        if (m && m->err) {
+            /* A broker restarting or unreachable is reported here too:
+             * librdkafka reconnects by itself, so only what cannot heal
+             * (retention deleting what replay still has to read, a fatal
+             * client error) stops replay. */
+            int broken = m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE ||
+                         m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+                         rd_kafka_fatal_error(r->reader, NULL, 0);
+            if (broken || m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                kafka_trouble(r, m, broken);
+            rd_kafka_message_destroy(m);
+            if (broken) {
+                status = -1;
+                break;
+            }
+            continue;
+        }
+        if (!m && inflight) {
+            status = finish_inflight(r, &inflight); /* nothing to read: let Redis catch up */
+            continue;
+        }
+        if (!m)
+            skip_gaps(r);
+        if (m) {
+            struct part *p = part_of(r, rd_kafka_topic_name(m->rkt), m->partition);
+            if (!p || m->offset >= p->end || m->offset < p->read_to) {
+                rd_kafka_message_destroy(m); /* past the end (or before): not ours */
+            } else {
+                p->read_to = m->offset + 1;
+                p->consumed++;
+                r->read++;
+                budget_read++;
+                cur->msgs[cur->n++] = m;
+            }
+        }
+        if (cur->n == cap ||
+            (cur->n && (!m || mono_s() - batch_started > 0.05 || remaining(r) == 0))) {
+            status = flush_batch(r, cur, &inflight);
+            cur = cur == &batches[0] ? &batches[1] : &batches[0];
+            batch_started = mono_s();
+            progress(r, 0);
+        }
+        if (r->o.max_rate > 0) {
+            double ahead = (double)budget_read / r->o.max_rate - (mono_s() - budget_start);
+            if (ahead > 0.001)
+                usleep((useconds_t)(ahead * 1e6));
+        }
+    }
+    if (status == 0 && cur->n)
+        status = flush_batch(r, cur, &inflight);
+    if (finish_inflight(r, &inflight) != 0)
+        status = -1;
+    for (int i = 0; i < 2; i++) {
+        batch_release(&batches[i]);
+        free(batches[i].msgs);
+        free(batches[i].records);
+        free(batches[i].durable);
+    }
+    rd_kafka_assign(r->reader, NULL);
+    if (interrupted && status == 0)
+        status = -1;
+    return status;
+}
+
+/* Moves every partition's end to its current high watermark, waiting out a
+ * broker that is restarting. */
+int extend_to_latest(struct replay *r)
+{
+    for (size_t i = 0; i < r->plan.count; i++) {
+        struct part *p = &r->plan.parts[i];
+        int64_t low, high, since = lb_monotonic_ms();
+        rd_kafka_resp_err_t e;
+        for (int attempt = 1;
+             (e = rd_kafka_query_watermark_offsets(r->meta, p->topic, p->partition, &low, &high,
+                                                   KAFKA_TIMEOUT_MS)) != RD_KAFKA_RESP_ERR_NO_ERROR;
+             attempt++)
+            if (retry_pause(r, "reading Kafka's watermarks", rd_kafka_err2str(e), attempt, since) !=
+                0)
+                return -1;
+        if (high > p->end)
+            p->end = high;
+    }
+    return 0;
+}

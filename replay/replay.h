@@ -1,0 +1,162 @@
+/* What the parts of replay share: its state, options and plan, the
+ * selection, and the helpers every part uses. The parts (main.c: the
+ * command line and exit codes; plan.c: which offsets to read; read.c:
+ * reading Kafka into staging keys; swap.c: swapping staging keys in,
+ * verifying them, fences; common.c: the helpers) depend on this header,
+ * not on each other. */
+#ifndef LB_REPLAY_H
+#define LB_REPLAY_H
+
+#include "clock.h"
+#include "cluster.h"
+#include "config.h"
+#include "kafka.h"
+#include "event.h"
+#include "lease.h"
+#include "log.h"
+#include "apply.h"
+#include "engine.h"
+#include "resp.h"
+#include "slot.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <getopt.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    EXIT_OK = 0,
+    EXIT_BROKEN = 1,
+    EXIT_USAGE = 2,
+    EXIT_CONFIG = 3,
+    EXIT_GAP = 4,
+    EXIT_DIFFERENT = 5,
+};
+
+#define STAGING_INFIX    "~replay:" /* staging keys: <prefix>~replay:{B}:... */
+#define SWAP_ATTEMPTS    30
+#define KAFKA_TIMEOUT_MS 10000
+#define FENCE_TTL_MS     60000
+
+/* A growable list of owned strings. */
+struct strings {
+    char **items;
+    size_t count, cap;
+};
+
+/* A set of board ids (open addressing). */
+struct board_set {
+    char **slots;
+    size_t cap, count;
+};
+
+/* What to rebuild: slots (--slots, --node), boards, windows. */
+struct selection {
+    uint8_t slots[LB_SLOTS]; /* 1: the slot is selected */
+    int any_slots;           /* --slots or --node given */
+    struct strings boards;   /* --board patterns */
+    struct strings windows;  /* --window suffixes */
+    struct board_set seen;   /* selected boards that had events */
+    struct board_set done;   /* boards already swapped: no more staging writes */
+};
+
+/* One partition of the plan and how far reading it got. */
+struct part {
+    const char *topic;
+    int32_t partition;
+    int64_t low, high; /* watermarks */
+    int64_t from, end; /* read [from, end) */
+    int64_t committed; /* the live group's, or -1 */
+    int64_t read_to;   /* next offset to read */
+    int gap;           /* events in the range were deleted by retention */
+    uint64_t consumed; /* messages read */
+    char field[300];   /* its applied-marker field */
+};
+
+/* Every partition of the configured topics, in the order read. */
+struct plan {
+    struct part *parts;
+    size_t count;
+};
+
+/* The command line. */
+struct options {
+    const char *config_path;
+    const char *from, *to, *node;
+    int dry_run, allow_gap, verify, verbose;
+    double max_rate;
+};
+
+/* One run of replay. */
+struct replay {
+    struct options o;
+    struct replay_lease lease;
+    struct board_set fenced; /* boards whose fence replay set */
+    char selection[400];     /* the selection as given, for the journal */
+    struct lb_config *config;
+    char staging_prefix[128];
+    struct lb_engine *engine;         /* writes under staging_prefix */
+    struct lb_cluster *lease_cluster; /* the lease's and journal's own connections */
+    rd_kafka_t *meta, *reader;
+    struct plan plan;
+    struct selection sel;
+    uint64_t read, applied_batches;
+    double started, last_progress;
+    int tty;
+};
+
+/* What --verify found, for its report and exit code. */
+struct verify_report {
+    size_t keys_checked, keys_differing, missing, extra, different, boards_unverified;
+    size_t shown;
+};
+
+/* Set by SIGINT/SIGTERM: replay stops at the next step. */
+extern volatile sig_atomic_t interrupted;
+
+/* common.c */
+void on_signal(int sig);
+double mono_s(void);
+void keep_lease(struct replay *r);
+void strings_add(struct strings *s, const char *text, size_t len);
+int encode_command(struct lb_buf *buf, int argc, const char **argv);
+void strings_free(struct strings *s);
+void board_set_add(struct board_set *set, const char *id, size_t len);
+int board_set_contains(const struct board_set *set, const char *id, size_t len);
+void board_set_free(struct board_set *set);
+int board_selected(const struct selection *sel, const char *board, size_t len);
+int filter_event(void *ctx, const struct lb_event *ev);
+int parse_slots(const char *text, struct selection *sel);
+int retry_pause(struct replay *r, const char *what, const char *why, int attempt, int64_t since_ms);
+redisReply *redis_call(struct replay *r, const char *what, uint16_t slot, int argc,
+                       const char **argv, const size_t *argvlen, int *tries);
+int exec_retrying(struct replay *r, const char *what, struct lb_request *reqs, size_t n);
+
+/* plan.c */
+int64_t resolve(rd_kafka_t *rk, const struct part *p, const char *spec, int is_from, char *err,
+                size_t errlen);
+int make_plan(rd_kafka_t *meta, const struct lb_config *config, const struct options *o,
+              struct plan *plan);
+int print_plan(const struct plan *plan, const struct options *o, const char *group);
+
+/* read.c */
+void progress(struct replay *r, int final);
+int read_until_end(struct replay *r);
+int extend_to_latest(struct replay *r);
+
+/* swap.c */
+int scan_keys(struct replay *r, struct strings *live, struct strings *staged, int all_staged);
+struct strings boards_of(const struct board_set *set);
+int fence_boards(struct replay *r, const struct strings *boards, int lift);
+int swap_all(struct replay *r, size_t *swapped);
+int verify_all(struct replay *r, struct verify_report *v);
+int clear_staging(struct replay *r, size_t *deleted);
+
+#endif

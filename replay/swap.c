@@ -1,0 +1,649 @@
+/* Keys, swap and verify: the staging keys found by SCAN, swapped over the
+ * live ones board by board (swap.lua), compared instead with --verify,
+ * fences against a busy projector, staging left-overs cleared. */
+
+#include "replay.h"
+
+/* The swap, atomically per board (see the top of the file).
+ * KEYS: [1] live marker hash, [2] live marker sorted set, [3] staging
+ *       marker hash, [4] staging marker sorted set, [5] the board's fence,
+ *       then n staging keys, then their n live names, then live keys to
+ *       delete.
+ * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, then f
+ *       pairs (marker field, last offset read from there).
+ * A swap that happens also lifts the fence, if replay had set one. Staging
+ * keys always come with their marker hash (the apply script writes both),
+ * so staging keys listed without it mean the swap was done already: the
+ * script then answers {"gone"} and changes nothing, which makes sending it
+ * again after a lost reply safe. */
+/* From the build (swap_lua.c, generated from replay/swap.lua). */
+extern const char lb_swap_lua[];
+
+/* ---- keys --------------------------------------------------------------------------- */
+
+struct scan_ctx {
+    struct replay *r;
+    struct strings *live, *staged;
+    int all_staged; /* every staging key, whatever board: the leftovers */
+};
+
+/* Whether 'key' ("<prefix>{B}:...") belongs to a selected board that had
+ * events; 'prefix' is the live or the staging prefix. */
+static int key_in_selection(struct replay *r, const char *key, size_t len, const char *prefix)
+{
+    struct lb_key_parts kp;
+    return lb_key_parse(prefix, key, len, &kp) == 0 &&
+           board_selected(&r->sel, kp.board.ptr, kp.board.len);
+}
+
+static void collect_key(void *ctx, const redisReply *reply)
+{
+    struct scan_ctx *s = ctx;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2)
+        return;
+    const redisReply *keys = reply->element[1];
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *k = keys->element[i]->str;
+        size_t len = keys->element[i]->len;
+        size_t sp = strlen(s->r->staging_prefix);
+        if (s->all_staged && len > sp && memcmp(k, s->r->staging_prefix, sp) == 0 && k[sp] == '{')
+            strings_add(s->staged, k, len);
+        else if (key_in_selection(s->r, k, len, s->r->staging_prefix))
+            strings_add(s->staged, k, len);
+        else if (key_in_selection(s->r, k, len, s->r->config->key_prefix))
+            strings_add(s->live, k, len);
+    }
+}
+
+/* Every key under the prefix on every master, split into live and staging
+ * keys of the selection. */
+int scan_keys(struct replay *r, struct strings *live, struct strings *staged, int all_staged)
+{
+    char pattern[160];
+    snprintf(pattern, sizeof(pattern), "%s*", r->config->key_prefix);
+    struct scan_ctx ctx = {r, live, staged, all_staged};
+    /* one SCAN cursor loop per master, reached through a slot it owns */
+    for (uint16_t slot = 0;;) {
+        /* One representative slot per master: walk the slot map. */
+        const char *owner = lb_cluster_slot_owner(r->engine->cluster, slot);
+        uint16_t next = slot;
+        while (next < LB_SLOTS - 1 && lb_cluster_slot_owner(r->engine->cluster, next + 1) &&
+               owner && strcmp(lb_cluster_slot_owner(r->engine->cluster, next + 1), owner) == 0)
+            next++;
+        if (owner) {
+            int seen_before = 0;
+            for (uint16_t s = 0; s < slot && !seen_before; s++) {
+                const char *o = lb_cluster_slot_owner(r->engine->cluster, s);
+                seen_before = o && strcmp(o, owner) == 0;
+            }
+            if (!seen_before) {
+                char cursor[32] = "0";
+                do {
+                    const char *a[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+                    size_t al[6];
+                    for (int i = 0; i < 6; i++)
+                        al[i] = strlen(a[i]);
+                    redisReply *reply = redis_call(r, "SCAN", slot, 6, a, al, NULL);
+                    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+                        if (reply)
+                            fprintf(stderr, "replay: SCAN on %s: unexpected reply\n", owner);
+                        if (reply)
+                            freeReplyObject(reply);
+                        return -1;
+                    }
+                    snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
+                    collect_key(&ctx, reply);
+                    freeReplyObject(reply);
+                } while (strcmp(cursor, "0") != 0);
+            }
+        }
+        if (next >= LB_SLOTS - 1)
+            break;
+        slot = next + 1;
+    }
+    return 0;
+}
+
+/* Whether a key's window (its sorted set or its event-time hash) is
+ * selected by --window; without --window every key of the board is. */
+static int window_selected(const struct replay *r, const struct lb_key_parts *kp)
+{
+    if (!r->sel.windows.count)
+        return 1;
+    if (kp->kind != LB_KEY_WINDOW && kp->kind != LB_KEY_STAMPS)
+        return 0;
+    for (size_t i = 0; i < r->sel.windows.count; i++)
+        if (strlen(r->sel.windows.items[i]) == kp->window.len &&
+            memcmp(r->sel.windows.items[i], kp->window.ptr, kp->window.len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Whether a live key is a leaderboard (not markers, stamps or a fence). */
+static void delete_keys(struct replay *r, const struct strings *keys)
+{
+    for (size_t i = 0; i < keys->count; i++) {
+        const char *argv[] = {"DEL", keys->items[i]};
+        size_t argvlen[] = {3, strlen(keys->items[i])};
+        redisReply *reply =
+            redis_call(r, "deleting a staging key", lb_key_slot(keys->items[i], argvlen[1]), 2,
+                       argv, argvlen, NULL);
+        if (reply)
+            freeReplyObject(reply);
+    }
+}
+
+/* ---- swap and verify --------------------------------------------------------------- */
+
+/* The keys of one board: staging keys with their live names, and live keys
+ * that nothing staged replaces. Marker keys are left out of both lists. */
+struct board_keys {
+    struct strings staged, targets, extra;
+};
+
+static void board_keys_of(struct replay *r, const char *board, size_t blen,
+                          const struct strings *live, const struct strings *staged,
+                          struct board_keys *bk)
+{
+    size_t sp = strlen(r->staging_prefix);
+    memset(bk, 0, sizeof(*bk));
+    for (size_t i = 0; i < staged->count; i++) {
+        struct lb_key_parts kp;
+        if (lb_key_parse(r->staging_prefix, staged->items[i], strlen(staged->items[i]), &kp) != 0 ||
+            kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
+            kp.kind == LB_KEY_MARKER || !window_selected(r, &kp))
+            continue;
+        char target[1024];
+        snprintf(target, sizeof(target), "%s%s", r->config->key_prefix, staged->items[i] + sp);
+        strings_add(&bk->staged, staged->items[i], strlen(staged->items[i]));
+        strings_add(&bk->targets, target, strlen(target));
+    }
+    for (size_t i = 0; i < live->count; i++) {
+        struct lb_key_parts kp;
+        if (lb_key_parse(r->config->key_prefix, live->items[i], strlen(live->items[i]), &kp) != 0 ||
+            kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
+            kp.kind == LB_KEY_MARKER || !window_selected(r, &kp))
+            continue;
+        int replaced = 0;
+        for (size_t j = 0; j < bk->targets.count && !replaced; j++)
+            replaced = strcmp(bk->targets.items[j], live->items[i]) == 0;
+        if (!replaced)
+            strings_add(&bk->extra, live->items[i], strlen(live->items[i]));
+    }
+}
+
+static void board_keys_free(struct board_keys *bk)
+{
+    strings_free(&bk->staged);
+    strings_free(&bk->targets);
+    strings_free(&bk->extra);
+}
+
+/* One swap attempt: 0 done, 1 the live projector is ahead (read more), -1
+ * failure. */
+static int swap_board(struct replay *r, const char *board, const struct board_keys *bk)
+{
+    size_t blen = strlen(board);
+    struct lb_str id = {board, (uint32_t)blen};
+    char markers[4][600], fence[600];
+    lb_marker_key(r->config->key_prefix, id, markers[0], sizeof(markers[0]));
+    lb_marker_zset_key(r->config->key_prefix, id, markers[1], sizeof(markers[1]));
+    lb_marker_key(r->staging_prefix, id, markers[2], sizeof(markers[2]));
+    lb_marker_zset_key(r->staging_prefix, id, markers[3], sizeof(markers[3]));
+    lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
+    size_t n = bk->staged.count, nkeys = 5 + 2 * n + bk->extra.count;
+    size_t argc = 3 + nkeys + 3 + 2 * r->plan.count;
+    const char **argv = calloc(argc, sizeof(char *));
+    size_t *argvlen = calloc(argc, sizeof(size_t));
+    char(*numbers)[24] = calloc(r->plan.count + 3, sizeof(*numbers));
+    if (!argv || !argvlen || !numbers) {
+        free(argv);
+        free(argvlen);
+        free(numbers);
+        return -1;
+    }
+    size_t a = 0;
+    snprintf(numbers[0], sizeof(numbers[0]), "%zu", nkeys);
+    snprintf(numbers[1], sizeof(numbers[1]), "%zu", n);
+    snprintf(numbers[2], sizeof(numbers[2]), "%zu", r->plan.count);
+    argv[a++] = "EVAL";
+    argv[a++] = lb_swap_lua;
+    argv[a++] = numbers[0];
+    for (size_t i = 0; i < 4; i++)
+        argv[a++] = markers[i];
+    argv[a++] = fence;
+    for (size_t i = 0; i < n; i++)
+        argv[a++] = bk->staged.items[i];
+    for (size_t i = 0; i < n; i++)
+        argv[a++] = bk->targets.items[i];
+    for (size_t i = 0; i < bk->extra.count; i++)
+        argv[a++] = bk->extra.items[i];
+    argv[a++] = numbers[1];
+    argv[a++] = r->sel.windows.count ? "exact" : "advance";
+    argv[a++] = numbers[2];
+    for (size_t i = 0; i < r->plan.count; i++) {
+        snprintf(numbers[3 + i], sizeof(numbers[0]), "%lld",
+                 (long long)(r->plan.parts[i].read_to - 1));
+        argv[a++] = r->plan.parts[i].field;
+        argv[a++] = numbers[3 + i];
+    }
+    for (size_t i = 0; i < a; i++)
+        argvlen[i] = strlen(argv[i]);
+    /* Sent again after a lost reply: the script answers "gone" when its
+     * staging copy has already been swapped in (see swap.lua). */
+    int tries = 0;
+    redisReply *reply = redis_call(r, "swapping a board", lb_crc16(board, blen) & (LB_SLOTS - 1),
+                                   (int)a, argv, argvlen, &tries);
+    int rc = -1;
+    const char *answer = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+                                 reply->element[0]->type == REDIS_REPLY_STRING
+                             ? reply->element[0]->str
+                             : NULL;
+    if (!reply) {
+        /* said by redis_call */
+    } else if (answer && strcmp(answer, "gone") == 0 && tries == 1) {
+        fprintf(stderr,
+                "replay: the staging copy of board '%s' vanished before its swap (deleted by "
+                "hand?); run replay again\n",
+                board);
+    } else if (answer) {
+        rc = strcmp(answer, "ok") == 0 || strcmp(answer, "gone") == 0 ? 0 : 1;
+    } else {
+        fprintf(stderr, "replay: swapping board '%s' failed: %s\n", board,
+                reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+    }
+    if (reply)
+        freeReplyObject(reply);
+    free(argv);
+    free(argvlen);
+    free(numbers);
+    return rc;
+}
+
+static void example(struct verify_report *v, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void example(struct verify_report *v, const char *fmt, ...)
+{
+    if (v->shown++ >= 10)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("  ", stdout);
+    vprintf(fmt, ap);
+    fputs("\n", stdout);
+    va_end(ap);
+}
+
+static redisReply *zrange(struct replay *r, const char *key)
+{
+    const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
+    size_t argvlen[] = {6, strlen(key), 1, 2, 10};
+    return redis_call(r, "reading a key", lb_key_slot(key, argvlen[1]), 5, argv, argvlen, NULL);
+}
+
+struct pair {
+    const char *member, *score;
+};
+
+static int pair_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct pair *)a)->member, ((const struct pair *)b)->member);
+}
+
+static struct pair *pairs_of(const redisReply *reply, size_t *n)
+{
+    *n = reply->elements / 2;
+    struct pair *p = calloc(*n + 1, sizeof(*p));
+    for (size_t i = 0; p && i < *n; i++)
+        p[i] = (struct pair){reply->element[2 * i]->str, reply->element[2 * i + 1]->str};
+    if (p)
+        qsort(p, *n, sizeof(*p), pair_cmp);
+    return p;
+}
+
+/* Compares the staging copy of one key with the live one. */
+static int compare_key(struct replay *r, const char *staged, const char *live,
+                       struct verify_report *v)
+{
+    redisReply *s = zrange(r, staged), *l = zrange(r, live);
+    int rc = 0;
+    if (!s || !l || s->type != REDIS_REPLY_ARRAY || l->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "replay: reading %s failed\n", live);
+        rc = -1;
+        goto done;
+    }
+    v->keys_checked++;
+    size_t ns, nl, before = v->missing + v->extra + v->different;
+    struct pair *sp = pairs_of(s, &ns), *lp = pairs_of(l, &nl);
+    for (size_t i = 0, j = 0; sp && lp && (i < ns || j < nl);) {
+        int c = i == ns ? 1 : j == nl ? -1 : strcmp(sp[i].member, lp[j].member);
+        if (c < 0) {
+            v->missing++;
+            example(v, "%s: member %s missing (the events make it %s)", live, sp[i].member,
+                    sp[i].score);
+            i++;
+        } else if (c > 0) {
+            v->extra++;
+            example(v, "%s: member %s should not be there", live, lp[j].member);
+            j++;
+        } else {
+            if (strcmp(sp[i].score, lp[j].score) != 0) {
+                v->different++;
+                example(v, "%s: member %s has %s, the events make it %s", live, lp[j].member,
+                        lp[j].score, sp[i].score);
+            }
+            i++;
+            j++;
+        }
+    }
+    if (!sp || !lp)
+        rc = -1;
+    if (v->missing + v->extra + v->different != before)
+        v->keys_differing++;
+    free(sp);
+    free(lp);
+done:
+    if (s)
+        freeReplyObject(s);
+    if (l)
+        freeReplyObject(l);
+    return rc;
+}
+
+/* Reads the live group's committed offsets into 'committed' (per part). */
+static int live_committed(struct replay *r, int64_t *committed)
+{
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new((int)r->plan.count ? (int)r->plan.count : 1);
+    for (size_t i = 0; i < r->plan.count; i++)
+        rd_kafka_topic_partition_list_add(list, r->plan.parts[i].topic, r->plan.parts[i].partition);
+    rd_kafka_resp_err_t e = rd_kafka_committed(r->meta, list, KAFKA_TIMEOUT_MS);
+    for (size_t i = 0; !e && i < r->plan.count; i++)
+        committed[i] = list->elems[i].err ? -1 : list->elems[i].offset;
+    rd_kafka_topic_partition_list_destroy(list);
+    if (e)
+        fprintf(stderr, "replay: committed offsets: %s\n", rd_kafka_err2str(e));
+    return e ? -1 : 0;
+}
+
+/* Whether the live projector applied anything of 'board' past what replay
+ * read: 1 ahead, 0 not, -1 failure. Both marker keys count (apply.h). */
+static int live_ahead(struct replay *r, const char *board)
+{
+    struct lb_str id = {board, (uint32_t)strlen(board)};
+    char hash[600], zset[600];
+    lb_marker_key(r->config->key_prefix, id, hash, sizeof(hash));
+    lb_marker_zset_key(r->config->key_prefix, id, zset, sizeof(zset));
+    const char *reads[2][5] = {{"HGETALL", hash}, {"ZRANGE", zset, "0", "-1", "WITHSCORES"}};
+    int argcs[2] = {2, 5}, ahead = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t argvlen[5];
+        for (int i = 0; i < argcs[k]; i++)
+            argvlen[i] = strlen(reads[k][i]);
+        redisReply *reply =
+            redis_call(r, "reading a board's markers", lb_key_slot(reads[k][1], argvlen[1]),
+                       argcs[k], reads[k], argvlen, NULL);
+        if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+            if (reply)
+                freeReplyObject(reply);
+            return -1;
+        }
+        for (size_t i = 0; i + 1 < reply->elements; i += 2)
+            for (size_t p = 0; p < r->plan.count; p++)
+                if (strcmp(reply->element[i]->str, r->plan.parts[p].field) == 0 &&
+                    strtod(reply->element[i + 1]->str, NULL) >
+                        (double)(r->plan.parts[p].read_to - 1))
+                    ahead = 1;
+        freeReplyObject(reply);
+    }
+    return ahead;
+}
+
+/* A copy of the set's ids: the set may grow while the list is in use. */
+struct strings boards_of(const struct board_set *set)
+{
+    struct strings list = {0};
+    for (size_t i = 0; i < set->cap; i++)
+        if (set->slots[i])
+            strings_add(&list, set->slots[i], strlen(set->slots[i]));
+    return list;
+}
+
+/* Sets (or, with 'lift', deletes) the fence of every board in 'boards' that
+ * is not swapped yet, in one pipeline per node. A fenced board takes no
+ * writes from the live projector (the apply script answers "fenced" and the
+ * projector retries it later), so its markers hold still while replay reads
+ * up to the end of every partition and swaps it: the swap then cannot find
+ * the projector ahead. A board written without a script (apply.h) is
+ * written even when fenced, then held the same way: its markers move once
+ * more at most per hold, which replay's next round reads. The TTL bounds the
+ * pause if replay dies meanwhile. */
+int fence_boards(struct replay *r, const struct strings *boards, int lift)
+{
+    struct lb_buf buf = {0};
+    struct lb_request *reqs = calloc(boards->count ? boards->count : 1, sizeof(*reqs));
+    size_t *at = calloc(boards->count ? boards->count : 1, sizeof(*at)), n = 0;
+    int status = reqs && at ? 0 : -1;
+    char fence[600], ttl[24];
+    snprintf(ttl, sizeof(ttl), "%d", FENCE_TTL_MS);
+    for (size_t b = 0; status == 0 && b < boards->count; b++) {
+        const char *board = boards->items[b];
+        size_t blen = strlen(board);
+        if (board_set_contains(&r->sel.done, board, blen) ||
+            (lift && !board_set_contains(&r->fenced, board, blen)))
+            continue;
+        size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen},
+                                   fence, sizeof(fence));
+        const char *set[] = {"SET", fence, r->lease.owner, "PX", ttl};
+        const char *del[] = {"DEL", fence};
+        at[n] = buf.len;
+        if (encode_command(&buf, lift ? 2 : 5, lift ? del : set) != 0) {
+            status = -1;
+            break;
+        }
+        reqs[n++] = (struct lb_request){.slot = lb_key_slot(fence, flen), .ncommands = 1};
+        if (!lift)
+            board_set_add(&r->fenced, board, blen);
+    }
+    for (size_t i = 0; status == 0 && i < n; i++) {
+        reqs[i].bytes = buf.data + at[i];
+        reqs[i].len = (i + 1 < n ? at[i + 1] : buf.len) - at[i];
+    }
+    if (status == 0 && n &&
+        exec_retrying(r, lift ? "lifting fences" : "setting fences", reqs, n) != 0)
+        status = -1;
+    if (status == 0 && n && !lift)
+        LB_INFO("replay",
+                "fenced %zu board(s): the live projector waits while replay catches up "
+                "and swaps them",
+                n);
+    free(reqs);
+    free(at);
+    lb_buf_free(&buf);
+    return status;
+}
+
+/* A pause after each swap, for the tests that kill replay between two
+ * boards (LB_FAULT_SWAP_PAUSE_MS). */
+static void fault_pause_after_swap(void)
+{
+    const char *ms = getenv("LB_FAULT_SWAP_PAUSE_MS");
+    for (long left = ms ? atol(ms) : 0; left > 0 && !interrupted; left -= 50)
+        usleep(50000);
+}
+
+/* Replaces the live keys of every selected board with the staging copy.
+ * Boards first seen while catching up are swapped in a later round. A board
+ * the live projector got ahead of is fenced for the next round (except
+ * with --window, whose swap needs the projector's markers to match replay's
+ * copy exactly, which a fence would not give). */
+int swap_all(struct replay *r, size_t *swapped)
+{
+    int status = 0;
+    *swapped = 0;
+    for (int attempt = 0; status == 0 && r->sel.done.count < r->sel.seen.count; attempt++) {
+        if (attempt == SWAP_ATTEMPTS) {
+            fprintf(stderr,
+                    "replay: %zu board(s) not swapped after %d attempts: the live projector "
+                    "kept moving past replay (with --window the markers must match exactly); "
+                    "run replay again when the input is quieter\n",
+                    r->sel.seen.count - r->sel.done.count, attempt);
+            status = -1;
+            break;
+        }
+        if (attempt > 0) {
+            /* the live projector got ahead: stop it on those boards (or,
+             * with --window, give it a moment), then read what it has seen */
+            struct strings ahead = boards_of(&r->sel.seen);
+            if (r->sel.windows.count)
+                usleep(200000);
+            else if (fence_boards(r, &ahead, 0) != 0)
+                status = -1;
+            strings_free(&ahead);
+            if (status != 0 || extend_to_latest(r) != 0 || read_until_end(r) != 0) {
+                status = -1;
+                break;
+            }
+        }
+        struct strings live = {0}, staged = {0}, boards = boards_of(&r->sel.seen);
+        if (scan_keys(r, &live, &staged, 0) != 0)
+            status = -1;
+        for (size_t b = 0; b < boards.count && status == 0; b++) {
+            const char *board = boards.items[b];
+            if (board_set_contains(&r->sel.done, board, strlen(board)))
+                continue;
+            keep_lease(r);
+            if (interrupted) {
+                status = -1;
+                break;
+            }
+            struct board_keys bk;
+            board_keys_of(r, board, strlen(board), &live, &staged, &bk);
+            int rc = swap_board(r, board, &bk);
+            if (rc == 0) {
+                board_set_add(&r->sel.done, board, strlen(board));
+                (*swapped)++;
+                replay_journal_swapped(&r->lease, board);
+            }
+            LB_INFO("replay",
+                    "board '%s': %s (%zu of %zu swapped; %zu staging key(s), %zu live key(s) to "
+                    "delete)",
+                    board,
+                    rc == 0  ? "swapped"
+                    : rc > 0 ? "live projector ahead"
+                             : "failed",
+                    r->sel.done.count, r->sel.seen.count, bk.staged.count, bk.extra.count);
+            board_keys_free(&bk);
+            if (rc < 0)
+                status = -1;
+            else if (rc == 0)
+                fault_pause_after_swap();
+        }
+        strings_free(&boards);
+        strings_free(&live);
+        strings_free(&staged);
+    }
+    return status;
+}
+
+/* Compares the staging copy with the live keys, then deletes it. */
+int verify_all(struct replay *r, struct verify_report *v)
+{
+    int64_t *committed = calloc(r->plan.count + 1, sizeof(int64_t));
+    int status = committed ? 0 : -1;
+    for (int attempt = 0; status == 0; attempt++) {
+        if (attempt == SWAP_ATTEMPTS) {
+            fprintf(stderr, "replay: cannot verify: the live projector has not applied what "
+                            "replay read, or keeps moving past it; run --verify again when the "
+                            "input is quiet\n");
+            status = -1;
+            break;
+        }
+        if (attempt > 0)
+            usleep(500000);
+        /* the live projector must have applied (committed) what replay read */
+        if (live_committed(r, committed) != 0) {
+            status = -1;
+            break;
+        }
+        int behind = 0, ahead = 0;
+        for (size_t i = 0; i < r->plan.count; i++)
+            behind |= committed[i] < r->plan.parts[i].read_to;
+        if (behind)
+            continue;
+        struct strings boards = boards_of(&r->sel.seen);
+        for (size_t b = 0; b < boards.count && !ahead; b++) {
+            int rc = live_ahead(r, boards.items[b]);
+            if (rc < 0)
+                status = -1;
+            ahead |= rc > 0;
+        }
+        if (status != 0 || ahead)
+            strings_free(&boards);
+        if (status != 0)
+            break;
+        if (ahead) {
+            if (extend_to_latest(r) != 0 || read_until_end(r) != 0)
+                status = -1;
+            continue;
+        }
+        struct strings live = {0}, staged = {0};
+        if (scan_keys(r, &live, &staged, 0) != 0) {
+            strings_free(&boards);
+            status = -1;
+            break;
+        }
+        memset(v, 0, sizeof(*v));
+        for (size_t b = 0; b < boards.count && status == 0; b++) {
+            struct board_keys bk;
+            board_keys_of(r, boards.items[b], strlen(boards.items[b]), &live, &staged, &bk);
+            for (size_t k = 0; k < bk.staged.count && status == 0; k++) {
+                const char *t = bk.targets.items[k];
+                if (!lb_key_is_window(r->config->key_prefix, t, strlen(t)))
+                    continue; /* bookkeeping of latest boards, not a leaderboard */
+                status = compare_key(r, bk.staged.items[k], t, v);
+            }
+            for (size_t k = 0; k < bk.extra.count; k++) {
+                const char *t = bk.extra.items[k];
+                if (!lb_key_is_window(r->config->key_prefix, t, strlen(t)))
+                    continue;
+                v->keys_checked++;
+                v->keys_differing++;
+                v->extra++;
+                example(v, "%s: key should not exist", t);
+            }
+            board_keys_free(&bk);
+        }
+        /* still valid only if the projector did not move meanwhile */
+        int moved = 0;
+        for (size_t b = 0; b < boards.count && status == 0 && !moved; b++)
+            moved = live_ahead(r, boards.items[b]) != 0;
+        strings_free(&boards);
+        delete_keys(r, &staged);
+        strings_free(&live);
+        strings_free(&staged);
+        if (!moved || status != 0)
+            break;
+        if (extend_to_latest(r) != 0 || read_until_end(r) != 0)
+            status = -1;
+    }
+    free(committed);
+    return status;
+}
+
+/* Deletes every staging key (while we hold the lease, none is another
+ * live run's): what a board that was not swapped left, or what an earlier,
+ * interrupted run did. */
+int clear_staging(struct replay *r, size_t *deleted)
+{
+    struct strings live = {0}, staged = {0};
+    int rc = scan_keys(r, &live, &staged, 1);
+    if (rc == 0)
+        delete_keys(r, &staged);
+    if (deleted)
+        *deleted = staged.count;
+    strings_free(&live);
+    strings_free(&staged);
+    return rc;
+}
