@@ -30,6 +30,7 @@
 #include "httpd.h"
 #include "log.h"
 #include "engine.h"
+#include "flow.h"
 #include "planner.h"
 
 #include <stdlib.h>
@@ -43,17 +44,19 @@
  * retried by reading its partition again). */
 #define RETRY_IN_PLACE_MS 1000
 
+/* A batch of the conveyor (flow.h) and what the daemon keeps per record. */
 struct batch {
-    rd_kafka_message_t **msgs; /* owned: destroyed when the batch is done */
-    size_t n;
-    uint64_t seq;    /* the how-manieth batch collected */
-    uint8_t *skip;   /* its partition was revoked or rewound: not settled */
-    uint8_t *state;  /* enum lb_record_state */
-    uint8_t *dlq;    /* enum lb_dlq_state of each record */
-    uint8_t *reason; /* enum lb_reject of each dead-lettered record */
+    struct lb_batch base; /* first: a struct lb_batch * of ours is a struct batch * */
+    uint8_t *skip;        /* its partition was revoked or rewound: not settled */
+    uint8_t *dlq;         /* enum lb_dlq_state of each record */
+    uint8_t *reason;      /* enum lb_reject of each dead-lettered record */
     char (*detail)[DETAIL_MAX];
-    struct lb_record *records;
 };
+
+static struct batch *batch_of(struct lb_batch *base)
+{
+    return (struct batch *)(void *)base;
+}
 
 /* A partition read again (or revoked) whose held pairs the pipeline keeps
  * until the batches read before are sent. */
@@ -81,10 +84,8 @@ struct daemon {
     volatile sig_atomic_t *stop;
 
     struct batch batches[2];
-    struct batch *next;     /* being collected and planned */
-    struct batch *inflight; /* sent to Redis and not complete, or NULL */
-    uint64_t collected;     /* batches collected so far */
-    int collecting_empty;   /* the batch being collected has no record yet */
+    struct lb_flow flow;  /* its next (collected, planned) and inflight (in Redis) */
+    int collecting_empty; /* the batch being collected has no record yet */
 
     rd_kafka_message_t **carry; /* polled while retrying; start of the next batch */
     size_t ncarry, capcarry;
@@ -101,6 +102,17 @@ struct daemon {
     uint64_t crash_after_batches;
     uint64_t batches_written;
 };
+
+static struct batch *next_batch(struct daemon *d)
+{
+    return batch_of(d->flow.next);
+}
+
+/* NULL when nothing is in Redis. */
+static struct batch *inflight_batch(struct daemon *d)
+{
+    return d->flow.inflight ? batch_of(d->flow.inflight) : NULL;
+}
 
 static int in_list(const rd_kafka_topic_partition_list_t *list, const rd_kafka_message_t *msg)
 {
@@ -131,8 +143,8 @@ static void release_later(struct daemon *d, const char *topic, int32_t partition
         goto oom;
     /* the first batch that can hold records read again: the one being
      * collected now if it is still empty (an idle loop), else the next */
-    d->releases[d->nreleases++] =
-        (struct release){name, partition, d->collecting_empty ? d->collected : d->collected + 1};
+    d->releases[d->nreleases++] = (struct release){
+        name, partition, d->collecting_empty ? d->flow.collected : d->flow.collected + 1};
     return;
 oom:
     /* its events would stay withheld: stop rather than stall silently */
@@ -146,7 +158,7 @@ static void release_due(struct daemon *d, const struct batch *b)
     size_t kept = 0;
     for (size_t i = 0; i < d->nreleases; i++) {
         struct release *r = &d->releases[i];
-        if (r->seq <= b->seq) {
+        if (r->seq <= b->base.seq) {
             lb_pipeline_release(d->engine->pipeline, r->topic, r->partition);
             free(r->topic);
         } else {
@@ -176,8 +188,8 @@ static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *partitio
 {
     struct daemon *d = ctx;
     for (int b = 0; b < 2; b++)
-        for (size_t i = 0; i < d->batches[b].n; i++)
-            if (in_list(partitions, d->batches[b].msgs[i]))
+        for (size_t i = 0; i < d->batches[b].base.n; i++)
+            if (in_list(partitions, d->batches[b].base.msgs[i]))
                 d->batches[b].skip[i] = 1;
     drop_carried(d, partitions, NULL, 0);
     for (int i = 0; i < partitions->cnt; i++)
@@ -191,8 +203,8 @@ static void on_rewind(void *ctx, const char *topic, int32_t partition, int64_t o
     struct daemon *d = ctx;
     (void)offset;
     for (int b = 0; b < 2; b++)
-        for (size_t i = 0; i < d->batches[b].n; i++)
-            if (is_partition(d->batches[b].msgs[i], topic, partition))
+        for (size_t i = 0; i < d->batches[b].base.n; i++)
+            if (is_partition(d->batches[b].base.msgs[i], topic, partition))
                 d->batches[b].skip[i] = 1;
     drop_carried(d, NULL, topic, partition);
     release_later(d, topic, partition);
@@ -255,35 +267,35 @@ static void collect(struct daemon *d, struct batch *b, int wait)
 
     size_t take = d->ncarry < max ? d->ncarry : max;
     if (take) {
-        memcpy(b->msgs, d->carry, take * sizeof(*b->msgs));
+        memcpy(b->base.msgs, d->carry, take * sizeof(*b->base.msgs));
         memmove(d->carry, d->carry + take, (d->ncarry - take) * sizeof(*d->carry));
         d->ncarry -= take;
     }
-    b->n = take;
-    b->seq = ++d->collected;
+    b->base.n = take;
+    lb_flow_begin(&d->flow);
     memset(b->skip, 0, max);
-    if (b->n)
+    if (b->base.n)
         deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
 
-    while (b->n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
+    while (b->base.n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
         int64_t timeout = 200;
         if (!wait)
             timeout = 0;
-        else if (b->n) {
+        else if (b->base.n) {
             timeout = deadline - lb_monotonic_ms();
             if (timeout < 0)
                 timeout = 0;
         }
         rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, (int)timeout);
         if (msg) {
-            b->msgs[b->n++] = msg;
-            if (b->n == 1)
+            b->base.msgs[b->base.n++] = msg;
+            if (b->base.n == 1)
                 deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
             continue;
         }
-        if (!wait || (b->n && lb_monotonic_ms() >= deadline))
+        if (!wait || (b->base.n && lb_monotonic_ms() >= deadline))
             break;
-        if (!b->n) { /* idle */
+        if (!b->base.n) { /* idle */
             maybe_commit(d);
             d->collecting_empty = 1;
             lb_consumer_rewind_due(d->consumer, on_rewind, d);
@@ -301,23 +313,22 @@ static void collect(struct daemon *d, struct batch *b, int wait)
 static void drop_skipped(struct batch *b)
 {
     size_t kept = 0;
-    for (size_t i = 0; i < b->n; i++) {
+    for (size_t i = 0; i < b->base.n; i++) {
         if (b->skip[i]) {
-            rd_kafka_message_destroy(b->msgs[i]);
+            rd_kafka_message_destroy(b->base.msgs[i]);
             continue;
         }
-        b->msgs[kept] = b->msgs[i];
+        b->base.msgs[kept] = b->base.msgs[i];
         b->skip[kept++] = 0;
     }
-    b->n = kept;
+    b->base.n = kept;
 }
 
 static void destroy_messages(struct batch *b)
 {
-    for (size_t i = 0; i < b->n; i++)
-        rd_kafka_message_destroy(b->msgs[i]);
-    memset(b->dlq, 0, b->n);
-    b->n = 0;
+    if (b->dlq)
+        memset(b->dlq, 0, b->base.n);
+    lb_flow_done(&b->base);
 }
 
 /* Whether the drain timeout has ended retrying: only once stopping, so a
@@ -351,8 +362,8 @@ static int wait_for_redis(void *ctx, int64_t backoff_ms)
         return 1;
     for (;;) {
         size_t live = 0;
-        for (size_t i = 0; i < d->inflight->n; i++)
-            live += !d->inflight->skip[i];
+        for (size_t i = 0; i < inflight_batch(d)->base.n; i++)
+            live += !inflight_batch(d)->skip[i];
         if (lb_consumer_fatal(d->consumer) || live == 0)
             return 1;
         if (*d->stop && drain_over(d)) {
@@ -652,7 +663,7 @@ static void ping_if_idle(struct daemon *d)
             finish_ping(d);
         return;
     }
-    if (!d->metrics || d->inflight || lb_monotonic_ms() - d->last_ping_ms < 1000)
+    if (!d->metrics || inflight_batch(d) || lb_monotonic_ms() - d->last_ping_ms < 1000)
         return;
     d->last_ping_ms = lb_monotonic_ms();
     /* a different master each time, over the slot ranges */
@@ -671,14 +682,14 @@ static void on_reject(void *ctx, const struct lb_record *r, enum lb_reject reaso
                       const char *detail)
 {
     struct daemon *d = ctx;
-    struct batch *candidates[2] = {d->next, d->inflight};
+    struct batch *candidates[2] = {next_batch(d), inflight_batch(d)};
     for (int k = 0; k < 2; k++) {
         struct batch *b = candidates[k];
-        if (b && r >= b->records && r < b->records + b->n) {
-            size_t i = (size_t)(r - b->records);
+        if (b && r >= b->base.records && r < b->base.records + b->base.n) {
+            size_t i = (size_t)(r - b->base.records);
             b->reason[i] = (uint8_t)reason;
             snprintf(b->detail[i], sizeof(b->detail[i]), "%s", detail);
-            b->dlq[i] = (uint8_t)lb_dlq_send(d->dlq, b->msgs[i], reason, detail);
+            b->dlq[i] = (uint8_t)lb_dlq_send(d->dlq, b->base.msgs[i], reason, detail);
             return;
         }
     }
@@ -698,10 +709,10 @@ static void settle_dlq(struct daemon *d, struct batch *b)
     }
     for (;;) {
         size_t pending = 0, failed = 0;
-        for (size_t i = 0; i < b->n; i++) {
+        for (size_t i = 0; i < b->base.n; i++) {
             if (b->dlq[i] == LB_DLQ_NONE)
                 continue;
-            b->dlq[i] = (uint8_t)lb_dlq_state(d->dlq, b->msgs[i]);
+            b->dlq[i] = (uint8_t)lb_dlq_state(d->dlq, b->base.msgs[i]);
             pending += b->dlq[i] == LB_DLQ_PENDING;
             failed += b->dlq[i] == LB_DLQ_FAILED;
         }
@@ -719,9 +730,9 @@ static void settle_dlq(struct daemon *d, struct batch *b)
             return;
         }
         if (failed && now >= retry_at) {
-            for (size_t i = 0; i < b->n; i++)
+            for (size_t i = 0; i < b->base.n; i++)
                 if (b->dlq[i] == LB_DLQ_FAILED)
-                    b->dlq[i] = (uint8_t)lb_dlq_send(d->dlq, b->msgs[i],
+                    b->dlq[i] = (uint8_t)lb_dlq_send(d->dlq, b->base.msgs[i],
                                                      (enum lb_reject)b->reason[i], b->detail[i]);
             retry_at = now + backoff;
             backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
@@ -735,7 +746,7 @@ static enum lb_hold_reason hold_reason(const struct batch *b, size_t i)
 {
     if (b->dlq[i] == LB_DLQ_PENDING || b->dlq[i] == LB_DLQ_FAILED)
         return LB_HOLD_DLQ;
-    switch ((enum lb_record_state)b->state[i]) {
+    switch ((enum lb_record_state)b->base.state[i]) {
     case LB_RECORD_DURABLE:
         return LB_HOLD_NONE;
     case LB_RECORD_HELD_FIX:
@@ -755,39 +766,29 @@ static enum lb_hold_reason hold_reason(const struct batch *b, size_t i)
  * commits advance over its durable records up to its first one that is not. */
 static void settle(struct daemon *d, const struct batch *b)
 {
-    for (size_t i = 0; i < b->n; i++)
+    for (size_t i = 0; i < b->base.n; i++)
         if (!b->skip[i])
-            lb_consumer_settle(d->consumer, b->msgs[i], hold_reason(b, i));
+            lb_consumer_settle(d->consumer, b->base.msgs[i], hold_reason(b, i));
 }
 
-/* Decodes and plans d->next. Returns -1 when out of memory. */
+/* Decodes and plans the next batch. Returns -1 when out of memory. */
 static int prepare_next(struct daemon *d)
 {
-    struct batch *b = d->next;
-    for (size_t i = 0; i < b->n; i++) {
-        const rd_kafka_message_t *msg = b->msgs[i];
-        b->records[i] = (struct lb_record){.payload = msg->payload,
-                                           .len = msg->len,
-                                           .topic = rd_kafka_topic_name(msg->rkt),
-                                           .partition = msg->partition,
-                                           .offset = msg->offset};
-    }
-    if (lb_pipeline_prepare(d->engine->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
-        LB_ERROR("daemon", "out of memory projecting a batch of %zu records; stopping", b->n);
+    if (lb_flow_prepare(&d->flow, lb_wall_ms()) != 0) {
+        LB_ERROR("daemon", "out of memory projecting a batch of %zu records; stopping",
+                 d->flow.next->n);
         return -1;
     }
     return 0;
 }
 
-/* Sends d->next; it becomes the batch in flight. */
+/* Sends the next batch; it becomes the batch in flight. */
 static void send_next(struct daemon *d)
 {
     finish_ping(d); /* one call into the cluster at a time */
     d->batch_sent_ms = lb_monotonic_ms();
-    release_due(d, d->next);
-    lb_pipeline_send(d->engine->pipeline);
-    d->inflight = d->next;
-    d->next = d->next == &d->batches[0] ? &d->batches[1] : &d->batches[0];
+    release_due(d, next_batch(d));
+    lb_flow_send(&d->flow);
 }
 
 /* Waits for the batch in flight (retrying in place for a moment, then
@@ -797,12 +798,13 @@ static void send_next(struct daemon *d)
  * Returns -1 when out of memory. */
 static int complete_inflight(struct daemon *d, int send_ready)
 {
-    struct batch *done = d->inflight;
+    struct lb_batch *base;
     d->retry_since = 0;
-    int written = lb_pipeline_complete(d->engine->pipeline, done->state, wait_for_redis, d);
+    int written = lb_flow_complete(&d->flow, wait_for_redis, d, &base);
+    struct batch *done = batch_of(base);
     lb_histogram_observe(&d->batch_seconds,
                          (double)(lb_monotonic_ms() - d->batch_sent_ms) / 1000.0);
-    lb_histogram_observe(&d->batch_events, (double)done->n);
+    lb_histogram_observe(&d->batch_events, (double)done->base.n);
     /* Redis is up unless it failed for a reason of its own: a board that
      * needs an operator is not Redis being down. A batch that sent nothing
      * (its events all held back or dead-lettered) says nothing either way. */
@@ -817,8 +819,7 @@ static int complete_inflight(struct daemon *d, int send_ready)
                 (unsigned long long)d->batches_written);
         _exit(70);
     }
-    d->inflight = NULL;
-    if (send_ready && d->next->n && written >= 0)
+    if (send_ready && next_batch(d)->base.n && written >= 0)
         send_next(d);
     if (d->dlq)
         settle_dlq(d, done);
@@ -859,20 +860,16 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         LB_ERROR("daemon", "%s", err);
         return class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
     }
-    int allocated = 1;
+    int allocated =
+        lb_flow_init(&d.flow, d.engine->pipeline, &d.batches[0].base, &d.batches[1].base, max) == 0;
     for (int b = 0; b < 2; b++) {
-        d.batches[b].msgs = calloc(max, sizeof(*d.batches[b].msgs));
         d.batches[b].skip = calloc(max, 1);
-        d.batches[b].state = calloc(max, 1);
         d.batches[b].dlq = calloc(max, 1);
         d.batches[b].reason = calloc(max, 1);
         d.batches[b].detail = calloc(max, sizeof(*d.batches[b].detail));
-        d.batches[b].records = calloc(max, sizeof(*d.batches[b].records));
-        allocated = allocated && d.batches[b].msgs && d.batches[b].skip && d.batches[b].state &&
-                    d.batches[b].dlq && d.batches[b].reason && d.batches[b].detail &&
-                    d.batches[b].records;
+        allocated = allocated && d.batches[b].skip && d.batches[b].dlq && d.batches[b].reason &&
+                    d.batches[b].detail;
     }
-    d.next = &d.batches[0];
     if (!allocated) {
         LB_ERROR("daemon", "out of memory");
         status = LB_EXIT_RUNTIME;
@@ -924,28 +921,28 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
             reload_log_level(config);
         publish(&d, 0);
         ping_if_idle(&d);
-        collect(&d, d.next, d.inflight == NULL);
+        collect(&d, next_batch(&d), inflight_batch(&d) == NULL);
         if (lb_consumer_fatal(d.consumer)) {
             status = LB_EXIT_RUNTIME;
             break;
         }
-        drop_skipped(d.next);
-        if (d.next->n && prepare_next(&d) != 0) {
+        drop_skipped(next_batch(&d));
+        if (next_batch(&d)->base.n && prepare_next(&d) != 0) {
             status = LB_EXIT_RUNTIME;
             break;
         }
-        if (d.inflight) {
+        if (inflight_batch(&d)) {
             if (complete_inflight(&d, 1) != 0) {
                 status = LB_EXIT_RUNTIME;
                 break;
             }
-        } else if (d.next->n) {
+        } else if (next_batch(&d)->base.n) {
             send_next(&d);
         }
     }
     /* Finish what is in Redis (if Redis is down, the wait gives up at once
      * now that stop is set) so its durable offsets are committed. */
-    while (d.inflight && status == LB_EXIT_OK)
+    while (inflight_batch(&d) && status == LB_EXIT_OK)
         if (complete_inflight(&d, 0) != 0)
             status = LB_EXIT_RUNTIME;
     size_t held = 0;
@@ -986,14 +983,12 @@ done:
     if (d.engine)
         log_totals(&d);
     lb_engine_close(d.engine);
+    lb_flow_free(&d.flow);
     for (int b = 0; b < 2; b++) {
-        free(d.batches[b].msgs);
         free(d.batches[b].skip);
-        free(d.batches[b].state);
         free(d.batches[b].dlq);
         free(d.batches[b].reason);
         free(d.batches[b].detail);
-        free(d.batches[b].records);
     }
     free(d.carry);
     for (size_t i = 0; i < d.nreleases; i++)

@@ -96,51 +96,31 @@ static int wait_between_retries(void *ctx, int64_t backoff_ms)
     return interrupted ? -1 : 0;
 }
 
-/* Batches are double-buffered like the projector's: while one is in Redis,
- * the next is read from Kafka, decoded and planned. */
-struct batch {
-    rd_kafka_message_t **msgs;
-    struct lb_record *records;
-    uint8_t *durable;
-    size_t n;
-};
-
-static void batch_release(struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++)
-        rd_kafka_message_destroy(b->msgs[i]);
-    b->n = 0;
-}
-
 /* Waits for the batch in Redis, if any. */
-static int finish_inflight(struct replay *r, struct batch **inflight)
+static int finish_inflight(struct replay *r, struct lb_flow *flow)
 {
-    if (!*inflight)
+    struct lb_batch *done;
+    if (!flow->inflight)
         return 0;
-    int rc =
-        lb_pipeline_complete(r->engine->pipeline, (*inflight)->durable, wait_between_retries, r);
+    int rc = lb_flow_complete(flow, wait_between_retries, r, &done);
     if (rc < 0)
         fprintf(stderr, "replay: out of memory writing a batch\n");
-    batch_release(*inflight);
-    *inflight = NULL;
+    lb_flow_done(done);
     r->applied_batches++;
     return rc == 0 ? 0 : -1;
 }
 
-/* Plans 'b', waits for the batch before it, and sends 'b'. */
-static int flush_batch(struct replay *r, struct batch *b, struct batch **inflight)
+/* Plans the batch collected, waits for the one before it, and sends it:
+ * double-buffered like the projector (flow.h). */
+static int flush_batch(struct replay *r, struct lb_flow *flow)
 {
-    for (size_t i = 0; i < b->n; i++)
-        b->records[i] = (struct lb_record){b->msgs[i]->payload, b->msgs[i]->len,
-                                           rd_kafka_topic_name(b->msgs[i]->rkt),
-                                           b->msgs[i]->partition, b->msgs[i]->offset};
-    if (lb_pipeline_prepare(r->engine->pipeline, b->records, b->n, lb_wall_ms()) != 0) {
+    if (lb_flow_prepare(flow, lb_wall_ms()) != 0) {
         fprintf(stderr, "replay: out of memory\n");
         return -1;
     }
-    int rc = finish_inflight(r, inflight);
-    lb_pipeline_send(r->engine->pipeline);
-    *inflight = b;
+    int rc = finish_inflight(r, flow);
+    lb_flow_send(flow);
+    lb_flow_begin(flow);
     return rc;
 }
 
@@ -201,18 +181,14 @@ int read_until_end(struct replay *r)
         return -1;
     }
     size_t cap = (size_t)r->config->batch_max_events;
-    struct batch batches[2], *cur = &batches[0], *inflight = NULL;
-    int status = 0;
-    for (int i = 0; i < 2; i++) {
-        batches[i] = (struct batch){calloc(cap, sizeof(rd_kafka_message_t *)),
-                                    calloc(cap, sizeof(struct lb_record)), calloc(cap, 1), 0};
-        if (!batches[i].msgs || !batches[i].records || !batches[i].durable)
-            status = -1;
-    }
+    struct lb_batch batches[2];
+    struct lb_flow flow;
+    int status = lb_flow_init(&flow, r->engine->pipeline, &batches[0], &batches[1], cap);
+    lb_flow_begin(&flow);
     double batch_started = mono_s(), budget_start = mono_s();
     uint64_t budget_read = 0;
     while (status == 0 && remaining(r) > 0 && !interrupted) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, inflight ? 0 : 100);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, flow.inflight ? 0 : 100);
         if (m && m->err) {
             /* A broker restarting or unreachable is reported here too:
              * librdkafka reconnects by itself, so only what cannot heal
@@ -230,8 +206,8 @@ int read_until_end(struct replay *r)
             }
             continue;
         }
-        if (!m && inflight) {
-            status = finish_inflight(r, &inflight); /* nothing to read: let Redis catch up */
+        if (!m && flow.inflight) {
+            status = finish_inflight(r, &flow); /* nothing to read: let Redis catch up */
             continue;
         }
         if (!m)
@@ -245,13 +221,12 @@ int read_until_end(struct replay *r)
                 p->consumed++;
                 r->read++;
                 budget_read++;
-                cur->msgs[cur->n++] = m;
+                flow.next->msgs[flow.next->n++] = m;
             }
         }
-        if (cur->n == cap ||
-            (cur->n && (!m || mono_s() - batch_started > 0.05 || remaining(r) == 0))) {
-            status = flush_batch(r, cur, &inflight);
-            cur = cur == &batches[0] ? &batches[1] : &batches[0];
+        size_t n = flow.next->n;
+        if (n == cap || (n && (!m || mono_s() - batch_started > 0.05 || remaining(r) == 0))) {
+            status = flush_batch(r, &flow);
             batch_started = mono_s();
             progress(r, 0);
         }
@@ -261,16 +236,11 @@ int read_until_end(struct replay *r)
                 usleep((useconds_t)(ahead * 1e6));
         }
     }
-    if (status == 0 && cur->n)
-        status = flush_batch(r, cur, &inflight);
-    if (finish_inflight(r, &inflight) != 0)
+    if (status == 0 && flow.next->n)
+        status = flush_batch(r, &flow);
+    if (finish_inflight(r, &flow) != 0)
         status = -1;
-    for (int i = 0; i < 2; i++) {
-        batch_release(&batches[i]);
-        free(batches[i].msgs);
-        free(batches[i].records);
-        free(batches[i].durable);
-    }
+    lb_flow_free(&flow);
     rd_kafka_assign(r->reader, NULL);
     if (interrupted && status == 0)
         status = -1;

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "kafka.h"
 #include "event.h"
+#include "flow.h"
 #include "lease.h"
 #include "log.h"
 #include "apply.h"
