@@ -1282,6 +1282,15 @@ void lb_config_free(struct lb_config *config)
     free(config);
 }
 
+struct lb_consumer_options lb_config_consumer(const struct lb_config *config)
+{
+    return (struct lb_consumer_options){.kafka = lb_config_kafka(config),
+                                        .group = config->group,
+                                        .topics = config->topics,
+                                        .ntopics = config->ntopics,
+                                        .hold_limit = (uint64_t)config->batch_max_events * 5};
+}
+
 struct lb_cluster_options lb_config_cluster(const struct lb_config *config)
 {
     return (struct lb_cluster_options){.seeds = config->redis_nodes,
@@ -1302,19 +1311,25 @@ struct lb_kafka_options lb_config_kafka(const struct lb_config *config)
                                      .nprops = config->nkafka_props};
 }
 
-const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,
-                                               size_t len)
+const struct lb_profile *lb_profile_for(const struct lb_profile *profiles, size_t nprofiles,
+                                        const char *board, size_t len)
 {
     char id[LB_ID_MAX_BYTES + 1];
     if (len > LB_ID_MAX_BYTES)
         return NULL;
     memcpy(id, board, len);
     id[len] = '\0';
-    for (size_t i = 0; i < config->nprofiles; i++)
-        for (size_t k = 0; k < config->profiles[i].nmatch; k++)
-            if (fnmatch(config->profiles[i].match[k], id, 0) == 0)
-                return &config->profiles[i];
+    for (size_t i = 0; i < nprofiles; i++)
+        for (size_t k = 0; k < profiles[i].nmatch; k++)
+            if (fnmatch(profiles[i].match[k], id, 0) == 0)
+                return &profiles[i];
     return NULL;
+}
+
+const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,
+                                               size_t len)
+{
+    return lb_profile_for(config->profiles, config->nprofiles, board, len);
 }
 
 struct lb_decoder *lb_config_decoder(const struct lb_config *config, char *err, size_t errlen,

@@ -12,6 +12,7 @@
 #define LB_CONFIG_H
 
 #include "cluster.h"
+#include "consumer.h"
 #include "error.h"
 
 #include "event.h"
@@ -122,8 +123,13 @@ struct lb_kafka_options lb_config_kafka(const struct lb_config *config);
 /* The redis: section, for lb_cluster_new (it borrows from 'config'; no
  * script: the writer adds its own). */
 struct lb_cluster_options lb_config_cluster(const struct lb_config *config);
+/* The group consumer's options: the kafka: section, the group and topics. */
+struct lb_consumer_options lb_config_consumer(const struct lb_config *config);
 
-/* The profile for 'board': the first whose patterns match, or NULL. */
+/* The profile for 'board': the first of 'profiles' whose patterns match,
+ * or NULL; lb_config_profile_for looks among the configuration's. */
+const struct lb_profile *lb_profile_for(const struct lb_profile *profiles, size_t nprofiles,
+                                        const char *board, size_t len);
 const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,
                                                size_t len);
 

@@ -175,17 +175,18 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
  * librdkafka commit or store on its own. And the rebalance callback speaks
  * the eager protocol: cooperative-sticky has known crash and hang bugs in
  * librdkafka 2.0.2 anyway. */
-int lb_consumer_check(const struct lb_config *config, char *err, size_t errlen)
+int lb_consumer_check(const struct lb_kafka_options *kafka, char *err, size_t errlen)
 {
-    for (size_t i = 0; i < config->nkafka_props; i++) {
-        const struct lb_kv *kv = &config->kafka_props[i];
+    const char *path = kafka->path ? kafka->path : "<config>";
+    for (size_t i = 0; i < kafka->nprops; i++) {
+        const struct lb_kv *kv = &kafka->props[i];
         if ((strcmp(kv->key, "enable.auto.commit") == 0 ||
              strcmp(kv->key, "enable.auto.offset.store") == 0) &&
             strcmp(kv->value, "false") != 0) {
             snprintf(err, errlen,
                      "%s:%d: kafka property %s must stay false: the projector commits only what "
                      "is durable in Redis",
-                     config->path, kv->line, kv->key);
+                     path, kv->line, kv->key);
             return -1;
         }
         if (strcmp(kv->key, "partition.assignment.strategy") == 0 &&
@@ -193,7 +194,7 @@ int lb_consumer_check(const struct lb_config *config, char *err, size_t errlen)
             snprintf(err, errlen,
                      "%s:%d: kafka property %s: cooperative-sticky is not supported (librdkafka "
                      "2.0.2 has known crash and hang bugs in it); use range or roundrobin",
-                     config->path, kv->line, kv->key);
+                     path, kv->line, kv->key);
             return -1;
         }
     }
@@ -208,12 +209,13 @@ static void consumer_callbacks(rd_kafka_conf_t *conf, void *ctx)
     rd_kafka_conf_set_opaque(conf, ctx);
 }
 
-struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn on_revoke,
-                                    void *ctx, char *err, size_t errlen, enum lb_error_class *class)
+struct lb_consumer *lb_consumer_new(const struct lb_consumer_options *options,
+                                    lb_revoke_fn on_revoke, void *ctx, char *err, size_t errlen,
+                                    enum lb_error_class *class)
 {
     /* Our defaults, which a kafka: property may override. */
     const char *const defaults[][2] = {
-        {"group.id", config->group},
+        {"group.id", options->group},
         {"enable.auto.commit", "false"},
         {"enable.auto.offset.store", "false"},
         {"auto.offset.reset", "earliest"},
@@ -235,7 +237,7 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
     if (!class)
         class = &ignored;
     *class = LB_ERROR_CONFIG;
-    if (lb_consumer_check(config, err, errlen) != 0)
+    if (lb_consumer_check(&options->kafka, err, errlen) != 0)
         return NULL;
     *class = LB_ERROR_RUNTIME;
     struct lb_consumer *c = calloc(1, sizeof(*c));
@@ -244,7 +246,7 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
         /* a held partition is paused after a few batches' worth of records:
          * enough to keep its other boards flowing through a short fault,
          * little to read again at the rewind */
-        c->offsets = lb_offsets_new((uint64_t)config->batch_max_events * 5, 100, 5000);
+        c->offsets = lb_offsets_new(options->hold_limit, 100, 5000);
         c->brokers_up = c->stats.brokers_up = -1;
     }
     if (!c || !c->offsets) {
@@ -253,25 +255,31 @@ struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn
     }
     c->on_revoke = on_revoke;
     c->ctx = ctx;
-    struct lb_kafka_options options = lb_config_kafka(config);
     struct lb_kafka_client client = {.type = RD_KAFKA_CONSUMER,
                                      .defaults = defaults,
                                      .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
                                      .setup = consumer_callbacks,
                                      .ctx = c};
-    c->rk = lb_kafka_new(&options, &client, err, errlen, class);
+    c->rk = lb_kafka_new(&options->kafka, &client, err, errlen, class);
     if (!c->rk)
         goto error;
     rd_kafka_poll_set_consumer(c->rk);
 
-    topics = rd_kafka_topic_partition_list_new((int)config->ntopics);
-    for (size_t i = 0; i < config->ntopics; i++)
-        rd_kafka_topic_partition_list_add(topics, config->topics[i], RD_KAFKA_PARTITION_UA);
+    topics = rd_kafka_topic_partition_list_new((int)options->ntopics);
+    for (size_t i = 0; i < options->ntopics; i++)
+        rd_kafka_topic_partition_list_add(topics, options->topics[i], RD_KAFKA_PARTITION_UA);
     rd_kafka_resp_err_t rc = rd_kafka_subscribe(c->rk, topics);
     rd_kafka_topic_partition_list_destroy(topics);
     if (rc) {
-        snprintf(err, errlen, "cannot subscribe: %s", rd_kafka_err2str(rc));
-        *class = LB_ERROR_RUNTIME;
+        /* refused before any broker is asked: the topics themselves (a
+         * pattern that is not a valid regular expression, an empty name) */
+        int ours = rc == RD_KAFKA_RESP_ERR__INVALID_ARG;
+        snprintf(err, errlen, "%s%scannot subscribe to the topics%s: %s",
+                 ours && options->kafka.path ? options->kafka.path : "",
+                 ours && options->kafka.path ? ": " : "",
+                 ours ? " (kafka.topics: an invalid ^pattern or an empty name?)" : "",
+                 rd_kafka_err2str(rc));
+        *class = ours ? LB_ERROR_CONFIG : LB_ERROR_RUNTIME;
         goto error;
     }
     return c;

@@ -16,7 +16,7 @@
 #ifndef LB_CONSUMER_H
 #define LB_CONSUMER_H
 
-#include "config.h"
+#include "kafka.h"
 #include "metrics.h"
 #include "offsets.h"
 
@@ -30,18 +30,30 @@ struct lb_consumer;
  * durable and forgets what is not. */
 typedef void (*lb_revoke_fn)(void *ctx, const rd_kafka_topic_partition_list_t *partitions);
 
-/* Creates the consumer and subscribes to the configured topics. On error
- * returns NULL with "file:line: message" (for a bad kafka property) or a
- * plain sentence in 'err', and whether the configuration or the world is to
- * blame in '*class' (may be NULL). 'config' must outlive the consumer. */
-struct lb_consumer *lb_consumer_new(const struct lb_config *config, lb_revoke_fn on_revoke,
-                                    void *ctx, char *err, size_t errlen,
+/* What the consumer is made from (lb_config_consumer fills it from the
+ * configuration, which must outlive the consumer). */
+struct lb_consumer_options {
+    struct lb_kafka_options kafka; /* brokers and the kafka: properties */
+    const char *group;
+    char *const *topics;
+    size_t ntopics;
+    /* records a held partition may keep waiting before it is paused: a few
+     * batches' worth */
+    uint64_t hold_limit;
+};
+
+/* Creates the consumer and subscribes to the topics. On error returns NULL
+ * with "file:line: message" (for a bad kafka property) or a plain sentence
+ * in 'err', and whether the configuration or the world is to blame in
+ * '*class' (may be NULL). */
+struct lb_consumer *lb_consumer_new(const struct lb_consumer_options *options,
+                                    lb_revoke_fn on_revoke, void *ctx, char *err, size_t errlen,
                                     enum lb_error_class *class);
 
 /* Refuses kafka: properties the projector cannot work with (automatic
  * commits or offset stores, the cooperative assignor): 0, or -1 with
  * "file:line: message". */
-int lb_consumer_check(const struct lb_config *config, char *err, size_t errlen);
+int lb_consumer_check(const struct lb_kafka_options *kafka, char *err, size_t errlen);
 
 /* Commits what is stored, leaves the group and frees. Accepts NULL. */
 void lb_consumer_close(struct lb_consumer *consumer);

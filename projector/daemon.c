@@ -876,7 +876,8 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
         goto done;
     }
     if (config->dlq_topic) {
-        d.dlq = lb_dlq_new(config, err, sizeof(err), &class);
+        struct lb_dlq_options options = {lb_config_kafka(config), config->dlq_topic};
+        d.dlq = lb_dlq_new(&options, err, sizeof(err), &class);
         if (!d.dlq) {
             LB_ERROR("daemon", "dead-letter producer: %s", err);
             status = class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
@@ -905,7 +906,8 @@ int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
     else
         LB_INFO("redis", "slot map loaded%s",
                 lb_cluster_is_standalone(d.engine->cluster) ? " (standalone Redis)" : "");
-    d.consumer = lb_consumer_new(config, on_revoke, &d, err, sizeof(err), &class);
+    struct lb_consumer_options consumer = lb_config_consumer(config);
+    d.consumer = lb_consumer_new(&consumer, on_revoke, &d, err, sizeof(err), &class);
     if (!d.consumer) {
         LB_ERROR("daemon", "%s", err);
         status = class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;

@@ -197,7 +197,7 @@ static void dlq_callbacks(rd_kafka_conf_t *conf, void *ctx)
     rd_kafka_conf_set_opaque(conf, ctx);
 }
 
-struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errlen,
+struct lb_dlq *lb_dlq_new(const struct lb_dlq_options *options, char *err, size_t errlen,
                           enum lb_error_class *class)
 {
     /* defaults, which the kafka: section may override */
@@ -216,18 +216,17 @@ struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errl
         goto fail;
     }
     dlq->nbuckets = 64;
-    struct lb_kafka_options options = lb_config_kafka(config);
     struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
                                      .defaults = defaults,
                                      .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
                                      .setup = dlq_callbacks,
                                      .ctx = dlq};
-    dlq->producer = lb_kafka_new(&options, &client, err, errlen, class);
+    dlq->producer = lb_kafka_new(&options->kafka, &client, err, errlen, class);
     if (!dlq->producer)
         goto fail;
-    dlq->topic = rd_kafka_topic_new(dlq->producer, config->dlq_topic, NULL);
+    dlq->topic = rd_kafka_topic_new(dlq->producer, options->topic, NULL);
     if (!dlq->topic) {
-        snprintf(err, errlen, "dead-letter topic %s: %s", config->dlq_topic,
+        snprintf(err, errlen, "dead-letter topic %s: %s", options->topic,
                  rd_kafka_err2str(rd_kafka_last_error()));
         *class = LB_ERROR_RUNTIME;
         goto fail;

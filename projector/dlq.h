@@ -34,7 +34,7 @@
 #ifndef LB_DLQ_H
 #define LB_DLQ_H
 
-#include "config.h"
+#include "kafka.h"
 #include "event.h"
 
 #include <librdkafka/rdkafka.h>
@@ -60,9 +60,14 @@ const char *lb_dlq_failure_name(enum lb_dlq_failure kind);
 
 struct lb_dlq;
 
-/* Creates the producer for config->dlq_topic. NULL with a message and its
- * class ('class' may be NULL) on error. */
-struct lb_dlq *lb_dlq_new(const struct lb_config *config, char *err, size_t errlen,
+struct lb_dlq_options {
+    struct lb_kafka_options kafka; /* brokers and the kafka: properties */
+    const char *topic;             /* the dead-letter topic */
+};
+
+/* Creates the producer for the dead-letter topic. NULL with a message and
+ * its class ('class' may be NULL) on error. */
+struct lb_dlq *lb_dlq_new(const struct lb_dlq_options *options, char *err, size_t errlen,
                           enum lb_error_class *class);
 
 /* Waits up to 'timeout_ms' for outstanding deliveries, then frees. Accepts

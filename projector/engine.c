@@ -20,8 +20,10 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
         lb_engine_close(e);
         return NULL;
     }
+    struct lb_pipeline_options pipeline = {{config->profiles, config->nprofiles},
+                                           config->key_prefix};
     if (!(e->cluster = lb_cluster_new(&e->cluster_options)) ||
-        !(e->pipeline = lb_pipeline_new(config, e->decoder, e->cluster)) ||
+        !(e->pipeline = lb_pipeline_new(&pipeline, e->decoder, e->cluster)) ||
         lb_pipeline_overlap(e->pipeline, &e->cluster_options) != 0)
         goto nomem;
     if (options && options->key_prefix)

@@ -98,7 +98,6 @@ struct slot {
 };
 
 struct lb_pipeline {
-    const struct lb_config *config;
     const char *key_prefix; /* the keyspace written */
     const struct lb_decoder *decoder;
     struct lb_cluster *clusters[2]; /* slot i's; the same one unless overlapping */
@@ -137,14 +136,13 @@ void lb_pipeline_cluster_options(const struct lb_config *config, struct lb_clust
     options->script_sha = lb_apply_script_sha();
 }
 
-struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
+struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster)
 {
     struct lb_pipeline *p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
-    p->config = config;
-    p->key_prefix = config->key_prefix;
+    p->key_prefix = options->key_prefix;
     p->decoder = decoder;
     p->clusters[0] = p->clusters[1] = cluster;
     p->jitter = 0x9e3779b97f4a7c15u;
@@ -152,8 +150,8 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
     lb_histogram_init(&p->stats.visible, lb_latency_bounds, lb_latency_nbounds);
     for (int i = 0; i < 2; i++) {
         lb_arena_init(&p->slots[i].arena, 1 << 16);
-        if (!(p->slots[i].plan = lb_plan_new(config)) ||
-            !(p->slots[i].rebuilt = lb_plan_new(config))) {
+        if (!(p->slots[i].plan = lb_plan_new(&options->plan)) ||
+            !(p->slots[i].rebuilt = lb_plan_new(&options->plan))) {
             lb_pipeline_free(p);
             return NULL;
         }

@@ -26,6 +26,7 @@
 #include "config.h"
 #include "event.h"
 #include "metrics.h"
+#include "planner.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -81,9 +82,14 @@ struct lb_pipeline;
 void lb_pipeline_cluster_options(const struct lb_config *config,
                                  struct lb_cluster_options *options);
 
-/* Creates a pipeline. 'config', 'decoder' and 'cluster' are borrowed and
- * must outlive it. Returns NULL when out of memory. */
-struct lb_pipeline *lb_pipeline_new(const struct lb_config *config,
+struct lb_pipeline_options {
+    struct lb_plan_options plan; /* the profiles */
+    const char *key_prefix;      /* the keyspace written (borrowed) */
+};
+
+/* Creates a pipeline. What 'options' points to, 'decoder' and 'cluster' are
+ * borrowed and must outlive it. Returns NULL when out of memory. */
+struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster);
 void lb_pipeline_free(struct lb_pipeline *pipeline);
 /* The keyspace written: the configuration's key prefix unless set here

@@ -111,7 +111,7 @@ static int index_grow(struct index *ix, struct lb_arena *arena)
     }
 
 struct lb_plan {
-    const struct lb_config *config;
+    struct lb_plan_options options;
     struct lb_arena arena;
     struct index board_index, key_index, entry_index;
     int ready; /* the indexes exist: 0 after a reset or an add ran out of memory */
@@ -149,12 +149,12 @@ static int array_reserve(struct lb_arena *arena, void **items, uint32_t *cap, ui
          ? &(array).items[(array).count++]                                                         \
          : NULL)
 
-struct lb_plan *lb_plan_new(const struct lb_config *config)
+struct lb_plan *lb_plan_new(const struct lb_plan_options *options)
 {
     struct lb_plan *plan = calloc(1, sizeof(*plan));
     if (!plan)
         return NULL;
-    plan->config = config;
+    plan->options = *options;
     lb_arena_init(&plan->arena, 1 << 20);
     lb_plan_reset(plan);
     if (!plan->ready) {
@@ -216,14 +216,15 @@ static uint32_t find_board(struct lb_plan *plan, const struct lb_event *ev)
     struct lb_plan_board *b = ARRAY_PUSH(plan, plan->boards);
     if (!b)
         return NONE;
-    *b = (struct lb_plan_board){
-        .id = ev->board,
-        .profile = lb_config_profile_for(plan->config, ev->board.ptr, ev->board.len),
-        .slot = lb_crc16(ev->board.ptr, ev->board.len) & (LB_SLOTS - 1),
-        .first_key = NONE,
-        .last_key = NONE,
-        .first_segment = NONE,
-        .last_segment = NONE};
+    *b = (struct lb_plan_board){.id = ev->board,
+                                .profile =
+                                    lb_profile_for(plan->options.profiles, plan->options.nprofiles,
+                                                   ev->board.ptr, ev->board.len),
+                                .slot = lb_crc16(ev->board.ptr, ev->board.len) & (LB_SLOTS - 1),
+                                .first_key = NONE,
+                                .last_key = NONE,
+                                .first_segment = NONE,
+                                .last_segment = NONE};
     for (int i = 0; i < LB_PLAN_KEY_CACHE; i++)
         b->recent_key[i] = NONE;
     slot->entry = plan->boards.count;
@@ -534,8 +535,7 @@ int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb
 
 void lb_plan_view(const struct lb_plan *plan, struct lb_plan_view *view)
 {
-    *view = (struct lb_plan_view){.config = plan->config,
-                                  .boards = plan->boards.items,
+    *view = (struct lb_plan_view){.boards = plan->boards.items,
                                   .nboards = plan->boards.count,
                                   .segments = plan->segments.items,
                                   .keys = plan->keys.items,

@@ -48,9 +48,15 @@ struct lb_plan_stats {
 
 struct lb_plan;
 
-/* Creates a planner for 'config' (not owned; must outlive the planner).
- * Returns NULL when out of memory. */
-struct lb_plan *lb_plan_new(const struct lb_config *config);
+struct lb_plan_options {
+    /* a board's profile: the first whose patterns match its id (borrowed;
+     * must outlive the planner) */
+    const struct lb_profile *profiles;
+    size_t nprofiles;
+};
+
+/* Creates a planner. Returns NULL when out of memory. */
+struct lb_plan *lb_plan_new(const struct lb_plan_options *options);
 void lb_plan_free(struct lb_plan *plan);
 
 /* Forgets the previous batch, keeping memory for the next. If memory runs
@@ -127,7 +133,6 @@ struct lb_plan_entry {
 };
 
 struct lb_plan_view {
-    const struct lb_config *config;
     const struct lb_plan_board *boards; /* a board's index is what lb_plan_add returned */
     uint32_t nboards;
     const struct lb_plan_segment *segments;

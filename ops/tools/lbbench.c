@@ -204,7 +204,8 @@ static int encode_topic(const struct lb_config *config, struct encoded *enc, str
 {
     char err[1024], group[64];
     struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err), NULL);
-    struct lb_plan *plan = lb_plan_new(config);
+    struct lb_plan *plan =
+        lb_plan_new(&(struct lb_plan_options){config->profiles, config->nprofiles});
     struct lb_apply_batch encoded = {0};
     size_t batch = (size_t)config->batch_max_events, n = 0;
     rd_kafka_message_t **msgs = calloc(batch, sizeof(*msgs));

@@ -250,12 +250,31 @@ static void kafka_overrides_that_break_the_offset_contract_are_refused(void **st
                  bad[i]);
         struct lb_config *c = load_ok(text);
         enum lb_error_class class = LB_ERROR_NONE;
-        assert_null(lb_consumer_new(c, NULL, NULL, err, sizeof(err), &class));
+        struct lb_consumer_options options = lb_config_consumer(c);
+        assert_null(lb_consumer_new(&options, NULL, NULL, err, sizeof(err), &class));
         if (!strstr(err, "test.yaml:4: kafka property"))
             fail_msg("unexpected error: %s", err);
         assert_int_equal(class, LB_ERROR_CONFIG);
         lb_config_free(c);
     }
+}
+
+/* A subscription librdkafka refuses without asking a broker (a topic
+ * pattern that is not a regular expression) is the configuration's fault,
+ * after the client was made. */
+static void topics_librdkafka_cannot_subscribe_to_are_a_configuration_error(void **state)
+{
+    (void)state;
+    char err[1024];
+    struct lb_config *c = load_ok("kafka:\n  brokers: 127.0.0.1:1\n  topics: [\"^(unclosed\"]\n"
+                                  "input: {schemas: {1: s.avsc}}\nredis: {nodes: [a:1]}\n");
+    enum lb_error_class class = LB_ERROR_NONE;
+    struct lb_consumer_options options = lb_config_consumer(c);
+    assert_null(lb_consumer_new(&options, NULL, NULL, err, sizeof(err), &class));
+    if (!strstr(err, "test.yaml: cannot subscribe to the topics (kafka.topics"))
+        fail_msg("unexpected error: %s", err);
+    assert_int_equal(class, LB_ERROR_CONFIG);
+    lb_config_free(c);
 }
 
 static void environment_variables_are_interpolated(void **state)
@@ -567,6 +586,7 @@ int main(void)
         cmocka_unit_test(running_out_of_memory_while_loading_or_opening_is_a_clean_error),
         cmocka_unit_test(profiles_match_by_pattern_in_order),
         cmocka_unit_test(errors_name_file_and_line),
+        cmocka_unit_test(topics_librdkafka_cannot_subscribe_to_are_a_configuration_error),
         cmocka_unit_test(environment_variables_are_interpolated),
         cmocka_unit_test(wait_replicas_takes_auto_or_a_number),
         cmocka_unit_test(kafka_properties_pass_through),

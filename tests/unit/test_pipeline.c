@@ -101,7 +101,9 @@ static void open_pipeline(struct fixture *f, const char *timeout, int overlap)
     struct lb_cluster_options options;
     lb_pipeline_cluster_options(f->config, &options);
     f->cluster = lb_cluster_new(&options);
-    f->pipeline = lb_pipeline_new(f->config, f->decoder, f->cluster);
+    struct lb_pipeline_options po = {{f->config->profiles, f->config->nprofiles},
+                                     f->config->key_prefix};
+    f->pipeline = lb_pipeline_new(&po, f->decoder, f->cluster);
     assert_non_null(f->pipeline);
     if (overlap)
         assert_int_equal(lb_pipeline_overlap(f->pipeline, &options), 0);
@@ -486,7 +488,9 @@ static int project_with_a_new_pipeline(void *ctx)
     struct lb_cluster_options options;
     lb_pipeline_cluster_options(o->f->config, &options);
     struct lb_cluster *cl = lb_cluster_new(&options);
-    struct lb_pipeline *p = cl ? lb_pipeline_new(o->f->config, o->f->decoder, cl) : NULL;
+    const struct lb_config *c = o->f->config;
+    struct lb_pipeline_options po = {{c->profiles, c->nprofiles}, c->key_prefix};
+    struct lb_pipeline *p = cl ? lb_pipeline_new(&po, o->f->decoder, cl) : NULL;
     uint8_t state[3];
     int rc = -1;
     if (p && lb_pipeline_overlap(p, &options) == 0)

@@ -72,7 +72,7 @@ static int setup(void **state)
     if (lb_config_load_string("t.yaml", config_text, strlen(config_text), &f.config, err,
                               sizeof(err)) != 0)
         fail_msg("%s", err);
-    f.plan = lb_plan_new(f.config);
+    f.plan = lb_plan_new(&(struct lb_plan_options){f.config->profiles, f.config->nprofiles});
     *state = &f;
     return 0;
 }
@@ -489,7 +489,8 @@ static void a_board_without_a_profile_is_rejected(void **state)
     assert_int_equal(lb_config_load_string("t.yaml", no_catch_all, strlen(no_catch_all), &config,
                                            err, sizeof(err)),
                      0);
-    struct lb_plan *plan = lb_plan_new(config);
+    struct lb_plan *plan =
+        lb_plan_new(&(struct lb_plan_options){config->profiles, config->nprofiles});
     struct lb_event stray = event("x1", "p", 1, MAY4_10H), fine = event("g1", "p", 1, MAY4_10H);
     struct lb_position pos = at(0, 0);
     assert_int_equal(plan_event(plan, &stray, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_BOARD);
@@ -621,7 +622,8 @@ static void a_board_without_retractions_is_a_plain_transaction(void **state)
 static int plan_two_batches(void *ctx)
 {
     const struct lb_config *config = ctx;
-    struct lb_plan *plan = lb_plan_new(config);
+    struct lb_plan *plan =
+        lb_plan_new(&(struct lb_plan_options){config->profiles, config->nprofiles});
     struct lb_apply_batch batch = {0};
     int failed = !plan;
     char boards[64][16], players[64][16];

@@ -259,7 +259,7 @@ static void harness_open(struct harness *h, const char *text, struct redis_serve
     memset(h, 0, sizeof(*h));
     if (lb_config_load_string("t.yaml", text, strlen(text), &h->config, err, sizeof(err)) != 0)
         fail_msg("%s", err);
-    h->plan = lb_plan_new(h->config);
+    h->plan = lb_plan_new(&(struct lb_plan_options){h->config->profiles, h->config->nprofiles});
     assert_non_null(h->plan);
     h->redis = redis;
     redisReply *r = redis_server_command(redis, "FLUSHALL");
@@ -728,7 +728,8 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
     char err[512];
     assert_int_equal(lb_config_load_string("t.yaml", text, strlen(text), &config, err, sizeof(err)),
                      0);
-    struct lb_plan *plan = lb_plan_new(config);
+    struct lb_plan *plan =
+        lb_plan_new(&(struct lb_plan_options){config->profiles, config->nprofiles});
     struct lb_apply_batch batch = {0};
     uint32_t txn;
     for (int i = 0; i < 4; i++)
