@@ -1,8 +1,17 @@
 /* The engine's assembly; see engine.h. */
 #include "engine.h"
+#include "apply.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+struct lb_cluster_options lb_engine_cluster_options(const struct lb_config *config)
+{
+    struct lb_cluster_options options = lb_config_cluster(config);
+    options.script = lb_apply_script();
+    options.script_sha = lb_apply_script_sha();
+    return options;
+}
 
 struct lb_engine *lb_engine_open(const struct lb_config *config,
                                  const struct lb_engine_options *options, char *err, size_t errlen,
@@ -14,7 +23,7 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
     struct lb_engine *e = calloc(1, sizeof(*e));
     if (!e)
         goto nomem;
-    lb_pipeline_cluster_options(config, &e->cluster_options);
+    e->cluster_options = lb_engine_cluster_options(config);
     e->decoder = lb_config_decoder(config, err, errlen, class);
     if (!e->decoder) {
         lb_engine_close(e);

@@ -28,6 +28,12 @@ struct lb_engine {
     struct lb_cluster_options cluster_options;
 };
 
+/* The cluster options of every program that writes through the pipeline:
+ * the redis: section of 'config' (borrowed) and the apply script, which the
+ * client loads on every connection and again wherever a node answers
+ * NOSCRIPT. */
+struct lb_cluster_options lb_engine_cluster_options(const struct lb_config *config);
+
 /* Opens the engine for 'config' (borrowed: it must outlive the engine).
  * Opens no connection: the cluster client connects on first use. On failure
  * returns NULL with one line in 'err' and its class in '*class' (may be

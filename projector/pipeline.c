@@ -129,13 +129,6 @@ void lb_pipeline_set_filter(struct lb_pipeline *p, lb_pipeline_filter_fn filter,
     p->filter_ctx = ctx;
 }
 
-void lb_pipeline_cluster_options(const struct lb_config *config, struct lb_cluster_options *options)
-{
-    *options = lb_config_cluster(config);
-    options->script = lb_apply_script();
-    options->script_sha = lb_apply_script_sha();
-}
-
 struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster)
 {

@@ -23,7 +23,6 @@
 #define LB_PIPELINE_H
 
 #include "cluster.h"
-#include "config.h"
 #include "event.h"
 #include "metrics.h"
 #include "planner.h"
@@ -74,13 +73,6 @@ struct lb_pipeline_failure {
 typedef int (*lb_pipeline_wait_fn)(void *ctx, int64_t backoff_ms);
 
 struct lb_pipeline;
-
-/* The cluster options of every program that writes through the pipeline:
- * the redis: section of 'config' (borrowed) and the apply script, which the
- * client loads on every connection and again wherever a node answers
- * NOSCRIPT. */
-void lb_pipeline_cluster_options(const struct lb_config *config,
-                                 struct lb_cluster_options *options);
 
 struct lb_pipeline_options {
     struct lb_plan_options plan; /* the profiles */

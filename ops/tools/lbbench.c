@@ -18,6 +18,7 @@
 #include "apply.h"
 #include "cluster.h"
 #include "config.h"
+#include "engine.h"
 #include "kafka.h"
 #include "eventgen.h"
 #include "log.h"
@@ -52,7 +53,7 @@ static int64_t wall_ms(void)
 static struct lb_cluster *connect_cluster(const struct lb_config *config)
 {
     struct lb_cluster_options options;
-    lb_pipeline_cluster_options(config, &options);
+    options = lb_engine_cluster_options(config);
     struct lb_cluster *cl = lb_cluster_new(&options);
     if (!cl || lb_cluster_refresh(cl) != 0) {
         fprintf(stderr, "lbbench: %s\n", cl ? lb_cluster_error(cl) : "out of memory");

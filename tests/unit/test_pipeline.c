@@ -21,6 +21,7 @@
 
 #include "cluster.h"
 #include "config.h"
+#include "engine.h"
 #include "event.h"
 #include "eventgen.h"
 #include "log.h"
@@ -99,7 +100,7 @@ static void open_pipeline(struct fixture *f, const char *timeout, int overlap)
     f->decoder = lb_config_decoder(f->config, err, sizeof(err), NULL);
     assert_non_null(f->decoder);
     struct lb_cluster_options options;
-    lb_pipeline_cluster_options(f->config, &options);
+    options = lb_engine_cluster_options(f->config);
     f->cluster = lb_cluster_new(&options);
     struct lb_pipeline_options po = {{f->config->profiles, f->config->nprofiles},
                                      f->config->key_prefix};
@@ -486,7 +487,7 @@ static int project_with_a_new_pipeline(void *ctx)
 {
     struct oom_pipeline *o = ctx;
     struct lb_cluster_options options;
-    lb_pipeline_cluster_options(o->f->config, &options);
+    options = lb_engine_cluster_options(o->f->config);
     struct lb_cluster *cl = lb_cluster_new(&options);
     const struct lb_config *c = o->f->config;
     struct lb_pipeline_options po = {{c->profiles, c->nprofiles}, c->key_prefix};
