@@ -55,10 +55,7 @@ for t in "${targets[@]}"; do
     mkdir -p "$scratch"
     log=$build/$t.log
     # The scratch corpus first: libFuzzer writes new inputs to the first directory.
-    lsan=
-    [[ $t != fuzz_avsc ]] || lsan=suppressions=$repo/tests/lsan-avro.supp:fast_unwind_on_malloc=0
-    if LB_SOURCE_DIR=$repo ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=$lsan \
-        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$build/bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    if LB_SOURCE_DIR=$repo ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$build/bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
         -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts/$t-" \
         "$scratch" "${dirs[@]}" >"$log" 2>&1; then
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")

@@ -40,7 +40,9 @@ static int fail(struct parser *p, int line, const char *fmt, ...)
 static int fail(struct parser *p, int line, const char *fmt, ...)
 {
     va_list ap;
-    int n = snprintf(p->err, p->errlen, "%s:%d: ", p->name, line);
+    /* line 0: the file as a whole (out of memory, an empty file) */
+    int n = line > 0 ? snprintf(p->err, p->errlen, "%s:%d: ", p->name, line)
+                     : snprintf(p->err, p->errlen, "%s: ", p->name);
     if (n < 0 || (size_t)n >= p->errlen)
         return -1;
     va_start(ap, fmt);

@@ -91,7 +91,7 @@ struct schema_prog {
     avro_schema_t *named;
     uint32_t *named_index;
     size_t nnamed, capnamed;
-    int too_deep; /* why compiling failed, when not for memory */
+    const char *bad; /* why compiling failed, when not for memory */
 };
 
 struct lb_decoder {
@@ -213,7 +213,7 @@ static uint32_t compile_enum(struct schema_prog *prog, avro_schema_t schema, uin
 static uint32_t compile_type(struct schema_prog *prog, avro_schema_t schema, int depth)
 {
     if (depth > 64) {
-        prog->too_deep = 1;
+        prog->bad = "the writer schema is nested more than 64 deep";
         return COMPILE_ERROR;
     }
     if (avro_typeof(schema) == AVRO_LINK)
@@ -265,7 +265,7 @@ static uint32_t compile_type(struct schema_prog *prog, avro_schema_t schema, int
     case AVRO_LINK:
         break;
     }
-    prog->too_deep = 1; /* a link to a link: avro-c does not make those */
+    prog->bad = "the writer schema has a type the decoder does not know"; /* a link to a link */
     return COMPILE_ERROR;
 }
 
@@ -395,9 +395,8 @@ int lb_decoder_add_schema(struct lb_decoder *decoder, int32_t id, const char *js
     }
     prog.root = compile_type(&prog, schema, 0);
     if (prog.root == COMPILE_ERROR) {
-        snprintf(err, errlen, "%s",
-                 prog.too_deep ? "the writer schema is nested more than 64 deep" : "out of memory");
-        rc = prog.too_deep ? -1 : -2;
+        snprintf(err, errlen, "%s", prog.bad ? prog.bad : "out of memory");
+        rc = prog.bad ? -1 : -2;
         goto error;
     }
     if ((rc = resolve_fields(&prog, schema, err, errlen)) != 0)

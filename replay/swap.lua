@@ -1,5 +1,5 @@
 -- replay's swap: one board's staging copy in place of its live keys, atomically.
--- Embedded at build time (replay/CMakeLists.txt); replay.c documents the
+-- Embedded at build time (replay/CMakeLists.txt); swap.c documents the
 -- arguments and the answers. A board's marker is the larger of its hash
 -- (written by the apply script) and its sorted set (written with ZADD GT by
 -- boards without a script).

@@ -1,6 +1,6 @@
 /* libFuzzer: a configuration file loaded as the projector loads it; when it
- * loads, it is printed as --check-config prints it. Seeds: corpus/config
- * (the YAML files of config/). */
+ * loads, it is printed as --check-config prints it. Seeds: the YAML files
+ * of config/ (ops/fuzz.sh). */
 #include "fuzz.h"
 
 #include "config.h"

@@ -24,13 +24,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* Every slot names a node the reply listed, or none. */
+static void check(const struct lb_topology *t)
+{
+    for (size_t s = 0; s < LB_SLOTS; s++)
+        if (t->slots[s] < -1 || t->slots[s] >= (int32_t)t->nnodes)
+            abort();
+}
+
 static void parse(const redisReply *r)
 {
     lb_topology_from_shards(topology, r);
+    check(topology);
     lb_topology_from_slots(topology, r);
-    for (size_t s = 0; s < LB_SLOTS; s++) /* every slot names a node it listed, or none */
-        if (topology->slots[s] < -1 || topology->slots[s] >= (int32_t)topology->nnodes)
-            abort();
+    check(topology);
     struct lb_apply_answer answer;
     if (lb_apply_parse(r, &answer) != LB_APPLY_UNKNOWN) {
         if (answer.key)

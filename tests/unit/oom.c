@@ -11,7 +11,12 @@
 #include <cmocka.h>
 #include <execinfo.h>
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) /* clang's way of saying it */
+#define LB_OOM_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(LB_OOM_ASAN)
 #include <sanitizer/lsan_interface.h>
 #define LEAK_CHECK() __lsan_do_recoverable_leak_check()
 #else

@@ -13,6 +13,13 @@
 
 #include "event.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#else
+#define __lsan_disable() ((void)0)
+#define __lsan_enable()  ((void)0)
+#endif
+
 /* ---- a tiny encoder ---------------------------------------------------------- */
 
 struct enc {
@@ -268,8 +275,9 @@ static struct lb_decoder *evolved(void)
     return d;
 }
 
-/* Found by fuzz_avsc: avro-c refuses a named type defined twice (and leaks
- * what it built: tests/lsan-avro.supp). The reason reaches the operator. */
+/* Found by fuzz_avsc: avro-c refuses a named type defined twice, and leaks
+ * what it built (no caller can free it; leak detection is off for this one
+ * call). The reason reaches the operator. */
 static void a_writer_schema_defining_a_type_twice_is_refused(void **state)
 {
     (void)state;
@@ -278,7 +286,10 @@ static void a_writer_schema_defining_a_type_twice_is_refused(void **state)
     struct lb_decoder *d = lb_decoder_new(LB_WIRE_CONFLUENT);
     assert_non_null(json);
     assert_non_null(d);
-    assert_int_equal(lb_decoder_add_schema(d, 5, json, strlen(json), err, sizeof(err)), -1);
+    __lsan_disable();
+    int rc = lb_decoder_add_schema(d, 5, json, strlen(json), err, sizeof(err));
+    __lsan_enable();
+    assert_int_equal(rc, -1);
     assert_non_null(strstr(err, "not a valid Avro schema: Cannot save enum schema"));
     free(json);
     lb_decoder_free(d);
