@@ -27,7 +27,7 @@ while (($#)); do
     esac
 done
 [[ $seconds =~ ^[0-9]+$ ]] || { echo "fuzz.sh: --seconds '$seconds' is not a number" >&2; exit 2; }
-((${#targets[@]})) || targets=(fuzz_event fuzz_avsc fuzz_config fuzz_reply)
+((${#targets[@]})) || targets=(fuzz_event fuzz_avsc fuzz_config fuzz_reply fuzz_node)
 
 # Seed directories of each target, in the source tree.
 seeds() {
@@ -36,6 +36,7 @@ seeds() {
     fuzz_avsc) printf '%s\n' schemas tests/unit/schemas tests/fuzz/findings ;;
     fuzz_config) printf '%s\n' config ;;
     fuzz_reply) printf '%s\n' tests/fuzz/corpus/reply tests/unit/topology ;;
+    fuzz_node) printf '%s\n' tests/fuzz/corpus/node ;;
     *) echo "fuzz.sh: no target '$1'" >&2; return 1 ;;
     esac
 }
