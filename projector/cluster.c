@@ -66,7 +66,9 @@ struct node {
     uint64_t script_failed_in; /* exec call in which SCRIPT LOAD failed here */
     char script_error[200];    /* why, for the requests that needed it */
     enum lb_redis_error script_class;
-    char failure[200]; /* why, for the other requests of that call */
+    char failure[200];                     /* why, for the other requests of that call */
+    int64_t readonly_since, readonly_last; /* the first and last READONLY of a streak */
+    uint64_t readonly_map;                 /* map_changes at its first */
 };
 
 /* Why a request goes out again in the next round of the same call. */
@@ -105,6 +107,7 @@ struct lb_cluster {
     int need_refresh;
     int wait_replicas; /* -1: one when the master has a healthy replica */
     int64_t wait_timeout_ms;
+    int64_t readonly_patience_ms;
     int64_t call_deadline; /* 0, or when the blocking call under way must end */
     char *script;          /* loaded where a node answers NOSCRIPT */
     char script_sha[41];
@@ -693,7 +696,7 @@ static const struct {
     {"TRYAGAIN", LB_REDIS_LATER},       {"LOADING", LB_REDIS_LATER},
     {"BUSY", LB_REDIS_LATER},           {"MASTERDOWN", LB_REDIS_LATER},
     {"NOREPLICAS", LB_REDIS_LATER},     {"CLUSTERDOWN", LB_REDIS_LATER_REMAP},
-    {"READONLY", LB_REDIS_LATER_REMAP},
+    {"READONLY", LB_REDIS_READONLY},
 };
 
 enum lb_redis_action lb_redis_action(const char *msg)
@@ -712,6 +715,7 @@ enum lb_redis_error lb_redis_classify(const char *msg)
     case LB_REDIS_ASK:
     case LB_REDIS_LATER:
     case LB_REDIS_LATER_REMAP:
+    case LB_REDIS_READONLY:
         return LB_REDIS_RETRY;
     case LB_REDIS_LOAD_SCRIPT: /* met where no script can be loaded */
     case LB_REDIS_FOLLOWS:     /* met without the error it follows */
@@ -734,6 +738,32 @@ const char *lb_redis_error_name(enum lb_redis_error class)
         return "out of memory";
     }
     return "?";
+}
+
+/* READONLY from 'n': a failover the map has not caught up with, unless the
+ * map, read again since the first READONLY of this streak, still names 'n'
+ * and the streak has lasted the patience: then it fails the request as an
+ * operator's to fix, and returns 1. A write 'n' accepts ends the streak, and
+ * so does a pause longer than the patience (the node was left alone: a
+ * READONLY after that is a new failover). */
+static int readonly_for_good(struct lb_cluster *cl, struct run *run, struct node *n)
+{
+    int64_t now = lb_monotonic_ms();
+    int64_t last = n->readonly_last;
+    n->readonly_last = now;
+    if (!n->readonly_since || now - last > cl->readonly_patience_ms) {
+        n->readonly_since = now;
+        n->readonly_map = cl->map_changes;
+        return 0;
+    }
+    if (cl->map_changes == n->readonly_map || now - n->readonly_since < cl->readonly_patience_ms)
+        return 0;
+    cl->stats.command_errors++;
+    fail_run(run, LB_REDIS_FIX,
+             "%s answers READONLY for %lld s although the slot map, read again, names it the "
+             "master: a replica listed as master, or a read-only master?",
+             n->name, (long long)((now - n->readonly_since) / 1000));
+    return 1;
 }
 
 /* Acts on an error reply met by a request. */
@@ -773,6 +803,10 @@ static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, c
         run->redirect_node = -1; /* resent to the slot's owner, as before */
         n->load_script = 1;
         return;
+    case LB_REDIS_READONLY:
+        if (readonly_for_good(cl, run, n))
+            return;
+        /* fall through */
     case LB_REDIS_LATER_REMAP:
         cl->need_refresh = 1; /* failing over, or failed over: read the map again */
         break;
@@ -955,6 +989,8 @@ static void on_reply(struct lb_cluster *cl, struct node *n, redisReply *r)
     if (!keep)
         freeReplyObject(r);
     if (n->replies == total) {
+        if (req->writes && !run->error[0] && !run->redirect)
+            n->readonly_since = 0; /* it wrote: whatever READONLY was is over */
         run->done = 1;
         n->replies = 0;
         n->qhead++;
@@ -1485,6 +1521,8 @@ struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options)
     if (options->script_sha)
         snprintf(cl->script_sha, sizeof(cl->script_sha), "%s", options->script_sha);
     cl->wait_timeout_ms = options->wait_timeout_ms > 0 ? options->wait_timeout_ms : 1000;
+    cl->readonly_patience_ms =
+        options->readonly_patience_ms > 0 ? options->readonly_patience_ms : 10000;
     if ((options->user && !(cl->user = strdup(options->user))) ||
         (options->password && !(cl->password = strdup(options->password))))
         goto oom;

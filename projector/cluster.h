@@ -40,6 +40,10 @@ struct lb_cluster_options {
      * none. A shortfall fails that node's requests of the round. */
     int wait_replicas;
     int64_t wait_timeout_ms;
+    /* A master the slot map keeps naming, map read again or not, that
+     * answers READONLY for this long is not failing over: an operator must
+     * look (a replica listed as master, a read-only master). 0: 10 s. */
+    int64_t readonly_patience_ms;
     /* A Lua script (copied; NULL: none), run with EVALSHA. A node that
      * answers NOSCRIPT (it never saw the script: new, replaced empty,
      * promoted, or its cache flushed) gets SCRIPT LOAD on the same
@@ -74,6 +78,7 @@ enum lb_redis_action {
     LB_REDIS_FOLLOWS,      /* EXECABORT: the consequence of an error already met */
     LB_REDIS_LATER,        /* transient: fail, class LB_REDIS_RETRY */
     LB_REDIS_LATER_REMAP,  /* transient, and the map is stale: refresh it first */
+    LB_REDIS_READONLY,     /* a replica: refresh; an operator's once it lasts (see options) */
 };
 
 /* The action for an error reply's text ("WRONGTYPE Operation ..."): one

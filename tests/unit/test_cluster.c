@@ -10,6 +10,7 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -330,7 +331,7 @@ static void error_replies_are_classified_by_their_code(void **state)
         {"MASTERDOWN Link with MASTER is down", LB_REDIS_LATER, LB_REDIS_RETRY},
         {"NOREPLICAS Not enough good replicas to write.", LB_REDIS_LATER, LB_REDIS_RETRY},
         {"CLUSTERDOWN The cluster is down", LB_REDIS_LATER_REMAP, LB_REDIS_RETRY},
-        {"READONLY You can't write against a read only replica.", LB_REDIS_LATER_REMAP,
+        {"READONLY You can't write against a read only replica.", LB_REDIS_READONLY,
          LB_REDIS_RETRY},
         {"WRONGTYPE Operation against a key holding the wrong kind of value", LB_REDIS_OPERATOR,
          LB_REDIS_FIX},
@@ -349,6 +350,57 @@ static void error_replies_are_classified_by_their_code(void **state)
         assert_int_equal(lb_redis_action(cases[i].reply), cases[i].action);
         assert_int_equal(lb_redis_classify(cases[i].reply), cases[i].class);
     }
+}
+
+/* READONLY is a failover the map has not caught up with, until the map,
+ * read again, keeps naming the node for the patience (400 ms here, 10 s by
+ * default): then an operator must look. A write the node accepts ends the
+ * streak, and so does a pause longer than the patience. */
+static int readonly_write(struct nodes *n, long sleep_ms)
+{
+    struct timespec pause = {0, sleep_ms * 1000000L};
+    nanosleep(&pause, NULL);
+    struct lb_request req = txn();
+    req.writes = 1;
+    if (exec_one(n->cl, &req) == 0)
+        return -1;
+    assert_non_null(strstr(req.error, "READONLY"));
+    return req.error_class;
+}
+
+static void readonly_that_outlasts_a_refresh_needs_an_operator(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    lb_cluster_free(n.cl);
+    struct lb_cluster_options options = {.seeds = &n.seed,
+                                         .nseeds = 1,
+                                         .connect_timeout_ms = 1000,
+                                         .command_timeout_ms = 2000,
+                                         .wait_replicas = -1,
+                                         .readonly_patience_ms = 400};
+    n.cl = lb_cluster_new(&options);
+    n.a.queued_reply = "-READONLY You can't write against a read only replica.\r\n";
+    assert_int_equal(readonly_write(&n, 0), LB_REDIS_RETRY);   /* a failover, maybe */
+    assert_int_equal(readonly_write(&n, 250), LB_REDIS_RETRY); /* 250 ms: patience */
+    struct lb_request req = txn();
+    struct timespec pause = {0, 250 * 1000000L};
+    nanosleep(&pause, NULL);
+    req.writes = 1;
+    assert_int_equal(exec_one(n.cl, &req), 1); /* 500 ms, the map read again between */
+    assert_int_equal(req.error_class, LB_REDIS_FIX);
+    assert_non_null(strstr(req.error, "names it the master"));
+    assert_int_equal(readonly_write(&n, 600), LB_REDIS_RETRY); /* left alone: a new streak */
+    n.a.queued_reply = NULL; /* fixed: it writes, which ends any streak */
+    req = txn();
+    req.writes = 1;
+    assert_int_equal(exec_one(n.cl, &req), 0);
+    n.a.queued_reply = "-READONLY You can't write against a read only replica.\r\n";
+    assert_int_equal(readonly_write(&n, 0), LB_REDIS_RETRY);
+    assert_int_equal(readonly_write(&n, 250), LB_REDIS_RETRY);
+    n.a.queued_reply = NULL;
+    stop_nodes(&n);
 }
 
 /* A reply of the wrong shape means replies can no longer be paired with
@@ -916,6 +968,7 @@ int main(void)
         cmocka_unit_test(a_queued_error_is_reported_not_execabort),
         cmocka_unit_test(an_error_inside_exec_fails_the_whole_request),
         cmocka_unit_test(error_replies_are_classified_by_their_code),
+        cmocka_unit_test(readonly_that_outlasts_a_refresh_needs_an_operator),
         cmocka_unit_test(running_out_of_memory_in_the_client_fails_requests_cleanly),
         cmocka_unit_test(a_short_exec_reply_closes_the_connection_and_fails_for_a_retry),
         cmocka_unit_test(wait_follows_the_writes_when_the_master_has_a_replica),
