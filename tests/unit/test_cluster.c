@@ -678,7 +678,7 @@ static void noscript_loads_the_script_and_resends_the_round_in_order(void **stat
     stop_nodes(&n);
 }
 
-static void a_script_load_that_fails_fails_the_requests_with_its_reason(void **state)
+static void a_script_load_refused_or_of_another_script_fails_the_requests(void **state)
 {
     (void)state;
     struct nodes n;
@@ -686,7 +686,15 @@ static void a_script_load_that_fails_fails_the_requests_with_its_reason(void **s
     start_nodes(&n, 0, NULL);
     script_client(&n, SCRIPT);
     assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    /* a node whose SHA1 of the script is not ours (another script under the
+     * same name, a broken build): never run what it loaded */
+    n.a.load_reply = "$40\r\n0000000000000000000000000000000000000000\r\n";
+    struct lb_request other[1] = {evalsha(b1, sizeof(b1), "a", 1)};
+    assert_int_equal(lb_cluster_exec(n.cl, other, 1), 1);
+    assert_non_null(strstr(other[0].error, "SHA1 of the script differs from ours"));
+    assert_int_equal(other[0].error_class, LB_REDIS_FIX);
     n.a.load_reply = "-NOPERM this user has no permissions to run the 'script|load' command\r\n";
+    fake_redis_clear_log(n.fa);
     struct lb_request reqs[2] = {evalsha(b1, sizeof(b1), "a", 1), evalsha(b2, sizeof(b2), "b", 2)};
     assert_int_equal(lb_cluster_exec(n.cl, reqs, 2), 2);
     for (int i = 0; i < 2; i++)
@@ -982,7 +990,7 @@ int main(void)
         cmocka_unit_test(noscript_loads_the_script_and_resends_the_round_in_order),
         cmocka_unit_test(a_refresh_among_silent_nodes_blocks_one_command_timeout_in_all),
         cmocka_unit_test(a_call_during_a_started_one_is_refused_and_the_first_completes),
-        cmocka_unit_test(a_script_load_that_fails_fails_the_requests_with_its_reason),
+        cmocka_unit_test(a_script_load_refused_or_of_another_script_fails_the_requests),
         cmocka_unit_test(noscript_without_a_script_to_load_is_an_error),
         cmocka_unit_test(wait_covers_masters_past_the_first_256_nodes),
         cmocka_unit_test(nodes_that_left_the_cluster_are_forgotten),
