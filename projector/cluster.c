@@ -806,7 +806,8 @@ static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, c
     case LB_REDIS_READONLY:
         if (readonly_for_good(cl, run, n))
             return;
-        /* fall through */
+        cl->need_refresh = 1; /* failed over: read the map again */
+        break;
     case LB_REDIS_LATER_REMAP:
         cl->need_refresh = 1; /* failing over, or failed over: read the map again */
         break;
