@@ -17,6 +17,7 @@ void lb_arena_init(struct lb_arena *arena, size_t first_chunk_size)
 {
     arena->head = NULL;
     arena->chunks_made = 0;
+    arena->used = 0;
     arena->chunk_size = first_chunk_size < 4096 ? 4096 : first_chunk_size;
 }
 
@@ -50,6 +51,7 @@ void *lb_arena_alloc(struct lb_arena *arena, size_t size)
     }
     void *p = chunk->bytes + chunk->used;
     chunk->used += size;
+    arena->used += size;
     return p;
 }
 
@@ -82,6 +84,7 @@ void lb_arena_reset(struct lb_arena *arena)
         keep->used = 0;
     }
     arena->head = keep;
+    arena->used = 0;
 }
 
 void lb_arena_free(struct lb_arena *arena)

@@ -20,6 +20,7 @@ struct lb_arena {
     struct lb_arena_chunk *head; /* chunk being filled; older chunks follow */
     size_t chunk_size;           /* size of the next chunk to allocate */
     uint64_t chunks_made;        /* mallocs so far: constant once batches settle */
+    size_t used;                 /* bytes handed out since the last reset */
 };
 
 void lb_arena_init(struct lb_arena *arena, size_t first_chunk_size);

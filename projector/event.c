@@ -35,6 +35,7 @@ static const char *const reject_names[LB_REJECT__COUNT] = {
     [LB_REJECT_INVALID_DIMS] = "invalid_dims",
     [LB_REJECT_SUM_RANGE] = "sum_out_of_range",
     [LB_REJECT_RETRACTION] = "retraction_refused",
+    [LB_REJECT_INVALID_EVENT_ID] = "invalid_event_id",
 };
 
 const char *lb_reject_name(enum lb_reject reason)
@@ -547,6 +548,7 @@ struct decode_ctx {
     struct lb_arena *arena;
     char *detail;
     size_t detaillen;
+    uint32_t dims_cap; /* entries ev->dims has room for */
 };
 
 static enum lb_reject malformed(struct decode_ctx *ctx, const char *what)
@@ -579,14 +581,22 @@ static enum lb_reject read_dims(struct decode_ctx *ctx)
                 snprintf(ctx->detail, ctx->detaillen, "dims has more than %d entries", LB_DIMS_MAX);
             return LB_REJECT_TOO_MANY_DIMS;
         }
-        /* Usually one block; a later block copies the entries read so far. */
-        struct lb_dim *dims =
-            lb_arena_alloc(ctx->arena, (size_t)(ev->ndims + count) * sizeof(*dims));
-        if (!dims)
-            return malformed(ctx, "(out of memory)");
-        if (ev->ndims)
-            memcpy(dims, ev->dims, ev->ndims * sizeof(*dims));
-        ev->dims = dims;
+        /* One block (the usual map): room for its entries. A map written in
+         * more blocks gets, at its second, room for as many entries as the
+         * rest of the payload could hold: one copy at most, so the memory a
+         * payload costs does not depend on how its producer split the map. */
+        if (ev->ndims + count > ctx->dims_cap) {
+            int64_t cap = ev->ndims ? ev->ndims + (c->end - c->pos) / 2 : count;
+            if (cap > LB_DIMS_MAX)
+                cap = LB_DIMS_MAX;
+            struct lb_dim *dims = lb_arena_alloc(ctx->arena, (size_t)cap * sizeof(*dims));
+            if (!dims)
+                return malformed(ctx, "(out of memory)");
+            if (ev->ndims)
+                memcpy(dims, ev->dims, ev->ndims * sizeof(*dims));
+            ev->dims = dims;
+            ctx->dims_cap = (uint32_t)cap;
+        }
         for (int64_t i = 0; i < count; i++) {
             struct lb_dim *dim = &ev->dims[ev->ndims++];
             if (read_span(c, &dim->name) != 0 || read_span(c, &dim->value) != 0)
@@ -713,6 +723,38 @@ enum lb_reject lb_decode(const struct lb_decoder *decoder, const void *payload, 
     return LB_ACCEPT;
 }
 
+int lb_utf8_is_valid(const char *text, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)text, *end = p + len;
+    while (p < end) {
+        unsigned c = *p++;
+        if (c < 0x80)
+            continue;
+        size_t more;
+        unsigned min, cp;
+        if (c >= 0xc2 && c <= 0xdf) {
+            more = 1, min = 0x80, cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            more = 2, min = 0x800, cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            more = 3, min = 0x10000, cp = c & 0x07;
+        } else {
+            return 0; /* a continuation byte first, 0xc0/0xc1 (overlong), or past 0xf4 */
+        }
+        if ((size_t)(end - p) < more)
+            return 0;
+        for (size_t k = 0; k < more; k++) {
+            if ((p[k] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[k] & 0x3f);
+        }
+        p += more;
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0; /* overlong, too large, or a surrogate */
+    }
+    return 1;
+}
+
 int lb_id_is_valid(struct lb_str s)
 {
     if (s.len < 1 || s.len > LB_ID_MAX_BYTES)
@@ -720,25 +762,45 @@ int lb_id_is_valid(struct lb_str s)
     for (uint32_t i = 0; i < s.len; i++)
         if ((unsigned char)s.ptr[i] < 0x20 || s.ptr[i] == 0x7f)
             return 0;
-    return 1;
+    return lb_utf8_is_valid(s.ptr, s.len);
+}
+
+static int text_is_valid(struct lb_str s)
+{
+    return s.len >= 1 && s.len <= LB_ID_MAX_BYTES && lb_utf8_is_valid(s.ptr, s.len);
 }
 
 enum lb_reject lb_event_validate(const struct lb_event *ev, char *detail, size_t detaillen)
 {
+    if (!text_is_valid(ev->event_id)) {
+        if (detail)
+            snprintf(detail, detaillen, "event_id must be 1..%d bytes of UTF-8 (got %u bytes)",
+                     LB_ID_MAX_BYTES, ev->event_id.len);
+        return LB_REJECT_INVALID_EVENT_ID;
+    }
     if (!lb_id_is_valid(ev->board) || memchr(ev->board.ptr, '{', ev->board.len) ||
         memchr(ev->board.ptr, '}', ev->board.len)) {
         if (detail)
             snprintf(detail, detaillen,
-                     "board id must be 1..%d bytes without control bytes, '{' or '}' (got %u "
-                     "bytes)",
+                     "board id must be 1..%d bytes of UTF-8 without control bytes, '{' or '}' "
+                     "(got %u bytes)",
                      LB_ID_MAX_BYTES, ev->board.len);
         return LB_REJECT_INVALID_BOARD;
     }
-    if (ev->player.len < 1 || ev->player.len > LB_ID_MAX_BYTES) {
+    if (!text_is_valid(ev->player)) {
         if (detail)
-            snprintf(detail, detaillen, "player id must be 1..%d bytes (got %u bytes)",
+            snprintf(detail, detaillen, "player id must be 1..%d bytes of UTF-8 (got %u bytes)",
                      LB_ID_MAX_BYTES, ev->player.len);
         return LB_REJECT_INVALID_PLAYER;
+    }
+    for (uint32_t i = 0; i < ev->ndims; i++) {
+        if (!lb_utf8_is_valid(ev->dims[i].value.ptr, ev->dims[i].value.len)) {
+            if (detail)
+                snprintf(detail, detaillen, "dims value of '%.*s' is not UTF-8",
+                         (int)(ev->dims[i].name.len < 64 ? ev->dims[i].name.len : 64),
+                         ev->dims[i].name.ptr);
+            return LB_REJECT_INVALID_DIMS;
+        }
     }
     return LB_ACCEPT;
 }

@@ -60,6 +60,7 @@ enum lb_reject {
     LB_REJECT_INVALID_DIMS,
     LB_REJECT_SUM_RANGE,
     LB_REJECT_RETRACTION, /* the board's profile says retractions: reject */
+    LB_REJECT_INVALID_EVENT_ID,
     LB_REJECT__COUNT
 };
 
@@ -90,14 +91,18 @@ enum lb_reject lb_decode(const struct lb_decoder *decoder, const void *payload, 
                          struct lb_event *event, struct lb_arena *arena, char *detail,
                          size_t detaillen);
 
-/* Checks what holds for every board: board and player are 1..128 bytes, the
- * board has no control bytes (NUL included) and no '{' or '}' (they would
- * break the key's hash tag). */
+/* Checks what holds for every board: event_id, board and player are 1..128
+ * bytes of UTF-8, the board has no control bytes (NUL included) and no '{'
+ * or '}' (they would break the key's hash tag), every dims value is UTF-8
+ * (keys and clients that list them expect text). */
 enum lb_reject lb_event_validate(const struct lb_event *event, char *detail, size_t detaillen);
 
-/* Whether 's' can be part of a key: 1..128 bytes, no control bytes. Board
- * ids and the dims values that name custom windows must be. */
+/* Whether 's' can be part of a key: 1..128 bytes of UTF-8, no control
+ * bytes. Board ids and the dims values that name custom windows must be. */
 int lb_id_is_valid(struct lb_str s);
+/* Whether 'len' bytes at 'p' are well-formed UTF-8 (no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+int lb_utf8_is_valid(const char *p, size_t len);
 
 /* Returns the value of dims entry 'name', or NULL when the event has none. */
 const struct lb_str *lb_event_dim(const struct lb_event *event, const char *name, size_t len);

@@ -404,7 +404,7 @@ static void describe_plan_reject(const struct lb_event *ev, enum lb_reject reaso
         break;
     case LB_REJECT_INVALID_DIMS:
         snprintf(detail, len,
-                 "a dims value naming a custom window must be 1..%d bytes "
+                 "a dims value naming a custom window must be 1..%d bytes of UTF-8 "
                  "without control bytes",
                  LB_ID_MAX_BYTES);
         break;

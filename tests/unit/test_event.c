@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "arena.h"
 #include "event.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -187,6 +188,56 @@ static void bare_payload_decodes(void **state)
     assert_int_equal(decode(d, &e, &ev), LB_ACCEPT);
     assert_true(ev.score == 5 && ev.ts_ms == 6 && ev.op == LB_OP_SUBMIT && ev.ndims == 0);
     lb_decoder_free(d);
+}
+
+/* dims as a producer may write the map: one block of 32 entries, or 32
+ * blocks of one. Both cost the arena a small multiple of the payload's
+ * bytes, the split one no more than twice the other (no copy per block). */
+static size_t dims_memory(int blocks, size_t *payload)
+{
+    struct lb_decoder *d = canonical(LB_WIRE_BARE);
+    struct enc e = {0};
+    struct lb_event ev;
+    struct lb_arena arena;
+    put_str(&e, "ev-1");
+    put_str(&e, "board");
+    put_str(&e, "player");
+    put_long(&e, 1);
+    put_long(&e, 2);
+    put_long(&e, 0);
+    if (!blocks)
+        put_long(&e, LB_DIMS_MAX);
+    for (int i = 0; i < LB_DIMS_MAX; i++) {
+        char k[16], v[16];
+        snprintf(k, sizeof(k), "k%d", i);
+        snprintf(v, sizeof(v), "v%d", i);
+        if (blocks)
+            put_long(&e, 1);
+        put_str(&e, k);
+        put_str(&e, v);
+    }
+    put_long(&e, 0);
+    lb_arena_init(&arena, 4096);
+    assert_int_equal(lb_decode(d, e.buf, e.len, &ev, &arena, NULL, 0), LB_ACCEPT);
+    assert_int_equal(ev.ndims, LB_DIMS_MAX);
+    assert_true(str_is(*lb_event_dim(&ev, "k31", 3), "v31"));
+    size_t used = arena.used;
+    lb_arena_free(&arena);
+    lb_decoder_free(d);
+    *payload = e.len;
+    return used;
+}
+
+static void dims_in_many_blocks_cost_what_one_block_costs(void **state)
+{
+    (void)state;
+    size_t one_len, split_len;
+    size_t one = dims_memory(0, &one_len), split = dims_memory(1, &split_len);
+    print_message("dims: one block %zu bytes of arena for %zu of payload, 32 blocks %zu for %zu\n",
+                  one, one_len, split, split_len);
+    assert_true(one <= 8 * one_len);
+    assert_true(split <= 8 * split_len);
+    assert_true(split <= 2 * one);
 }
 
 static void every_truncation_is_rejected(void **state)
@@ -393,7 +444,7 @@ static void incompatible_writer_schemas_are_refused_at_start(void **state)
 static void ids_are_validated(void **state)
 {
     (void)state;
-    struct lb_event ev = {.board = {"g1", 2}, .player = {"p", 1}};
+    struct lb_event ev = {.event_id = {"e1", 2}, .board = {"g1", 2}, .player = {"p", 1}};
     char detail[200], long_id[200];
     assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_ACCEPT);
     ev.board = (struct lb_str){"g{1}", 4};
@@ -416,11 +467,64 @@ static void ids_are_validated(void **state)
     assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_PLAYER);
 }
 
+/* Ids and dims values are text: a board id that common clients cannot even
+ * list (redis-py decoding responses) is refused with its reason. */
+static void ids_and_dims_values_must_be_utf8(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"ok",
+                                       "caf\xc3\xa9",
+                                       "\xe2\x82\xac"
+                                       "5",
+                                       "\xf0\x9d\x84\x9e",
+                                       "\xef\xbf\xbf",
+                                       "\xf4\x8f\xbf\xbf"};
+    static const char *const bad[] = {
+        "amb-\xff\xfe",     /* not UTF-8 at all */
+        "\xc0\xaf",         /* an overlong '/' */
+        "\xe0\x80\xaf",     /* overlong, three bytes */
+        "\xed\xa0\x80",     /* a surrogate */
+        "\xf4\x90\x80\x80", /* past U+10FFFF */
+        "\xe2\x82",         /* cut short */
+        "\x80x",            /* a continuation byte first */
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_true(lb_utf8_is_valid(good[i], strlen(good[i])));
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct lb_str text = {bad[i], (uint32_t)strlen(bad[i])};
+        struct lb_dim dim = {{"patch", 5}, text};
+        struct lb_event ev = {.event_id = {"e1", 2}, .board = {"g1", 2}, .player = {"p", 1}};
+        char detail[200];
+        print_message("%zu\n", i);
+        assert_false(lb_utf8_is_valid(text.ptr, text.len));
+        ev.event_id = text;
+        assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)),
+                         LB_REJECT_INVALID_EVENT_ID);
+        ev.event_id = (struct lb_str){"e1", 2};
+        ev.board = text;
+        assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_BOARD);
+        ev.board = (struct lb_str){"g1", 2};
+        ev.player = text;
+        assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_PLAYER);
+        ev.player = (struct lb_str){"p", 1};
+        ev.dims = &dim;
+        ev.ndims = 1;
+        assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_DIMS);
+        assert_non_null(strstr(detail, "dims value of 'patch' is not UTF-8"));
+    }
+    struct lb_event ev = {.event_id = {"", 0}, .board = {"g1", 2}, .player = {"p", 1}};
+    char detail[200];
+    assert_int_equal(lb_event_validate(&ev, detail, sizeof(detail)), LB_REJECT_INVALID_EVENT_ID);
+    assert_string_equal(lb_reject_name(LB_REJECT_INVALID_EVENT_ID), "invalid_event_id");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(confluent_payload_decodes),
         cmocka_unit_test(bare_payload_decodes),
+        cmocka_unit_test(dims_in_many_blocks_cost_what_one_block_costs),
+        cmocka_unit_test(ids_and_dims_values_must_be_utf8),
         cmocka_unit_test(every_truncation_is_rejected),
         cmocka_unit_test(wrong_magic_and_unknown_schema_are_named),
         cmocka_unit_test(hostile_lengths_and_varints_are_malformed),
