@@ -122,6 +122,10 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
         ev->player[0] = '\0';
     else if (ev->poison == GEN_POISON_UNKNOWN_OP)
         ev->op = 2; /* BAN, in the writer schema with id 2 (tests/integration/schemas) */
+    else if (ev->poison == GEN_POISON_BOARD_NOT_UTF8)
+        snprintf(ev->board, sizeof(ev->board), "amb-\xff\xfe%u", board);
+    else if (ev->poison == GEN_POISON_EVENT_ID_NOT_UTF8)
+        ev->event_id[0] = (char)0xc0; /* an overlong form's first byte, before the id */
     if (o->dim_name)
         snprintf(ev->dim_value, sizeof(ev->dim_value), "v%u",
                  (unsigned)(splitmix64(&state) % o->dim_values));
@@ -191,6 +195,8 @@ void gen_print(FILE *out, const struct gen_event *ev)
         [GEN_POISON_INVALID_BOARD] = "invalid_board",
         [GEN_POISON_INVALID_PLAYER] = "invalid_player",
         [GEN_POISON_UNKNOWN_OP] = "unknown_op",
+        [GEN_POISON_BOARD_NOT_UTF8] = "invalid_board",
+        [GEN_POISON_EVENT_ID_NOT_UTF8] = "invalid_event_id",
     };
     char op[48];
     if (ev->poison)

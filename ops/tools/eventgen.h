@@ -58,6 +58,8 @@ enum {
     GEN_POISON_INVALID_PLAYER,
     GEN_POISON_UNKNOWN_OP, /* op BAN under schema id 2, a writer the projector
                             * must be configured with but cannot apply */
+    GEN_POISON_BOARD_NOT_UTF8,
+    GEN_POISON_EVENT_ID_NOT_UTF8,
     GEN_POISON__COUNT
 };
 
