@@ -554,6 +554,13 @@ static const struct key_def input_keys[] = {
      .type = KT_CUSTOM,
      .custom = parse_schemas,
      .doc = "bare: the writer schema file (.avsc)"},
+    {.name = "max_future",
+     .type = KT_DURATION,
+     .offset = C(max_future_ms),
+     .def = "5m",
+     .min = 0,
+     .max = INT64_C(31536000000),
+     .doc = "how far an event's ts may be ahead of its Kafka record's timestamp; 0: no bound"},
     {0}};
 
 static const struct key_def redis_keys[] = {

@@ -74,7 +74,8 @@ struct lb_config {
     char *dlq_topic; /* NULL: rejected events are logged and skipped */
 
     /* input: */
-    int wire_format; /* enum lb_wire_format */
+    int wire_format;       /* enum lb_wire_format */
+    int64_t max_future_ms; /* input.max_future; 0: no bound */
     struct lb_schema_ref *schemas;
     size_t nschemas;
 

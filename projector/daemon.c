@@ -486,7 +486,7 @@ static void render_partitions(struct daemon *d, struct lb_text *t)
 /* The daemon's counters at one moment, gathered from their modules. */
 struct totals {
     uint64_t consumed, applied, rejected, dead_lettered, late_windows, member_updates, batches,
-        write_failures, replans, skipped_segments, overlapped;
+        write_failures, replans, skipped_segments, overlapped, no_timestamp;
     uint64_t requests, moved, ask, retry_later, command_errors, connection_errors, timeouts,
         refreshes, wait_shortfalls;
 };
@@ -506,6 +506,7 @@ static void gather(const struct daemon *d, struct totals *t)
                          .replans = ps->replans,
                          .skipped_segments = ps->skipped_segments,
                          .overlapped = ps->overlapped,
+                         .no_timestamp = ps->no_timestamp,
                          .requests = cs.requests,
                          .moved = cs.moved,
                          .ask = cs.ask,
@@ -561,6 +562,9 @@ static const struct counter_def {
      "Board requests planned again because part of them was applied before.", NULL, "replans",
      TOTAL(replans)},
     {NULL, NULL, NULL, "skipped_segments", TOTAL(skipped_segments)},
+    {"lb_records_without_timestamp_total",
+     "Records without a Kafka timestamp: input.max_future compared their events with the clock.",
+     NULL, "no_timestamp", TOTAL(no_timestamp)},
 };
 #undef TOTAL
 

@@ -29,8 +29,8 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
         lb_engine_close(e);
         return NULL;
     }
-    struct lb_pipeline_options pipeline = {{config->profiles, config->nprofiles},
-                                           config->key_prefix};
+    struct lb_pipeline_options pipeline = {
+        {config->profiles, config->nprofiles}, config->key_prefix, config->max_future_ms};
     if (!(e->cluster = lb_cluster_new(&e->cluster_options)) ||
         !(e->pipeline = lb_pipeline_new(&pipeline, e->decoder, e->cluster)) ||
         lb_pipeline_overlap(e->pipeline, &e->cluster_options) != 0)

@@ -36,6 +36,7 @@ static const char *const reject_names[LB_REJECT__COUNT] = {
     [LB_REJECT_SUM_RANGE] = "sum_out_of_range",
     [LB_REJECT_RETRACTION] = "retraction_refused",
     [LB_REJECT_INVALID_EVENT_ID] = "invalid_event_id",
+    [LB_REJECT_TS_IN_FUTURE] = "ts_in_future",
 };
 
 const char *lb_reject_name(enum lb_reject reason)

@@ -61,6 +61,7 @@ enum lb_reject {
     LB_REJECT_SUM_RANGE,
     LB_REJECT_RETRACTION, /* the board's profile says retractions: reject */
     LB_REJECT_INVALID_EVENT_ID,
+    LB_REJECT_TS_IN_FUTURE, /* ts further ahead of its record's timestamp than input.max_future */
     LB_REJECT__COUNT
 };
 

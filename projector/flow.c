@@ -44,11 +44,13 @@ int lb_flow_prepare(struct lb_flow *f, int64_t now_ms)
     struct lb_batch *b = f->next;
     for (size_t i = 0; i < b->n; i++) {
         const rd_kafka_message_t *msg = b->msgs[i];
+        int64_t ts = rd_kafka_message_timestamp(msg, NULL); /* -1: none */
         b->records[i] = (struct lb_record){.payload = msg->payload,
                                            .len = msg->len,
                                            .topic = rd_kafka_topic_name(msg->rkt),
                                            .partition = msg->partition,
-                                           .offset = msg->offset};
+                                           .offset = msg->offset,
+                                           .timestamp_ms = ts > 0 ? ts : 0};
     }
     return lb_pipeline_prepare(f->pipeline, b->records, b->n, now_ms);
 }

@@ -98,6 +98,7 @@ struct slot {
 };
 
 struct lb_pipeline {
+    int64_t max_future_ms;
     const char *key_prefix; /* the keyspace written */
     const struct lb_decoder *decoder;
     struct lb_cluster *clusters[2]; /* slot i's; the same one unless overlapping */
@@ -136,6 +137,7 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
     if (!p)
         return NULL;
     p->key_prefix = options->key_prefix;
+    p->max_future_ms = options->max_future_ms;
     p->decoder = decoder;
     p->clusters[0] = p->clusters[1] = cluster;
     p->jitter = 0x9e3779b97f4a7c15u;
@@ -425,6 +427,26 @@ static void describe_plan_reject(const struct lb_event *ev, enum lb_reject reaso
     }
 }
 
+/* Events from the future: compared with the record's timestamp (what the
+ * producer or the broker stamped), so that the live run and a later replay
+ * decide alike; a record without one is compared with the clock. */
+static enum lb_reject check_future(struct lb_pipeline *p, const struct lb_record *r,
+                                   const struct lb_event *ev, int64_t now_ms, char *detail,
+                                   size_t detaillen)
+{
+    int64_t base = r->timestamp_ms > 0 ? r->timestamp_ms : now_ms;
+    if (r->timestamp_ms <= 0)
+        p->stats.no_timestamp++;
+    if (ev->ts_ms <= base || ev->ts_ms - base <= p->max_future_ms)
+        return LB_ACCEPT;
+    snprintf(detail, detaillen,
+             "ts %lld is %lld ms ahead of its %s %lld (input.max_future: %lld ms)",
+             (long long)ev->ts_ms, (long long)(ev->ts_ms - base),
+             r->timestamp_ms > 0 ? "record's timestamp" : "clock (the record has no timestamp)",
+             (long long)base, (long long)p->max_future_ms);
+    return LB_REJECT_TS_IN_FUTURE;
+}
+
 /* Decodes, validates and plans every record. Returns -1 when out of memory. */
 static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct lb_record *records,
                         size_t count, int64_t now_ms)
@@ -447,6 +469,8 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
         }
         if (reason == LB_ACCEPT)
             reason = lb_event_validate(&ev, detail, sizeof(detail));
+        if (reason == LB_ACCEPT && p->max_future_ms)
+            reason = check_future(p, r, &ev, now_ms, detail, sizeof(detail));
         if (reason == LB_ACCEPT && p->filter && !p->filter(p->filter_ctx, &ev)) {
             slot->txn_of[i] = UINT32_MAX; /* not ours to write: done, like a reject */
             slot->fate[i] = FATE_PLANNED;

@@ -37,6 +37,7 @@ struct lb_record {
     const char *topic;
     int32_t partition;
     int64_t offset;
+    int64_t timestamp_ms; /* the Kafka record's timestamp; 0: none (the clock stands in) */
 };
 
 struct lb_pipeline_stats {
@@ -54,6 +55,7 @@ struct lb_pipeline_stats {
     uint64_t held_requests;      /* board requests given up on and held */
     uint64_t withheld;           /* records kept from Redis behind a held event */
     uint64_t overlapped;         /* requests sent before the batch ahead was complete */
+    uint64_t no_timestamp;       /* records without a Kafka timestamp (input.max_future) */
 };
 
 /* What the last attempt to write the batch in flight met, for the caller's
@@ -77,6 +79,10 @@ struct lb_pipeline;
 struct lb_pipeline_options {
     struct lb_plan_options plan; /* the profiles */
     const char *key_prefix;      /* the keyspace written (borrowed) */
+    /* An event whose ts is further ahead than this of its record's
+     * timestamp (of the clock, for a record without one) is rejected as
+     * ts_in_future; 0: no bound. */
+    int64_t max_future_ms;
 };
 
 /* Creates a pipeline. What 'options' points to, 'decoder' and 'cluster' are

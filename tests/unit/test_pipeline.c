@@ -31,7 +31,8 @@
 #include "redis_server.h"
 #include "slot.h"
 
-#define MAY1 INT64_C(1777593600000) /* 2026-05-01 */
+#define MAY1   INT64_C(1777593600000) /* 2026-05-01 */
+#define DAY_MS INT64_C(86400000)
 
 /* ---- events as a producer writes them (bare Avro, by eventgen's encoder) ------------ */
 
@@ -40,13 +41,13 @@ struct event {
     size_t len;
 };
 
-static struct event event_op(const char *id, const char *board, const char *player, int64_t score,
-                             int op)
+static struct event event_at(const char *id, const char *board, const char *player, int64_t score,
+                             int op, int64_t ts_ms)
 {
     static struct generator *gen;
     struct gen_options bare = {
         .seed = 1, .boards = 1, .players = 1, .zipf = 1.0, .days = 1, .bare = 1};
-    struct gen_event ev = {.score = score, .ts_ms = MAY1, .op = op};
+    struct gen_event ev = {.score = score, .ts_ms = ts_ms, .op = op};
     struct event e;
     if (!gen)
         gen = gen_new(&bare); /* kept for the whole run */
@@ -55,6 +56,12 @@ static struct event event_op(const char *id, const char *board, const char *play
     snprintf(ev.player, sizeof(ev.player), "%s", player);
     e.len = gen_encode(gen, &ev, e.bytes);
     return e;
+}
+
+static struct event event_op(const char *id, const char *board, const char *player, int64_t score,
+                             int op)
+{
+    return event_at(id, board, player, score, op, MAY1);
 }
 
 static struct event event(const char *id, const char *board, const char *player, int64_t score)
@@ -103,7 +110,8 @@ static void open_pipeline(struct fixture *f, const char *timeout, int overlap)
     options = lb_engine_cluster_options(f->config);
     f->cluster = lb_cluster_new(&options);
     struct lb_pipeline_options po = {{f->config->profiles, f->config->nprofiles},
-                                     f->config->key_prefix};
+                                     f->config->key_prefix,
+                                     f->config->max_future_ms};
     f->pipeline = lb_pipeline_new(&po, f->decoder, f->cluster);
     assert_non_null(f->pipeline);
     if (overlap)
@@ -158,12 +166,18 @@ struct input {
     struct event ev;
 };
 
+/* Records as read from topic "t", without a Kafka timestamp. */
+static void records_of(const struct input *in, size_t n, struct lb_record *records)
+{
+    for (size_t i = 0; i < n; i++)
+        records[i] =
+            (struct lb_record){in[i].ev.bytes, in[i].ev.len, "t", in[i].partition, in[i].offset, 0};
+}
+
 static int run(struct fixture *f, const struct input *in, size_t n, uint8_t *state)
 {
     struct lb_record records[16];
-    for (size_t i = 0; i < n; i++)
-        records[i] =
-            (struct lb_record){in[i].ev.bytes, in[i].ev.len, "t", in[i].partition, in[i].offset};
+    records_of(in, n, records);
     return lb_pipeline_run(f->pipeline, records, n, MAY1, state, give_up_at_once, NULL);
 }
 
@@ -343,13 +357,6 @@ static void resume_second(struct fixture *f)
     redis_server_pause(f->redis2, 0);
 }
 
-static void records_of(const struct input *in, size_t n, struct lb_record *records)
-{
-    for (size_t i = 0; i < n; i++)
-        records[i] =
-            (struct lb_record){in[i].ev.bytes, in[i].ev.len, "t", in[i].partition, in[i].offset};
-}
-
 /* Two batches over board x on the first master and y on the second: the
  * first gives a and b 1 point each, the second a 2 and b 'b_then'. */
 struct two_batches {
@@ -471,6 +478,39 @@ static void nothing_goes_out_early_once_a_request_failed(void **state)
     assert_int_equal(total(f, z, "c"), 5);
 }
 
+/* input.max_future (5 minutes by default): an event further ahead of its
+ * record's timestamp than that is dead-lettered as ts_in_future, one within
+ * it is written; a record without a timestamp is compared with the clock,
+ * and counted. */
+static void events_from_the_future_are_refused_by_their_record_timestamp(void **state)
+{
+    struct fixture *f = *state;
+    const int64_t minute = 60000;
+    struct input in[3] = {{0, 0, event_at("f0", "fut", "a", 1, 0, MAY1 + 4 * minute)},
+                          {0, 1, event_at("f1", "fut", "b", 1, 0, MAY1 + 6 * minute)},
+                          {0, 2, event_at("f2", "fut", "c", 1, 0, MAY1 + 6 * minute)}};
+    struct lb_record records[3];
+    uint8_t st[3];
+    records_of(in, 3, records);
+    records[0].timestamp_ms = records[1].timestamp_ms = MAY1; /* f2 has none: the clock, MAY1 */
+    assert_int_equal(f->config->max_future_ms, 5 * minute);
+    assert_int_equal(lb_pipeline_run(f->pipeline, records, 3, MAY1, st, give_up_at_once, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(st[i], LB_RECORD_DURABLE); /* dead-lettered counts as done */
+    const struct lb_pipeline_stats *ps = lb_pipeline_stats(f->pipeline);
+    assert_int_equal(ps->rejected[LB_REJECT_TS_IN_FUTURE], 2);
+    assert_int_equal(ps->no_timestamp, 1);
+    assert_int_equal(total(f, "fut", "a"), 1);
+    assert_int_equal(total(f, "fut", "b"), 0);
+    assert_int_equal(total(f, "fut", "c"), 0);
+    /* the same event read later (a replay) with its record's timestamp decides alike */
+    records[1].offset = 3;
+    assert_int_equal(
+        lb_pipeline_run(f->pipeline, &records[1], 1, MAY1 + DAY_MS, st, give_up_at_once, NULL), 0);
+    assert_int_equal(ps->rejected[LB_REJECT_TS_IN_FUTURE], 3);
+    assert_int_equal(total(f, "fut", "b"), 0);
+}
+
 /* ---- out of memory ----------------------------------------------------------- */
 
 struct oom_pipeline {
@@ -490,7 +530,7 @@ static int project_with_a_new_pipeline(void *ctx)
     options = lb_engine_cluster_options(o->f->config);
     struct lb_cluster *cl = lb_cluster_new(&options);
     const struct lb_config *c = o->f->config;
-    struct lb_pipeline_options po = {{c->profiles, c->nprofiles}, c->key_prefix};
+    struct lb_pipeline_options po = {{c->profiles, c->nprofiles}, c->key_prefix, c->max_future_ms};
     struct lb_pipeline *p = cl ? lb_pipeline_new(&po, o->f->decoder, cl) : NULL;
     uint8_t state[3];
     int rc = -1;
@@ -526,6 +566,8 @@ int main(void)
 {
     lb_log_threshold = LB_LOG_ERROR - 1; /* the holds are logged as errors: expected here */
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(
+            events_from_the_future_are_refused_by_their_record_timestamp, setup, teardown),
         cmocka_unit_test_setup_teardown(running_out_of_memory_while_projecting_never_counts_twice,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(a_held_event_is_never_skipped_and_nothing_else_waits, setup,
