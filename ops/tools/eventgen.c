@@ -126,6 +126,8 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
         snprintf(ev->board, sizeof(ev->board), "amb-\xff\xfe%u", board);
     else if (ev->poison == GEN_POISON_EVENT_ID_NOT_UTF8)
         ev->event_id[0] = (char)0xc0; /* an overlong form's first byte, before the id */
+    else if (ev->poison == GEN_POISON_TS_IN_FUTURE)
+        ev->ts_ms = wall_ms() + 3600000;
     if (o->dim_name)
         snprintf(ev->dim_value, sizeof(ev->dim_value), "v%u",
                  (unsigned)(splitmix64(&state) % o->dim_values));
@@ -197,6 +199,7 @@ void gen_print(FILE *out, const struct gen_event *ev)
         [GEN_POISON_UNKNOWN_OP] = "unknown_op",
         [GEN_POISON_BOARD_NOT_UTF8] = "invalid_board",
         [GEN_POISON_EVENT_ID_NOT_UTF8] = "invalid_event_id",
+        [GEN_POISON_TS_IN_FUTURE] = "ts_in_future",
     };
     char op[48];
     if (ev->poison)

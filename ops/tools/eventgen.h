@@ -60,6 +60,7 @@ enum {
                             * must be configured with but cannot apply */
     GEN_POISON_BOARD_NOT_UTF8,
     GEN_POISON_EVENT_ID_NOT_UTF8,
+    GEN_POISON_TS_IN_FUTURE, /* an hour ahead of the clock, so of the record's timestamp */
     GEN_POISON__COUNT
 };
 

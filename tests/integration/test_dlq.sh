@@ -3,7 +3,8 @@
 #
 #  1. poison events of every kind (bad magic byte, unknown schema id,
 #     truncated Avro, score out of range, a board id with '{', an empty
-#     player, an unknown op, a board id and an event_id that are not UTF-8),
+#     player, an unknown op, a board id and an event_id that are not UTF-8,
+#     a ts an hour ahead of its record's timestamp),
 #     produced raw among good ones, all end in the
 #     DLQ with their key, bytes and the right reason and source headers; the
 #     good events around them are applied exactly; every offset advances.
@@ -36,7 +37,7 @@ $expected
 got:
 $got"
 kinds=$(wc -l <<<"$expected")
-((kinds == 8)) || fail "expected 8 reasons for the 9 kinds of poison, saw $kinds"
+((kinds == 9)) || fail "expected 9 reasons for the 10 kinds of poison, saw $kinds"
 ok "every poison event is in the DLQ with its reason: $(tr -s ' \n' ' ' <<<"$got")"
 
 missing=$(awk '!/lb\.detail=[^ ]/ || !/lb\.source\.topic=scores / || !/lb\.source\.partition=[0-9]/ ||
