@@ -29,14 +29,14 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
         lb_engine_close(e);
         return NULL;
     }
+    /* replay writes under its staging prefix */
+    const char *prefix = options && options->key_prefix ? options->key_prefix : config->key_prefix;
     struct lb_pipeline_options pipeline = {
-        {config->profiles, config->nprofiles}, config->key_prefix, config->max_future_ms};
+        {config->profiles, config->nprofiles}, prefix, config->max_future_ms};
     if (!(e->cluster = lb_cluster_new(&e->cluster_options)) ||
         !(e->pipeline = lb_pipeline_new(&pipeline, e->decoder, e->cluster)) ||
         lb_pipeline_overlap(e->pipeline, &e->cluster_options) != 0)
         goto nomem;
-    if (options && options->key_prefix)
-        lb_pipeline_set_key_prefix(e->pipeline, options->key_prefix);
     *class = LB_ERROR_NONE;
     return e;
 nomem:

@@ -16,7 +16,8 @@
 #include <stddef.h>
 
 struct lb_engine_options {
-    /* the keyspace the pipeline writes; NULL: the configuration's prefix */
+    /* the keyspace the pipeline writes (borrowed: must outlive the engine);
+     * NULL: the configuration's prefix */
     const char *key_prefix;
 };
 

@@ -154,11 +154,6 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
     return p;
 }
 
-void lb_pipeline_set_key_prefix(struct lb_pipeline *p, const char *prefix)
-{
-    p->key_prefix = prefix;
-}
-
 void lb_pipeline_free(struct lb_pipeline *p)
 {
     if (!p)

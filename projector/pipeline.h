@@ -90,10 +90,6 @@ struct lb_pipeline_options {
 struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster);
 void lb_pipeline_free(struct lb_pipeline *pipeline);
-/* The keyspace written: the configuration's key prefix unless set here
- * (replay writes under its staging prefix). 'prefix' is borrowed. */
-void lb_pipeline_set_key_prefix(struct lb_pipeline *pipeline, const char *prefix);
-
 /* Pipelining across batches: a second client (made from 'options', owned by
  * the pipeline) carries every other batch, so that while one batch is
  * answered, the next one's requests go to each master that has answered

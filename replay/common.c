@@ -2,31 +2,31 @@
  * signals, and calls into Redis retried through transient failures. */
 #include "replay.h"
 
-volatile sig_atomic_t interrupted;
+volatile sig_atomic_t replay_interrupted;
 
-void on_signal(int sig)
+void replay_on_signal(int sig)
 {
     (void)sig;
-    interrupted = 1;
+    replay_interrupted = 1;
 }
 
-double mono_s(void)
+double replay_mono_s(void)
 {
     return (double)lb_monotonic_ms() / 1000.0;
 }
 
 /* Renews the replay lease; losing it to another run stops this one. */
-void keep_lease(struct replay *r)
+void replay_keep_lease(struct replay *r)
 {
-    if (replay_lease_keep(&r->lease) != 0 && !interrupted) {
+    if (replay_lease_keep(&r->lease) != 0 && !replay_interrupted) {
         fprintf(stderr, "replay: another run took the replay lease %s; stopping\n", r->lease.key);
-        interrupted = 1;
+        replay_interrupted = 1;
     }
 }
 
 /* ---- small containers ---------------------------------------------------------------- */
 
-void strings_add(struct strings *s, const char *text, size_t len)
+void replay_strings_add(struct strings *s, const char *text, size_t len)
 {
     if (s->count == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 16;
@@ -45,7 +45,7 @@ void strings_add(struct strings *s, const char *text, size_t len)
 }
 
 /* Appends one command in RESP to 'buf'. */
-int encode_command(struct lb_buf *buf, int argc, const char **argv)
+int replay_encode_command(struct lb_buf *buf, int argc, const char **argv)
 {
     size_t need = LB_RESP_HEADER_MAX;
     for (int i = 0; i < argc; i++)
@@ -59,7 +59,7 @@ int encode_command(struct lb_buf *buf, int argc, const char **argv)
     return 0;
 }
 
-void strings_free(struct strings *s)
+void replay_strings_free(struct strings *s)
 {
     for (size_t i = 0; i < s->count; i++)
         free(s->items[i]);
@@ -75,7 +75,7 @@ static uint64_t hash_text(const char *p, size_t len)
     return h;
 }
 
-void board_set_add(struct board_set *set, const char *id, size_t len)
+void replay_board_set_add(struct board_set *set, const char *id, size_t len)
 {
     if ((set->count + 1) * 2 > set->cap) {
         struct board_set bigger = {.cap = set->cap ? set->cap * 2 : 64};
@@ -86,7 +86,7 @@ void board_set_add(struct board_set *set, const char *id, size_t len)
         }
         for (size_t i = 0; i < set->cap; i++)
             if (set->slots[i])
-                board_set_add(&bigger, set->slots[i], strlen(set->slots[i]));
+                replay_board_set_add(&bigger, set->slots[i], strlen(set->slots[i]));
         for (size_t i = 0; i < set->cap; i++)
             free(set->slots[i]);
         free(set->slots);
@@ -102,7 +102,7 @@ void board_set_add(struct board_set *set, const char *id, size_t len)
     set->count++;
 }
 
-int board_set_contains(const struct board_set *set, const char *id, size_t len)
+int replay_board_set_contains(const struct board_set *set, const char *id, size_t len)
 {
     if (!set->cap)
         return 0;
@@ -113,7 +113,7 @@ int board_set_contains(const struct board_set *set, const char *id, size_t len)
     return 0;
 }
 
-void board_set_free(struct board_set *set)
+void replay_board_set_free(struct board_set *set)
 {
     for (size_t i = 0; i < set->cap; i++)
         free(set->slots[i]);
@@ -122,7 +122,7 @@ void board_set_free(struct board_set *set)
 
 /* ---- the selection -------------------------------------------------------------------- */
 
-int board_selected(const struct selection *sel, const char *board, size_t len)
+int replay_board_selected(const struct selection *sel, const char *board, size_t len)
 {
     uint16_t slot = lb_crc16(board, len) & (LB_SLOTS - 1);
     if (sel->any_slots && !sel->slots[slot])
@@ -137,18 +137,18 @@ int board_selected(const struct selection *sel, const char *board, size_t len)
     return 0;
 }
 
-int filter_event(void *ctx, const struct lb_event *ev)
+int replay_filter_event(void *ctx, const struct lb_event *ev)
 {
     struct selection *sel = ctx;
-    if (!board_selected(sel, ev->board.ptr, ev->board.len) ||
-        board_set_contains(&sel->done, ev->board.ptr, ev->board.len))
+    if (!replay_board_selected(sel, ev->board.ptr, ev->board.len) ||
+        replay_board_set_contains(&sel->done, ev->board.ptr, ev->board.len))
         return 0;
-    board_set_add(&sel->seen, ev->board.ptr, ev->board.len);
+    replay_board_set_add(&sel->seen, ev->board.ptr, ev->board.len);
     return 1;
 }
 
 /* "0-5460,12000" */
-int parse_slots(const char *text, struct selection *sel)
+int replay_parse_slots(const char *text, struct selection *sel)
 {
     const char *p = text;
     while (*p) {
@@ -183,13 +183,14 @@ int parse_slots(const char *text, struct selection *sel)
 /* Waits before the next attempt of 'what' (the back-off doubles from 100 ms
  * to 2 s), saying why, at most every 5 s. Returns -1 when replay must stop
  * instead (interrupted, or transient failures for RETRY_FOR_MS). */
-int retry_pause(struct replay *r, const char *what, const char *why, int attempt, int64_t since_ms)
+int replay_retry_pause(struct replay *r, const char *what, const char *why, int attempt,
+                       int64_t since_ms)
 {
     static struct lb_ratelimit said;
     uint64_t suppressed;
     int64_t backoff = attempt < 5 ? 100 << attempt : 2000;
-    keep_lease(r);
-    if (interrupted)
+    replay_keep_lease(r);
+    if (replay_interrupted)
         return -1;
     if (lb_monotonic_ms() - since_ms > RETRY_FOR_MS) {
         fprintf(stderr, "replay: %s kept failing for %d s: %s\n", what, RETRY_FOR_MS / 1000, why);
@@ -199,9 +200,9 @@ int retry_pause(struct replay *r, const char *what, const char *why, int attempt
         fprintf(stderr, "replay: %s failed (attempt %d): %s; retrying in %lld ms%s\n", what,
                 attempt, why, (long long)backoff,
                 suppressed ? " (earlier failures suppressed)" : "");
-    for (int64_t left = backoff; left > 0 && !interrupted; left -= 50)
+    for (int64_t left = backoff; left > 0 && !replay_interrupted; left -= 50)
         usleep(50000);
-    return interrupted ? -1 : 0;
+    return replay_interrupted ? -1 : 0;
 }
 
 /* One command on the master of 'slot', sent again after transient failures
@@ -209,8 +210,8 @@ int retry_pause(struct replay *r, const char *what, const char *why, int attempt
  * do during the incidents replay is run for. Only for commands that can be
  * sent twice. Returns the reply, or NULL with the reason printed. '*tries'
  * (if given) says how many attempts were made. */
-redisReply *redis_call(struct replay *r, const char *what, uint16_t slot, int argc,
-                       const char **argv, const size_t *argvlen, int *tries)
+redisReply *replay_redis_call(struct replay *r, const char *what, uint16_t slot, int argc,
+                              const char **argv, const size_t *argvlen, int *tries)
 {
     int64_t since = lb_monotonic_ms();
     for (int attempt = 1;; attempt++) {
@@ -223,14 +224,14 @@ redisReply *redis_call(struct replay *r, const char *what, uint16_t slot, int ar
             fprintf(stderr, "replay: %s failed: %s\n", what, lb_cluster_error(r->engine->cluster));
             return NULL;
         }
-        if (retry_pause(r, what, lb_cluster_error(r->engine->cluster), attempt, since) != 0)
+        if (replay_retry_pause(r, what, lb_cluster_error(r->engine->cluster), attempt, since) != 0)
             return NULL;
     }
 }
 
 /* lb_cluster_exec for requests that can be sent twice, sending the failed
  * ones again after transient failures. Returns 0 when all succeeded. */
-int exec_retrying(struct replay *r, const char *what, struct lb_request *reqs, size_t n)
+int replay_exec_retrying(struct replay *r, const char *what, struct lb_request *reqs, size_t n)
 {
     int64_t since = lb_monotonic_ms();
     size_t pending = n;
@@ -258,7 +259,7 @@ int exec_retrying(struct replay *r, const char *what, struct lb_request *reqs, s
             fprintf(stderr, "replay: %s failed: %s\n", what, why);
             return -1;
         }
-        if (retry_pause(r, what, why, attempt, since) != 0)
+        if (replay_retry_pause(r, what, why, attempt, since) != 0)
             return -1;
     }
     return 0;

@@ -38,7 +38,7 @@
  */
 #include "replay.h"
 
-/* Whether --from/--to 'spec' has a form resolve() understands. */
+/* Whether --from/--to 'spec' has a form replay_resolve() understands. */
 static int offset_spec_valid(const char *spec)
 {
     int64_t ms;
@@ -80,11 +80,11 @@ static int print_leftovers(struct replay *r)
     struct replay_leftover old;
     struct strings live = {0}, staged = {0};
     if (replay_journal_read(r->engine->cluster, r->config->key_prefix, &old) != 0 ||
-        scan_keys(r, &live, &staged, 1) != 0) {
+        replay_scan_keys(r, &live, &staged, 1) != 0) {
         fprintf(stderr, "replay: cannot read what an earlier run left in Redis: %s\n",
                 lb_cluster_error(r->engine->cluster));
-        strings_free(&live);
-        strings_free(&staged);
+        replay_strings_free(&live);
+        replay_strings_free(&staged);
         return -1;
     }
     if (old.found)
@@ -102,8 +102,8 @@ static int print_leftovers(struct replay *r)
         printf("  (this run rebuilds its whole selection; boards swapped before are simply "
                "rebuilt again)\n");
     fflush(stdout);
-    strings_free(&live);
-    strings_free(&staged);
+    replay_strings_free(&live);
+    replay_strings_free(&staged);
     return 0;
 }
 
@@ -116,19 +116,19 @@ static int finish(struct replay *r, int status)
     if (status == EXIT_GAP) {
         /* refused before writing anything */
     } else if (status == EXIT_OK || status == EXIT_DIFFERENT) {
-        clear_staging(r, NULL);
+        replay_clear_staging(r, NULL);
         replay_journal_finish(&r->lease);
     } else {
-        struct strings fenced = boards_of(&r->fenced);
-        fence_boards(r, &fenced, 1);
-        strings_free(&fenced);
+        struct strings fenced = replay_boards_of(&r->fenced);
+        replay_fence_boards(r, &fenced, 1);
+        replay_strings_free(&fenced);
         size_t deleted = 0;
-        int cleared = clear_staging(r, &deleted) == 0;
+        int cleared = replay_clear_staging(r, &deleted) == 0;
         fprintf(stderr,
                 "replay: %s: %zu of %zu board(s) swapped (each swap is atomic; the others are "
                 "untouched)%s; run replay again to finish\n",
-                interrupted ? "interrupted" : "stopped on the error above", r->sel.done.count,
-                r->sel.seen.count,
+                replay_interrupted ? "interrupted" : "stopped on the error above",
+                r->sel.done.count, r->sel.seen.count,
                 cleared ? ", staging keys deleted" : ", staging keys left for the next run");
     }
     replay_lease_release(&r->lease);
@@ -215,7 +215,7 @@ int main(int argc, char **argv)
             r.o.config_path = optarg;
             break;
         case 's':
-            if (parse_slots(optarg, &r.sel) != 0) {
+            if (replay_parse_slots(optarg, &r.sel) != 0) {
                 fprintf(stderr,
                         "replay: --slots wants slots 0..16383 like 0-5460,12000, not "
                         "'%s'\n",
@@ -227,10 +227,10 @@ int main(int argc, char **argv)
             r.o.node = optarg;
             break;
         case 'b':
-            strings_add(&r.sel.boards, optarg, strlen(optarg));
+            replay_strings_add(&r.sel.boards, optarg, strlen(optarg));
             break;
         case 'w':
-            strings_add(&r.sel.windows, optarg, strlen(optarg));
+            replay_strings_add(&r.sel.windows, optarg, strlen(optarg));
             break;
         case 'f':
             r.o.from = optarg;
@@ -300,8 +300,8 @@ int main(int argc, char **argv)
         return class == LB_ERROR_CONFIG ? EXIT_CONFIG : EXIT_BROKEN;
     }
     r.tty = isatty(STDERR_FILENO);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    signal(SIGINT, replay_on_signal);
+    signal(SIGTERM, replay_on_signal);
     signal(SIGPIPE, SIG_IGN); /* stdout piped to a pager that quit */
 
     struct lb_cluster_options copts = r.engine->cluster_options;
@@ -327,7 +327,7 @@ int main(int argc, char **argv)
         status = EXIT_CONFIG;
         goto out;
     }
-    if (make_plan(r.meta, r.config, &r.o, &r.plan) != 0) {
+    if (replay_make_plan(r.meta, r.config, &r.o, &r.plan) != 0) {
         status = EXIT_BROKEN;
         goto out;
     }
@@ -348,7 +348,7 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    int gaps = print_plan(&r.plan, &r.o, r.config->group);
+    int gaps = replay_print_plan(&r.plan, &r.o, r.config->group);
     if (print_leftovers(&r) != 0) {
         status = EXIT_BROKEN;
         goto out;
@@ -365,27 +365,27 @@ int main(int argc, char **argv)
     if (r.o.dry_run)
         goto out;
 
-    lb_pipeline_set_filter(r.engine->pipeline, filter_event, &r.sel);
+    lb_pipeline_set_filter(r.engine->pipeline, replay_filter_event, &r.sel);
     size_t leftovers = 0;
-    if (clear_staging(&r, &leftovers) != 0) {
+    if (replay_clear_staging(&r, &leftovers) != 0) {
         status = EXIT_BROKEN;
         goto out;
     }
     replay_journal_start(&r.lease, r.selection);
-    r.started = mono_s();
-    if (read_until_end(&r) != 0) {
+    r.started = replay_mono_s();
+    if (replay_read_until_end(&r) != 0) {
         status = EXIT_BROKEN;
         goto out;
     }
-    progress(&r, 1);
+    replay_progress(&r, 1);
     const struct lb_pipeline_stats *ps = lb_pipeline_stats(r.engine->pipeline);
     uint64_t rejected = 0;
     for (int i = 0; i < LB_REJECT__COUNT; i++)
         rejected += ps->rejected[i];
-    double secs = mono_s() - r.started;
+    double secs = replay_mono_s() - r.started;
     if (r.o.verify) {
         struct verify_report v = {0};
-        if (verify_all(&r, &v) != 0) {
+        if (replay_verify_all(&r, &v) != 0) {
             status = EXIT_BROKEN;
             goto out;
         }
@@ -397,7 +397,8 @@ int main(int argc, char **argv)
         /* Catch up with everything Kafka has now, so the rebuilt keys hold
          * every event the live projector may have applied before the loss. */
         size_t swapped = 0;
-        if (extend_to_latest(&r) != 0 || read_until_end(&r) != 0 || swap_all(&r, &swapped) != 0)
+        if (replay_extend_to_latest(&r) != 0 || replay_read_until_end(&r) != 0 ||
+            replay_swap_all(&r, &swapped) != 0)
             status = EXIT_BROKEN;
         if (status == EXIT_OK)
             printf("replay: %llu events read in %.1f s (%.0f/s), %llu in the selection applied, "
@@ -407,7 +408,7 @@ int main(int argc, char **argv)
                    (unsigned long long)rejected, swapped, r.sel.seen.count);
     }
 out:
-    if (interrupted && status != EXIT_USAGE && status != EXIT_CONFIG)
+    if (replay_interrupted && status != EXIT_USAGE && status != EXIT_CONFIG)
         status = EXIT_BROKEN;
     if (r.lease.held)
         status = finish(&r, status);
@@ -421,10 +422,10 @@ out:
     lb_cluster_free(r.lease_cluster);
     lb_engine_close(r.engine);
     lb_config_free(r.config);
-    strings_free(&r.sel.boards);
-    strings_free(&r.sel.windows);
-    board_set_free(&r.sel.seen);
-    board_set_free(&r.sel.done);
-    board_set_free(&r.fenced);
+    replay_strings_free(&r.sel.boards);
+    replay_strings_free(&r.sel.windows);
+    replay_board_set_free(&r.sel.seen);
+    replay_board_set_free(&r.sel.done);
+    replay_board_set_free(&r.fenced);
     return status;
 }

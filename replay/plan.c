@@ -20,8 +20,8 @@ static void group_digits(int64_t v, char *out, size_t cap)
 
 /* Resolves "earliest", "latest", "committed", an RFC 3339 time or an offset
  * for one partition; -1 with a message on failure. */
-int64_t resolve(rd_kafka_t *rk, const struct part *p, const char *spec, int is_from, char *err,
-                size_t errlen)
+int64_t replay_resolve(rd_kafka_t *rk, const struct part *p, const char *spec, int is_from,
+                       char *err, size_t errlen)
 {
     int64_t ms;
     char *end;
@@ -57,8 +57,8 @@ int64_t resolve(rd_kafka_t *rk, const struct part *p, const char *spec, int is_f
     return result < 0 ? p->high : result; /* -1: no event at or after the time */
 }
 
-int make_plan(rd_kafka_t *meta, const struct lb_config *config, const struct options *o,
-              struct plan *plan)
+int replay_make_plan(rd_kafka_t *meta, const struct lb_config *config, const struct options *o,
+                     struct plan *plan)
 {
     char err[512];
     for (size_t t = 0; t < config->ntopics; t++) {
@@ -115,8 +115,8 @@ int make_plan(rd_kafka_t *meta, const struct lb_config *config, const struct opt
         p->committed = list->elems[i].err ? -1 : list->elems[i].offset;
         if (p->committed < 0)
             p->committed = -1;
-        p->from = resolve(meta, p, o->from, 1, err, sizeof(err));
-        p->end = p->from < 0 ? -1 : resolve(meta, p, o->to, 0, err, sizeof(err));
+        p->from = replay_resolve(meta, p, o->from, 1, err, sizeof(err));
+        p->end = p->from < 0 ? -1 : replay_resolve(meta, p, o->to, 0, err, sizeof(err));
         if (p->from < 0 || p->end < 0) {
             fprintf(stderr, "replay: %s\n", err);
             rd_kafka_topic_partition_list_destroy(list);
@@ -134,7 +134,7 @@ int make_plan(rd_kafka_t *meta, const struct lb_config *config, const struct opt
     return 0;
 }
 
-int print_plan(const struct plan *plan, const struct options *o, const char *group)
+int replay_print_plan(const struct plan *plan, const struct options *o, const char *group)
 {
     int64_t total = 0;
     int gaps = 0;

@@ -29,10 +29,10 @@ static double part_eta(const struct part *p, double elapsed, double *rate)
 
 /* A progress bar on a terminal, a line every 5 s otherwise: events read,
  * rate, and the ETA of the slowest partition (all of them with --verbose). */
-void progress(struct replay *r, int final)
+void replay_progress(struct replay *r, int final)
 {
-    double t = mono_s(), elapsed = t - r->started;
-    keep_lease(r);
+    double t = replay_mono_s(), elapsed = t - r->started;
+    replay_keep_lease(r);
     if (!final && t - r->last_progress < (r->tty ? 0.25 : 5.0))
         return;
     r->last_progress = t;
@@ -83,8 +83,8 @@ static int wait_between_retries(void *ctx, int64_t backoff_ms)
     static struct lb_ratelimit said;
     const struct lb_pipeline_failure *f = lb_pipeline_last_failure(r->engine->pipeline);
     uint64_t suppressed;
-    keep_lease(r);
-    if (interrupted)
+    replay_keep_lease(r);
+    if (replay_interrupted)
         return -1;
     if (lb_ratelimit_allow(&said, 5000, &suppressed))
         fprintf(stderr,
@@ -93,7 +93,7 @@ static int wait_between_retries(void *ctx, int64_t backoff_ms)
                 f->attempt, f->requests, f->reason, (long long)backoff_ms,
                 suppressed ? " (earlier failures suppressed)" : "");
     usleep((useconds_t)backoff_ms * 1000);
-    return interrupted ? -1 : 0;
+    return replay_interrupted ? -1 : 0;
 }
 
 /* Waits for the batch in Redis, if any. */
@@ -161,7 +161,7 @@ static void kafka_trouble(struct replay *r, const rd_kafka_message_t *m, int bro
 }
 
 /* Reads every partition from read_to up to end, applying as it goes. */
-int read_until_end(struct replay *r)
+int replay_read_until_end(struct replay *r)
 {
     rd_kafka_topic_partition_list_t *list =
         rd_kafka_topic_partition_list_new((int)r->plan.count ? (int)r->plan.count : 1);
@@ -185,9 +185,9 @@ int read_until_end(struct replay *r)
     struct lb_flow flow;
     int status = lb_flow_init(&flow, r->engine->pipeline, &batches[0], &batches[1], cap);
     lb_flow_begin(&flow);
-    double batch_started = mono_s(), budget_start = mono_s();
+    double batch_started = replay_mono_s(), budget_start = replay_mono_s();
     uint64_t budget_read = 0;
-    while (status == 0 && remaining(r) > 0 && !interrupted) {
+    while (status == 0 && remaining(r) > 0 && !replay_interrupted) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, flow.inflight ? 0 : 100);
         if (m && m->err) {
             /* A broker restarting or unreachable is reported here too:
@@ -225,13 +225,14 @@ int read_until_end(struct replay *r)
             }
         }
         size_t n = flow.next->n;
-        if (n == cap || (n && (!m || mono_s() - batch_started > 0.05 || remaining(r) == 0))) {
+        if (n == cap ||
+            (n && (!m || replay_mono_s() - batch_started > 0.05 || remaining(r) == 0))) {
             status = flush_batch(r, &flow);
-            batch_started = mono_s();
-            progress(r, 0);
+            batch_started = replay_mono_s();
+            replay_progress(r, 0);
         }
         if (r->o.max_rate > 0) {
-            double ahead = (double)budget_read / r->o.max_rate - (mono_s() - budget_start);
+            double ahead = (double)budget_read / r->o.max_rate - (replay_mono_s() - budget_start);
             if (ahead > 0.001)
                 usleep((useconds_t)(ahead * 1e6));
         }
@@ -242,14 +243,14 @@ int read_until_end(struct replay *r)
         status = -1;
     lb_flow_free(&flow);
     rd_kafka_assign(r->reader, NULL);
-    if (interrupted && status == 0)
+    if (replay_interrupted && status == 0)
         status = -1;
     return status;
 }
 
 /* Moves every partition's end to its current high watermark, waiting out a
  * broker that is restarting. */
-int extend_to_latest(struct replay *r)
+int replay_extend_to_latest(struct replay *r)
 {
     for (size_t i = 0; i < r->plan.count; i++) {
         struct part *p = &r->plan.parts[i];
@@ -259,8 +260,8 @@ int extend_to_latest(struct replay *r)
              (e = rd_kafka_query_watermark_offsets(r->meta, p->topic, p->partition, &low, &high,
                                                    KAFKA_TIMEOUT_MS)) != RD_KAFKA_RESP_ERR_NO_ERROR;
              attempt++)
-            if (retry_pause(r, "reading Kafka's watermarks", rd_kafka_err2str(e), attempt, since) !=
-                0)
+            if (replay_retry_pause(r, "reading Kafka's watermarks", rd_kafka_err2str(e), attempt,
+                                   since) != 0)
                 return -1;
         if (high > p->end)
             p->end = high;

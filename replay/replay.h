@@ -120,44 +120,46 @@ struct verify_report {
 };
 
 /* Set by SIGINT/SIGTERM: replay stops at the next step. */
-extern volatile sig_atomic_t interrupted;
+extern volatile sig_atomic_t replay_interrupted;
 
 /* common.c */
-void on_signal(int sig);
-double mono_s(void);
-void keep_lease(struct replay *r);
-void strings_add(struct strings *s, const char *text, size_t len);
-int encode_command(struct lb_buf *buf, int argc, const char **argv);
-void strings_free(struct strings *s);
-void board_set_add(struct board_set *set, const char *id, size_t len);
-int board_set_contains(const struct board_set *set, const char *id, size_t len);
-void board_set_free(struct board_set *set);
-int board_selected(const struct selection *sel, const char *board, size_t len);
-int filter_event(void *ctx, const struct lb_event *ev);
-int parse_slots(const char *text, struct selection *sel);
-int retry_pause(struct replay *r, const char *what, const char *why, int attempt, int64_t since_ms);
-redisReply *redis_call(struct replay *r, const char *what, uint16_t slot, int argc,
-                       const char **argv, const size_t *argvlen, int *tries);
-int exec_retrying(struct replay *r, const char *what, struct lb_request *reqs, size_t n);
+void replay_on_signal(int sig);
+double replay_mono_s(void);
+void replay_keep_lease(struct replay *r);
+void replay_strings_add(struct strings *s, const char *text, size_t len);
+int replay_encode_command(struct lb_buf *buf, int argc, const char **argv);
+void replay_strings_free(struct strings *s);
+void replay_board_set_add(struct board_set *set, const char *id, size_t len);
+int replay_board_set_contains(const struct board_set *set, const char *id, size_t len);
+void replay_board_set_free(struct board_set *set);
+int replay_board_selected(const struct selection *sel, const char *board, size_t len);
+int replay_filter_event(void *ctx, const struct lb_event *ev);
+int replay_parse_slots(const char *text, struct selection *sel);
+int replay_retry_pause(struct replay *r, const char *what, const char *why, int attempt,
+                       int64_t since_ms);
+redisReply *replay_redis_call(struct replay *r, const char *what, uint16_t slot, int argc,
+                              const char **argv, const size_t *argvlen, int *tries);
+int replay_exec_retrying(struct replay *r, const char *what, struct lb_request *reqs, size_t n);
 
 /* plan.c */
-int64_t resolve(rd_kafka_t *rk, const struct part *p, const char *spec, int is_from, char *err,
-                size_t errlen);
-int make_plan(rd_kafka_t *meta, const struct lb_config *config, const struct options *o,
-              struct plan *plan);
-int print_plan(const struct plan *plan, const struct options *o, const char *group);
+int64_t replay_resolve(rd_kafka_t *rk, const struct part *p, const char *spec, int is_from,
+                       char *err, size_t errlen);
+int replay_make_plan(rd_kafka_t *meta, const struct lb_config *config, const struct options *o,
+                     struct plan *plan);
+int replay_print_plan(const struct plan *plan, const struct options *o, const char *group);
 
 /* read.c */
-void progress(struct replay *r, int final);
-int read_until_end(struct replay *r);
-int extend_to_latest(struct replay *r);
+void replay_progress(struct replay *r, int final);
+int replay_read_until_end(struct replay *r);
+int replay_extend_to_latest(struct replay *r);
 
 /* swap.c */
-int scan_keys(struct replay *r, struct strings *live, struct strings *staged, int all_staged);
-struct strings boards_of(const struct board_set *set);
-int fence_boards(struct replay *r, const struct strings *boards, int lift);
-int swap_all(struct replay *r, size_t *swapped);
-int verify_all(struct replay *r, struct verify_report *v);
-int clear_staging(struct replay *r, size_t *deleted);
+int replay_scan_keys(struct replay *r, struct strings *live, struct strings *staged,
+                     int all_staged);
+struct strings replay_boards_of(const struct board_set *set);
+int replay_fence_boards(struct replay *r, const struct strings *boards, int lift);
+int replay_swap_all(struct replay *r, size_t *swapped);
+int replay_verify_all(struct replay *r, struct verify_report *v);
+int replay_clear_staging(struct replay *r, size_t *deleted);
 
 #endif

@@ -33,7 +33,7 @@ static int key_in_selection(struct replay *r, const char *key, size_t len, const
 {
     struct lb_key_parts kp;
     return lb_key_parse(prefix, key, len, &kp) == 0 &&
-           board_selected(&r->sel, kp.board.ptr, kp.board.len);
+           replay_board_selected(&r->sel, kp.board.ptr, kp.board.len);
 }
 
 static void collect_key(void *ctx, const redisReply *reply)
@@ -47,17 +47,17 @@ static void collect_key(void *ctx, const redisReply *reply)
         size_t len = keys->element[i]->len;
         size_t sp = strlen(s->r->staging_prefix);
         if (s->all_staged && len > sp && memcmp(k, s->r->staging_prefix, sp) == 0 && k[sp] == '{')
-            strings_add(s->staged, k, len);
+            replay_strings_add(s->staged, k, len);
         else if (key_in_selection(s->r, k, len, s->r->staging_prefix))
-            strings_add(s->staged, k, len);
+            replay_strings_add(s->staged, k, len);
         else if (key_in_selection(s->r, k, len, s->r->config->key_prefix))
-            strings_add(s->live, k, len);
+            replay_strings_add(s->live, k, len);
     }
 }
 
 /* Every key under the prefix on every master, split into live and staging
  * keys of the selection. */
-int scan_keys(struct replay *r, struct strings *live, struct strings *staged, int all_staged)
+int replay_scan_keys(struct replay *r, struct strings *live, struct strings *staged, int all_staged)
 {
     char pattern[160];
     snprintf(pattern, sizeof(pattern), "%s*", r->config->key_prefix);
@@ -83,7 +83,7 @@ int scan_keys(struct replay *r, struct strings *live, struct strings *staged, in
                     size_t al[6];
                     for (int i = 0; i < 6; i++)
                         al[i] = strlen(a[i]);
-                    redisReply *reply = redis_call(r, "SCAN", slot, 6, a, al, NULL);
+                    redisReply *reply = replay_redis_call(r, "SCAN", slot, 6, a, al, NULL);
                     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
                         if (reply)
                             fprintf(stderr, "replay: SCAN on %s: unexpected reply\n", owner);
@@ -126,8 +126,8 @@ static void delete_keys(struct replay *r, const struct strings *keys)
         const char *argv[] = {"DEL", keys->items[i]};
         size_t argvlen[] = {3, strlen(keys->items[i])};
         redisReply *reply =
-            redis_call(r, "deleting a staging key", lb_key_slot(keys->items[i], argvlen[1]), 2,
-                       argv, argvlen, NULL);
+            replay_redis_call(r, "deleting a staging key", lb_key_slot(keys->items[i], argvlen[1]),
+                              2, argv, argvlen, NULL);
         if (reply)
             freeReplyObject(reply);
     }
@@ -155,8 +155,8 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
             continue;
         char target[1024];
         snprintf(target, sizeof(target), "%s%s", r->config->key_prefix, staged->items[i] + sp);
-        strings_add(&bk->staged, staged->items[i], strlen(staged->items[i]));
-        strings_add(&bk->targets, target, strlen(target));
+        replay_strings_add(&bk->staged, staged->items[i], strlen(staged->items[i]));
+        replay_strings_add(&bk->targets, target, strlen(target));
     }
     for (size_t i = 0; i < live->count; i++) {
         struct lb_key_parts kp;
@@ -168,15 +168,15 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
         for (size_t j = 0; j < bk->targets.count && !replaced; j++)
             replaced = strcmp(bk->targets.items[j], live->items[i]) == 0;
         if (!replaced)
-            strings_add(&bk->extra, live->items[i], strlen(live->items[i]));
+            replay_strings_add(&bk->extra, live->items[i], strlen(live->items[i]));
     }
 }
 
 static void board_keys_free(struct board_keys *bk)
 {
-    strings_free(&bk->staged);
-    strings_free(&bk->targets);
-    strings_free(&bk->extra);
+    replay_strings_free(&bk->staged);
+    replay_strings_free(&bk->targets);
+    replay_strings_free(&bk->extra);
 }
 
 /* One swap attempt: 0 done, 1 the live projector is ahead (read more), -1
@@ -232,15 +232,16 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     /* Sent again after a lost reply: the script answers "gone" when its
      * staging copy has already been swapped in (see swap.lua). */
     int tries = 0;
-    redisReply *reply = redis_call(r, "swapping a board", lb_crc16(board, blen) & (LB_SLOTS - 1),
-                                   (int)a, argv, argvlen, &tries);
+    redisReply *reply =
+        replay_redis_call(r, "swapping a board", lb_crc16(board, blen) & (LB_SLOTS - 1), (int)a,
+                          argv, argvlen, &tries);
     int rc = -1;
     const char *answer = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
                                  reply->element[0]->type == REDIS_REPLY_STRING
                              ? reply->element[0]->str
                              : NULL;
     if (!reply) {
-        /* said by redis_call */
+        /* said by replay_redis_call */
     } else if (answer && strcmp(answer, "gone") == 0 && tries == 1) {
         fprintf(stderr,
                 "replay: the staging copy of board '%s' vanished before its swap (deleted by "
@@ -279,7 +280,8 @@ static redisReply *zrange(struct replay *r, const char *key)
 {
     const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
     size_t argvlen[] = {6, strlen(key), 1, 2, 10};
-    return redis_call(r, "reading a key", lb_key_slot(key, argvlen[1]), 5, argv, argvlen, NULL);
+    return replay_redis_call(r, "reading a key", lb_key_slot(key, argvlen[1]), 5, argv, argvlen,
+                             NULL);
 }
 
 struct pair {
@@ -382,8 +384,8 @@ static int live_ahead(struct replay *r, const char *board)
         for (int i = 0; i < argcs[k]; i++)
             argvlen[i] = strlen(reads[k][i]);
         redisReply *reply =
-            redis_call(r, "reading a board's markers", lb_key_slot(reads[k][1], argvlen[1]),
-                       argcs[k], reads[k], argvlen, NULL);
+            replay_redis_call(r, "reading a board's markers", lb_key_slot(reads[k][1], argvlen[1]),
+                              argcs[k], reads[k], argvlen, NULL);
         if (!reply || reply->type != REDIS_REPLY_ARRAY) {
             if (reply)
                 freeReplyObject(reply);
@@ -401,12 +403,12 @@ static int live_ahead(struct replay *r, const char *board)
 }
 
 /* A copy of the set's ids: the set may grow while the list is in use. */
-struct strings boards_of(const struct board_set *set)
+struct strings replay_boards_of(const struct board_set *set)
 {
     struct strings list = {0};
     for (size_t i = 0; i < set->cap; i++)
         if (set->slots[i])
-            strings_add(&list, set->slots[i], strlen(set->slots[i]));
+            replay_strings_add(&list, set->slots[i], strlen(set->slots[i]));
     return list;
 }
 
@@ -419,7 +421,7 @@ struct strings boards_of(const struct board_set *set)
  * written even when fenced, then held the same way: its markers move once
  * more at most per hold, which replay's next round reads. The TTL bounds the
  * pause if replay dies meanwhile. */
-int fence_boards(struct replay *r, const struct strings *boards, int lift)
+int replay_fence_boards(struct replay *r, const struct strings *boards, int lift)
 {
     struct lb_buf buf = {0};
     struct lb_request *reqs = calloc(boards->count ? boards->count : 1, sizeof(*reqs));
@@ -430,28 +432,28 @@ int fence_boards(struct replay *r, const struct strings *boards, int lift)
     for (size_t b = 0; status == 0 && b < boards->count; b++) {
         const char *board = boards->items[b];
         size_t blen = strlen(board);
-        if (board_set_contains(&r->sel.done, board, blen) ||
-            (lift && !board_set_contains(&r->fenced, board, blen)))
+        if (replay_board_set_contains(&r->sel.done, board, blen) ||
+            (lift && !replay_board_set_contains(&r->fenced, board, blen)))
             continue;
         size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen},
                                    fence, sizeof(fence));
         const char *set[] = {"SET", fence, r->lease.owner, "PX", ttl};
         const char *del[] = {"DEL", fence};
         at[n] = buf.len;
-        if (encode_command(&buf, lift ? 2 : 5, lift ? del : set) != 0) {
+        if (replay_encode_command(&buf, lift ? 2 : 5, lift ? del : set) != 0) {
             status = -1;
             break;
         }
         reqs[n++] = (struct lb_request){.slot = lb_key_slot(fence, flen), .ncommands = 1};
         if (!lift)
-            board_set_add(&r->fenced, board, blen);
+            replay_board_set_add(&r->fenced, board, blen);
     }
     for (size_t i = 0; status == 0 && i < n; i++) {
         reqs[i].bytes = buf.data + at[i];
         reqs[i].len = (i + 1 < n ? at[i + 1] : buf.len) - at[i];
     }
     if (status == 0 && n &&
-        exec_retrying(r, lift ? "lifting fences" : "setting fences", reqs, n) != 0)
+        replay_exec_retrying(r, lift ? "lifting fences" : "setting fences", reqs, n) != 0)
         status = -1;
     if (status == 0 && n && !lift)
         LB_INFO("replay",
@@ -469,7 +471,7 @@ int fence_boards(struct replay *r, const struct strings *boards, int lift)
 static void fault_pause_after_swap(void)
 {
     const char *ms = getenv("LB_FAULT_SWAP_PAUSE_MS");
-    for (long left = ms ? atol(ms) : 0; left > 0 && !interrupted; left -= 50)
+    for (long left = ms ? atol(ms) : 0; left > 0 && !replay_interrupted; left -= 50)
         usleep(50000);
 }
 
@@ -478,7 +480,7 @@ static void fault_pause_after_swap(void)
  * the live projector got ahead of is fenced for the next round (except
  * with --window, whose swap needs the projector's markers to match replay's
  * copy exactly, which a fence would not give). */
-int swap_all(struct replay *r, size_t *swapped)
+int replay_swap_all(struct replay *r, size_t *swapped)
 {
     int status = 0;
     *swapped = 0;
@@ -495,26 +497,26 @@ int swap_all(struct replay *r, size_t *swapped)
         if (attempt > 0) {
             /* the live projector got ahead: stop it on those boards (or,
              * with --window, give it a moment), then read what it has seen */
-            struct strings ahead = boards_of(&r->sel.seen);
+            struct strings ahead = replay_boards_of(&r->sel.seen);
             if (r->sel.windows.count)
                 usleep(200000);
-            else if (fence_boards(r, &ahead, 0) != 0)
+            else if (replay_fence_boards(r, &ahead, 0) != 0)
                 status = -1;
-            strings_free(&ahead);
-            if (status != 0 || extend_to_latest(r) != 0 || read_until_end(r) != 0) {
+            replay_strings_free(&ahead);
+            if (status != 0 || replay_extend_to_latest(r) != 0 || replay_read_until_end(r) != 0) {
                 status = -1;
                 break;
             }
         }
-        struct strings live = {0}, staged = {0}, boards = boards_of(&r->sel.seen);
-        if (scan_keys(r, &live, &staged, 0) != 0)
+        struct strings live = {0}, staged = {0}, boards = replay_boards_of(&r->sel.seen);
+        if (replay_scan_keys(r, &live, &staged, 0) != 0)
             status = -1;
         for (size_t b = 0; b < boards.count && status == 0; b++) {
             const char *board = boards.items[b];
-            if (board_set_contains(&r->sel.done, board, strlen(board)))
+            if (replay_board_set_contains(&r->sel.done, board, strlen(board)))
                 continue;
-            keep_lease(r);
-            if (interrupted) {
+            replay_keep_lease(r);
+            if (replay_interrupted) {
                 status = -1;
                 break;
             }
@@ -522,7 +524,7 @@ int swap_all(struct replay *r, size_t *swapped)
             board_keys_of(r, board, strlen(board), &live, &staged, &bk);
             int rc = swap_board(r, board, &bk);
             if (rc == 0) {
-                board_set_add(&r->sel.done, board, strlen(board));
+                replay_board_set_add(&r->sel.done, board, strlen(board));
                 (*swapped)++;
                 replay_journal_swapped(&r->lease, board);
             }
@@ -540,15 +542,15 @@ int swap_all(struct replay *r, size_t *swapped)
             else if (rc == 0)
                 fault_pause_after_swap();
         }
-        strings_free(&boards);
-        strings_free(&live);
-        strings_free(&staged);
+        replay_strings_free(&boards);
+        replay_strings_free(&live);
+        replay_strings_free(&staged);
     }
     return status;
 }
 
 /* Compares the staging copy with the live keys, then deletes it. */
-int verify_all(struct replay *r, struct verify_report *v)
+int replay_verify_all(struct replay *r, struct verify_report *v)
 {
     int64_t *committed = calloc(r->plan.count + 1, sizeof(int64_t));
     int status = committed ? 0 : -1;
@@ -572,7 +574,7 @@ int verify_all(struct replay *r, struct verify_report *v)
             behind |= committed[i] < r->plan.parts[i].read_to;
         if (behind)
             continue;
-        struct strings boards = boards_of(&r->sel.seen);
+        struct strings boards = replay_boards_of(&r->sel.seen);
         for (size_t b = 0; b < boards.count && !ahead; b++) {
             int rc = live_ahead(r, boards.items[b]);
             if (rc < 0)
@@ -580,17 +582,17 @@ int verify_all(struct replay *r, struct verify_report *v)
             ahead |= rc > 0;
         }
         if (status != 0 || ahead)
-            strings_free(&boards);
+            replay_strings_free(&boards);
         if (status != 0)
             break;
         if (ahead) {
-            if (extend_to_latest(r) != 0 || read_until_end(r) != 0)
+            if (replay_extend_to_latest(r) != 0 || replay_read_until_end(r) != 0)
                 status = -1;
             continue;
         }
         struct strings live = {0}, staged = {0};
-        if (scan_keys(r, &live, &staged, 0) != 0) {
-            strings_free(&boards);
+        if (replay_scan_keys(r, &live, &staged, 0) != 0) {
+            replay_strings_free(&boards);
             status = -1;
             break;
         }
@@ -619,13 +621,13 @@ int verify_all(struct replay *r, struct verify_report *v)
         int moved = 0;
         for (size_t b = 0; b < boards.count && status == 0 && !moved; b++)
             moved = live_ahead(r, boards.items[b]) != 0;
-        strings_free(&boards);
+        replay_strings_free(&boards);
         delete_keys(r, &staged);
-        strings_free(&live);
-        strings_free(&staged);
+        replay_strings_free(&live);
+        replay_strings_free(&staged);
         if (!moved || status != 0)
             break;
-        if (extend_to_latest(r) != 0 || read_until_end(r) != 0)
+        if (replay_extend_to_latest(r) != 0 || replay_read_until_end(r) != 0)
             status = -1;
     }
     free(committed);
@@ -635,15 +637,15 @@ int verify_all(struct replay *r, struct verify_report *v)
 /* Deletes every staging key (while we hold the lease, none is another
  * live run's): what a board that was not swapped left, or what an earlier,
  * interrupted run did. */
-int clear_staging(struct replay *r, size_t *deleted)
+int replay_clear_staging(struct replay *r, size_t *deleted)
 {
     struct strings live = {0}, staged = {0};
-    int rc = scan_keys(r, &live, &staged, 1);
+    int rc = replay_scan_keys(r, &live, &staged, 1);
     if (rc == 0)
         delete_keys(r, &staged);
     if (deleted)
         *deleted = staged.count;
-    strings_free(&live);
-    strings_free(&staged);
+    replay_strings_free(&live);
+    replay_strings_free(&staged);
     return rc;
 }

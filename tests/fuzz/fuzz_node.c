@@ -11,6 +11,7 @@
 #include "cluster.h"
 #include "fake_redis.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,9 +20,11 @@
 
 static struct fake_redis *node;
 static char shards[512];
-/* the input's replies, NUL-terminated each; read by the node's thread
- * while the main thread waits in lb_cluster_exec */
+/* the input's replies, NUL-terminated each: written by the main thread, read
+ * by the node's, which may still be answering the previous input's client */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char replies[1 << 16];
+static char reply[1 << 16]; /* the one being answered: a copy, outliving the lock */
 static size_t replies_len, next_reply;
 
 static const char *handler(struct fake_redis *fake, int argc, char **argv, void *ctx)
@@ -30,11 +33,16 @@ static const char *handler(struct fake_redis *fake, int argc, char **argv, void 
     (void)ctx;
     if (argc >= 2 && strcmp(argv[0], "CLUSTER") == 0)
         return strcmp(argv[1], "SHARDS") == 0 ? shards : "-ERR unknown subcommand\r\n";
-    if (next_reply >= replies_len)
-        return NULL;
-    const char *reply = replies + next_reply;
-    next_reply += strlen(reply) + 1;
-    return reply;
+    pthread_mutex_lock(&lock);
+    const char *answer = NULL;
+    if (next_reply < replies_len) {
+        size_t len = strlen(replies + next_reply);
+        memcpy(reply, replies + next_reply, len + 1);
+        next_reply += len + 1;
+        answer = reply;
+    }
+    pthread_mutex_unlock(&lock);
+    return answer;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -60,10 +68,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const char evalsha[] = "*3\r\n$7\r\nEVALSHA\r\n$40\r\n" SCRIPT_SHA "\r\n$1\r\n0\r\n";
     if (size >= sizeof(replies))
         return 0;
+    pthread_mutex_lock(&lock);
     memcpy(replies, data, size);
     replies[size] = '\0';
     replies_len = size + 1;
     next_reply = 0;
+    pthread_mutex_unlock(&lock);
     struct lb_host seed = {.host = (char *)"127.0.0.1", .port = fake_redis_port(node)};
     struct lb_cluster_options options = {.seeds = &seed,
                                          .nseeds = 1,

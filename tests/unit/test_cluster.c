@@ -125,6 +125,7 @@ static const char txn_log[] = "MULTI\nZADD k GT 1 m\nEXEC\n";
 
 struct nodes {
     struct script a, b;
+    char redirect[64]; /* A's reply inside MULTI, see redirect_to_b */
     struct fake_redis *fa, *fb;
     struct lb_cluster *cl;
     struct lb_host seed;
@@ -155,6 +156,15 @@ static void start_nodes(struct nodes *n, int wait_replicas, const char *password
                                          .wait_timeout_ms = 100};
     n->cl = lb_cluster_new(&options);
     assert_non_null(n->cl);
+}
+
+/* A answers commands inside MULTI with "MOVED|ASK 1 <B>" (the first
+ * transaction only, if 'once'). */
+static void redirect_to_b(struct nodes *n, const char *kind, int once)
+{
+    snprintf(n->redirect, sizeof(n->redirect), "-%s 1 127.0.0.1:%d\r\n", kind, n->b.port);
+    n->a.queued_reply = n->redirect;
+    n->a.once = once;
 }
 
 static void stop_nodes(struct nodes *n)
@@ -207,10 +217,8 @@ static void moved_resends_the_whole_transaction_at_the_new_owner(void **state)
 {
     (void)state;
     struct nodes n;
-    char moved[64];
     start_nodes(&n, -1, NULL);
-    snprintf(moved, sizeof(moved), "-MOVED 1 127.0.0.1:%d\r\n", n.b.port);
-    n.a.queued_reply = moved;
+    redirect_to_b(&n, "MOVED", 0);
     struct lb_request req = txn();
     assert_int_equal(exec_one(n.cl, &req), 0);
     assert_true(req.ok);
@@ -228,11 +236,8 @@ static void ask_sends_asking_with_the_transaction_and_keeps_the_map(void **state
 {
     (void)state;
     struct nodes n;
-    char ask[64];
     start_nodes(&n, -1, NULL);
-    snprintf(ask, sizeof(ask), "-ASK 1 127.0.0.1:%d\r\n", n.b.port);
-    n.a.queued_reply = ask;
-    n.a.once = 1;
+    redirect_to_b(&n, "ASK", 1);
     struct lb_request req = txn();
     assert_int_equal(exec_one(n.cl, &req), 0);
     assert_true(req.ok);
@@ -598,10 +603,8 @@ static void every_connection_authenticates_and_the_password_stays_secret(void **
 {
     (void)state;
     struct nodes n;
-    char moved[64];
     start_nodes(&n, -1, "s3cret-pw");
-    snprintf(moved, sizeof(moved), "-MOVED 1 127.0.0.1:%d\r\n", n.b.port);
-    n.a.queued_reply = moved;
+    redirect_to_b(&n, "MOVED", 0);
     struct lb_request req = txn();
     assert_int_equal(exec_one(n.cl, &req), 0);
     expect_log(n.fa, "AUTH projector s3cret-pw\nCLUSTER SHARDS\nMULTI\nZADD k GT 1 m\nEXEC\n"
@@ -954,11 +957,8 @@ static void running_out_of_memory_in_the_client_fails_requests_cleanly(void **st
 {
     (void)state;
     struct nodes n;
-    char moved[64];
     start_nodes(&n, -1, NULL);
-    snprintf(moved, sizeof(moved), "-MOVED 1 127.0.0.1:%d\r\n", n.b.port);
-    n.a.queued_reply = moved;
-    n.a.once = 1;
+    redirect_to_b(&n, "MOVED", 1);
     assert_true(oom_sweep("cluster client", exec_with_a_new_client, &n, 1) > 20);
     assert_int_equal(n.b.script_cached, 1);
     stop_nodes(&n);
