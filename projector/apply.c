@@ -80,6 +80,11 @@ size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t c
     return build_key(out, cap, prefix, board, "~fence", 6, NULL, 0);
 }
 
+size_t lb_dedupe_key(const char *prefix, struct lb_str board, char *out, size_t cap)
+{
+    return build_key(out, cap, prefix, board, "~seen", 5, NULL, 0);
+}
+
 size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, char *out,
                     size_t cap)
 {
@@ -110,12 +115,14 @@ int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_
         parts->kind = LB_KEY_MARKER;
     else if (rlen == 6 && memcmp(rest, "~fence", 6) == 0)
         parts->kind = LB_KEY_FENCE;
+    else if (rlen == 5 && memcmp(rest, "~seen", 5) == 0)
+        parts->kind = LB_KEY_SEEN;
     else if (rlen > slen && memcmp(rest + rlen - slen, LB_STAMPS_SUFFIX, slen) == 0) {
         parts->kind = LB_KEY_STAMPS;
         parts->window.len -= (uint32_t)slen;
     } else if (rlen == 0 || rest[0] == '~')
         parts->kind = LB_KEY_OTHER;
-    if (parts->kind == LB_KEY_MARKER || parts->kind == LB_KEY_FENCE)
+    if (parts->kind == LB_KEY_MARKER || parts->kind == LB_KEY_FENCE || parts->kind == LB_KEY_SEEN)
         parts->window = (struct lb_str){"", 0};
     return 0;
 }
@@ -173,9 +180,11 @@ static int grow(void **ptr, size_t *cap, size_t need, size_t size)
 static size_t board_size_bound(const struct encoder *en, const struct lb_plan_board *b)
 {
     const size_t bulk = LB_RESP_HEADER_MAX + 2;
-    size_t size = 16 * (bulk + LB_RESP_INT_MAX) + 2 * (bulk + KEY_MAX);
+    size_t size = 16 * (bulk + LB_RESP_INT_MAX) + 3 * (bulk + KEY_MAX);
     for (uint32_t s = b->first_segment; s != LB_PLAN_NONE; s = en->v.segments[s].next)
-        size += 3 * (bulk + LB_RESP_INT_MAX) + strlen(en->v.segments[s].topic);
+        size += 4 * (bulk + LB_RESP_INT_MAX) + strlen(en->v.segments[s].topic);
+    for (uint32_t i = b->first_seen; i != LB_PLAN_NONE; i = en->v.seen[i].next)
+        size += 3 * (bulk + LB_RESP_INT_MAX) + en->v.seen[i].event_id.len;
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         size += 8 * bulk; /* a transaction's ZADD and expiry headers */
         size += 2 * (bulk + KEY_MAX + sizeof(LB_STAMPS_SUFFIX)) +
@@ -245,10 +254,32 @@ static int group_entries(struct encoder *en, const struct lb_plan_key *key, uint
     return 0;
 }
 
+/* Groups a board's event ids by segment number into en->order (stable)
+ * and counts them in en->counts[number]. Returns 0 or -1 (memory). */
+static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_t nseg)
+{
+    if (grow((void **)&en->counts, &en->counts_cap, 2 * ((size_t)nseg + 1), sizeof(uint32_t)) !=
+            0 ||
+        grow((void **)&en->order, &en->order_cap, b->nseen, sizeof(uint32_t)) != 0)
+        return -1;
+    uint32_t *count = en->counts, *cursor = en->counts + nseg + 1, sum = 0;
+    memset(count, 0, ((size_t)nseg + 1) * sizeof(uint32_t));
+    for (uint32_t i = b->first_seen; i != LB_PLAN_NONE; i = en->v.seen[i].next)
+        count[en->v.segments[en->v.seen[i].segment].number]++;
+    for (uint32_t s = 0; s <= nseg; s++) {
+        cursor[s] = sum;
+        sum += count[s];
+    }
+    for (uint32_t i = b->first_seen; i != LB_PLAN_NONE; i = en->v.seen[i].next)
+        en->order[cursor[en->v.segments[en->v.seen[i].segment].number]++] = i;
+    return 0;
+}
+
 /* Whether a board's batch goes as a plain transaction (see apply.h). */
 static int is_transaction(const struct lb_profile *profile)
 {
-    return profile->aggregation == LB_AGG_BEST && profile->reject_retractions;
+    return profile->aggregation == LB_AGG_BEST && profile->reject_retractions &&
+           !profile->dedupe_window_ms;
 }
 
 /* A best board that takes no retractions: MULTI, EXISTS fence, per window
@@ -326,7 +357,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     enum lb_aggregation aggregation = profile->aggregation;
     size_t width = plain_width(aggregation);
     uint32_t nseg = b->nsegments, nkeys = 0;
-    size_t nargs = 9 + 3 * (size_t)nseg;
+    size_t nargs = 10 + 4 * (size_t)nseg + 3 * (size_t)b->nseen;
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         nkeys++;
         nargs += 2 + 2 * (size_t)nseg + width * en->v.keys[k].nentries;
@@ -334,7 +365,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
              e = en->v.entries[e].next_entry)
             nargs += !is_plain(&en->v.entries[e]);
     }
-    uint32_t numkeys = 3 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1);
+    uint32_t numkeys = 4 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1);
     if (lb_buf_reserve(out, board_size_bound(en, b)) != 0 ||
         grow((void **)&en->segs, &en->segs_cap, (size_t)nseg + 1, sizeof(*en->segs)) != 0)
         return -1;
@@ -350,6 +381,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     p = lb_resp_bulk(p, name, lb_marker_key(en->prefix, b->id, name, KEY_MAX));
     p = lb_resp_bulk(p, name, lb_marker_zset_key(en->prefix, b->id, name, KEY_MAX));
     p = lb_resp_bulk(p, name, lb_fence_key(en->prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_dedupe_key(en->prefix, b->id, name, KEY_MAX));
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
         p = put_window_key(en, p, b, &en->v.keys[k], 0);
     if (aggregation == LB_AGG_LATEST)
@@ -366,6 +398,10 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     p = lb_resp_bulk_int(p, profile->sum_max);
     p = lb_resp_bulk_int(p, nkeys);
     p = lb_resp_bulk_int(p, nseg);
+    /* whole seconds, rounded up: the set keeps at least the window */
+    p = lb_resp_bulk_int(p, (profile->dedupe_window_ms + 999) / 1000);
+    if (count_seen(en, b, nseg) != 0)
+        return -1;
     for (uint32_t number = 1; number <= nseg; number++) {
         const struct lb_plan_segment *seg = en->segs[number];
         char field[300];
@@ -373,6 +409,13 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
                          lb_marker_field(seg->topic, seg->partition, field, sizeof(field)));
         p = lb_resp_bulk_int(p, seg->first);
         p = lb_resp_bulk_int(p, seg->last);
+        p = lb_resp_bulk_int(p, en->counts[number]);
+    }
+    for (uint32_t i = 0; i < b->nseen; i++) {
+        const struct lb_plan_seen *seen = &en->v.seen[en->order[i]];
+        p = lb_resp_bulk_int(p, seen->offset);
+        p = lb_resp_bulk(p, seen->event_id.ptr, seen->event_id.len);
+        p = lb_resp_bulk_int(p, seen->stamp);
     }
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         const struct lb_plan_key *key = &en->v.keys[k];
@@ -436,6 +479,7 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
         enum lb_apply_status status;
     } words[] = {{"ok", LB_APPLY_OK},
                  {"partial", LB_APPLY_PARTIAL},
+                 {"duplicate", LB_APPLY_DUPLICATE},
                  {"overflow", LB_APPLY_OVERFLOW},
                  {"wrongtype", LB_APPLY_WRONGTYPE},
                  {"badarg", LB_APPLY_BADARG},
@@ -480,6 +524,14 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
         if (a->npairs == 0)
             a->status = LB_APPLY_UNKNOWN;
         break;
+    case LB_APPLY_DUPLICATE:
+        a->npairs = (reply->elements - 1) / 3;
+        for (size_t i = 1; i < reply->elements; i++)
+            if (!word(reply, i))
+                a->status = LB_APPLY_UNKNOWN;
+        if (a->npairs == 0 || (reply->elements - 1) % 3 != 0)
+            a->status = LB_APPLY_UNKNOWN;
+        break;
     case LB_APPLY_WRONGTYPE:
     case LB_APPLY_BADARG:
     case LB_APPLY_FENCED:
@@ -492,6 +544,17 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
         break;
     }
     return a->status;
+}
+
+int lb_apply_duplicate(const struct lb_apply_answer *a, size_t i, const char **field,
+                       int64_t *offset, int *conflict)
+{
+    if (a->status != LB_APPLY_DUPLICATE || i >= a->npairs)
+        return -1;
+    *field = word(a->reply, 1 + 3 * i);
+    *offset = strtoll(word(a->reply, 2 + 3 * i), NULL, 10);
+    *conflict = strcmp(word(a->reply, 3 + 3 * i), "c") == 0;
+    return 0;
 }
 
 int lb_apply_pair(const struct lb_apply_answer *a, size_t i, const char **first,

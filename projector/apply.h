@@ -21,20 +21,33 @@
  *                                              without a script); a board's
  *                                              marker is the larger of both
  *   <prefix>{B}:~fence                         replay's fence while it swaps
+ *   <prefix>{B}:~seen                          dedupe: the board's event ids
+ *                                              (sorted set, scored by
+ *                                              lb_dedupe_stamp), those
+ *                                              within the window behind the
+ *                                              newest event time
  *
- * The request, protocol 3 (apply.lua has the exact argument layout): the
- * marker fields with each segment's first and last offset, then per window
+ * The request, protocol 4 (apply.lua has the exact argument layout): the
+ * marker fields with each segment's first and last offset, the event ids of
+ * a board that dedupes (with their offsets and stamps), then per window
  * key its expiry and its entries grouped by segment, "plain" ones (a value
  * only) apart from "special" ones (a retraction first). A best board's
  * plain entries are composite, member pairs that the script hands to
  * `ZADD key GT|LT` straight from its arguments. The script:
  *
- *   - refuses a protocol it does not speak: {"protocol", "2", got};
+ *   - refuses a protocol it does not speak: {"protocol", "4", got};
  *   - writes nothing to a fenced board: {"fenced", key};
  *   - skips a segment whose marker is at or past its last offset (applied
  *     before); one whose marker is inside its range (a previous attempt
  *     ended mid-way) makes it write nothing: {"partial", field, marker, ...}
  *     and the caller plans the board again without what was applied;
+ *   - dedupe: an event whose id the board's set holds (or an earlier event
+ *     of the same request) makes it write nothing: {"duplicate", field,
+ *     offset, "d" (the same stamp) or "c" (another: a conflict), ...}, and
+ *     the caller plans the board again without those events; otherwise
+ *     the ids are recorded with the writes and the set trimmed to the
+ *     window behind its newest event time (an idle board's set expires a
+ *     week after its last write);
  *   - refuses a sum leaving [sum_min, sum_max]: {"overflow", key number,
  *     member, ...}, nothing written;
  *   - a key of the wrong type: {"wrongtype", key}; an expiry Redis would
@@ -44,7 +57,7 @@
  *   - otherwise writes everything, moves the applied segments' markers to
  *     their last offsets, and answers {"ok", applied, skipped}.
  *
- * Best boards whose profile rejects retractions need no script: ZADD GT|LT
+ * Best boards whose profile rejects retractions and does not dedupe need no script: ZADD GT|LT
  * is idempotent, so applying a batch twice, or a zombie's stale batch
  * after a newer one, changes nothing. Their request is a transaction:
  * MULTI, EXISTS fence, per window key ZADD GT|LT and its expiry, ZADD GT of
@@ -70,7 +83,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LB_APPLY_VERSION 3 /* the protocol this release speaks */
+#define LB_APPLY_VERSION 4 /* the protocol this release speaks */
 
 /* The script's text and its SHA1 (40 hex digits), both from the build. */
 const char *lb_apply_script(void);
@@ -85,6 +98,7 @@ size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_wi
 size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t cap);
 size_t lb_marker_zset_key(const char *prefix, struct lb_str board, char *out, size_t cap);
 size_t lb_fence_key(const char *prefix, struct lb_str board, char *out, size_t cap);
+size_t lb_dedupe_key(const char *prefix, struct lb_str board, char *out, size_t cap);
 /* "<prefix>{<board>}:<rest>": any key under the board's tag (a window
  * named by its label, a SCAN pattern). */
 size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, char *out,
@@ -99,6 +113,7 @@ enum lb_key_kind {
     LB_KEY_STAMPS,     /* a latest window's event-time hash */
     LB_KEY_MARKER,
     LB_KEY_FENCE,
+    LB_KEY_SEEN,  /* the board's dedupe set */
     LB_KEY_OTHER, /* under the board's tag, but none of ours */
 };
 
@@ -144,6 +159,7 @@ void lb_apply_batch_free(struct lb_apply_batch *batch);
 enum lb_apply_status {
     LB_APPLY_OK = 0,
     LB_APPLY_PARTIAL,   /* pairs: marker field, marker; plan again without those events */
+    LB_APPLY_DUPLICATE, /* see lb_apply_duplicate; plan again without those events */
     LB_APPLY_OVERFLOW,  /* pairs: key number, member; reject those members' events */
     LB_APPLY_WRONGTYPE, /* 'key' holds another type: an operator must fix it */
     LB_APPLY_BADARG,    /* 'key''s expiry was refused: nothing written */
@@ -163,6 +179,12 @@ struct lb_apply_answer {
 /* Reads the script's reply, or a transaction's EXEC array (OK, or FENCED
  * with the writes done: see above); the answer points into 'reply'. */
 enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_answer *answer);
+
+/* Duplicate 'i' of a duplicate answer: the event at 'offset' of marker
+ * field 'field' has an id the board counted already ('conflict': with
+ * another payload). Returns 0, or -1 past the end. */
+int lb_apply_duplicate(const struct lb_apply_answer *answer, size_t i, const char **field,
+                       int64_t *offset, int *conflict);
 
 /* Pair 'i' of a partial or overflow answer; returns 0, or -1 past the end. */
 int lb_apply_pair(const struct lb_apply_answer *answer, size_t i, const char **first,

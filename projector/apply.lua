@@ -1,15 +1,18 @@
--- The apply script, protocol 3: one board's batch, written atomically.
+-- The apply script, protocol 4: one board's batch, written atomically.
 -- Embedded in the programs at build time with its SHA1 (projector/apply.h
 -- documents the request and the replies; projector/apply.c encodes them).
 --
 -- KEYS: [1] the board's applied-offset markers (hash), [2] the markers of
 --       boards written without a script (sorted set, ZADD GT), [3] its
---       fence, [4 .. n+3] window keys, latest boards also [n+4 .. 2n+3]
---       their event-time hashes.
+--       fence, [4] its dedupe set, [5 .. n+4] window keys, latest boards
+--       also [n+5 .. 2n+4] their event-time hashes.
 -- ARGV: [1] protocol, [2] mode b|l|s, [3] order d|a, [4] tie bits,
 --       [5] later time makes a larger tie 1|0, [6] sum_min, [7] sum_max,
---       [8] n keys, [9] segments; 3 per segment: marker field, first and
---       last offset; then per key: expiry kind n|a|t, expiry value, the
+--       [8] n keys, [9] segments, [10] dedupe window in seconds (0: off);
+--       4 per segment: marker field, first and last offset, count of its
+--       event ids; the event ids, segment by segment, 3 each: offset, id,
+--       stamp (event time in seconds * 2^20 + fingerprint); then per key:
+--       expiry kind n|a|t, expiry value, the
 --       count of plain entries of each segment, the count of special
 --       entries of each segment, the plain entries (segment by segment),
 --       the special entries (flags r|rv first).
@@ -19,8 +22,8 @@
 -- Nothing is written before every check has passed: Redis keeps a script's
 -- earlier writes when a later call fails. Every key is touched before the
 -- first write: markers by HMGET and ZMSCORE, sum windows by ZMSCORE, latest stamps by
--- HMGET, and the other window keys (best, latest) by TYPE.
-if ARGV[1] ~= '3' then return {'protocol', '3', ARGV[1]} end
+-- HMGET, the dedupe set by ZMSCORE, and the other window keys (best, latest) by TYPE.
+if ARGV[1] ~= '4' then return {'protocol', '4', ARGV[1]} end
 local mode, order = ARGV[2], ARGV[3]
 local nkeys, nseg = tonumber(ARGV[8]), tonumber(ARGV[9])
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'fenced', KEYS[3]} end
@@ -28,7 +31,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then return {'fenced', KEYS[3]} end
 -- which segments were applied before: the larger of the two markers (a
 -- board's profile may have changed between the two ways of writing)
 local fields = {}
-for s = 1, nseg do fields[s] = ARGV[7 + 3 * s] end
+for s = 1, nseg do fields[s] = ARGV[7 + 4 * s] end
 local marks = redis.pcall('HMGET', KEYS[1], unpack(fields))
 if marks.err then return {'wrongtype', KEYS[1]} end
 local zmarks = redis.pcall('ZMSCORE', KEYS[2], unpack(fields))
@@ -40,7 +43,7 @@ for s = 1, nseg do
 end
 local apply, applied, skipped, partial, moved = {}, 0, 0, {}, {}
 for s = 1, nseg do
-  local p = 7 + 3 * s
+  local p = 7 + 4 * s
   local m = marks[s] and tonumber(marks[s]) or -1
   if m >= tonumber(ARGV[p + 2]) then
     skipped = skipped + 1
@@ -60,10 +63,62 @@ if applied == 0 then return {'ok', 0, skipped} end
 local width = (mode == 'b') and 2 or 3
 local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
 
+-- dedupe: the ids of the applied segments' events; one the set holds, or
+-- an earlier one of this call, makes the call write nothing and name them
+-- (field, offset, d: the same stamp, c: another); the caller plans the
+-- board again without them
+local dwin, pos = tonumber(ARGV[10]), 11 + 4 * nseg
+local ids, stamps, seg, argat, nids = {}, {}, {}, {}, 0
+for s = 1, nseg do
+  local ns = tonumber(ARGV[10 + 4 * s])
+  if apply[s] then
+    for e = pos, pos + 3 * (ns - 1), 3 do
+      nids = nids + 1
+      ids[nids], stamps[nids], seg[nids], argat[nids] = ARGV[e + 1], ARGV[e + 2], s, e
+    end
+  end
+  pos = pos + 3 * ns
+end
+if nids > 0 then
+  local here, dups = {}, {}
+  for i = 1, nids, CHUNK do
+    local j = math.min(i + CHUNK - 1, nids)
+    local got = redis.pcall('ZMSCORE', KEYS[4], unpack(ids, i, j))
+    if got.err then return {'wrongtype', KEYS[4]} end
+    for x = i, j do
+      local was = got[x - i + 1] or here[ids[x]]
+      if not was then
+        here[ids[x]] = stamps[x]
+      elseif #dups < CHUNK then
+        dups[#dups + 1] = ARGV[7 + 4 * seg[x]]
+        dups[#dups + 1] = ARGV[argat[x]]
+        dups[#dups + 1] = (tonumber(was) == tonumber(stamps[x])) and 'd' or 'c'
+      end
+    end
+  end
+  if #dups > 0 then return {'duplicate', unpack(dups)} end
+end
+
+-- records the ids with the writes, then forgets those older than the
+-- window behind the newest; an idle board's set expires a week after it
+local function remember()
+  if nids == 0 then return end
+  local args = {}
+  for i = 1, nids do args[2 * i - 1], args[2 * i] = stamps[i], ids[i] end
+  for i = 1, 2 * nids, CHUNK do
+    redis.call('ZADD', KEYS[4], unpack(args, i, math.min(i + CHUNK - 1, 2 * nids)))
+  end
+  local unit = 2 ^ 20
+  local newest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
+  local from = (math.floor(tonumber(newest) / unit) - dwin) * unit
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', from))
+  redis.call('PEXPIRE', KEYS[4], (dwin + 604800) * 1000)
+end
+
 -- where each key's entries are, and which to apply
-local keys, pos = {}, 10 + 3 * nseg
+local keys = {}
 for k = 1, nkeys do
-  local key = {name = KEYS[k + 3], kind = ARGV[pos], at = ARGV[pos + 1], runs = {}, specials = {}}
+  local key = {name = KEYS[k + 4], kind = ARGV[pos], at = ARGV[pos + 1], runs = {}, specials = {}}
   if key.kind ~= 'n' then
     local at = tonumber(key.at)
     if not at or at <= 0 or at > 9007199254740992 or at % 1 ~= 0 then
@@ -127,6 +182,7 @@ if mode == 'b' then
       expire(key.name, key)
     end
   end
+  remember()
   redis.call('HSET', KEYS[1], unpack(moved))
   return {'ok', applied, skipped}
 end
@@ -149,7 +205,7 @@ for k, key in ipairs(keys) do
     for _, p in ipairs(key.specials) do n = n + 1; at[n] = p + 1; members[n] = ARGV[p + 3] end
     local from = key.name
     if mode == 'l' then
-      from = KEYS[nkeys + 3 + k]
+      from = KEYS[nkeys + 4 + k]
       if not check_type(key.name) then return {'wrongtype', key.name} end
     end
     local current = {}
@@ -201,7 +257,7 @@ if #overflow > 0 then return {'overflow', unpack(overflow)} end
 for k, key in ipairs(keys) do
   local plan = plans[k]
   if plan then
-    local stamps_key = (mode == 'l') and KEYS[nkeys + 3 + k] or nil
+    local stamps_key = (mode == 'l') and KEYS[nkeys + 4 + k] or nil
     local value, stamp = plan.value, plan.stamp
     local gone, adds, stamps, ng, na, ns = {}, {}, {}, 0, 0, 0
     for i = 1, plan.n do
@@ -236,5 +292,6 @@ for k, key in ipairs(keys) do
     if stamps_key then expire(stamps_key, key) end
   end
 end
+remember()
 redis.call('HSET', KEYS[1], unpack(moved))
 return {'ok', applied, skipped}

@@ -504,6 +504,7 @@ static int parse_schemas(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_hosts(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_windows(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_dedupe(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_wait_replicas(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_listen(struct parser *p, yaml_node_t *node, void *obj);
@@ -767,6 +768,11 @@ static const struct key_def profile_keys[] = {
      .min = INT64_MIN,
      .max = INT64_MAX,
      .doc = "sum boards: the highest total (default: the largest the tie bits leave room for)"},
+    {.name = "dedupe",
+     .type = KT_CUSTOM,
+     .custom = parse_dedupe,
+     .doc = "count each event_id once: {window: DURATION} or off (default: {window: 24h} for "
+            "sum boards and boards that take retractions, off otherwise)"},
     {.name = "windows",
      .type = KT_CUSTOM,
      .custom = parse_windows,
@@ -1026,6 +1032,30 @@ static int parse_windows(struct parser *p, yaml_node_t *node, void *obj)
     return 0;
 }
 
+#define D(member) FIELD(struct lb_profile, member)
+
+static const struct key_def dedupe_keys[] = {
+    {.name = "window",
+     .type = KT_DURATION,
+     .offset = D(dedupe_window_ms),
+     .flags = F_REQUIRED,
+     .min = 1000,
+     .max = LB_DEDUPE_MAX_MS,
+     .doc = "how far behind the board's latest event time a duplicate is still caught"},
+    {0}};
+
+static int parse_dedupe(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_profile *profile = obj;
+    if (node->type == YAML_SCALAR_NODE && strcmp(scalar_text(node), "off") == 0) {
+        profile->dedupe_window_ms = 0;
+        return 0;
+    }
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(p, line_of(node), "dedupe: expected {window: DURATION} (e.g. 24h) or off");
+    return parse_mapping(p, dedupe_keys, node, line_of(node), profile, "dedupe", 0);
+}
+
 /* Sum boards store totals, so the 2^53 budget applies to [sum_min, sum_max]
  * rather than to one event's score range (which still bounds each event). */
 static int check_sum_budget(struct parser *p, struct lb_profile *profile, int sum_max_set)
@@ -1043,13 +1073,26 @@ static int check_sum_budget(struct parser *p, struct lb_profile *profile, int su
     return 0;
 }
 
-static int check_profile(struct parser *p, struct lb_profile *profile, int sum_max_set)
+static int check_profile(struct parser *p, struct lb_profile *profile, int sum_max_set,
+                         int dedupe_set)
 {
     char err[512];
+    if (!dedupe_set)
+        profile->dedupe_window_ms =
+            profile->aggregation == LB_AGG_SUM || !profile->reject_retractions
+                ? LB_DEDUPE_DEFAULT_MS
+                : 0;
     if (!profile->scoring.resolution_ms)
         profile->scoring.resolution_ms = 1000;
     if (lb_scoring_prepare(&profile->scoring, profile->name, err, sizeof(err)) != 0)
         return fail(p, profile->line, "%s", err);
+    /* the dedupe stamp keeps event time in whole seconds above 20 bits */
+    if (profile->dedupe_window_ms && (profile->scoring.epoch_ms <= -(INT64_C(1000) << 33) ||
+                                      profile->scoring.horizon_ms >= INT64_C(1000) << 33))
+        return fail(p, profile->line,
+                    "profile '%s': dedupe needs epoch and horizon within 2242 years of 1970; "
+                    "narrow them or set dedupe: off",
+                    profile->name);
     if (profile->aggregation == LB_AGG_SUM && check_sum_budget(p, profile, sum_max_set) != 0)
         return -1;
     if (!profile->windows) {
@@ -1093,7 +1136,7 @@ static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj)
         profile->line = line_of(item);
         config->nprofiles++;
         if (parse_mapping(p, profile_keys, item, line_of(item), profile, "profile", 0) != 0 ||
-            check_profile(p, profile, has_key(p, item, "sum_max")) != 0)
+            check_profile(p, profile, has_key(p, item, "sum_max"), has_key(p, item, "dedupe")) != 0)
             return -1;
         for (size_t j = 0; j < i; j++) {
             const struct lb_profile *earlier = &config->profiles[j];
@@ -1159,7 +1202,7 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
         if (parse_mapping(p, profile_keys + 1, &empty, root_line, &config->profiles[0], "profile",
                           0) != 0 ||
             !(config->profiles[0].name = strdup("default")) ||
-            check_profile(p, &config->profiles[0], 0) != 0)
+            check_profile(p, &config->profiles[0], 0, 0) != 0)
             return -1;
     }
     return 0;
@@ -1457,8 +1500,13 @@ void lb_config_print(const struct lb_config *config, FILE *out)
         const struct lb_profile *profile = &config->profiles[i];
         fprintf(out, "  -\n");
         print_table(profile_keys, profile, out, 4);
-        fprintf(out, "    tie_resolution: %" PRId64 "ms\n    tie_bits: %u\n    windows:\n",
+        fprintf(out, "    tie_resolution: %" PRId64 "ms\n    tie_bits: %u\n",
                 profile->scoring.resolution_ms, profile->scoring.tie_bits);
+        if (profile->dedupe_window_ms)
+            fprintf(out, "    dedupe: {window: %" PRId64 "ms}\n", profile->dedupe_window_ms);
+        else
+            fprintf(out, "    dedupe: off\n");
+        fprintf(out, "    windows:\n");
         for (size_t w = 0; w < profile->nwindows; w++)
             fprintf(out, "      - {kind: %s, ttl: %" PRId64 "ms%s%s}\n",
                     lb_window_kind_name(profile->windows[w].kind), profile->windows[w].ttl_ms,

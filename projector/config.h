@@ -34,6 +34,10 @@ enum lb_aggregation { LB_AGG_BEST = 0, LB_AGG_LATEST, LB_AGG_SUM };
  * would overflow the expiry arithmetic (Redis refuses them). */
 #define LB_TTL_MAX_MS (3650 * INT64_C(86400000))
 
+/* The longest dedupe window: a year (the state it keeps grows with it). */
+#define LB_DEDUPE_MAX_MS     (366 * INT64_C(86400000))
+#define LB_DEDUPE_DEFAULT_MS (24 * INT64_C(3600000))
+
 struct lb_window_config {
     enum lb_window_kind kind;
     int64_t ttl_ms; /* time windows: kept this long after the window closes; 0 = no expiry */
@@ -49,6 +53,10 @@ struct lb_profile {
     struct lb_scoring scoring; /* score_min/score_max bound each event's score */
     int64_t sum_min;           /* sum boards: the range a player's total may take */
     int64_t sum_max;
+    /* Each event counts once, by (board, event_id), among the events whose
+     * ts lies within this much of the board's latest applied ts; 0: off.
+     * Default: 24h for sum boards and boards that take retractions. */
+    int64_t dedupe_window_ms;
     struct lb_window_config *windows;
     size_t nwindows;
     int line;

@@ -486,7 +486,7 @@ static void render_partitions(struct daemon *d, struct lb_text *t)
 /* The daemon's counters at one moment, gathered from their modules. */
 struct totals {
     uint64_t consumed, applied, rejected, dead_lettered, late_windows, member_updates, batches,
-        write_failures, replans, skipped_segments, overlapped, no_timestamp;
+        write_failures, replans, skipped_segments, overlapped, no_timestamp, duplicates, conflicts;
     uint64_t requests, moved, ask, retry_later, command_errors, connection_errors, timeouts,
         refreshes, wait_shortfalls;
 };
@@ -507,6 +507,8 @@ static void gather(const struct daemon *d, struct totals *t)
                          .skipped_segments = ps->skipped_segments,
                          .overlapped = ps->overlapped,
                          .no_timestamp = ps->no_timestamp,
+                         .duplicates = ps->duplicates,
+                         .conflicts = ps->conflicts,
                          .requests = cs.requests,
                          .moved = cs.moved,
                          .ask = cs.ask,
@@ -533,6 +535,8 @@ static const struct counter_def {
     {"lb_events_total", NULL, "outcome=\"applied\"", "applied", TOTAL(applied)},
     {"lb_events_total", NULL, "outcome=\"rejected\"", "rejected", TOTAL(rejected)},
     {"lb_events_total", NULL, "outcome=\"dead_lettered\"", NULL, TOTAL(dead_lettered)},
+    {"lb_events_total", NULL, "outcome=\"duplicate\"", "duplicates", TOTAL(duplicates)},
+    {"lb_events_total", NULL, "outcome=\"conflict\"", "conflicts", TOTAL(conflicts)},
     {NULL, NULL, NULL, "member_updates", TOTAL(member_updates)},
     {"lb_late_window_writes_total",
      "Window writes skipped because the window had expired (late events).", NULL, "late_windows",

@@ -39,6 +39,8 @@ enum record_fate {
     FATE_APPLIED_BEFORE, /* an earlier attempt applied it: the marker says so */
     FATE_REJECTED,       /* its sum would leave [sum_min, sum_max] */
     FATE_WITHHELD,       /* its (board, partition) is held */
+    FATE_DUPLICATE,      /* its board counted its event_id before (dedupe) */
+    FATE_CONFLICT,       /* the same, with another payload */
 };
 
 /* What to leave out of a board's request when planning it again. */
@@ -46,13 +48,15 @@ enum exclusion_kind {
     EXCLUDE_APPLIED,   /* a partition's events up to 'marker': applied before */
     EXCLUDE_MEMBER,    /* a member whose sum would overflow */
     EXCLUDE_PARTITION, /* every event of a partition: its pair is held */
+    EXCLUDE_DUPLICATE, /* the event at offset 'marker' of a partition: counted before */
+    EXCLUDE_CONFLICT,  /* the same, with another payload */
 };
 
 struct exclusion {
     uint32_t txn;
     uint8_t kind;   /* enum exclusion_kind */
     char what[200]; /* a marker field ("<topic>:<partition>") or a member */
-    int64_t marker; /* EXCLUDE_APPLIED: the last offset already applied */
+    int64_t marker; /* EXCLUDE_APPLIED: the last offset already applied; duplicates: theirs */
 };
 
 /* A (board, partition) whose events are held back. */
@@ -442,6 +446,14 @@ static enum lb_reject check_future(struct lb_pipeline *p, const struct lb_record
     return LB_REJECT_TS_IN_FUTURE;
 }
 
+static void count_duplicate(struct lb_pipeline *p, enum record_fate fate)
+{
+    if (fate == FATE_DUPLICATE)
+        p->stats.duplicates++;
+    if (fate == FATE_CONFLICT)
+        p->stats.conflicts++;
+}
+
 /* Decodes, validates and plans every record. Returns -1 when out of memory. */
 static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct lb_record *records,
                         size_t count, int64_t now_ms)
@@ -474,15 +486,21 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
             continue;
         }
         slot->ts[i] = reason == LB_ACCEPT ? ev.ts_ms : 0;
+        enum record_fate fate = FATE_PLANNED;
         if (reason == LB_ACCEPT) {
             struct lb_position pos = {r->topic, r->partition, r->offset};
-            if (lb_plan_add(slot->plan, &ev, &pos, now_ms, &txn, &reason) < 0)
+            int added = lb_plan_add(slot->plan, &ev, &pos, now_ms, &txn, &reason);
+            if (added < 0)
                 return -1;
+            fate = added == LB_PLAN_DUPLICATE  ? FATE_DUPLICATE
+                   : added == LB_PLAN_CONFLICT ? FATE_CONFLICT
+                                               : FATE_PLANNED;
+            count_duplicate(p, fate);
             if (reason != LB_ACCEPT)
                 describe_plan_reject(&ev, reason, detail, sizeof(detail));
         }
         slot->txn_of[i] = txn;
-        slot->fate[i] = FATE_PLANNED;
+        slot->fate[i] = (uint8_t)fate;
         p->stats.records++;
         if (reason != LB_ACCEPT) {
             p->stats.rejected[reason]++;
@@ -574,6 +592,20 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
     case LB_APPLY_PARTIAL:
     case LB_APPLY_OVERFLOW:
         break;
+    case LB_APPLY_DUPLICATE: {
+        const char *field;
+        int64_t offset;
+        int conflict;
+        for (size_t i = 0; lb_apply_duplicate(&a, i, &field, &offset, &conflict) == 0; i++)
+            if (add_exclusion(slot, txn, conflict ? EXCLUDE_CONFLICT : EXCLUDE_DUPLICATE, field,
+                              offset) != 0) {
+                snprintf(req->error, sizeof(req->error), "out of memory");
+                req->error_class = LB_REDIS_NOMEM;
+                return -1;
+            }
+        p->stats.replans++;
+        return 1;
+    }
     case LB_APPLY_WRONGTYPE:
         snprintf(req->error, sizeof(req->error),
                  "WRONGTYPE: key %.90s under the board's hash tag holds another type", a.key);
@@ -628,6 +660,9 @@ static enum record_fate fate_of(const struct slot *slot, uint32_t txn, const str
             return FATE_APPLIED_BEFORE;
         if (e->kind == EXCLUDE_PARTITION && strcmp(e->what, field) == 0)
             return FATE_WITHHELD;
+        if ((e->kind == EXCLUDE_DUPLICATE || e->kind == EXCLUDE_CONFLICT) &&
+            r->offset == e->marker && strcmp(e->what, field) == 0)
+            return e->kind == EXCLUDE_CONFLICT ? FATE_CONFLICT : FATE_DUPLICATE;
         if (e->kind == EXCLUDE_MEMBER && strlen(e->what) == ev->player.len &&
             memcmp(e->what, ev->player.ptr, ev->player.len) == 0)
             return FATE_REJECTED;
@@ -667,6 +702,7 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
         }
         if (slot->fate[i] == FATE_WITHHELD)
             p->stats.withheld++;
+        count_duplicate(p, slot->fate[i]);
         if (slot->fate[i] != FATE_PLANNED)
             continue;
         struct lb_position pos = {r->topic, r->partition, r->offset};
@@ -913,7 +949,9 @@ static enum lb_record_state record_state(const struct lb_pipeline *p, const stru
                                          size_t i, int gave_up)
 {
     uint32_t txn = slot->txn_of[i];
-    if (txn == UINT32_MAX || slot->fate[i] == FATE_REJECTED || slot->fate[i] == FATE_APPLIED_BEFORE)
+    if (txn == UINT32_MAX || slot->fate[i] == FATE_REJECTED ||
+        slot->fate[i] == FATE_APPLIED_BEFORE || slot->fate[i] == FATE_DUPLICATE ||
+        slot->fate[i] == FATE_CONFLICT)
         return LB_RECORD_DURABLE;
     if (slot->fate[i] == FATE_WITHHELD) {
         const struct lb_apply_request *t = &slot->encoded.requests[txn];
@@ -983,7 +1021,8 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
         state[i] = (uint8_t)record_state(p, slot, i, gave_up);
         all &= state[i] == LB_RECORD_DURABLE;
         if (slot->txn_of[i] != UINT32_MAX && state[i] == LB_RECORD_DURABLE &&
-            slot->fate[i] != FATE_REJECTED) {
+            slot->fate[i] != FATE_REJECTED && slot->fate[i] != FATE_DUPLICATE &&
+            slot->fate[i] != FATE_CONFLICT) {
             p->stats.applied++;
             if (slot->fate[i] == FATE_PLANNED && now_ms >= slot->ts[i])
                 lb_histogram_observe(&p->stats.visible, (double)(now_ms - slot->ts[i]) / 1000.0);

@@ -56,6 +56,8 @@ struct lb_pipeline_stats {
     uint64_t withheld;           /* records kept from Redis behind a held event */
     uint64_t overlapped;         /* requests sent before the batch ahead was complete */
     uint64_t no_timestamp;       /* records without a Kafka timestamp (input.max_future) */
+    uint64_t duplicates;         /* events whose board counted their event_id before (dedupe) */
+    uint64_t conflicts;          /* the same, with another payload (the first one counts) */
 };
 
 /* What the last attempt to write the batch in flight met, for the caller's

@@ -7,6 +7,7 @@
  *   segments  (board, topic, partition)  -> segment (first and last offset)
  *   keys      (board, window)            -> key     (expiry, entries)
  *   entries   (key, player, segment)     -> entry   (the member's merged update)
+ *   seen      (board, event_id)          -> seen    (dedupe: the batch's event ids)
  *
  * Each table but segments (a board has one per partition, a short list) is
  * an open-addressing index (struct index) of 32-bit entry numbers over an
@@ -113,15 +114,16 @@ static int index_grow(struct index *ix, struct lb_arena *arena)
 struct lb_plan {
     struct lb_plan_options options;
     struct lb_arena arena;
-    struct index board_index, key_index, entry_index;
+    struct index board_index, key_index, entry_index, seen_index;
     int ready; /* the indexes exist: 0 after a reset or an add ran out of memory */
     ARRAY(struct lb_plan_board) boards;
     ARRAY(struct lb_plan_segment) segments;
     ARRAY(struct lb_plan_key) keys;
     ARRAY(struct lb_plan_entry) entries;
+    ARRAY(struct lb_plan_seen) seen;
     struct lb_plan_stats stats;
     /* table sizes of the last batch, so the next starts big enough */
-    uint32_t peak_boards, peak_keys, peak_entries;
+    uint32_t peak_boards, peak_keys, peak_entries, peak_seen;
     /* the windows of the last event's day, computed once per day */
     int64_t span_day;
     struct lb_window_span spans[LB_WINDOW_CUSTOM];
@@ -180,16 +182,20 @@ void lb_plan_reset(struct lb_plan *plan)
         plan->peak_keys = plan->keys.count;
     if (plan->entries.count > plan->peak_entries)
         plan->peak_entries = plan->entries.count;
+    if (plan->seen.count > plan->peak_seen)
+        plan->peak_seen = plan->seen.count;
     lb_arena_reset(&plan->arena);
     memset(&plan->boards, 0, sizeof(plan->boards));
     memset(&plan->segments, 0, sizeof(plan->segments));
     memset(&plan->keys, 0, sizeof(plan->keys));
     memset(&plan->entries, 0, sizeof(plan->entries));
+    memset(&plan->seen, 0, sizeof(plan->seen));
     memset(&plan->stats, 0, sizeof(plan->stats));
     plan->span_day = INT64_MIN;
     plan->ready = index_init(&plan->board_index, &plan->arena, plan->peak_boards + 256) == 0 &&
                   index_init(&plan->key_index, &plan->arena, plan->peak_keys + 1024) == 0 &&
-                  index_init(&plan->entry_index, &plan->arena, plan->peak_entries + 4096) == 0;
+                  index_init(&plan->entry_index, &plan->arena, plan->peak_entries + 4096) == 0 &&
+                  index_init(&plan->seen_index, &plan->arena, plan->peak_seen + 256) == 0;
 }
 
 /* Grows 'ix' before it is more than half full. */
@@ -224,7 +230,9 @@ static uint32_t find_board(struct lb_plan *plan, const struct lb_event *ev)
                                 .first_key = NONE,
                                 .last_key = NONE,
                                 .first_segment = NONE,
-                                .last_segment = NONE};
+                                .last_segment = NONE,
+                                .first_seen = NONE,
+                                .last_seen = NONE};
     for (int i = 0; i < LB_PLAN_KEY_CACHE; i++)
         b->recent_key[i] = NONE;
     slot->entry = plan->boards.count;
@@ -385,6 +393,65 @@ static struct lb_plan_entry *find_entry(struct lb_plan *plan, uint32_t key, uint
     return e;
 }
 
+int64_t lb_dedupe_stamp(const struct lb_event *ev)
+{
+    uint64_t h = hash_bytes(HASH_SEED, ev->player.ptr, ev->player.len);
+    int64_t numbers[3] = {ev->score, ev->ts_ms, ev->op};
+    h = hash_bytes(h, numbers, sizeof(numbers));
+    for (uint32_t i = 0; i < ev->ndims; i++) {
+        uint32_t lens[2] = {ev->dims[i].name.len, ev->dims[i].value.len};
+        h = hash_bytes(h, lens, sizeof(lens));
+        h = hash_bytes(h, ev->dims[i].name.ptr, ev->dims[i].name.len);
+        h = hash_bytes(h, ev->dims[i].value.ptr, ev->dims[i].value.len);
+    }
+    h ^= h >> 32;
+    int64_t fp = (int64_t)(h & ((UINT64_C(1) << LB_DEDUPE_FP_BITS) - 1));
+    return lb_floor_div(ev->ts_ms, 1000) * (INT64_C(1) << LB_DEDUPE_FP_BITS) + fp;
+}
+
+/* Dedupe within the batch: LB_PLAN_ADDED and the event's id recorded for
+ * the apply script, or whether an earlier event of the batch had its id. */
+static int see_event(struct lb_plan *plan, uint32_t board, uint32_t segment,
+                     const struct lb_event *ev, const struct lb_position *pos)
+{
+    uint64_t h = hash_bytes(hash_bytes(HASH_SEED, &board, sizeof(board)), ev->event_id.ptr,
+                            ev->event_id.len);
+    int64_t stamp = lb_dedupe_stamp(ev);
+    struct index_slot *slot;
+    if (index_make_room(plan, &plan->seen_index) != 0)
+        return -1;
+    INDEX_FIND(&plan->seen_index, h,
+               plan->seen.items[entry_].event_id.len == ev->event_id.len &&
+                   memcmp(plan->seen.items[entry_].event_id.ptr, ev->event_id.ptr,
+                          ev->event_id.len) == 0 &&
+                   plan->seen.items[entry_].board == board,
+               slot);
+    if (slot->entry)
+        return plan->seen.items[slot->entry - 1].stamp == stamp ? LB_PLAN_DUPLICATE
+                                                                : LB_PLAN_CONFLICT;
+    struct lb_plan_seen *seen = ARRAY_PUSH(plan, plan->seen);
+    if (!seen)
+        return -1;
+    *seen = (struct lb_plan_seen){.board = board,
+                                  .segment = segment,
+                                  .event_id = ev->event_id,
+                                  .offset = pos->offset,
+                                  .stamp = stamp,
+                                  .next = NONE};
+    uint32_t index = plan->seen.count - 1;
+    struct lb_plan_board *b = &plan->boards.items[board];
+    if (b->last_seen == NONE)
+        b->first_seen = index;
+    else
+        plan->seen.items[b->last_seen].next = index;
+    b->last_seen = index;
+    b->nseen++;
+    slot->entry = index + 1;
+    slot->hash = (uint32_t)h;
+    plan->seen_index.count++;
+    return LB_PLAN_ADDED;
+}
+
 /* What one event does to one member of one key, merged with what the batch
  * already holds for them. */
 struct update {
@@ -482,9 +549,17 @@ int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb
     if (*reason != LB_ACCEPT)
         return 0;
 
+    *txn = board;
     uint32_t segment = segment_for(plan, board, pos);
     if (segment == NONE)
         return out_of_memory(plan);
+    if (profile->dedupe_window_ms) {
+        int seen = see_event(plan, board, segment, ev, pos);
+        if (seen < 0)
+            return out_of_memory(plan);
+        if (seen != LB_PLAN_ADDED)
+            return seen;
+    }
     int64_t day = lb_floor_div(ev->ts_ms, LB_MS_PER_DAY);
     if (day != plan->span_day) {
         for (int kind = 0; kind < LB_WINDOW_CUSTOM; kind++)
@@ -529,8 +604,7 @@ int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb
             return out_of_memory(plan);
         merge(e, profile, &u);
     }
-    *txn = board;
-    return 0;
+    return LB_PLAN_ADDED;
 }
 
 void lb_plan_view(const struct lb_plan *plan, struct lb_plan_view *view)
@@ -539,7 +613,8 @@ void lb_plan_view(const struct lb_plan *plan, struct lb_plan_view *view)
                                   .nboards = plan->boards.count,
                                   .segments = plan->segments.items,
                                   .keys = plan->keys.items,
-                                  .entries = plan->entries.items};
+                                  .entries = plan->entries.items,
+                                  .seen = plan->seen.items};
 }
 
 const struct lb_plan_stats *lb_plan_stats(const struct lb_plan *plan)

@@ -46,6 +46,13 @@ struct lb_plan_stats {
     uint64_t late;           /* window writes skipped because the window expired */
 };
 
+/* What lb_plan_add made of an accepted event. */
+enum lb_plan_added {
+    LB_PLAN_ADDED = 0,
+    LB_PLAN_DUPLICATE, /* its board dedupes and the batch holds its event_id already */
+    LB_PLAN_CONFLICT,  /* the same, with another payload: the first one counts */
+};
+
 struct lb_plan;
 
 struct lb_plan_options {
@@ -69,8 +76,11 @@ void lb_plan_reset(struct lb_plan *plan);
  * value, no profile: it is then planned nothing of). An accepted event's
  * board index goes to '*txn' (its request's index once encoded); the event
  * is durable exactly when that request succeeded. 'now_ms' decides which
- * windows have already expired. Returns 0, or -1 when out of memory (the
- * plan is then only fit for lb_plan_reset). */
+ * windows have already expired. On a board that dedupes, an event whose
+ * event_id the batch already holds for the board is planned nothing of
+ * either: it returns LB_PLAN_DUPLICATE or LB_PLAN_CONFLICT (its txn set,
+ * its reason LB_ACCEPT). Returns LB_PLAN_ADDED otherwise, or -1 when out of
+ * memory (the plan is then only fit for lb_plan_reset). */
 int lb_plan_add(struct lb_plan *plan, const struct lb_event *event, const struct lb_position *pos,
                 int64_t now_ms, uint32_t *txn, enum lb_reject *reason);
 
@@ -92,6 +102,8 @@ struct lb_plan_board {
     uint32_t first_key, last_key; /* its window keys, in first-use order */
     uint32_t first_segment;       /* newest first; 'number' says the order */
     uint32_t nsegments;
+    uint32_t first_seen, last_seen; /* dedupe: its events' ids, in the order planned */
+    uint32_t nseen;
     uint32_t last_segment;                  /* the planner's own */
     uint32_t recent_key[LB_PLAN_KEY_CACHE]; /* the planner's own */
 };
@@ -103,6 +115,25 @@ struct lb_plan_segment {
     int64_t first, last;
     uint32_t next;
 };
+
+/* Dedupe: one event of a board that dedupes. The apply script drops the
+ * board's events whose id it holds already (lb_apply_parse says which),
+ * and records the others with the board's writes. */
+struct lb_plan_seen {
+    uint32_t board;
+    uint32_t segment;
+    struct lb_str event_id;
+    int64_t offset;
+    int64_t stamp; /* lb_dedupe_stamp */
+    uint32_t next;
+};
+
+/* Event time in whole seconds times 2^20, plus a 20-bit fingerprint of the
+ * rest of the event (player, score, op, ts, dims): stored per event id, it
+ * orders the ids by event time and tells a conflict (same id, another
+ * payload) from a plain duplicate. Exact in a double for |ts| < 2^33 s. */
+#define LB_DEDUPE_FP_BITS 20
+int64_t lb_dedupe_stamp(const struct lb_event *event);
 
 enum lb_expire_kind { LB_EXPIRE_NONE = 'n', LB_EXPIRE_AT = 'a', LB_EXPIRE_AFTER = 't' };
 
@@ -138,6 +169,7 @@ struct lb_plan_view {
     const struct lb_plan_segment *segments;
     const struct lb_plan_key *keys;
     const struct lb_plan_entry *entries;
+    const struct lb_plan_seen *seen;
 };
 
 /* Valid until the next lb_plan_add or lb_plan_reset. */

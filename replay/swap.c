@@ -353,6 +353,15 @@ done:
     return rc;
 }
 
+/* Whether --verify compares a live key: a leaderboard, or the board's
+ * dedupe set (which ids count, and when they happened). */
+static int compared(const struct replay *r, const char *key)
+{
+    struct lb_key_parts kp;
+    return lb_key_parse(r->config->key_prefix, key, strlen(key), &kp) == 0 &&
+           (kp.kind == LB_KEY_WINDOW || kp.kind == LB_KEY_SEEN);
+}
+
 /* Reads the live group's committed offsets into 'committed' (per part). */
 static int live_committed(struct replay *r, int64_t *committed)
 {
@@ -602,13 +611,13 @@ int replay_verify_all(struct replay *r, struct verify_report *v)
             board_keys_of(r, boards.items[b], strlen(boards.items[b]), &live, &staged, &bk);
             for (size_t k = 0; k < bk.staged.count && status == 0; k++) {
                 const char *t = bk.targets.items[k];
-                if (!lb_key_is_window(r->config->key_prefix, t, strlen(t)))
+                if (!compared(r, t))
                     continue; /* bookkeeping of latest boards, not a leaderboard */
                 status = compare_key(r, bk.staged.items[k], t, v);
             }
             for (size_t k = 0; k < bk.extra.count; k++) {
                 const char *t = bk.extra.items[k];
-                if (!lb_key_is_window(r->config->key_prefix, t, strlen(t)))
+                if (!compared(r, t))
                     continue;
                 v->keys_checked++;
                 v->keys_differing++;

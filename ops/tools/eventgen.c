@@ -87,6 +87,19 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
     /* One stream per event: event i does not depend on how many draws earlier
      * events took. */
     uint64_t state = o->seed * UINT64_C(0x100000001b3) ^ (index + 1) * UINT64_C(0x9e3779b97f4a7c15);
+    if (o->retry_every > 1 && index > 0 &&
+        index % (uint64_t)o->retry_every == (uint64_t)o->retry_every - 1) {
+        /* a producer's retry: one of the 200 events before, again (never a
+         * retry itself); every third with another score, a conflict */
+        uint64_t back = 1 + splitmix64(&state) % (index < 200 ? index : 200);
+        uint64_t original = index - back;
+        if (original % (uint64_t)o->retry_every == (uint64_t)o->retry_every - 1)
+            original--; /* retry_every > 1 leaves the one before a first record */
+        gen_event(gen, original, ev);
+        if ((index / (uint64_t)o->retry_every) % 3 == 0)
+            ev->score = ev->score == 0 ? 1 : ev->score - 1;
+        return;
+    }
     uint32_t board = (uint32_t)(splitmix64(&state) % o->boards);
     uint32_t player = zipf_draw(gen->cdf, o->players, uniform01(&state));
     int64_t span_ms = (int64_t)o->days * 86400000;

@@ -31,6 +31,7 @@ struct gen_options {
     const char *dim_name;     /* optional: add dims {name: value} */
     uint32_t dim_values;
     int retract_every; /* every Nth event is a RETRACT */
+    int retry_every;   /* every Nth event is a retry of an earlier one (its event_id) */
     int poison_every;  /* every Nth event is a poison event, of each kind in turn */
     int bare;          /* bare Avro instead of the Confluent framing */
     int32_t schema_id;

@@ -200,6 +200,9 @@ static void usage(FILE *out)
                  "      --dim NAME          add dims {NAME: vK}, K uniform in [0, --dim-values)\n"
                  "      --dim-values N      (default 3)\n"
                  "      --retract-every N   make every Nth event a RETRACT (default never)\n"
+                 "      --retry-every N     make every Nth record a producer's retry of one of\n"
+                 "                          the 200 events before it (same event_id and key;\n"
+                 "                          every third with another score: a conflict)\n"
                  "      --poison-every N    make every Nth event one the projector must\n"
                  "                          dead-letter, each kind in turn (default never)\n"
                  "      --bare              bare Avro instead of the Confluent framing\n"
@@ -238,6 +241,7 @@ int main(int argc, char **argv)
         O_DIM,
         O_DIM_VALUES,
         O_RETRACT,
+        O_RETRY,
         O_POISON,
         O_TS_NOW,
         O_DELIVERIES_OUT,
@@ -264,6 +268,7 @@ int main(int argc, char **argv)
         {"dim", required_argument, NULL, O_DIM},
         {"dim-values", required_argument, NULL, O_DIM_VALUES},
         {"retract-every", required_argument, NULL, O_RETRACT},
+        {"retry-every", required_argument, NULL, O_RETRY},
         {"poison-every", required_argument, NULL, O_POISON},
         {"ts-now", no_argument, NULL, O_TS_NOW},
         {"deliveries-out", required_argument, NULL, O_DELIVERIES_OUT},
@@ -351,6 +356,10 @@ int main(int argc, char **argv)
         case O_RETRACT:
             NUMBER(v, 0, 1e9);
             o.gen.retract_every = (int)v;
+            break;
+        case O_RETRY:
+            NUMBER(v, 0, 1e9);
+            o.gen.retry_every = (int)v;
             break;
         case O_POISON:
             NUMBER(v, 0, 1e9);

@@ -247,6 +247,17 @@ produce() {
     cat "$T_DIR/events.part" >>"$T_DIR/events.tsv"
 }
 
+# kill_mid_stream - SIGKILL the projector (PROJECTOR_PID) and check it left
+# records uncommitted (a kill between batches would prove nothing).
+kill_mid_stream() {
+    kill -9 "$PROJECTOR_PID"
+    wait "$PROJECTOR_PID" 2>/dev/null || true
+    local lag
+    lag=$(committed_offsets | awk '{ c = ($2 == "-") ? 0 : $2; lag += $3 - c } END { print lag + 0 }')
+    ((lag > 0)) || fail "the kill was not mid-stream (nothing left uncommitted)"
+    log "killed the projector mid-stream with ${lag} records not committed"
+}
+
 wait_caught_up() {
     local timeout=${1:-120}
     "$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" --topic scores --group "${GROUP:-lb-test}" \
@@ -323,8 +334,12 @@ MODE_PROFILES_V2="profiles:
   - name: total
     match: \"sum-*\"
     aggregation: sum$_windows"
-# shellcheck disable=SC2034
-MODE_PROFILES="$MODE_PROFILES_V2
+# This release's: the same with dedupe windows longer than the events' span
+# (the oracle counts each event_id once on those boards), and top-* boards
+# (best, retractions refused: no dedupe, every record counts). sed, not
+# ${var//}: a line is matched for one of three aggregations.
+# shellcheck disable=SC2034,SC2001
+MODE_PROFILES="$(sed 's/^    aggregation: \(best\|latest\|sum\)$/&\n    dedupe: {window: 30d}/' <<<"$MODE_PROFILES_V2")
   - name: top
     match: \"top-*\"
     aggregation: best
@@ -336,7 +351,7 @@ MODE_ORACLE=(--windows "alltime,daily:7d,weekly:28d,monthly:93d,patch"
     --profile top-=best/desc/earliest/noretract)
 # shellcheck disable=SC2034
 MODE_GEN=(--boards 30 --players 400 --board-prefix "best-,asc-,lat-,sum-,top-" --score-max 1000
-    --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25)
+    --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25 --retry-every 11)
 # shellcheck disable=SC2034
 MODE_GEN_V2=(--boards 24 --players 400 --board-prefix "best-,asc-,lat-,sum-" --score-max 1000
     --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25)

@@ -14,11 +14,7 @@ produce -n 60000 --seed 21 --boards 10 --players 2000 --start "$START" --days 3 
 producer=$!
 T_PIDS+=("$producer")
 sleep 2
-kill -9 "$PROJECTOR_PID"
-wait "$PROJECTOR_PID" 2>/dev/null || true
-lag=$(committed_offsets | awk '{ c = ($2 == "-") ? 0 : $2; lag += $3 - c } END { print lag + 0 }')
-log "killed the projector mid-stream with ${lag} events not committed"
-((lag > 0)) || fail "the kill was not mid-stream (nothing left uncommitted)"
+kill_mid_stream
 start_projector projector "$T_DIR/projector.yaml"
 wait "$producer" || fail "producer failed"
 wait_caught_up 120

@@ -9,7 +9,11 @@
  * (best, latest or sum; desc or asc; earliest, latest or none; noretract:
  * the profile rejects retractions), the rest best/desc/earliest.
  * Retractions remove the player from the windows of their time, and a sum
- * starts again from zero after one; where refused, they change nothing. Custom windows are named by
+ * starts again from zero after one; where refused, they change nothing.
+ * Each event counts once by (board, event_id), its first record, on boards
+ * that dedupe (as the projector's default: all but best boards refusing
+ * retractions, which take every record); the tests give the projector a
+ * dedupe window longer than their events' span. Custom windows are named by
  * their dim (--windows alltime,daily:7d,patch).
  *
  * It deliberately shares no code with the projector: windows come from the C
@@ -303,7 +307,8 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
 {
     FILE *f = fopen(path, "r");
     char line[1024];
-    size_t applied = 0;
+    size_t applied = 0, retries = 0;
+    struct map ids = {0}; /* "<board>\n<event_id>" counted */
     int64_t seq = 0;
     if (!f) {
         fprintf(stderr, "verify_state: %s: %s\n", path, strerror(errno));
@@ -352,6 +357,16 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
         }
         if (refused)
             continue;
+        if (!(p->mode == 'b' && p->no_retractions)) {
+            char idkey[600];
+            snprintf(idkey, sizeof(idkey), "%s\n%s", board, id);
+            struct entry *seen = map_get(&ids, idkey, 1);
+            if (seen->seen) {
+                retries++;
+                continue;
+            }
+            seen->seen = 1;
+        }
         for (int i = 0; i < n; i++) {
             struct member *m = targets[i];
             char *nl = strchr(mkeys[i], '\n');
@@ -380,6 +395,9 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
         applied++;
     }
     fclose(f);
+    map_free(&ids);
+    if (retries)
+        printf("%zu retried events counted once\n", retries);
     /* members expected per key */
     for (size_t i = 0; i < members->cap; i++) {
         struct entry *e = &members->slots[i];

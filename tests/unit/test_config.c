@@ -189,6 +189,38 @@ static void sum_boards_budget_their_totals(void **state)
     expect_error(text, 10, "not one of: best, latest, sum");
 }
 
+/* Dedupe: on (24 h) by default where a retry would count twice (sum boards,
+ * boards that take retractions), off for best boards without retractions;
+ * a window or off may be set on any profile. */
+static void dedupe_defaults_and_errors(void **state)
+{
+    (void)state;
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "%sprofiles:\n"
+             "  - {name: xp, match: \"xp*\", aggregation: sum, retractions: reject}\n"
+             "  - {name: fixed, match: \"f*\", retractions: reject}\n"
+             "  - {name: short, match: \"s*\", retractions: reject, dedupe: {window: 90s}}\n"
+             "  - {name: none, match: \"n*\", aggregation: latest, dedupe: off}\n"
+             "  - {name: default}\n",
+             minimal);
+    struct lb_config *c = load_ok(text);
+    static const int64_t windows[] = {86400000, 0, 90000, 0, 86400000};
+    assert_int_equal(c->nprofiles, 5);
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(c->profiles[i].dedupe_window_ms, windows[i]);
+    lb_config_free(c);
+    snprintf(text, sizeof(text), "%sprofiles:\n  - {name: xp, dedupe: yes}\n", minimal);
+    expect_error(text, 10, "dedupe: expected {window: DURATION} (e.g. 24h) or off");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: xp\n    dedupe: {window: 0s}\n", minimal);
+    expect_error(text, 11, "out of range");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: xp\n    dedupe: {}\n", minimal);
+    expect_error(text, 11, "'window' is required");
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name: xp\n    dedupe: {window: 1h, ttl: 1h}\n",
+             minimal);
+    expect_error(text, 11, "unknown key 'ttl'");
+}
+
 /* The operability settings, as files on disk: each invalid file is refused
  * with "<its path>:<line>: <what>". */
 static void invalid_files_are_refused_with_their_path_and_line(void **state)
@@ -592,6 +624,7 @@ int main(void)
         cmocka_unit_test(kafka_properties_pass_through),
         cmocka_unit_test(durations_and_times_parse),
         cmocka_unit_test(sum_boards_budget_their_totals),
+        cmocka_unit_test(dedupe_defaults_and_errors),
         cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
         cmocka_unit_test(kafka_properties_go_to_their_client),

@@ -511,6 +511,49 @@ static void events_from_the_future_are_refused_by_their_record_timestamp(void **
     assert_int_equal(total(f, "fut", "b"), 0);
 }
 
+/* A producer's retries (the same event_id in records of their own) count
+ * once on a board that dedupes (sum boards do by default): within a batch
+ * the planner leaves them out, across batches the script names them and
+ * the board is planned again without them. Each is durable (its offset
+ * may be committed) and counted, apart from conflicts (another payload). */
+static void a_retry_counts_once_within_and_across_batches(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t st[16];
+    const struct lb_pipeline_stats *ps = lb_pipeline_stats(f->pipeline);
+    uint64_t applied = ps->applied, replans = ps->replans;
+    struct input b1[] = {{0, 0, event("r0", "dd", "a", 1)},
+                         {0, 1, event("r1", "dd", "a", 2)},
+                         {0, 2, event("r0", "dd", "a", 1)},
+                         {1, 0, event("r1", "dd", "a", 7)}};
+    assert_int_equal(run(f, b1, 4, st), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], LB_RECORD_DURABLE);
+    assert_int_equal(total(f, "dd", "a"), 3);
+    assert_int_equal(ps->duplicates, 1);
+    assert_int_equal(ps->conflicts, 1);
+    assert_int_equal(ps->applied - applied, 2);
+    assert_int_equal(ps->replans, replans);
+
+    struct input b2[] = {{0, 3, event("r1", "dd", "a", 2)},
+                         {0, 4, event("r2", "dd", "a", 4)},
+                         {1, 1, event("r0", "dd", "a", 9)},
+                         {1, 2, event("r3", "ee", "b", 5)}};
+    assert_int_equal(run(f, b2, 4, st), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], LB_RECORD_DURABLE);
+    assert_int_equal(total(f, "dd", "a"), 3 + 4);
+    assert_int_equal(total(f, "ee", "b"), 5);
+    assert_int_equal(ps->duplicates, 2);
+    assert_int_equal(ps->conflicts, 2);
+    assert_int_equal(ps->applied - applied, 4);
+    assert_int_equal(ps->replans, replans + 1);
+    /* redelivered whole (a crash before the commit): nothing counts again */
+    assert_int_equal(run(f, b2, 4, st), 0);
+    assert_int_equal(total(f, "dd", "a"), 3 + 4);
+    assert_int_equal(total(f, "ee", "b"), 5);
+}
+
 /* ---- out of memory ----------------------------------------------------------- */
 
 struct oom_pipeline {
@@ -570,6 +613,8 @@ int main(void)
             events_from_the_future_are_refused_by_their_record_timestamp, setup, teardown),
         cmocka_unit_test_setup_teardown(running_out_of_memory_while_projecting_never_counts_twice,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(a_retry_counts_once_within_and_across_batches, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_held_event_is_never_skipped_and_nothing_else_waits, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(releasing_one_partition_keeps_the_others_held, setup,

@@ -86,9 +86,16 @@ static int teardown(void **state)
     return 0;
 }
 
+/* An event with an id of its own (a ring of ids: the planner borrows them
+ * until the request is built). */
 static struct lb_event event(const char *board, const char *player, int64_t score, int64_t ts)
 {
-    struct lb_event ev = {.board = {board, (uint32_t)strlen(board)},
+    static char ids[1 << 14][12];
+    static unsigned next;
+    char *id = ids[next++ % (1 << 14)];
+    snprintf(id, sizeof(ids[0]), "e%u", next);
+    struct lb_event ev = {.event_id = {id, (uint32_t)strlen(id)},
+                          .board = {board, (uint32_t)strlen(board)},
                           .player = {player, (uint32_t)strlen(player)},
                           .score = score,
                           .ts_ms = ts};
@@ -165,7 +172,9 @@ struct key_args {
 static struct key_args key_args(const struct request *q, int k)
 {
     size_t nseg = (size_t)atoi(q->args[9]), width = q->args[2][0] == 'b' ? 2 : 3;
-    size_t pos = 10 + 3 * nseg;
+    size_t pos = 11 + 4 * nseg;
+    for (size_t s = 1; s <= nseg; s++)
+        pos += 3 * (size_t)atoi(q->args[10 + 4 * s]); /* the segment's event ids */
     struct key_args a = {0};
     for (int i = 1; i <= k; i++) {
         a = (struct key_args){.at = pos, .plain = pos + 2 + 2 * nseg};
@@ -223,23 +232,33 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     static const char *const keys[] = {"lb:{g456}:alltime", "lb:{g456}:daily:2026-05-04",
                                        "lb:{g456}:weekly:2026-W19", "lb:{g456}:monthly:2026-05",
                                        "lb:{g456}:patch:1.29"};
-    assert_int_equal(q.numkeys, 8);
+    assert_int_equal(q.numkeys, 9);
     expect(q.keys[1], "lb:{g456}:~applied");
     expect(q.keys[2], "lb:{g456}:~offsets");
     expect(q.keys[3], "lb:{g456}:~fence");
+    expect(q.keys[4], "lb:{g456}:~seen");
     for (int k = 0; k < 5; k++)
-        expect(q.keys[4 + k], keys[k]);
-    /* protocol, best, desc, 30 tie bits, earlier wins, 5 keys, 1 segment */
-    expect(q.args[1], "3");
+        expect(q.keys[5 + k], keys[k]);
+    /* protocol, best, desc, 30 tie bits, earlier wins, 5 keys, 1 segment,
+     * dedupe over 24 h (the default of a board that takes retractions) */
+    expect(q.args[1], "4");
     expect(q.args[2], "b");
     expect(q.args[3], "d");
     expect(q.args[4], "30");
     expect(q.args[5], "0");
     expect(q.args[8], "5");
     expect(q.args[9], "1");
-    expect(q.args[10], "scores:3");
-    expect(q.args[11], "41");
+    expect(q.args[10], "86400");
+    expect(q.args[11], "scores:3");
     expect(q.args[12], "41");
+    expect(q.args[13], "41");
+    expect(q.args[14], "1");
+    /* the event's id: offset, id, event time in seconds * 2^20 + fingerprint */
+    expect(q.args[15], "41");
+    expect(q.args[16], ev.event_id.ptr);
+    long long stamp = atoll(q.args[17]);
+    assert_int_equal(stamp >> 20, MAY4_10H / 1000);
+    assert_int_equal(stamp, lb_dedupe_stamp(&ev));
     /* expiry: window end + ttl for time windows, a sliding ttl for custom */
     static const char expire[] = {'n', 'a', 'a', 'a', 't'};
     const char *expire_at[] = {"0", num(MAY4 + 1 * DAY + 2 * DAY), num(MAY4 + 7 * DAY + 7 * DAY),
@@ -254,7 +273,7 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
         expect(q.args[a.plain], num(composite(700, MAY4_10H)));
         expect(q.args[a.plain + 1], "alice");
     }
-    assert_int_equal(q.nargs, 12 + 5 * (2 + 2 + 2));
+    assert_int_equal(q.nargs, 17 + 5 * (2 + 2 + 2));
     release(&q);
 }
 
@@ -280,8 +299,8 @@ static void duplicates_merge_to_the_best_and_boards_split(void **state)
 
     /* g1: bob's best is 30 at the earlier time; carol follows */
     parse(f, txn[0], &q);
-    expect(q.args[11], "0"); /* segment: offsets 0..3 */
-    expect(q.args[12], "3");
+    expect(q.args[12], "0"); /* segment: offsets 0..3 */
+    expect(q.args[13], "3");
     struct key_args a = key_args(&q, 1);
     assert_int_equal(a.nplain, 2);
     expect(q.args[a.plain], num(composite(30, MAY4_10H + 5000)));
@@ -338,9 +357,9 @@ static void latest_keeps_the_greatest_event_time_whatever_the_order(void **state
     uint32_t txn = plan_batch(f, evs, 3, 0, 7);
     parse(f, txn, &q);
     expect(q.args[2], "l");
-    /* keys: markers, fence, the window, its event-time hash */
-    assert_int_equal(q.numkeys, 5);
-    expect(q.keys[5], "lb:{last1}:alltime:~ts");
+    /* keys: markers, fence, dedupe set, the window, its event-time hash */
+    assert_int_equal(q.numkeys, 6);
+    expect(q.keys[6], "lb:{last1}:alltime:~ts");
     struct key_args a = key_args(&q, 1);
     assert_int_equal(a.nplain, 1);
     /* equal times: the later offset (9, score 7) wins over the earlier (7) */
@@ -401,12 +420,18 @@ static void each_partition_is_a_segment_with_its_offsets(void **state)
     encode(f);
     parse(f, txn, &q);
     expect(q.args[9], "2");
-    expect(q.args[10], "scores:2");
-    expect(q.args[11], "10");
-    expect(q.args[12], "15");
-    expect(q.args[13], "scores:5");
-    expect(q.args[14], "70");
-    expect(q.args[15], "90");
+    expect(q.args[11], "scores:2");
+    expect(q.args[12], "10");
+    expect(q.args[13], "15");
+    expect(q.args[14], "3");
+    expect(q.args[15], "scores:5");
+    expect(q.args[16], "70");
+    expect(q.args[17], "90");
+    expect(q.args[18], "2");
+    /* the event ids come grouped by segment too */
+    static const char *const offsets_grouped[] = {"10", "11", "15", "70", "90"};
+    for (size_t i = 0; i < 5; i++)
+        expect(q.args[19 + 3 * i], offsets_grouped[i]);
     /* each key's entries come grouped by segment (counts 3 and 2), so the
      * script can hand any applied segment's run to ZADD as it is */
     struct key_args a = key_args(&q, 1);
@@ -432,9 +457,9 @@ static void expired_windows_are_not_resurrected(void **state)
     encode(f);
     assert_int_equal(lb_plan_stats(f->plan)->late, 2);
     parse(f, 0, &q);
-    assert_int_equal(q.numkeys, 5);
-    expect(q.keys[4], "lb:{g2}:alltime");
-    expect(q.keys[5], "lb:{g2}:monthly:2026-05");
+    assert_int_equal(q.numkeys, 6);
+    expect(q.keys[5], "lb:{g2}:alltime");
+    expect(q.keys[6], "lb:{g2}:monthly:2026-05");
     release(&q);
 }
 
@@ -642,7 +667,7 @@ static int plan_two_batches(void *ctx)
             struct lb_position pos = at(i % 4, round * 3000 + i);
             uint32_t txn;
             enum lb_reject reason;
-            failed = lb_plan_add(plan, &ev, &pos, MAY4_10H, &txn, &reason) != 0;
+            failed = lb_plan_add(plan, &ev, &pos, MAY4_10H, &txn, &reason) < 0;
         }
         failed = failed || lb_apply_encode(&batch, plan, "lb:") != 0;
     }

@@ -4,7 +4,11 @@
  * rebalancing consumer deliver them (random batch boundaries, redelivery
  * after crashes, stale batches from a zombie pod), compared with a reference
  * computed here from the events, each applied exactly once. Every
- * aggregation x order x tie-break.
+ * aggregation x order x tie-break. Some events are sent again as records of
+ * their own (a producer's retry: the same event_id, some with another
+ * payload); the reference counts each event_id once on boards that dedupe
+ * and every record on the one kind that does not (best without
+ * retractions, where a retry of the same payload changes nothing).
  *
  * The reference takes its windows from the C library's calendar and its
  * composites from the rule in ARCHITECTURE.md; it shares no code with the
@@ -57,6 +61,7 @@ static char *config_text(void)
                                       "    order: %s\n"
                                       "    tie_break: %s\n"
                                       "    retractions: %s\n"
+                                      "%s"
                                       "    windows:\n"
                                       "      alltime: {}\n"
                                       "      daily: {ttl: 0s}\n"
@@ -64,7 +69,8 @@ static char *config_text(void)
                                       "      custom: [{dim: patch}]\n",
                                       modes[m], orders[o], ties[t], modes[m], orders[o], ties[t],
                                       mode_names[m], order_names[o], tie_names[t],
-                                      modes[m] == 'f' ? "reject" : "allow");
+                                      modes[m] == 'f' ? "reject" : "allow",
+                                      modes[m] == 'f' ? "" : "    dedupe: {window: 30d}\n");
     return text;
 }
 
@@ -74,6 +80,7 @@ static char *config_text(void)
 #define MAX_EVENTS 400
 
 struct event {
+    char id[16];
     char board[32];
     char player[16];
     char patch[8]; /* "" when the event has no patch dim */
@@ -115,6 +122,17 @@ static void generate(uint64_t seed, size_t count, struct sequence *seq)
     seq->count = count;
     for (size_t i = 0; i < count; i++) {
         struct event *e = &seq->events[i];
+        if (i > 0 && pick(&rng, 100) < 15) {
+            /* a retry: an earlier event again (same key, so same partition),
+             * a third of them with another score (a conflict) */
+            *e = seq->events[pick(&rng, (unsigned)i)];
+            if (pick(&rng, 3) == 0)
+                e->score = (e->score + 1 + (int64_t)pick(&rng, 30)) % 40;
+            e->offset = (int64_t)seq->length[e->partition];
+            seq->order[e->partition][seq->length[e->partition]++] = i;
+            continue;
+        }
+        snprintf(e->id, sizeof(e->id), "e%u", (unsigned)i);
         unsigned player = pick(&rng, 7);
         snprintf(e->board, sizeof(e->board), "%s", boards[pick(&rng, 10)]);
         snprintf(e->player, sizeof(e->player), "p%u", player);
@@ -143,6 +161,8 @@ struct cell {
 struct reference {
     struct cell cells[8192];
     size_t count;
+    char ids[MAX_EVENTS][16]; /* event_ids counted, on boards that dedupe */
+    size_t nids;
 };
 
 static unsigned tie_bits(char tie)
@@ -192,6 +212,15 @@ static void apply_reference(struct reference *ref, const struct event *e)
     char mode = e->board[0], order = e->board[2], tie = e->board[4];
     if (mode == 'f' && e->op == LB_OP_RETRACT)
         return; /* refused by the profile: dead-lettered */
+    if (mode != 'f') {
+        /* dedupe: the first record of an event_id counts (its retries are
+         * later in the same partition) */
+        for (size_t i = 0; i < ref->nids; i++)
+            if (strcmp(ref->ids[i], e->id) == 0)
+                return;
+        assert_true(ref->nids < MAX_EVENTS);
+        snprintf(ref->ids[ref->nids++], sizeof(ref->ids[0]), "%s", e->id);
+    }
     char keys[4][96];
     int nkeys = 0;
     time_t secs = (time_t)(e->ts / 1000);
@@ -238,11 +267,15 @@ static int64_t reference_value(const struct cell *c)
 
 /* ---- driving the planner into a real redis-server ---------------------------------- */
 
-/* A marker a "partial" answer reported: events at or below it were applied. */
+/* What an answer said to leave out: a "partial" answer's marker (events
+ * at or below it were applied), or one event a "duplicate" answer named. */
 struct skip {
     char field[128];
     int64_t marker;
+    int exact; /* a duplicate: the event at offset 'marker' */
 };
+
+#define MAX_SKIPS 128
 
 struct harness {
     struct lb_config *config;
@@ -251,6 +284,7 @@ struct harness {
     struct redis_server *redis;
     char overflow[4][128]; /* the members of the last "overflow" answer */
     size_t noverflow;
+    size_t conflicts; /* of the last "duplicate" answer */
 };
 
 static void harness_open(struct harness *h, const char *text, struct redis_server *redis)
@@ -275,7 +309,8 @@ static void harness_close(struct harness *h)
 
 static struct lb_event as_event(const struct event *e, struct lb_dim *dim)
 {
-    struct lb_event ev = {.board = {e->board, (uint32_t)strlen(e->board)},
+    struct lb_event ev = {.event_id = {e->id, (uint32_t)strlen(e->id)},
+                          .board = {e->board, (uint32_t)strlen(e->board)},
                           .player = {e->player, (uint32_t)strlen(e->player)},
                           .score = e->score,
                           .ts_ms = e->ts,
@@ -304,22 +339,25 @@ static void plan(struct harness *h, const struct sequence *seq, const size_t *ba
             continue;
         snprintf(field, sizeof(field), "t:%d", e->partition);
         for (size_t s = 0; s < nskip; s++)
-            excluded |= strcmp(skip[s].field, field) == 0 && e->offset <= skip[s].marker;
+            excluded |= strcmp(skip[s].field, field) == 0 &&
+                        (skip[s].exact ? e->offset == skip[s].marker : e->offset <= skip[s].marker);
         if (excluded)
             continue;
         struct lb_dim dim;
         struct lb_event ev = as_event(e, &dim);
         struct lb_position pos = {"t", e->partition, e->offset};
         int refused = e->board[0] == 'f' && e->op == LB_OP_RETRACT;
-        assert_int_equal(plan_event(h->plan, &ev, &pos, MAY1, &txn),
-                         refused ? LB_REJECT_RETRACTION : LB_ACCEPT);
+        enum lb_reject reason = LB_REJECT__COUNT;
+        /* a retry within the batch is left out by the planner itself */
+        assert_true(lb_plan_add(h->plan, &ev, &pos, MAY1, &txn, &reason) >= 0);
+        assert_int_equal(reason, refused ? LB_REJECT_RETRACTION : LB_ACCEPT);
     }
     assert_int_equal(lb_apply_encode(&h->batch, h->plan, "lb:"), 0);
 }
 
 /* Sends request 'i' of the batch to the server and reads the script's
- * answer: the markers of a "partial" into 'skip', the members of an
- * "overflow" into h->overflow. */
+ * answer: the markers of a "partial" and the events of a "duplicate" added
+ * to 'skip', the members of an "overflow" into h->overflow. */
 static enum lb_apply_status apply(struct harness *h, size_t i, struct skip *skip, size_t *nskip)
 {
     const struct lb_apply_request *req = &h->batch.requests[i];
@@ -332,10 +370,20 @@ static enum lb_apply_status apply(struct harness *h, size_t i, struct skip *skip
         fail_msg("unexpected answer from the script: %s",
                  r->type == REDIS_REPLY_ERROR ? r->str : "(not an error)");
     if (status == LB_APPLY_PARTIAL)
-        for (*nskip = 0; lb_apply_pair(&a, *nskip, &first, &second) == 0; (*nskip)++) {
-            assert_true(*nskip < PARTITIONS);
-            snprintf(skip[*nskip].field, sizeof(skip[0].field), "%s", first);
-            skip[*nskip].marker = strtoll(second, NULL, 10);
+        for (size_t k = 0; lb_apply_pair(&a, k, &first, &second) == 0; k++) {
+            assert_true(*nskip < MAX_SKIPS);
+            skip[*nskip] = (struct skip){.marker = strtoll(second, NULL, 10)};
+            snprintf(skip[(*nskip)++].field, sizeof(skip[0].field), "%s", first);
+        }
+    int64_t offset;
+    int conflict;
+    h->conflicts = 0;
+    if (status == LB_APPLY_DUPLICATE)
+        for (size_t k = 0; lb_apply_duplicate(&a, k, &first, &offset, &conflict) == 0; k++) {
+            assert_true(*nskip < MAX_SKIPS);
+            skip[*nskip] = (struct skip){.marker = offset, .exact = 1};
+            snprintf(skip[(*nskip)++].field, sizeof(skip[0].field), "%s", first);
+            h->conflicts += (size_t)conflict;
         }
     if (status == LB_APPLY_OVERFLOW)
         for (h->noverflow = 0;
@@ -347,21 +395,23 @@ static enum lb_apply_status apply(struct harness *h, size_t i, struct skip *skip
 }
 
 /* Delivers one batch as the pipeline does: every board's request; a board
- * answering "partial" is planned again without the events already applied,
- * until it goes through. */
+ * answering "partial" or "duplicate" is planned again without the events
+ * already applied or counted, until it goes through. */
 static void deliver(struct harness *h, const struct sequence *seq, const size_t *batch, size_t n)
 {
     char again[16][32];
-    struct skip skips[16][PARTITIONS];
-    size_t nskips[16], nagain = 0;
+    static struct skip skips[16][MAX_SKIPS];
+    size_t nskips[16] = {0}, nagain = 0;
 
     plan(h, seq, batch, n, NULL, NULL, 0);
     for (size_t t = 0; t < h->batch.count; t++) {
         const struct lb_apply_request *req = &h->batch.requests[t];
         if (!req->len)
             continue;
+        assert_true(nagain < 16);
+        nskips[nagain] = 0;
         enum lb_apply_status status = apply(h, t, skips[nagain], &nskips[nagain]);
-        if (status == LB_APPLY_PARTIAL) {
+        if (status == LB_APPLY_PARTIAL || status == LB_APPLY_DUPLICATE) {
             assert_true(nagain < 16);
             snprintf(again[nagain++], sizeof(again[0]), "%.*s", (int)req->board.len,
                      req->board.ptr);
@@ -371,10 +421,12 @@ static void deliver(struct harness *h, const struct sequence *seq, const size_t 
     }
     for (size_t b = 0; b < nagain; b++) {
         for (int attempt = 0;; attempt++) {
-            assert_true(attempt < 4);
+            assert_true(attempt < 6);
             plan(h, seq, batch, n, again[b], skips[b], nskips[b]);
-            assert_int_equal(h->batch.count, 1);
-            if (!h->batch.requests[0].len || apply(h, 0, skips[b], &nskips[b]) == LB_APPLY_OK)
+            /* none left (every event counted before): no request at all */
+            assert_true(h->batch.count <= 1);
+            if (!h->batch.count || !h->batch.requests[0].len ||
+                apply(h, 0, skips[b], &nskips[b]) == LB_APPLY_OK)
                 break;
         }
     }
@@ -477,6 +529,7 @@ static void run_sequence(struct harness *h, uint64_t seed, size_t count)
 
     generate(seed, count, &seq);
     ref.count = 0;
+    ref.nids = 0;
     for (int p = 0; p < PARTITIONS; p++)
         for (size_t i = 0; i < seq.length[p]; i++)
             apply_reference(&ref, &seq.events[seq.order[p][i]]);
@@ -570,12 +623,21 @@ static enum lb_apply_status apply_events_under(struct harness *h, const char *pr
                                                const struct lb_event *evs,
                                                const struct lb_position *pos, size_t n)
 {
-    struct skip skip[PARTITIONS];
-    size_t nskip;
+    struct skip skip[MAX_SKIPS];
+    size_t nskip = 0;
     uint32_t txn;
+    char ids[16][32];
     lb_plan_reset(h->plan);
-    for (size_t i = 0; i < n; i++)
-        assert_int_equal(plan_event(h->plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
+    for (size_t i = 0; i < n; i++) {
+        struct lb_event ev = evs[i];
+        if (!ev.event_id.len) { /* an id of its own, unless the case gives one */
+            assert_true(i < 16);
+            int len = snprintf(ids[i], sizeof(ids[i]), "%s:%d:%lld", pos[i].topic, pos[i].partition,
+                               (long long)pos[i].offset);
+            ev.event_id = (struct lb_str){ids[i], (uint32_t)len};
+        }
+        assert_int_equal(plan_event(h->plan, &ev, &pos[i], MAY1, &txn), LB_ACCEPT);
+    }
     assert_int_equal(lb_apply_encode(&h->batch, h->plan, prefix), 0);
     assert_int_equal(h->batch.count, 1);
     return apply(h, 0, skip, &nskip);
@@ -711,9 +773,13 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
 {
     (void)state;
     struct lb_event evs[4];
+    static const char *const ids[] = {"a", "b", "c", "d"};
     for (int i = 0; i < 4; i++)
-        evs[i] = (struct lb_event){
-            .board = {"s", 1}, .player = {"ann", 3}, .score = 5 + i, .ts_ms = MAY1};
+        evs[i] = (struct lb_event){.event_id = {ids[i], 1},
+                                   .board = {"s", 1},
+                                   .player = {"ann", 3},
+                                   .score = 5 + i,
+                                   .ts_ms = MAY1};
     struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2}, {"t", 0, 3}};
     struct harness h;
     harness_open(
@@ -750,9 +816,10 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
     lb_config_free(config);
 }
 
-/* replay's swap script (replay/swap.lua) on board z's alltime key: the
- * staging copy under "lb:~replay:" replaces the live key if the live
- * markers are not past 'read' on t:0. Returns the script's first word. */
+/* replay's swap script (replay/swap.lua) on board z's alltime key and its
+ * dedupe set: the staging copies under "lb:~replay:" replace the live keys
+ * if the live markers are not past 'read' on t:0. Returns the script's
+ * first word. */
 static char *swap_alltime(int64_t read)
 {
     char path[1024];
@@ -766,9 +833,9 @@ static char *swap_alltime(int64_t read)
     fclose(f);
     redisReply *r = redis_server_command(
         redis,
-        "EVAL %s 7 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
-        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:~replay:{z}:alltime lb:{z}:alltime "
-        "1 advance 1 t:0 %lld",
+        "EVAL %s 9 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:~replay:{z}:alltime lb:~replay:{z}:~seen "
+        "lb:{z}:alltime lb:{z}:~seen 2 advance 1 t:0 %lld",
         script, (long long)read);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     static char word[32];
@@ -846,13 +913,12 @@ static void another_protocol_is_refused_and_writes_nothing(void **state)
     freeReplyObject(r);
     r = redis_server_command(
         redis,
-        "EVALSHA %s 4 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence lb:{p}:alltime 2 "
-        "b d 0 0 "
-        "0 0 1 1 t:0 0 0 n 0 1 0 7 ann",
+        "EVALSHA %s 5 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence lb:{p}:~seen "
+        "lb:{p}:alltime 3 b d 0 0 0 0 1 1 t:0 0 0 n 0 1 0 7 ann",
         lb_apply_script_sha());
     struct lb_apply_answer a;
     assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_PROTOCOL);
-    assert_string_equal(a.key, "3");
+    assert_string_equal(a.key, "4");
     freeReplyObject(r);
     r = redis_server_command(redis, "DBSIZE");
     assert_int_equal(r->integer, 0);
@@ -867,9 +933,9 @@ static void a_bad_expiry_is_refused_before_any_write(void **state)
     freeReplyObject(redis_server_command(redis, "FLUSHALL"));
     redisReply *r =
         redis_server_command(redis,
-                             "EVALSHA %s 5 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence "
-                             "lb:{p}:alltime lb:{p}:daily:2026-05-01 3 b d 0 0 0 0 2 1 t:0 0 0 "
-                             "n 0 1 0 7 ann a 0 1 0 7 ann",
+                             "EVALSHA %s 6 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence "
+                             "lb:{p}:~seen lb:{p}:alltime lb:{p}:daily:2026-05-01 4 b d 0 0 0 0 "
+                             "2 1 60 t:0 0 0 1 0 e1 7 n 0 1 0 7 ann a 0 1 0 7 ann",
                              lb_apply_script_sha());
     struct lb_apply_answer a;
     assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_BADARG);
@@ -878,6 +944,150 @@ static void a_bad_expiry_is_refused_before_any_write(void **state)
     r = redis_server_command(redis, "DBSIZE");
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
+}
+
+/* ---- dedupe ------------------------------------------------------------------------ */
+
+#define DEDUPE_CONFIG                                                                              \
+    BASE_CONFIG "profiles:\n"                                                                      \
+                "  - {name: xp, aggregation: sum, tie_break: none, dedupe: {window: 1h},\n"        \
+                "     windows: {alltime: {}}}\n"
+
+static struct lb_event sum_event(const char *id, int64_t score, int64_t ts)
+{
+    return (struct lb_event){.event_id = {id, (uint32_t)strlen(id)},
+                             .board = {"d", 1},
+                             .player = {"ann", 3},
+                             .score = score,
+                             .ts_ms = ts};
+}
+
+static int64_t total_of_ann(void)
+{
+    int64_t score = -1;
+    assert_true(score_of(redis, "lb:{d}:alltime", "ann", &score));
+    return score;
+}
+
+/* A producer's retry (the same event_id, a record of its own) is refused
+ * whole and named: "d" with the same payload, "c" (a conflict) with
+ * another; the first record's total stands and no marker moves. */
+static void a_retry_counts_once_and_another_payload_is_a_conflict(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, DEDUPE_CONFIG, redis);
+    struct lb_event first = sum_event("x", 5, MAY1), same = first, other = sum_event("x", 9, MAY1);
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 1, 7}};
+    assert_int_equal(apply_events(&h, &first, &pos[0], 1), LB_APPLY_OK);
+    struct skip skip[MAX_SKIPS];
+    for (int i = 0; i < 2; i++) {
+        size_t nskip = 0;
+        lb_plan_reset(h.plan);
+        uint32_t txn;
+        plan_event(h.plan, i ? &other : &same, &pos[1 + i], MAY1, &txn);
+        assert_int_equal(lb_apply_encode(&h.batch, h.plan, "lb:"), 0);
+        assert_int_equal(apply(&h, 0, skip, &nskip), LB_APPLY_DUPLICATE);
+        assert_int_equal(nskip, 1);
+        assert_string_equal(skip[0].field, i ? "t:1" : "t:0");
+        assert_int_equal(skip[0].marker, i ? 7 : 1);
+        assert_int_equal(skip[0].exact, 1);
+        assert_int_equal(h.conflicts, (size_t)i);
+    }
+    assert_int_equal(total_of_ann(), 5);
+    assert_int_equal(marker_of(redis, "d", "t:0"), 0);
+    assert_int_equal(marker_of(redis, "d", "t:1"), -1);
+    /* the set holds the first record's stamp */
+    int64_t stamp;
+    assert_true(score_of(redis, "lb:{d}:~seen", "x", &stamp));
+    assert_int_equal(stamp, lb_dedupe_stamp(&first));
+    assert_int_not_equal(lb_dedupe_stamp(&first), lb_dedupe_stamp(&other));
+    harness_close(&h);
+}
+
+/* The window is in event time: an id is forgotten once the board's newest
+ * event time is more than the window past it (a retry that late counts
+ * again, as documented); ids within it are kept. The set expires a week
+ * past the window after the board's last write. */
+static void the_dedupe_window_follows_event_time(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, DEDUPE_CONFIG, redis);
+    struct lb_event evs[] = {sum_event("a", 1, MAY1), sum_event("b", 10, MAY1 + 1800000),
+                             sum_event("c", 100, MAY1 + 3601000), sum_event("a", 1000, MAY1),
+                             sum_event("b", 10000, MAY1 + 1800000)};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2}, {"t", 0, 3}, {"t", 0, 4}};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(apply_events(&h, &evs[i], &pos[i], 1), LB_APPLY_OK);
+    int64_t stamp;
+    assert_false(score_of(redis, "lb:{d}:~seen", "a", &stamp)); /* 1 h 1 s behind c */
+    assert_true(score_of(redis, "lb:{d}:~seen", "b", &stamp));  /* 30 min 1 s behind */
+    assert_int_equal(apply_events(&h, &evs[3], &pos[3], 1), LB_APPLY_OK);
+    assert_int_equal(apply_events(&h, &evs[4], &pos[4], 1), LB_APPLY_DUPLICATE);
+    assert_int_equal(total_of_ann(), 1 + 10 + 100 + 1000);
+    redisReply *r = redis_server_command(redis, "PTTL lb:{d}:~seen");
+    assert_true(r->integer > (3600 + 604800 - 60) * INT64_C(1000) &&
+                r->integer <= (3600 + 604800) * INT64_C(1000));
+    freeReplyObject(r);
+    harness_close(&h);
+}
+
+/* Within one batch the planner leaves a retry out itself; a board without
+ * dedupe takes every record. */
+static void a_retry_within_a_batch_is_left_out_by_the_planner(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, DEDUPE_CONFIG, redis);
+    struct lb_event evs[] = {sum_event("x", 5, MAY1), sum_event("x", 5, MAY1),
+                             sum_event("x", 6, MAY1), sum_event("y", 7, MAY1)};
+    lb_plan_reset(h.plan);
+    static const int expected[] = {LB_PLAN_ADDED, LB_PLAN_DUPLICATE, LB_PLAN_CONFLICT,
+                                   LB_PLAN_ADDED};
+    for (int i = 0; i < 4; i++) {
+        struct lb_position pos = {"t", 0, i};
+        uint32_t txn = 99;
+        enum lb_reject reason;
+        assert_int_equal(lb_plan_add(h.plan, &evs[i], &pos, MAY1, &txn, &reason), expected[i]);
+        assert_int_equal(reason, LB_ACCEPT);
+        assert_int_equal(txn, 0);
+    }
+    assert_int_equal(lb_apply_encode(&h.batch, h.plan, "lb:"), 0);
+    struct skip skip[MAX_SKIPS];
+    size_t nskip = 0;
+    assert_int_equal(apply(&h, 0, skip, &nskip), LB_APPLY_OK);
+    assert_int_equal(total_of_ann(), 5 + 7);
+    assert_int_equal(marker_of(redis, "d", "t:0"), 3);
+    harness_close(&h);
+
+    harness_open(&h,
+                 BASE_CONFIG "profiles:\n  - {name: xp, aggregation: sum, tie_break: none, "
+                             "dedupe: off, windows: {alltime: {}}}\n",
+                 redis);
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2}, {"t", 0, 3}};
+    assert_int_equal(apply_events(&h, evs, pos, 4), LB_APPLY_OK);
+    assert_int_equal(total_of_ann(), 5 + 5 + 6 + 7);
+    redisReply *r = redis_server_command(redis, "EXISTS lb:{d}:~seen");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    harness_close(&h);
+}
+
+/* A dedupe set of the wrong type is found before any write. */
+static void a_dedupe_set_of_the_wrong_type_writes_nothing(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, DEDUPE_CONFIG, redis);
+    freeReplyObject(redis_server_command(redis, "SET lb:{d}:~seen oops"));
+    struct lb_event ev = sum_event("x", 5, MAY1);
+    struct lb_position pos = {"t", 0, 0};
+    assert_int_equal(apply_events(&h, &ev, &pos, 1), LB_APPLY_WRONGTYPE);
+    int64_t score;
+    assert_false(score_of(redis, "lb:{d}:alltime", "ann", &score));
+    assert_int_equal(marker_of(redis, "d", "t:0"), -1);
+    harness_close(&h);
 }
 
 int main(void)
@@ -895,6 +1105,10 @@ int main(void)
         cmocka_unit_test(the_script_reads_the_markers_a_transaction_wrote),
         cmocka_unit_test(another_protocol_is_refused_and_writes_nothing),
         cmocka_unit_test(a_bad_expiry_is_refused_before_any_write),
+        cmocka_unit_test(a_retry_counts_once_and_another_payload_is_a_conflict),
+        cmocka_unit_test(the_dedupe_window_follows_event_time),
+        cmocka_unit_test(a_retry_within_a_batch_is_left_out_by_the_planner),
+        cmocka_unit_test(a_dedupe_set_of_the_wrong_type_writes_nothing),
     };
     return cmocka_run_group_tests(tests, start_redis, stop_redis);
 }
