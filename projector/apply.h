@@ -46,8 +46,8 @@
  *     offset, "d" (the same stamp) or "c" (another: a conflict), ...}, and
  *     the caller plans the board again without those events; otherwise
  *     the ids are recorded with the writes and the set trimmed to the
- *     window behind its newest event time (an idle board's set expires a
- *     week after its last write);
+ *     window behind its newest event time (it expires a week past the
+ *     window after its newest event time);
  *   - refuses a sum leaving [sum_min, sum_max]: {"overflow", key number,
  *     member, ...}, nothing written;
  *   - a key of the wrong type: {"wrongtype", key}; an expiry Redis would

@@ -100,7 +100,9 @@ if nids > 0 then
 end
 
 -- records the ids with the writes, then forgets those older than the
--- window behind the newest; an idle board's set expires a week after it
+-- window behind the newest; the set expires a week past the window after
+-- its newest event time (an instant of event time, the same for a replay;
+-- none when that is already past)
 local function remember()
   if nids == 0 then return end
   local args = {}
@@ -112,7 +114,10 @@ local function remember()
   local newest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
   local from = (math.floor(tonumber(newest) / unit) - dwin) * unit
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', from))
-  redis.call('PEXPIRE', KEYS[4], (dwin + 604800) * 1000)
+  local expire = (math.floor(tonumber(newest) / unit) + dwin + 604800) * 1000
+  if expire > tonumber(redis.call('TIME')[1]) * 1000 then
+    redis.call('PEXPIREAT', KEYS[4], string.format('%.0f', expire))
+  end
 end
 
 -- where each key's entries are, and which to apply
