@@ -517,21 +517,17 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
         break;
     case LB_APPLY_PARTIAL:
     case LB_APPLY_OVERFLOW:
-        a->npairs = (reply->elements - 1) / 2;
+    case LB_APPLY_DUPLICATE: {
+        /* pairs, or a duplicate's triples, of strings */
+        size_t width = a->status == LB_APPLY_DUPLICATE ? 3 : 2;
+        a->npairs = (reply->elements - 1) / width;
         for (size_t i = 1; i < reply->elements; i++)
             if (!word(reply, i))
                 a->status = LB_APPLY_UNKNOWN;
-        if (a->npairs == 0)
+        if (a->npairs == 0 || (a->status == LB_APPLY_DUPLICATE && (reply->elements - 1) % 3))
             a->status = LB_APPLY_UNKNOWN;
         break;
-    case LB_APPLY_DUPLICATE:
-        a->npairs = (reply->elements - 1) / 3;
-        for (size_t i = 1; i < reply->elements; i++)
-            if (!word(reply, i))
-                a->status = LB_APPLY_UNKNOWN;
-        if (a->npairs == 0 || (reply->elements - 1) % 3 != 0)
-            a->status = LB_APPLY_UNKNOWN;
-        break;
+    }
     case LB_APPLY_WRONGTYPE:
     case LB_APPLY_BADARG:
     case LB_APPLY_FENCED:

@@ -41,8 +41,9 @@
  *     before); one whose marker is inside its range (a previous attempt
  *     ended mid-way) makes it write nothing: {"partial", field, marker, ...}
  *     and the caller plans the board again without what was applied;
- *   - dedupe: an event whose id the board's set holds (or an earlier event
- *     of the same request) makes it write nothing: {"duplicate", field,
+ *   - dedupe: an event whose id the board's set holds makes it write
+ *     nothing (a request holds an id once: the planner leaves a retry
+ *     within the batch out): {"duplicate", field,
  *     offset, "d" (the same stamp) or "c" (another: a conflict), ...}, and
  *     the caller plans the board again without those events; otherwise
  *     the ids are recorded with the writes and the set trimmed to the
@@ -173,7 +174,7 @@ struct lb_apply_answer {
     long long applied, skipped; /* LB_APPLY_OK: segments */
     const char *key;            /* wrongtype, badarg, fenced; the script's version for protocol */
     const redisReply *reply;    /* the pairs, from element 1 on */
-    size_t npairs;
+    size_t npairs;              /* pairs, or a duplicate answer's triples */
 };
 
 /* Reads the script's reply, or a transaction's EXEC array (OK, or FENCED

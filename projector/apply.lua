@@ -63,10 +63,10 @@ if applied == 0 then return {'ok', 0, skipped} end
 local width = (mode == 'b') and 2 or 3
 local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
 
--- dedupe: the ids of the applied segments' events; one the set holds, or
--- an earlier one of this call, makes the call write nothing and name them
--- (field, offset, d: the same stamp, c: another); the caller plans the
--- board again without them
+-- dedupe: the ids of the applied segments' events (each once: the planner
+-- leaves a retry within the batch out); one the set holds makes the call
+-- write nothing and name them (field, offset, d: the same stamp, c:
+-- another); the caller plans the board again without them
 local dwin, pos = tonumber(ARGV[10]), 11 + 4 * nseg
 local ids, stamps, seg, argat, nids = {}, {}, {}, {}, 0
 for s = 1, nseg do
@@ -80,16 +80,14 @@ for s = 1, nseg do
   pos = pos + 3 * ns
 end
 if nids > 0 then
-  local here, dups = {}, {}
+  local dups = {}
   for i = 1, nids, CHUNK do
     local j = math.min(i + CHUNK - 1, nids)
     local got = redis.pcall('ZMSCORE', KEYS[4], unpack(ids, i, j))
     if got.err then return {'wrongtype', KEYS[4]} end
     for x = i, j do
-      local was = got[x - i + 1] or here[ids[x]]
-      if not was then
-        here[ids[x]] = stamps[x]
-      elseif #dups < CHUNK then
+      local was = got[x - i + 1]
+      if was and #dups < CHUNK then
         dups[#dups + 1] = ARGV[7 + 4 * seg[x]]
         dups[#dups + 1] = ARGV[argat[x]]
         dups[#dups + 1] = (tonumber(was) == tonumber(stamps[x])) and 'd' or 'c'

@@ -1032,12 +1032,10 @@ static int parse_windows(struct parser *p, yaml_node_t *node, void *obj)
     return 0;
 }
 
-#define D(member) FIELD(struct lb_profile, member)
-
 static const struct key_def dedupe_keys[] = {
     {.name = "window",
      .type = KT_DURATION,
-     .offset = D(dedupe_window_ms),
+     .offset = P(dedupe_window_ms),
      .flags = F_REQUIRED,
      .min = 1000,
      .max = LB_DEDUPE_MAX_MS,

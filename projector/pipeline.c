@@ -446,6 +446,12 @@ static enum lb_reject check_future(struct lb_pipeline *p, const struct lb_record
     return LB_REJECT_TS_IN_FUTURE;
 }
 
+/* A producer's retry: done (its offset may advance) without a write. */
+static int is_retry(uint8_t fate)
+{
+    return fate == FATE_DUPLICATE || fate == FATE_CONFLICT;
+}
+
 static void count_duplicate(struct lb_pipeline *p, enum record_fate fate)
 {
     if (fate == FATE_DUPLICATE)
@@ -591,21 +597,8 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
         return 0;
     case LB_APPLY_PARTIAL:
     case LB_APPLY_OVERFLOW:
+    case LB_APPLY_DUPLICATE:
         break;
-    case LB_APPLY_DUPLICATE: {
-        const char *field;
-        int64_t offset;
-        int conflict;
-        for (size_t i = 0; lb_apply_duplicate(&a, i, &field, &offset, &conflict) == 0; i++)
-            if (add_exclusion(slot, txn, conflict ? EXCLUDE_CONFLICT : EXCLUDE_DUPLICATE, field,
-                              offset) != 0) {
-                snprintf(req->error, sizeof(req->error), "out of memory");
-                req->error_class = LB_REDIS_NOMEM;
-                return -1;
-            }
-        p->stats.replans++;
-        return 1;
-    }
     case LB_APPLY_WRONGTYPE:
         snprintf(req->error, sizeof(req->error),
                  "WRONGTYPE: key %.90s under the board's hash tag holds another type", a.key);
@@ -633,15 +626,23 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
         req->error_class = LB_REDIS_RETRY;
         return -1;
     }
-    int members = a.status == LB_APPLY_OVERFLOW;
+    int members = a.status == LB_APPLY_OVERFLOW, conflict, rc = 0;
     const char *first, *second;
-    for (size_t i = 0; lb_apply_pair(&a, i, &first, &second) == 0; i++)
-        if (add_exclusion(slot, txn, members ? EXCLUDE_MEMBER : EXCLUDE_APPLIED,
-                          members ? second : first, members ? 0 : strtoll(second, NULL, 10)) != 0) {
-            snprintf(req->error, sizeof(req->error), "out of memory");
-            req->error_class = LB_REDIS_NOMEM;
-            return -1;
-        }
+    int64_t offset;
+    if (a.status == LB_APPLY_DUPLICATE)
+        for (size_t i = 0; rc == 0 && lb_apply_duplicate(&a, i, &first, &offset, &conflict) == 0;
+             i++)
+            rc = add_exclusion(slot, txn, conflict ? EXCLUDE_CONFLICT : EXCLUDE_DUPLICATE, first,
+                               offset);
+    else
+        for (size_t i = 0; rc == 0 && lb_apply_pair(&a, i, &first, &second) == 0; i++)
+            rc = add_exclusion(slot, txn, members ? EXCLUDE_MEMBER : EXCLUDE_APPLIED,
+                               members ? second : first, members ? 0 : strtoll(second, NULL, 10));
+    if (rc != 0) {
+        snprintf(req->error, sizeof(req->error), "out of memory");
+        req->error_class = LB_REDIS_NOMEM;
+        return -1;
+    }
     p->stats.replans++;
     return 1;
 }
@@ -950,8 +951,7 @@ static enum lb_record_state record_state(const struct lb_pipeline *p, const stru
 {
     uint32_t txn = slot->txn_of[i];
     if (txn == UINT32_MAX || slot->fate[i] == FATE_REJECTED ||
-        slot->fate[i] == FATE_APPLIED_BEFORE || slot->fate[i] == FATE_DUPLICATE ||
-        slot->fate[i] == FATE_CONFLICT)
+        slot->fate[i] == FATE_APPLIED_BEFORE || is_retry(slot->fate[i]))
         return LB_RECORD_DURABLE;
     if (slot->fate[i] == FATE_WITHHELD) {
         const struct lb_apply_request *t = &slot->encoded.requests[txn];
@@ -1021,8 +1021,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
         state[i] = (uint8_t)record_state(p, slot, i, gave_up);
         all &= state[i] == LB_RECORD_DURABLE;
         if (slot->txn_of[i] != UINT32_MAX && state[i] == LB_RECORD_DURABLE &&
-            slot->fate[i] != FATE_REJECTED && slot->fate[i] != FATE_DUPLICATE &&
-            slot->fate[i] != FATE_CONFLICT) {
+            slot->fate[i] != FATE_REJECTED && !is_retry(slot->fate[i])) {
             p->stats.applied++;
             if (slot->fate[i] == FATE_PLANNED && now_ms >= slot->ts[i])
                 lb_histogram_observe(&p->stats.visible, (double)(now_ms - slot->ts[i]) / 1000.0);

@@ -47,6 +47,10 @@ static void parse(const redisReply *r)
             fuzz_touch(first, strlen(first));
             fuzz_touch(second, strlen(second));
         }
+        int64_t offset;
+        int conflict;
+        for (size_t i = 0; lb_apply_duplicate(&answer, i, &first, &offset, &conflict) == 0; i++)
+            fuzz_touch(first, strlen(first));
     }
     if (r->type == REDIS_REPLY_ERROR)
         lb_redis_classify(r->str);

@@ -638,6 +638,44 @@ static void a_board_without_retractions_is_a_plain_transaction(void **state)
     redisReaderFree(reader);
 }
 
+/* The script's "duplicate" answer: triples of strings (marker field,
+ * offset, d or c); any other shape is not an answer of the script. */
+static void a_duplicate_answer_is_read_in_triples(void **state)
+{
+    (void)state;
+    static const char *const replies[] = {
+        "*7\r\n$9\r\nduplicate\r\n$3\r\nt:0\r\n$1\r\n5\r\n$1\r\nd\r\n"
+        "$3\r\nt:2\r\n$2\r\n17\r\n$1\r\nc\r\n",
+        "*3\r\n$9\r\nduplicate\r\n$3\r\nt:0\r\n$1\r\n5\r\n",       /* a triple cut short */
+        "*1\r\n$9\r\nduplicate\r\n",                               /* nothing named */
+        "*4\r\n$9\r\nduplicate\r\n$3\r\nt:0\r\n:5\r\n$1\r\nd\r\n", /* not a string */
+    };
+    for (size_t k = 0; k < 4; k++) {
+        redisReader *reader = redisReaderCreate();
+        void *reply = NULL;
+        redisReaderFeed(reader, replies[k], strlen(replies[k]));
+        assert_int_equal(redisReaderGetReply(reader, &reply), REDIS_OK);
+        redisReaderFree(reader);
+        struct lb_apply_answer a;
+        const char *field;
+        int64_t offset;
+        int conflict;
+        assert_int_equal(lb_apply_parse(reply, &a), k == 0 ? LB_APPLY_DUPLICATE : LB_APPLY_UNKNOWN);
+        if (k == 0) {
+            assert_int_equal(lb_apply_duplicate(&a, 0, &field, &offset, &conflict), 0);
+            assert_string_equal(field, "t:0");
+            assert_int_equal(offset, 5);
+            assert_int_equal(conflict, 0);
+            assert_int_equal(lb_apply_duplicate(&a, 1, &field, &offset, &conflict), 0);
+            assert_string_equal(field, "t:2");
+            assert_int_equal(offset, 17);
+            assert_int_equal(conflict, 1);
+        }
+        assert_int_equal(lb_apply_duplicate(&a, k == 0 ? 2 : 0, &field, &offset, &conflict), -1);
+        freeReplyObject(reply);
+    }
+}
+
 /* ---- out of memory ----------------------------------------------------------- */
 
 /* Two batches of many boards, players and windows, planned and encoded by a
@@ -699,6 +737,7 @@ int main(void)
         cmocka_unit_test(many_events_reuse_the_arena),
         cmocka_unit_test(the_script_sha_is_the_sha1_of_the_script),
         cmocka_unit_test(a_board_without_retractions_is_a_plain_transaction),
+        cmocka_unit_test(a_duplicate_answer_is_read_in_triples),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
