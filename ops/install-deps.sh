@@ -10,7 +10,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 packages=(
     build-essential cmake pkg-config git
     librdkafka-dev libavro-dev libyaml-dev libhiredis-dev libcmocka-dev libmicrohttpd-dev
-    libssl-dev
+    libssl-dev libcurl4-openssl-dev libjansson-dev
     redis-server redis-tools
     clang clang-format shellcheck libclang-rt-14-dev
     curl

@@ -1367,7 +1367,8 @@ void lb_cluster_start(struct lb_cluster *cl, struct lb_request *requests, size_t
     cl->no_refresh = 1;
     for (size_t i = 0; i < count; i++)
         cl->no_refresh &= requests[i].no_refresh;
-    memset(cl->runs, 0, count * sizeof(*cl->runs));
+    if (count) /* a batch whose records all wait or were rejected sends nothing */
+        memset(cl->runs, 0, count * sizeof(*cl->runs));
     cl->exec_calls++;
     cl->round_sent = dispatch_round(cl, 0);
     flush_nonblocking(cl);

@@ -508,6 +508,7 @@ static int parse_dedupe(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_wait_replicas(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_listen(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_registry_url(struct parser *p, yaml_node_t *node, void *obj);
 
 #define C(member) FIELD(struct lb_config, member)
 
@@ -540,6 +541,37 @@ static const struct key_def kafka_keys[] = {
      .doc = "dead-letter topic for events that cannot be projected (unset: log and skip)"},
     {0}};
 
+static const struct key_def registry_keys[] = {
+    {.name = "url",
+     .type = KT_CUSTOM,
+     .custom = parse_registry_url,
+     .doc = "http(s)://host:port[/base/path] of a Confluent-compatible schema registry"},
+    {.name = "user",
+     .type = KT_STRING,
+     .offset = C(registry_user),
+     .doc = "basic auth user (with password or password_file)"},
+    {.name = "password",
+     .type = KT_SECRET,
+     .offset = C(registry_password),
+     .doc = "basic auth password; use ${ENV_VAR} or password_file"},
+    {.name = "password_file",
+     .type = KT_PATH,
+     .offset = C(registry_password_file),
+     .doc = "file holding the basic auth password (read at start; a trailing newline is dropped)"},
+    {.name = "ca_file",
+     .type = KT_PATH,
+     .offset = C(registry_ca_file),
+     .doc = "https: CA certificates (PEM) that sign the registry's certificate (default: the "
+            "system's)"},
+    {.name = "timeout",
+     .type = KT_DURATION,
+     .offset = C(registry_timeout_ms),
+     .def = "5s",
+     .min = 100,
+     .max = 60000,
+     .doc = "time allowed for one request to the registry"},
+    {0}};
+
 static const struct key_def input_keys[] = {
     {.name = "format",
      .type = KT_CHOICE,
@@ -555,6 +587,10 @@ static const struct key_def input_keys[] = {
      .type = KT_CUSTOM,
      .custom = parse_schemas,
      .doc = "bare: the writer schema file (.avsc)"},
+    {.name = "registry",
+     .type = KT_SECTION,
+     .section = registry_keys,
+     .doc = "confluent: a schema registry that supplies writer schemas input.schemas lacks"},
     {.name = "max_future",
      .type = KT_DURATION,
      .offset = C(max_future_ms),
@@ -902,6 +938,14 @@ static int add_schema(struct parser *p, struct lb_config *config, int32_t id, ya
     return 0;
 }
 
+/* input.registry.url, remembering its line for the checks made later. */
+static int parse_registry_url(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct key_def def = {.name = "url", .type = KT_STRING, .offset = C(registry_url)};
+    ((struct lb_config *)obj)->registry_line = line_of(node);
+    return parse_scalar_node(p, &def, node, obj);
+}
+
 /* 'schemas' (id -> file) and 'writer_schema' (one file, id -1) share storage;
  * which one the format needs is checked after the walk. */
 static int parse_schemas(struct parser *p, yaml_node_t *node, void *obj)
@@ -1153,6 +1197,31 @@ static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj)
 
 /* ---- whole-file checks ------------------------------------------------------ */
 
+static int check_registry(struct parser *p, const struct lb_config *config)
+{
+    int line = config->registry_line ? config->registry_line : 1;
+    if (!config->registry_url) {
+        if (config->registry_user || config->registry_password || config->registry_password_file ||
+            config->registry_ca_file)
+            return fail(p, line, "input.registry needs 'url'");
+        return 0;
+    }
+    if (strncmp(config->registry_url, "http://", 7) != 0 &&
+        strncmp(config->registry_url, "https://", 8) != 0)
+        return fail(p, line, "input.registry.url: \"%s\" is not an http:// or https:// URL",
+                    config->registry_url);
+    if (config->registry_password && config->registry_password_file)
+        return fail(p, line, "input.registry: give password or password_file, not both");
+    int has_password = config->registry_password || config->registry_password_file;
+    if (!!config->registry_user != has_password)
+        return fail(p, line,
+                    config->registry_user ? "input.registry: user needs password or password_file"
+                                          : "input.registry: a password needs a user");
+    if (config->registry_password && !*config->registry_password)
+        return fail(p, line, "input.registry.password is empty; remove it or set it");
+    return 0;
+}
+
 static int check_config(struct parser *p, struct lb_config *config, int root_line)
 {
     if (config->wire_format == LB_WIRE_CONFLUENT) {
@@ -1161,9 +1230,18 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
                 return fail(p, config->schemas[i].line,
                             "writer_schema is for format: bare; confluent input maps schema ids "
                             "under 'schemas'");
-        if (config->nschemas == 0)
-            return fail(p, root_line, "input: confluent input needs 'schemas' (schema id: file)");
+        int rc = check_registry(p, config);
+        if (rc != 0)
+            return rc;
+        if (config->nschemas == 0 && !config->registry_url)
+            return fail(p, root_line,
+                        "input: confluent input needs 'schemas' (schema id: file) or 'registry' "
+                        "(url: ...)");
     } else {
+        if (config->registry_url)
+            return fail(p, config->registry_line,
+                        "input.registry is for format: confluent (bare records carry no schema "
+                        "id)");
         if (config->nschemas != 1 || config->schemas[0].id >= 0)
             return fail(p, config->nschemas ? config->schemas[0].line : root_line,
                         "input: bare input needs exactly one 'writer_schema' and no 'schemas'");
@@ -1320,6 +1398,11 @@ void lb_config_free(struct lb_config *config)
     free(config->key_prefix);
     free(config->redis_user);
     free(config->redis_password);
+    free(config->registry_url);
+    free(config->registry_user);
+    free(config->registry_password);
+    free(config->registry_password_file);
+    free(config->registry_ca_file);
     for (size_t i = 0; i < config->nprofiles; i++) {
         struct lb_profile *profile = &config->profiles[i];
         free(profile->name);
@@ -1490,6 +1573,7 @@ void lb_config_print(const struct lb_config *config, FILE *out)
     fprintf(out, "redis_nodes:\n");
     for (size_t i = 0; i < config->nredis_nodes; i++)
         fprintf(out, "  - %s:%d\n", config->redis_nodes[i].host, config->redis_nodes[i].port);
+    fprintf(out, "registry_url: %s\n", config->registry_url ? config->registry_url : "(none)");
     fprintf(out, "schemas:\n");
     for (size_t i = 0; i < config->nschemas; i++)
         fprintf(out, "  %d: %s\n", config->schemas[i].id, config->schemas[i].path);

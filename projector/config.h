@@ -86,6 +86,14 @@ struct lb_config {
     int64_t max_future_ms; /* input.max_future; 0: no bound */
     struct lb_schema_ref *schemas;
     size_t nschemas;
+    /* input.registry: (registry_url NULL: none) */
+    char *registry_url;
+    char *registry_user;
+    char *registry_password;
+    char *registry_password_file;
+    char *registry_ca_file;
+    int64_t registry_timeout_ms;
+    int registry_line;
 
     /* redis: */
     struct lb_host *redis_nodes;

@@ -192,8 +192,10 @@ static void on_revoke(void *ctx, const rd_kafka_topic_partition_list_t *partitio
             if (in_list(partitions, d->batches[b].base.msgs[i]))
                 d->batches[b].skip[i] = 1;
     drop_carried(d, partitions, NULL, 0);
-    for (int i = 0; i < partitions->cnt; i++)
+    for (int i = 0; i < partitions->cnt; i++) {
         release_later(d, partitions->elems[i].topic, partitions->elems[i].partition);
+        lb_flow_unwait(&d->flow, partitions->elems[i].topic, partitions->elems[i].partition);
+    }
 }
 
 /* The consumer read a held partition again from its held offset: what was
@@ -208,6 +210,7 @@ static void on_rewind(void *ctx, const char *topic, int32_t partition, int64_t o
                 d->batches[b].skip[i] = 1;
     drop_carried(d, NULL, topic, partition);
     release_later(d, topic, partition);
+    lb_flow_unwait(&d->flow, topic, partition);
 }
 
 static void carry_push(struct daemon *d, rd_kafka_message_t *msg)
@@ -487,6 +490,7 @@ static void render_partitions(struct daemon *d, struct lb_text *t)
 struct totals {
     uint64_t consumed, applied, rejected, dead_lettered, late_windows, member_updates, batches,
         write_failures, replans, skipped_segments, overlapped, no_timestamp, duplicates, conflicts;
+    uint64_t schemas_fetched, schemas_unknown, schemas_unusable, registry_failures;
     uint64_t requests, moved, ask, retry_later, command_errors, connection_errors, timeouts,
         refreshes, wait_shortfalls;
 };
@@ -520,6 +524,13 @@ static void gather(const struct daemon *d, struct totals *t)
                          .wait_shortfalls = cs.wait_shortfalls};
     for (int r = 1; r < LB_REJECT__COUNT; r++)
         t->rejected += ps->rejected[r];
+    if (d->engine->registry) {
+        const struct lb_registry_stats *rs = lb_registry_stats(d->engine->registry);
+        t->schemas_fetched = rs->fetched;
+        t->schemas_unknown = rs->unknown;
+        t->schemas_unusable = rs->unusable;
+        t->registry_failures = rs->failures;
+    }
 }
 
 /* Every counter of struct totals, defined once: its series on /metrics (a
@@ -569,6 +580,17 @@ static const struct counter_def {
     {"lb_records_without_timestamp_total",
      "Records without a Kafka timestamp: input.max_future compared their events with the clock.",
      NULL, "no_timestamp", TOTAL(no_timestamp)},
+    {"lb_schema_registry_requests_total",
+     "Requests to the schema registry (input.registry), by result: fetched, unknown (404 "
+     "40403: dead-lettered), unusable (not a readable Avro writer: dead-lettered), failed (no "
+     "answer: the records wait).",
+     "result=\"fetched\"", "schemas_fetched", TOTAL(schemas_fetched)},
+    {"lb_schema_registry_requests_total", NULL, "result=\"unknown\"", "schemas_unknown",
+     TOTAL(schemas_unknown)},
+    {"lb_schema_registry_requests_total", NULL, "result=\"unusable\"", "schemas_unusable",
+     TOTAL(schemas_unusable)},
+    {"lb_schema_registry_requests_total", NULL, "result=\"failed\"", "registry_failures",
+     TOTAL(registry_failures)},
 };
 #undef TOTAL
 
@@ -640,6 +662,12 @@ static void publish(struct daemon *d, int now)
                    (double)ks->last_commit_ms / 1000.0);
     gauge(&t, "lb_redis_up", "1 when the last write or ping reached Redis.");
     lb_text_printf(&t, "lb_redis_up %d\n", d->redis_ok);
+    gauge(&t, "lb_schema_registry_up",
+          "1 when the schema registry answered its last request (also before the first), 0 "
+          "while records wait for it; absent without input.registry.");
+    if (d->engine->registry)
+        lb_text_printf(&t, "lb_schema_registry_up %d\n",
+                       lb_registry_stats(d->engine->registry)->up);
     gauge(&t, "lb_kafka_brokers_up",
           "Kafka brokers connected at the last statistics (-1 before the first).");
     lb_text_printf(&t, "lb_kafka_brokers_up %d\n", ks->brokers_up);
@@ -752,6 +780,8 @@ static void settle_dlq(struct daemon *d, struct batch *b)
 /* The offset tracker's view of record 'i' of a finished batch. */
 static enum lb_hold_reason hold_reason(const struct batch *b, size_t i)
 {
+    if (i >= b->base.n - b->base.waiting)
+        return LB_HOLD_REGISTRY;
     if (b->dlq[i] == LB_DLQ_PENDING || b->dlq[i] == LB_DLQ_FAILED)
         return LB_HOLD_DLQ;
     switch ((enum lb_record_state)b->base.state[i]) {
@@ -779,10 +809,15 @@ static void settle(struct daemon *d, const struct batch *b)
             lb_consumer_settle(d->consumer, b->base.msgs[i], hold_reason(b, i));
 }
 
-/* Decodes and plans the next batch. Returns -1 when out of memory. */
+/* Fetches the writer schemas the batch needs from the registry (what
+ * cannot be had now waits: its partition holds), then decodes and plans
+ * it. Returns -1 when out of memory. */
 static int prepare_next(struct daemon *d)
 {
-    if (lb_flow_prepare(&d->flow, lb_wall_ms()) != 0) {
+    struct lb_engine *e = d->engine;
+    if ((e->registry &&
+         lb_flow_resolve(&d->flow, e->registry, e->decoder, lb_monotonic_ms()) != 0) ||
+        lb_flow_prepare(&d->flow, lb_wall_ms()) != 0) {
         LB_ERROR("daemon", "out of memory projecting a batch of %zu records; stopping",
                  d->flow.next->n);
         return -1;

@@ -2,8 +2,52 @@
 #include "engine.h"
 #include "apply.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* The registry client of input.registry (a password_file read now). */
+static int open_registry(struct lb_engine *e, const struct lb_config *config, char *err,
+                         size_t errlen, enum lb_error_class *class)
+{
+    char password[1024] = "";
+    struct lb_registry_options options = {.url = config->registry_url,
+                                          .user = config->registry_user,
+                                          .password = config->registry_password,
+                                          .ca_file = config->registry_ca_file,
+                                          .timeout_ms = config->registry_timeout_ms};
+    if (config->registry_password_file) {
+        FILE *f = fopen(config->registry_password_file, "r");
+        size_t n = f ? fread(password, 1, sizeof(password) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        password[n] = '\0';
+        password[strcspn(password, "\r\n")] = '\0';
+        if (!f || !*password) {
+            snprintf(err, errlen, "%s:%d: input.registry.password_file %s: %s", config->path,
+                     config->registry_line, config->registry_password_file,
+                     f ? "empty" : strerror(errno));
+            *class = LB_ERROR_CONFIG;
+            return -1;
+        }
+        options.password = password;
+    }
+    e->registry = lb_registry_new(&options, err, errlen);
+    memset(password, 0, sizeof(password));
+    if (!e->registry) {
+        *class = LB_ERROR_RUNTIME;
+        return -1;
+    }
+    if (lb_decoder_set_unknown_hint(e->decoder,
+                                    " and the schema registry does not know it (404, error_code "
+                                    "40403)") != 0) {
+        snprintf(err, errlen, "out of memory");
+        *class = LB_ERROR_RUNTIME;
+        return -1;
+    }
+    return 0;
+}
 
 struct lb_cluster_options lb_engine_cluster_options(const struct lb_config *config)
 {
@@ -25,7 +69,7 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
         goto nomem;
     e->cluster_options = lb_engine_cluster_options(config);
     e->decoder = lb_config_decoder(config, err, errlen, class);
-    if (!e->decoder) {
+    if (!e->decoder || (config->registry_url && open_registry(e, config, err, errlen, class))) {
         lb_engine_close(e);
         return NULL;
     }
@@ -52,6 +96,7 @@ void lb_engine_close(struct lb_engine *e)
         return;
     lb_pipeline_free(e->pipeline);
     lb_cluster_free(e->cluster);
+    lb_registry_free(e->registry);
     lb_decoder_free(e->decoder);
     free(e);
 }

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "event.h"
 #include "pipeline.h"
+#include "registry.h"
 
 #include <stddef.h>
 
@@ -23,6 +24,7 @@ struct lb_engine_options {
 
 struct lb_engine {
     struct lb_decoder *decoder;
+    struct lb_registry *registry; /* NULL: no input.registry */
     struct lb_cluster *cluster; /* the pipeline's first client; tools may call it between batches */
     struct lb_pipeline *pipeline;
     /* what the clients were made from, for more clients of the same cluster */

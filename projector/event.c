@@ -94,12 +94,14 @@ struct schema_prog {
     uint32_t *named_index;
     size_t nnamed, capnamed;
     const char *bad; /* why compiling failed, when not for memory */
+    char *refused;   /* lb_decoder_refuse: why no record of this id can be read */
 };
 
 struct lb_decoder {
     enum lb_wire_format format;
     struct schema_prog *progs;
     size_t nprogs, capprogs;
+    char *unknown_hint; /* appended to "schema id N is not in input.schemas" */
 };
 
 #define GROW(ptr, n, cap) ((n) < (cap) ? 0 : grow_array((void **)&(ptr), &(cap), sizeof(*(ptr))))
@@ -123,6 +125,7 @@ static void prog_free(struct schema_prog *prog)
     free(prog->targets);
     free(prog->named);
     free(prog->named_index);
+    free(prog->refused);
 }
 
 #define COMPILE_ERROR UINT32_MAX
@@ -366,7 +369,47 @@ void lb_decoder_free(struct lb_decoder *decoder)
     for (size_t i = 0; i < decoder->nprogs; i++)
         prog_free(&decoder->progs[i]);
     free(decoder->progs);
+    free(decoder->unknown_hint);
     free(decoder);
+}
+
+int lb_decoder_has(const struct lb_decoder *decoder, int32_t id)
+{
+    for (size_t i = 0; i < decoder->nprogs; i++)
+        if (decoder->progs[i].id == id)
+            return 1;
+    return 0;
+}
+
+int lb_decoder_refuse(struct lb_decoder *decoder, int32_t id, const char *why)
+{
+    struct schema_prog prog = {.id = id, .refused = strdup(why)};
+    if (!prog.refused || GROW(decoder->progs, decoder->nprogs, decoder->capprogs) != 0) {
+        free(prog.refused);
+        return -1;
+    }
+    decoder->progs[decoder->nprogs++] = prog;
+    return 0;
+}
+
+int lb_decoder_set_unknown_hint(struct lb_decoder *decoder, const char *hint)
+{
+    char *copy = strdup(hint);
+    if (!copy)
+        return -1;
+    free(decoder->unknown_hint);
+    decoder->unknown_hint = copy;
+    return 0;
+}
+
+int lb_payload_schema_id(const void *payload, size_t len, int32_t *id)
+{
+    const uint8_t *bytes = payload;
+    if (!payload || len < 5 || bytes[0] != 0)
+        return -1;
+    *id = (int32_t)((uint32_t)bytes[1] << 24 | (uint32_t)bytes[2] << 16 | (uint32_t)bytes[3] << 8 |
+                    bytes[4]);
+    return 0;
 }
 
 int lb_decoder_add_schema(struct lb_decoder *decoder, int32_t id, const char *json, size_t len,
@@ -691,12 +734,15 @@ enum lb_reject lb_decode(const struct lb_decoder *decoder, const void *payload, 
                          "first byte is 0x%02x, not the Confluent magic byte 0x00", bytes[0]);
             return LB_REJECT_BAD_MAGIC;
         }
-        int32_t id = (int32_t)((uint32_t)bytes[1] << 24 | (uint32_t)bytes[2] << 16 |
-                               (uint32_t)bytes[3] << 8 | bytes[4]);
+        int32_t id;
+        lb_payload_schema_id(payload, len, &id);
         ctx.prog = find_prog(decoder, id);
-        if (!ctx.prog) {
-            if (detail)
-                snprintf(detail, detaillen, "schema id %d is not in the configuration", id);
+        if (!ctx.prog || ctx.prog->refused) {
+            if (detail && ctx.prog)
+                snprintf(detail, detaillen, "schema id %d: %s", id, ctx.prog->refused);
+            else if (detail)
+                snprintf(detail, detaillen, "schema id %d is not in input.schemas%s", id,
+                         decoder->unknown_hint ? decoder->unknown_hint : "");
             return LB_REJECT_UNKNOWN_SCHEMA;
         }
         bytes += 5;

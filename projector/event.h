@@ -2,7 +2,8 @@
  *
  * Payloads are Avro binary, either framed the Confluent way (0x00, 4-byte
  * big-endian schema id, body) or bare with one configured writer schema. The
- * writer schemas are compiled once, at start, into a small program resolved
+ * writer schemas are compiled once (at start; those from the schema registry
+ * when first needed, see registry.h) into a small program resolved
  * against the reader schema leaderboard.v1.ScoreEvent (schemas/score_event.avsc):
  * fields are matched by name, int promotes to long, bytes to string, unknown
  * writer fields are skipped, op and dims take their defaults when the writer
@@ -83,11 +84,25 @@ void lb_decoder_free(struct lb_decoder *decoder);
 int lb_decoder_add_schema(struct lb_decoder *decoder, int32_t id, const char *json, size_t len,
                           char *err, size_t errlen);
 
+/* Whether schema id 'id' is known: added, or refused. */
+int lb_decoder_has(const struct lb_decoder *decoder, int32_t id);
+/* Records of schema id 'id' are rejected as unknown_schema_id with 'why'
+ * (copied), e.g. a schema from the registry that cannot serve. Returns 0,
+ * or -1 when out of memory. */
+int lb_decoder_refuse(struct lb_decoder *decoder, int32_t id, const char *why);
+/* Appended to the detail of an id neither added nor refused (copied), e.g.
+ * "; the schema registry does not know it either". Returns 0 or -1. */
+int lb_decoder_set_unknown_hint(struct lb_decoder *decoder, const char *hint);
+/* The schema id of a Confluent-framed payload: 0, or -1 when it has no such
+ * frame. */
+int lb_payload_schema_id(const void *payload, size_t len, int32_t *id);
+
 /* Decodes one payload into 'event'. Strings in 'event' point into 'payload';
  * the dims array is allocated from 'arena'. Returns LB_ACCEPT or the reject
  * reason, with a short explanation in 'detail' (may be NULL). Decoding does
  * not validate ids or ranges: see lb_event_validate. Thread-compatible: one
- * decoder may be shared by threads that each pass their own arena. */
+ * decoder may be shared by threads that each pass their own arena, as long as
+ * none adds or refuses a schema meanwhile. */
 enum lb_reject lb_decode(const struct lb_decoder *decoder, const void *payload, size_t len,
                          struct lb_event *event, struct lb_arena *arena, char *detail,
                          size_t detaillen);

@@ -35,7 +35,7 @@ const char *lb_hold_reason_name(enum lb_hold_reason reason)
 {
     static const char *const names[LB_HOLD__COUNT] = {
         [LB_HOLD_NONE] = "none", [LB_HOLD_REDIS] = "redis",       [LB_HOLD_BOARD] = "board",
-        [LB_HOLD_DLQ] = "dlq",   [LB_HOLD_STOPPING] = "stopping",
+        [LB_HOLD_DLQ] = "dlq",   [LB_HOLD_STOPPING] = "stopping", [LB_HOLD_REGISTRY] = "registry",
     };
     return reason >= 0 && reason < LB_HOLD__COUNT ? names[reason] : "?";
 }

@@ -30,6 +30,7 @@ enum lb_hold_reason {
     LB_HOLD_BOARD,    /* a board needs an operator (a key of the wrong type, NOPERM, ...) */
     LB_HOLD_DLQ,      /* a rejected record is not (yet) in the dead-letter topic */
     LB_HOLD_STOPPING, /* the projector stopped before the record was done */
+    LB_HOLD_REGISTRY, /* its writer schema is in the schema registry, which gave no answer */
     LB_HOLD__COUNT
 };
 

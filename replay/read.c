@@ -110,10 +110,40 @@ static int finish_inflight(struct replay *r, struct lb_flow *flow)
     return rc == 0 ? 0 : -1;
 }
 
+/* Fetches the writer schemas the batch needs from the schema registry:
+ * replay waits for its answers as it waits for Redis (an interrupt gives
+ * up), saying why every 5 s. Returns -1 when out of memory or interrupted. */
+static int resolve_schemas(struct replay *r, struct lb_flow *flow)
+{
+    static struct lb_ratelimit said;
+    struct lb_engine *e = r->engine;
+    while (e->registry) {
+        uint64_t suppressed;
+        lb_flow_unwait(flow, NULL, 0);
+        if (lb_flow_resolve(flow, e->registry, e->decoder, lb_monotonic_ms()) != 0) {
+            fprintf(stderr, "replay: out of memory\n");
+            return -1;
+        }
+        if (!flow->next->waiting)
+            return 0;
+        if (lb_ratelimit_allow(&said, 5000, &suppressed))
+            fprintf(stderr, "replay: %s; %zu record(s) wait for their writer schema%s\n",
+                    lb_registry_stats(e->registry)->why, flow->next->waiting,
+                    suppressed ? " (earlier messages suppressed)" : "");
+        replay_keep_lease(r);
+        if (replay_interrupted)
+            return -1;
+        usleep(200 * 1000);
+    }
+    return 0;
+}
+
 /* Plans the batch collected, waits for the one before it, and sends it:
  * double-buffered like the projector (flow.h). */
 static int flush_batch(struct replay *r, struct lb_flow *flow)
 {
+    if (resolve_schemas(r, flow) != 0)
+        return -1;
     if (lb_flow_prepare(flow, lb_wall_ms()) != 0) {
         fprintf(stderr, "replay: out of memory\n");
         return -1;

@@ -81,6 +81,25 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+#define WRITER_HEAD                                                                                \
+    "{\"type\": \"record\", \"name\": \"ScoreEvent\", \"namespace\": \"leaderboard.v1\", "         \
+    "\"fields\": [{\"name\": \"event_id\", \"type\": \"string\"}, {\"name\": \"board\", "          \
+    "\"type\": "                                                                                   \
+    "\"string\"}, {\"name\": \"player\", \"type\": \"string\"}, {\"name\": \"score\", \"type\": "  \
+    "\"long\"}, {\"name\": \"ts\", \"type\": {\"type\": \"long\", \"logicalType\": "               \
+    "\"timestamp-millis\"}}, {\"name\": \"op\", \"type\": {\"type\": \"enum\", \"name\": \"Op\", " \
+    "\"symbols\": [\"SUBMIT\", \"RETRACT\"]}, \"default\": \"SUBMIT\"}"
+#define WRITER_DIMS                                                                                \
+    ", {\"name\": \"dims\", \"type\": {\"type\": \"map\", \"values\": \"string\"}, \"default\": "  \
+    "{}}"
+
+const char *const gen_writer_schemas[3] = {
+    [GEN_WRITER_V1] = WRITER_HEAD WRITER_DIMS "]}",
+    [GEN_WRITER_V2] = WRITER_HEAD WRITER_DIMS
+    ", {\"name\": \"platform\", \"type\": [\"null\", \"string\"], \"default\": null}]}",
+    [GEN_WRITER_V3] = WRITER_HEAD "]}",
+};
+
 void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev)
 {
     const struct gen_options *o = &gen->o;
@@ -144,6 +163,9 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
     if (o->dim_name)
         snprintf(ev->dim_value, sizeof(ev->dim_value), "v%u",
                  (unsigned)(splitmix64(&state) % o->dim_values));
+    ev->writer = o->evolve && !ev->poison ? (int)(index % 3) : GEN_WRITER_V1;
+    if (ev->writer == GEN_WRITER_V3)
+        ev->dim_value[0] = '\0'; /* v3 has no dims: the reader's default {} */
 }
 
 static uint8_t *put_long(uint8_t *p, int64_t v)
@@ -172,6 +194,7 @@ size_t gen_encode(const struct generator *gen, const struct gen_event *ev, uint8
     if (!o->bare) {
         int32_t id = ev->poison == GEN_POISON_UNKNOWN_SCHEMA ? 99
                      : ev->poison == GEN_POISON_UNKNOWN_OP   ? 2
+                     : o->evolve                             ? o->evolve_ids[ev->writer]
                                                              : o->schema_id;
         *p++ = ev->poison == GEN_POISON_BAD_MAGIC ? 7 : 0;
         *p++ = (uint8_t)(id >> 24);
@@ -191,12 +214,20 @@ size_t gen_encode(const struct generator *gen, const struct gen_event *ev, uint8
     p = put_long(p, ev->score);
     p = put_long(p, ev->ts_ms);
     p = put_long(p, ev->op);
+    if (ev->writer == GEN_WRITER_V3)
+        return (size_t)(p - buf);
     if (ev->dim_value[0]) {
         p = put_long(p, 1); /* one map block of one entry */
         p = put_string(p, o->dim_name);
         p = put_string(p, ev->dim_value);
     }
-    p = put_long(p, 0); /* end of map */
+    p = put_long(p, 0);                /* end of map */
+    if (ev->writer == GEN_WRITER_V2) { /* platform: null or a string, in turn */
+        int has = ev->score % 2 == 0;
+        p = put_long(p, has);
+        if (has)
+            p = put_string(p, "pc");
+    }
     return (size_t)(p - buf);
 }
 

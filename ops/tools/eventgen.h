@@ -35,7 +35,17 @@ struct gen_options {
     int poison_every;  /* every Nth event is a poison event, of each kind in turn */
     int bare;          /* bare Avro instead of the Confluent framing */
     int32_t schema_id;
+    /* Schema evolution: when 'evolve' is set, event i is written by
+     * writer i mod 3 under that id: GEN_WRITER_V1 (schemas/score_event.avsc),
+     * GEN_WRITER_V2 (plus an optional field with a default) or GEN_WRITER_V3
+     * (no dims: its events carry none). Poison events keep schema_id. */
+    int evolve;
+    int32_t evolve_ids[3];
 };
+
+enum { GEN_WRITER_V1 = 0, GEN_WRITER_V2, GEN_WRITER_V3 };
+/* The writer schemas of the evolution, as a producer registers them. */
+extern const char *const gen_writer_schemas[3];
 
 struct gen_event {
     char event_id[48];
@@ -46,6 +56,7 @@ struct gen_event {
     int op; /* 0 SUBMIT, 1 RETRACT */
     char dim_value[32];
     int poison; /* 0, or the kind of poison (GEN_POISON_*) */
+    int writer; /* GEN_WRITER_* */
 };
 
 /* Events the projector must dead-letter, one of each reason it can see in

@@ -7,8 +7,10 @@
  *
  * stdout: the events (--dry-run) as TSV; stderr: progress and errors.
  */
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <librdkafka/rdkafka.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,8 +33,109 @@ struct options {
     const char *deliveries_out;
     uint64_t huge_every; /* every Nth event is a huge record (--huge-bytes) */
     size_t huge_bytes;
+    const char *registry; /* register the writer schemas there (--registry) */
+    int evolve;           /* writers v1, v2, v3 in turn (--evolve) */
     struct gen_options gen;
 };
+
+/* ---- the schema registry ------------------------------------------------------ */
+
+static size_t collect_body(char *data, size_t size, size_t n, void *ctx)
+{
+    char **body = ctx;
+    size_t old = *body ? strlen(*body) : 0, bytes = size * n;
+    char *grown = realloc(*body, old + bytes + 1);
+    if (!grown)
+        return 0;
+    memcpy(grown + old, data, bytes);
+    grown[old + bytes] = '\0';
+    *body = grown;
+    return bytes;
+}
+
+/* Registers 'schema' under 'subject' (POST /subjects/<s>/versions), as a
+ * producer's serializer does, and stores the id the registry gives it.
+ * Returns 0, or -1 after saying why. */
+static int register_schema(const char *url, const char *subject, const char *schema, int32_t *id)
+{
+    char endpoint[2048], *body = NULL, errbuf[CURL_ERROR_SIZE] = "";
+    json_t *request = json_pack("{s:s}", "schema", schema);
+    char *text = request ? json_dumps(request, JSON_COMPACT) : NULL;
+    CURL *c = curl_easy_init();
+    struct curl_slist *headers =
+        curl_slist_append(NULL, "Content-Type: application/vnd.schemaregistry.v1+json");
+    long status = 0;
+    int rc = -1;
+    json_decref(request);
+    snprintf(endpoint, sizeof(endpoint), "%s/subjects/%s/versions", url, subject);
+    if (!text || !c || !headers) {
+        fprintf(stderr, "loadgen: out of memory\n");
+        goto done;
+    }
+    curl_easy_setopt(c, CURLOPT_URL, endpoint);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    CURLcode cc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    json_t *answer = body ? json_loads(body, 0, NULL) : NULL;
+    json_int_t got = 0;
+    if (cc != CURLE_OK)
+        fprintf(stderr, "loadgen: registering with %s: %s\n", endpoint,
+                *errbuf ? errbuf : curl_easy_strerror(cc));
+    else if (status != 200 || !answer || json_unpack(answer, "{s:I}", "id", &got) != 0 || got < 0 ||
+             got > INT32_MAX)
+        fprintf(stderr, "loadgen: registering with %s: HTTP %ld %s\n", endpoint, status,
+                body ? body : "");
+    else {
+        *id = (int32_t)got;
+        rc = 0;
+    }
+    json_decref(answer);
+done:
+    free(text);
+    free(body);
+    curl_slist_free_all(headers);
+    if (c)
+        curl_easy_cleanup(c);
+    return rc;
+}
+
+/* --registry: the writers' ids, from the registry (subject <topic>-value,
+ * the TopicNameStrategy). */
+static int register_writers(struct options *o)
+{
+    char subject[512];
+    int n = o->evolve ? 3 : 1;
+    snprintf(subject, sizeof(subject), "%s-value", o->topic);
+    for (int w = 0; w < n; w++) {
+        int32_t id;
+        if (register_schema(o->registry, subject, gen_writer_schemas[w], &id) != 0)
+            return -1;
+        if (o->evolve)
+            o->gen.evolve_ids[w] = id;
+        else
+            o->gen.schema_id = id;
+        fprintf(stderr, "loadgen: writer v%d is schema id %d under %s\n", w + 1, (int)id, subject);
+    }
+    return 0;
+}
+
+/* --schema-ids A,B,C: the three writers' ids without a registry. */
+static int parse_ids(const char *text, int32_t ids[3])
+{
+    char tail;
+    int a, b, c;
+    if (sscanf(text, "%d,%d,%d%c", &a, &b, &c, &tail) != 3 || a < 0 || b < 0 || c < 0)
+        return -1;
+    ids[0] = a;
+    ids[1] = b;
+    ids[2] = c;
+    return 0;
+}
 
 /* ---- producing --------------------------------------------------------------- */
 
@@ -207,6 +310,13 @@ static void usage(FILE *out)
                  "                          dead-letter, each kind in turn (default never)\n"
                  "      --bare              bare Avro instead of the Confluent framing\n"
                  "      --schema-id N       Confluent schema id (default 1)\n"
+                 "      --registry URL      register the writer schema (or, with --evolve, the\n"
+                 "                          three) in the schema registry at URL under the\n"
+                 "                          subject <topic>-value and produce with its ids\n"
+                 "      --evolve            schema evolution: event i is written by writer v1,\n"
+                 "                          v2 (an optional field more) or v3 (no dims) in\n"
+                 "                          turn; their ids from --registry or --schema-ids\n"
+                 "      --schema-ids A,B,C  the ids of v1, v2 and v3 without a registry\n"
                  "      --events-out FILE   also write every produced event to FILE as TSV\n"
                  "      --huge-every N      make every Nth event a record of --huge-bytes\n"
                  "                          (its player id, also its key, that long): one\n"
@@ -246,7 +356,10 @@ int main(int argc, char **argv)
         O_TS_NOW,
         O_DELIVERIES_OUT,
         O_HUGE_EVERY,
-        O_HUGE_BYTES
+        O_HUGE_BYTES,
+        O_REGISTRY,
+        O_EVOLVE,
+        O_SCHEMA_IDS
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, 'b'},
@@ -274,6 +387,9 @@ int main(int argc, char **argv)
         {"deliveries-out", required_argument, NULL, O_DELIVERIES_OUT},
         {"huge-every", required_argument, NULL, O_HUGE_EVERY},
         {"huge-bytes", required_argument, NULL, O_HUGE_BYTES},
+        {"registry", required_argument, NULL, O_REGISTRY},
+        {"evolve", no_argument, NULL, O_EVOLVE},
+        {"schema-ids", required_argument, NULL, O_SCHEMA_IDS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     struct options o = {.brokers = "127.0.0.1:9092",
@@ -291,7 +407,7 @@ int main(int argc, char **argv)
                                 .dim_values = 3,
                                 .start_ms = -1}};
     char *props[64];
-    int nprops = 0, opt;
+    int nprops = 0, opt, have_ids = 0;
     char *end;
 
 #define NUMBER(dst, min, max)                                                                      \
@@ -392,6 +508,19 @@ int main(int argc, char **argv)
         case O_DRY_RUN:
             o.dry_run = 1;
             break;
+        case O_REGISTRY:
+            o.registry = optarg;
+            break;
+        case O_EVOLVE:
+            o.evolve = 1;
+            break;
+        case O_SCHEMA_IDS:
+            have_ids = 1;
+            if (parse_ids(optarg, o.gen.evolve_ids) != 0) {
+                fprintf(stderr, "loadgen: --schema-ids wants three ids, e.g. 1,2,3\n");
+                return 1;
+            }
+            break;
         case O_BOARD_PREFIX:
             o.gen.board_prefix = optarg;
             break;
@@ -417,8 +546,18 @@ int main(int argc, char **argv)
         usage(stderr);
         return 1;
     }
-    if (o.gen.start_ms < 0) /* the last DAYS days, up to now */
-        o.gen.start_ms = ((int64_t)time(NULL) - (int64_t)o.gen.days * 86400) * 1000;
+    if (o.evolve && !o.registry && !have_ids) {
+        fprintf(stderr, "loadgen: --evolve needs --registry URL or --schema-ids A,B,C\n");
+        return 1;
+    }
+    if (o.registry && (o.gen.bare || o.dry_run)) {
+        fprintf(stderr, "loadgen: --registry is for Confluent-framed records sent to Kafka\n");
+        return 1;
+    }
+    if (o.registry && register_writers(&o) != 0)
+        return 1;
+    o.gen.evolve = o.evolve;
+    o.gen.start_ms = ((int64_t)time(NULL) - (int64_t)o.gen.days * 86400) * 1000;
     struct generator *gen = gen_new(&o.gen);
     if (!gen) {
         fprintf(stderr, "loadgen: out of memory\n");

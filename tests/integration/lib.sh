@@ -178,7 +178,7 @@ lose_shard() {
 # EXTRA_REDIS goes into the redis: section. From the environment: GROUP,
 # BATCH_MAX, COMMAND_TIMEOUT, DRAIN_TIMEOUT (5s: tests stop projectors with
 # Redis down and should not wait the default 20s), DLQ_TOPIC, INSTANCE_ID
-# (group.instance.id).
+# (group.instance.id), REGISTRY_YAML (more lines of input:, e.g. registry:).
 write_config() {
     local file=$1 more_yaml=${2-} more_redis=${3-}
     # written aside and renamed: a projector starting now reads the old or
@@ -198,7 +198,8 @@ input:
     1: $repo/schemas/score_event.avsc
     # loadgen's unknown_op poison events: a writer schema with an op (BAN)
     # the projector does not know
-    2: $repo/tests/integration/schemas/score_event_ban.avsc
+    2: $repo/tests/integration/schemas/score_event_ban.avsc${REGISTRY_YAML:+
+$REGISTRY_YAML}
 redis:
   nodes: [$(seed_list)]
   command_timeout: ${COMMAND_TIMEOUT:-2s}

@@ -221,6 +221,50 @@ static void dedupe_defaults_and_errors(void **state)
     expect_error(text, 11, "unknown key 'ttl'");
 }
 
+static void registry_settings_and_errors(void **state)
+{
+    (void)state;
+    static const char head[] = "kafka:\n  brokers: localhost:9092\n  topics: [scores]\n"
+                               "redis:\n  nodes: [127.0.0.1:7000]\n";
+    char text[1024];
+    /* a registry alone serves confluent input; the url keeps its base path */
+    snprintf(text, sizeof(text),
+             "%sinput:\n  registry:\n    url: https://reg.example:8443/apis/ccompat/v7\n"
+             "    user: lb\n    password_file: secret/registry\n    ca_file: /etc/ca.pem\n",
+             head);
+    struct lb_config *c = load_ok(text);
+    assert_string_equal(c->registry_url, "https://reg.example:8443/apis/ccompat/v7");
+    assert_string_equal(c->registry_password_file, "./secret/registry");
+    assert_string_equal(c->registry_ca_file, "/etc/ca.pem");
+    assert_int_equal(c->registry_timeout_ms, 5000);
+    assert_int_equal(c->registry_line, 8);
+    assert_int_equal(c->nschemas, 0);
+    lb_config_free(c);
+
+    /* the input: section after 'head' (7 lines), the line blamed, the words */
+    static const struct {
+        const char *input;
+        int line;
+        const char *needle;
+    } bad[] = {
+        {"  format: confluent\n", 1, "needs 'schemas' (schema id: file) or 'registry'"},
+        {"  registry:\n    url: reg.example:8081\n", 8, "is not an http:// or https:// URL"},
+        {"  registry:\n    url: http://r:1\n    user: lb\n", 8,
+         "user needs password or password_file"},
+        {"  registry:\n    url: http://r:1\n    user: lb\n    password: a\n    password_file: f\n",
+         8, "password or password_file, not both"},
+        {"  registry:\n    url: http://r:1\n    password: a\n", 8, "a password needs a user"},
+        {"  registry:\n    user: lb\n", 1, "input.registry needs 'url'"},
+        {"  format: bare\n  writer_schema: w.avsc\n  registry:\n    url: http://r:1\n", 10,
+         "input.registry is for format: confluent"},
+        {"  registry:\n    url: http://r:1\n    timeout: 10ms\n", 9, "out of range"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(text, sizeof(text), "%sinput:\n%s", head, bad[i].input);
+        expect_error(text, bad[i].line, bad[i].needle);
+    }
+}
+
 /* The operability settings, as files on disk: each invalid file is refused
  * with "<its path>:<line>: <what>". */
 static void invalid_files_are_refused_with_their_path_and_line(void **state)
@@ -625,6 +669,7 @@ int main(void)
         cmocka_unit_test(durations_and_times_parse),
         cmocka_unit_test(sum_boards_budget_their_totals),
         cmocka_unit_test(dedupe_defaults_and_errors),
+        cmocka_unit_test(registry_settings_and_errors),
         cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
         cmocka_unit_test(kafka_properties_go_to_their_client),
