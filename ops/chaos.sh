@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ops/chaos.sh - the chaos soak: three projector pods in one group, a steady
-# producer (best, latest and sum boards, with retractions), and a fault every
+# producer (best, latest and sum boards, with retractions and retries, three
+# writer schema versions registered in a schema registry), and a fault every
 # few seconds, taken in turn from a seeded shuffle of:
 #
 #   pod_kill       SIGKILL a pod (the harness restarts it)
@@ -13,6 +14,9 @@
 #                  data; a new empty node takes their slots by the runbook's
 #                  procedure (ops/runbooks/lost-shard.md, run as written) and
 #                  replay rebuilds them while events flow; a replica is added
+#   registry_outage  SIGKILL the schema registry and a pod: the pod comes back
+#                  with no schema cached and waits; the registry is started
+#                  again (same ids) a few seconds later
 #
 # A fault fires only on a healthy cluster (every node up and agreeing, every
 # master with a replica, Kafka up, every pod running); pods that exit are
@@ -55,7 +59,7 @@ done
 . "$(dirname "${BASH_SOURCE[0]}")/../tests/integration/lib.sh"
 
 # ---- the schedule: a seeded shuffle of the five kinds, again and again --------------
-kinds=(pod_kill pod_freeze master_kill kafka_restart lost_shard)
+kinds=(pod_kill pod_freeze master_kill kafka_restart lost_shard registry_outage)
 RANDOM=$seed
 schedule=()
 at=10
@@ -81,7 +85,23 @@ runbook_procedure "$repo/ops/runbooks/lost-shard.md" "$T_DIR/procedure.sh"
 export PATH=$BIN:$PATH
 pods=(0 0 0)
 declare -A count=([pod_kill]=0 [pod_freeze]=0 [master_kill]=0 [kafka_restart]=0 [lost_shard]=0
-    [pod_restarts]=0 [replays]=0)
+    [registry_outage]=0 [pod_restarts]=0 [replays]=0)
+
+# the schema registry the producer registers its writers in and the pods
+# fetch them from (the project's test registry; its ids survive a restart)
+registry_port=$(lb_free_port_base 1 32000 33000) || fail "no free port for the registry"
+start_registry() {
+    test_schema_registry --listen "127.0.0.1:$registry_port" --first-id 100 \
+        --state "$T_DIR/registry.state" >>"$T_DIR/registry.log" 2>&1 &
+    registry_pid=$!
+    T_PIDS+=("$registry_pid")
+    lb_wait_for 10 curl -sf "http://127.0.0.1:$registry_port/subjects" -o /dev/null ||
+        fail "the schema registry did not start"
+}
+start_registry
+export REGISTRY_YAML="  registry:
+    url: http://127.0.0.1:$registry_port
+    timeout: 1s"
 
 # the pods' configuration names the nodes alive when it is written
 pod_config() { write_config "$T_DIR/projector.yaml" "$MODE_PROFILES"; }
@@ -112,6 +132,7 @@ healthy() {
     done
     nodes=$(redis_cli "$(live_ports | first)" CLUSTER NODES) || return 1
     grep -q 'fail' <<<"$nodes" && return 1
+    kill -0 "$registry_pid" 2>/dev/null || return 1
     [[ $(wc -l <<<"$nodes") == "$(live_ports | wc -l)" ]] || return 1
     # every master with slots has a connected replica
     awk '$3 ~ /master/ && NF > 8 { m[$1] = 1 } $3 ~ /slave/ && $8 == "connected" { r[$4] = 1 }
@@ -174,11 +195,22 @@ fault_lost_shard() {
     log "127.0.0.1:$replica replicates it"
 }
 
+fault_registry_outage() {
+    kill -9 "$registry_pid"
+    wait "$registry_pid" 2>/dev/null || true
+    log "schema registry SIGKILLed"
+    fault_pod_kill "$1" # its new self has nothing cached: it waits
+    sleep 5
+    start_registry
+    log "schema registry is back"
+}
+
 # ---- the run ---------------------------------------------------------------------------------
 for i in 0 1 2; do
     start_pod "$i"
 done
-produce -n $((rate * duration)) --seed "$seed" "${MODE_GEN[@]}" --rate "$rate" &
+produce -n $((rate * duration)) --seed "$seed" "${MODE_GEN[@]}" --rate "$rate" --evolve \
+    --registry "http://127.0.0.1:$registry_port" &
 producer=$!
 T_PIDS+=("$producer")
 started=$SECONDS

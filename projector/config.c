@@ -508,7 +508,7 @@ static int parse_dedupe(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_wait_replicas(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_listen(struct parser *p, yaml_node_t *node, void *obj);
-static int parse_registry_url(struct parser *p, yaml_node_t *node, void *obj);
+static int parse_registry(struct parser *p, yaml_node_t *node, void *obj);
 
 #define C(member) FIELD(struct lb_config, member)
 
@@ -543,8 +543,8 @@ static const struct key_def kafka_keys[] = {
 
 static const struct key_def registry_keys[] = {
     {.name = "url",
-     .type = KT_CUSTOM,
-     .custom = parse_registry_url,
+     .type = KT_STRING,
+     .offset = C(registry_url),
      .doc = "http(s)://host:port[/base/path] of a Confluent-compatible schema registry"},
     {.name = "user",
      .type = KT_STRING,
@@ -588,8 +588,8 @@ static const struct key_def input_keys[] = {
      .custom = parse_schemas,
      .doc = "bare: the writer schema file (.avsc)"},
     {.name = "registry",
-     .type = KT_SECTION,
-     .section = registry_keys,
+     .type = KT_CUSTOM,
+     .custom = parse_registry,
      .doc = "confluent: a schema registry that supplies writer schemas input.schemas lacks"},
     {.name = "max_future",
      .type = KT_DURATION,
@@ -938,12 +938,11 @@ static int add_schema(struct parser *p, struct lb_config *config, int32_t id, ya
     return 0;
 }
 
-/* input.registry.url, remembering its line for the checks made later. */
-static int parse_registry_url(struct parser *p, yaml_node_t *node, void *obj)
+/* input.registry, remembering its line for the checks made later. */
+static int parse_registry(struct parser *p, yaml_node_t *node, void *obj)
 {
-    struct key_def def = {.name = "url", .type = KT_STRING, .offset = C(registry_url)};
     ((struct lb_config *)obj)->registry_line = line_of(node);
-    return parse_scalar_node(p, &def, node, obj);
+    return parse_mapping(p, registry_keys, node, line_of(node), obj, "registry", 0);
 }
 
 /* 'schemas' (id -> file) and 'writer_schema' (one file, id -1) share storage;
@@ -1199,17 +1198,19 @@ static int parse_profiles(struct parser *p, yaml_node_t *node, void *obj)
 
 static int check_registry(struct parser *p, const struct lb_config *config)
 {
-    int line = config->registry_line ? config->registry_line : 1;
-    if (!config->registry_url) {
-        if (config->registry_user || config->registry_password || config->registry_password_file ||
-            config->registry_ca_file)
-            return fail(p, line, "input.registry needs 'url'");
-        return 0;
-    }
+    int line = config->registry_line;
+    if (!config->registry_url)
+        return line ? fail(p, line, "input.registry needs 'url': the registry's base URL") : 0;
     if (strncmp(config->registry_url, "http://", 7) != 0 &&
         strncmp(config->registry_url, "https://", 8) != 0)
         return fail(p, line, "input.registry.url: \"%s\" is not an http:// or https:// URL",
                     config->registry_url);
+    const char *host = strstr(config->registry_url, "//") + 2;
+    const char *at = strchr(host, '@');
+    if (at && at < host + strcspn(host, "/?#"))
+        return fail(p, line,
+                    "input.registry.url carries credentials; give them as user and password or "
+                    "password_file (they would be logged with the url)");
     if (config->registry_password && config->registry_password_file)
         return fail(p, line, "input.registry: give password or password_file, not both");
     int has_password = config->registry_password || config->registry_password_file;

@@ -376,7 +376,7 @@ struct rewind_ctx {
 };
 
 static void rewind_one(void *ctx, const char *topic, int32_t partition, int64_t offset,
-                       int was_paused)
+                       enum lb_hold_reason reason, int was_paused)
 {
     struct rewind_ctx *r = ctx;
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
@@ -387,16 +387,20 @@ static void rewind_one(void *ctx, const char *topic, int32_t partition, int64_t 
     if (!error && list->elems[0].err && list->elems[0].err != RD_KAFKA_RESP_ERR__IN_PROGRESS)
         LB_WARN("kafka", "seeking %s [%d] to %lld: %s", topic, partition, (long long)offset,
                 rd_kafka_err2str(list->elems[0].err));
+    rd_kafka_topic_partition_list_destroy(list);
     if (error) {
-        /* not read again now: the fetch position is past the hold, so hold
-         * it again at once and try the seek with the next rewind */
+        /* not read again: the fetch position is past the hold, so it is held
+         * again at once, for the same reason, and nothing is released (what
+         * is read past the hold must keep waiting behind it); the seek is
+         * tried again with the next rewind */
         LB_WARN("kafka", "seeking %s [%d] to %lld: %s; trying again later", topic, partition,
                 (long long)offset, rd_kafka_error_string(error));
         rd_kafka_error_destroy(error);
-        lb_offsets_settle(r->c->offsets, topic, partition, offset, LB_HOLD_REDIS,
-                          lb_monotonic_ms());
+        lb_offsets_settle(r->c->offsets, topic, partition, offset, reason, lb_monotonic_ms());
+        if (was_paused)
+            lb_offsets_paused(r->c->offsets, topic, partition);
+        return;
     }
-    rd_kafka_topic_partition_list_destroy(list);
     if (was_paused)
         pause_one(r->c, topic, partition, 0);
     LB_DEBUG("kafka", "reading %s [%d] again from offset %lld", topic, partition,

@@ -300,6 +300,9 @@ static void collect(struct daemon *d, struct batch *b, int wait)
             break;
         if (!b->base.n) { /* idle */
             maybe_commit(d);
+            if (d->engine->registry &&
+                lb_registry_progress(d->engine->registry, d->engine->decoder, lb_monotonic_ms()))
+                *d->stop = 1; /* out of memory: what is not committed is read again */
             d->collecting_empty = 1;
             lb_consumer_rewind_due(d->consumer, on_rewind, d);
             d->collecting_empty = 0;
@@ -477,7 +480,7 @@ static void render_partitions(struct daemon *d, struct lb_text *t)
     gauge(t, "lb_partition_held",
           "1 while the partition's commits stop at a record that is not durable yet, by reason: "
           "redis (Redis failing), board (a board needs an operator), dlq (the dead-letter topic "
-          "failing), stopping.");
+          "failing), registry (the schema registry not answering), stopping.");
     lb_consumer_progress(d->consumer, progress_series, &pg);
     gauge(t, "lb_partitions_held", "Assigned partitions whose commits are held.");
     lb_text_printf(t, "lb_partitions_held %d\n", pg.held);
@@ -663,8 +666,8 @@ static void publish(struct daemon *d, int now)
     gauge(&t, "lb_redis_up", "1 when the last write or ping reached Redis.");
     lb_text_printf(&t, "lb_redis_up %d\n", d->redis_ok);
     gauge(&t, "lb_schema_registry_up",
-          "1 when the schema registry answered its last request (also before the first), 0 "
-          "while records wait for it; absent without input.registry.");
+          "1 when the last request to the schema registry that finished got an answer (also "
+          "before the first), 0 when it got none; absent without input.registry.");
     if (d->engine->registry)
         lb_text_printf(&t, "lb_schema_registry_up %d\n",
                        lb_registry_stats(d->engine->registry)->up);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The registry client of input.registry (a password_file read now). */
 static int open_registry(struct lb_engine *e, const struct lb_config *config, char *err,
@@ -20,18 +21,27 @@ static int open_registry(struct lb_engine *e, const struct lb_config *config, ch
     if (config->registry_password_file) {
         FILE *f = fopen(config->registry_password_file, "r");
         size_t n = f ? fread(password, 1, sizeof(password) - 1, f) : 0;
+        int too_long = f && n == sizeof(password) - 1;
         if (f)
             fclose(f);
         password[n] = '\0';
         password[strcspn(password, "\r\n")] = '\0';
-        if (!f || !*password) {
+        if (!f || !*password || too_long) {
             snprintf(err, errlen, "%s:%d: input.registry.password_file %s: %s", config->path,
                      config->registry_line, config->registry_password_file,
-                     f ? "empty" : strerror(errno));
+                     !f         ? strerror(errno)
+                     : too_long ? "longer than 1022 bytes"
+                                : "empty");
             *class = LB_ERROR_CONFIG;
             return -1;
         }
         options.password = password;
+    }
+    if (config->registry_ca_file && access(config->registry_ca_file, R_OK) != 0) {
+        snprintf(err, errlen, "%s:%d: input.registry.ca_file %s: %s", config->path,
+                 config->registry_line, config->registry_ca_file, strerror(errno));
+        *class = LB_ERROR_CONFIG;
+        return -1;
     }
     e->registry = lb_registry_new(&options, err, errlen);
     memset(password, 0, sizeof(password));

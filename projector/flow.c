@@ -85,14 +85,20 @@ int lb_flow_resolve(struct lb_flow *f, struct lb_registry *registry, struct lb_d
 {
     struct lb_batch *b = f->next;
     size_t kept = 0, waiting = 0;
+    if (lb_registry_progress(registry, decoder, mono_ms) != 0)
+        return -1;
     for (size_t i = 0; i < b->n; i++) {
         rd_kafka_message_t *msg = b->msgs[i];
         int32_t id;
         int wait = waits(f, msg);
-        if (!wait && registry && lb_payload_schema_id(msg->payload, msg->len, &id) == 0) {
+        if (!wait && lb_payload_schema_id(msg->payload, msg->len, &id) == 0) {
             int rc = lb_registry_resolve(registry, decoder, id, mono_ms);
-            if (rc < 0 || (rc == 0 && add_wait(f, msg) != 0))
+            if (rc < 0 || (rc == 0 && add_wait(f, msg) != 0)) {
+                /* every message once in msgs again (i == kept + waiting) */
+                memcpy(b->msgs + kept, f->scratch, waiting * sizeof(*b->msgs));
+                b->waiting = 0;
                 return -1;
+            }
             wait = rc == 0;
         }
         if (wait)

@@ -163,7 +163,8 @@ int lb_offsets_is_held(const struct lb_offsets *o, const char *topic, int32_t pa
 
 size_t lb_offsets_rewind_due(struct lb_offsets *o, int64_t mono_ms,
                              void (*rewind)(void *ctx, const char *topic, int32_t partition,
-                                            int64_t offset, int was_paused),
+                                            int64_t offset, enum lb_hold_reason reason,
+                                            int was_paused),
                              void *ctx)
 {
     size_t due = 0;
@@ -173,12 +174,13 @@ size_t lb_offsets_rewind_due(struct lb_offsets *o, int64_t mono_ms,
             continue;
         int64_t from = p->hold;
         int was_paused = p->paused;
+        enum lb_hold_reason reason = p->reason;
         p->hold = -1;
         p->reason = LB_HOLD_NONE;
         p->waiting = 0;
         p->paused = 0;
         due++;
-        rewind(ctx, p->topic, p->partition, from, was_paused);
+        rewind(ctx, p->topic, p->partition, from, reason, was_paused);
     }
     return due;
 }

@@ -84,12 +84,14 @@ void lb_offsets_paused(struct lb_offsets *offsets, const char *topic, int32_t pa
 int lb_offsets_is_held(const struct lb_offsets *offsets, const char *topic, int32_t partition);
 
 /* Calls 'rewind' for every held partition whose back-off has passed, with
- * the offset to read from again, and clears its hold (the caller seeks,
- * resumes it if paused, and drops what it holds of it past that offset).
- * Returns how many were due. */
+ * the offset to read from again and why it was held, and clears its hold
+ * (the caller seeks, resumes it if paused, and drops what it holds of it
+ * past that offset; a caller that cannot seek holds it again). Returns how
+ * many were due. */
 size_t lb_offsets_rewind_due(struct lb_offsets *offsets, int64_t mono_ms,
                              void (*rewind)(void *ctx, const char *topic, int32_t partition,
-                                            int64_t offset, int was_paused),
+                                            int64_t offset, enum lb_hold_reason reason,
+                                            int was_paused),
                              void *ctx);
 
 /* Calls 'each' for every partition whose next offset is past what was

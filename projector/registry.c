@@ -1,5 +1,6 @@
 /* The schema registry client; see registry.h. */
 #include "registry.h"
+#include "clock.h"
 #include "log.h"
 
 #include <curl/curl.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #define BODY_MAX           (1 << 20) /* a larger answer is not a schema we can use */
+#define ASK_BUDGET_MS      200       /* a request is waited for this long, then runs on */
 #define BACKOFF_MIN_MS     1000
 #define BACKOFF_MAX_MS     30000
 #define UNKNOWN_RECHECK_MS 10000 /* a 40403 id is asked for again after this */
@@ -20,8 +22,10 @@ struct unknown {
 };
 
 struct lb_registry {
+    CURLM *multi;
     CURL *curl;
-    char *base; /* the url without a trailing '/' */
+    int32_t asking; /* the id of the request in flight, or -1 */
+    char *base;     /* the url without a trailing '/' */
     struct curl_slist *headers;
     char errbuf[CURL_ERROR_SIZE];
     char *body;
@@ -65,8 +69,10 @@ struct lb_registry *lb_registry_new(const struct lb_registry_options *o, char *e
         curl_ready = 1;
     }
     struct lb_registry *r = calloc(1, sizeof(*r));
-    if (!r || !(r->base = strdup(o->url)) || !(r->curl = curl_easy_init()))
+    if (!r || !(r->base = strdup(o->url)) || !(r->curl = curl_easy_init()) ||
+        !(r->multi = curl_multi_init()))
         goto nomem;
+    r->asking = -1;
     size_t n = strlen(r->base);
     while (n > 0 && r->base[n - 1] == '/')
         r->base[--n] = '\0';
@@ -97,7 +103,9 @@ struct lb_registry *lb_registry_new(const struct lb_registry_options *o, char *e
         bad |= curl_easy_setopt(c, CURLOPT_CAINFO, o->ca_file) != CURLE_OK;
     if (bad) {
         snprintf(err, errlen,
-                 "schema registry %s: libcurl refuses an option (built without https?)", o->url);
+                 "schema registry %s: libcurl refuses an option (libcurl 7.85 or later with "
+                 "https is needed)",
+                 o->url);
         lb_registry_free(r);
         return NULL;
     }
@@ -114,6 +122,10 @@ void lb_registry_free(struct lb_registry *r)
 {
     if (!r)
         return;
+    if (r->multi && r->asking >= 0)
+        curl_multi_remove_handle(r->multi, r->curl);
+    if (r->multi)
+        curl_multi_cleanup(r->multi);
     if (r->curl)
         curl_easy_cleanup(r->curl);
     curl_slist_free_all(r->headers);
@@ -177,24 +189,35 @@ static enum answer read_not_found(const char *body, char *why, size_t whylen)
     return A_DOWN;
 }
 
-static enum answer ask(struct lb_registry *r, int32_t id, char **schema, char *why, size_t whylen)
+/* Starts the request for schema 'id'. Returns 0, or -1 when libcurl cannot. */
+static int start(struct lb_registry *r, int32_t id)
 {
     char url[2048];
-    long status = 0;
     snprintf(url, sizeof(url), "%s/schemas/ids/%d", r->base, id);
     free(r->body);
     r->body = NULL;
     r->len = 0;
     r->too_big = 0;
     r->errbuf[0] = '\0';
-    curl_easy_setopt(r->curl, CURLOPT_URL, url);
-    CURLcode rc = curl_easy_perform(r->curl);
+    if (curl_easy_setopt(r->curl, CURLOPT_URL, url) != CURLE_OK ||
+        curl_multi_add_handle(r->multi, r->curl) != CURLM_OK)
+        return -1;
+    r->asking = id;
+    return 0;
+}
+
+/* What the finished request's answer says. */
+static enum answer read_answer(struct lb_registry *r, CURLcode rc, char **schema, char *why,
+                               size_t whylen)
+{
+    long status = 0;
+    if (r->too_big) {
+        snprintf(why, whylen, "the registry answered with more than 1 MiB");
+        return A_UNUSABLE;
+    }
     if (rc != CURLE_OK) {
-        snprintf(why, whylen, "%.150s",
-                 r->too_big   ? "answered with more than 1 MiB"
-                 : *r->errbuf ? r->errbuf
-                              : curl_easy_strerror(rc));
-        return rc == CURLE_WRITE_ERROR && !r->too_big ? A_NOMEM : A_DOWN;
+        snprintf(why, whylen, "%.150s", *r->errbuf ? r->errbuf : curl_easy_strerror(rc));
+        return rc == CURLE_WRITE_ERROR ? A_NOMEM : A_DOWN;
     }
     curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
     switch (status) {
@@ -236,30 +259,22 @@ static void remember_unknown(struct lb_registry *r, int32_t id, int64_t until)
     *u = (struct unknown){id, until};
 }
 
-int lb_registry_resolve(struct lb_registry *r, struct lb_decoder *decoder, int32_t id,
-                        int64_t mono_ms)
+/* What the answer about 'id' means for its records: the decoder gets the
+ * schema or refuses the id, or the id is remembered as unknown, or the
+ * registry is backed off. Returns -1 when out of memory. */
+static int settle(struct lb_registry *r, struct lb_decoder *decoder, int32_t id, enum answer a,
+                  const char *schema, char *why, size_t whylen, int64_t mono_ms)
 {
-    if (lb_decoder_has(decoder, id))
-        return 1;
-    struct unknown *u = find_unknown(r, id);
-    if (u && mono_ms < u->until)
-        return 1;
-    if (mono_ms < r->stats.retry_at)
-        return 0;
-
-    char why[192] = "", *schema = NULL;
-    enum answer a = ask(r, id, &schema, why, sizeof(why));
     if (a == A_FOUND) {
         char err[400];
         int rc = lb_decoder_add_schema(decoder, id, schema, strlen(schema), err, sizeof(err));
-        free(schema);
         if (rc == -2)
             return -1;
         if (rc == 0) {
             r->stats.fetched++;
             LB_INFO("registry", "schema id %d fetched from %s", id, r->base);
         } else {
-            snprintf(why, sizeof(why), "%.180s", err);
+            snprintf(why, whylen, "%.180s", err);
             a = A_UNUSABLE;
         }
     }
@@ -269,7 +284,7 @@ int lb_registry_resolve(struct lb_registry *r, struct lb_decoder *decoder, int32
         r->stats.failures++;
         r->stats.up = 0;
         r->stats.retry_at = mono_ms + r->backoff_ms;
-        snprintf(r->stats.why, sizeof(r->stats.why), "schema registry %.60s: %s", r->base, why);
+        snprintf(r->stats.why, sizeof(r->stats.why), "schema registry %.60s: %.190s", r->base, why);
         LB_WARN("registry",
                 "%s; records of schema id %d wait (their partitions hold there), next try in %lld "
                 "ms",
@@ -288,13 +303,78 @@ int lb_registry_resolve(struct lb_registry *r, struct lb_decoder *decoder, int32
         LB_WARN("registry", "schema id %d: %s; its records are dead-lettered as unknown_schema_id",
                 id, why);
     } else if (a == A_UNUSABLE) {
-        char full[sizeof(why) + 64];
+        char full[256];
         r->stats.unusable++;
-        snprintf(full, sizeof(full), "the registry's schema cannot be read: %s", why);
+        snprintf(full, sizeof(full), "the registry's schema cannot be read: %.190s", why);
         if (lb_decoder_refuse(decoder, id, full) != 0)
             return -1;
         LB_ERROR("registry", "schema id %d: %s; its records are dead-lettered as unknown_schema_id",
                  id, full);
     }
-    return 1;
+    return 0;
+}
+
+/* Lets the request in flight run for up to 'budget_ms' and settles its
+ * answer once it has one. Returns -1 when out of memory. */
+static int drive(struct lb_registry *r, struct lb_decoder *decoder, int64_t mono_ms, int budget_ms)
+{
+    int64_t until = lb_monotonic_ms() + budget_ms;
+    while (r->asking >= 0) {
+        int running = 0, left = 0, done = 0;
+        CURLcode rc = CURLE_OK;
+        CURLMsg *msg;
+        curl_multi_perform(r->multi, &running);
+        while ((msg = curl_multi_info_read(r->multi, &left))) {
+            if (msg->msg == CURLMSG_DONE) {
+                rc = msg->data.result;
+                done = 1;
+            }
+        }
+        if (done) {
+            char why[192] = "", *schema = NULL;
+            int32_t id = r->asking;
+            curl_multi_remove_handle(r->multi, r->curl);
+            r->asking = -1;
+            enum answer a = read_answer(r, rc, &schema, why, sizeof(why));
+            int status = settle(r, decoder, id, a, schema, why, sizeof(why), mono_ms);
+            free(schema);
+            return status;
+        }
+        int64_t now = lb_monotonic_ms();
+        if (now >= until)
+            break;
+        curl_multi_poll(r->multi, NULL, 0, (int)(until - now), NULL);
+    }
+    return 0;
+}
+
+int lb_registry_progress(struct lb_registry *r, struct lb_decoder *decoder, int64_t mono_ms)
+{
+    return drive(r, decoder, mono_ms, 0);
+}
+
+/* Whether the decoder can decide about 'id' now, without asking. */
+static int decided(const struct lb_registry *r, const struct lb_decoder *decoder, int32_t id,
+                   int64_t mono_ms)
+{
+    for (size_t i = 0; i < r->nunknown; i++)
+        if (r->unknown[i].id == id && mono_ms < r->unknown[i].until)
+            return 1;
+    return lb_decoder_has(decoder, id);
+}
+
+int lb_registry_resolve(struct lb_registry *r, struct lb_decoder *decoder, int32_t id,
+                        int64_t mono_ms)
+{
+    if (decided(r, decoder, id, mono_ms))
+        return 1;
+    if (drive(r, decoder, mono_ms, 0) != 0)
+        return -1;
+    if (r->asking < 0 && mono_ms >= r->stats.retry_at && !decided(r, decoder, id, mono_ms)) {
+        if (start(r, id) != 0)
+            return -1;
+        if (drive(r, decoder, mono_ms, ASK_BUDGET_MS) != 0)
+            return -1;
+    }
+    return decided(r, decoder, id, mono_ms);
 }

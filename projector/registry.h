@@ -11,16 +11,19 @@
  *                   writer the projector can read);
  *   unknown id      the registry answered 404 with error_code 40403: records
  *                   of the id are dead-lettered as unknown_schema_id; the id
- *                   is asked for again after UNKNOWN_RECHECK_MS;
+ *                   is asked for again 10 s later;
  *   no answer       unreachable, timed out, 5xx, credentials refused, a 404
  *                   without 40403 (a wrong base path), a body that is not the
  *                   documented JSON: the record waits, and the registry is not
  *                   asked again before a back-off (1 s doubling to 30 s) has
  *                   passed.
  *
- * Blocking (libcurl's easy interface, one connection kept alive), bounded by
- * the configured timeout; one request per id, not per record. Not
- * thread-safe: the daemon's (or replay's) thread owns it.
+ * One request at a time (libcurl, one connection kept alive), one per id, not
+ * per record. A request is waited for at most 200 ms; one that takes longer
+ * (a registry that drops packets, up to the configured timeout) runs on in
+ * the background, moved along by every later call, while its records wait:
+ * the caller's loop is never stalled for longer than that. Not thread-safe:
+ * the daemon's (or replay's) thread owns it.
  */
 #ifndef LB_REGISTRY_H
 #define LB_REGISTRY_H
@@ -49,19 +52,23 @@ void lb_registry_free(struct lb_registry *registry);
 
 /* Whether 'decoder' can decide now about records of schema id 'id': 1 when
  * it can (it has the schema or refuses it, or the registry does not know the
- * id: such records are rejected), 0 when not now (the registry gave no
- * answer: the records must wait), -1 when out of memory. Asks the registry
- * at most once per call, and not at all while backing off. 'mono_ms' is the
- * monotonic clock. */
+ * id: such records are rejected), 0 when not now (no answer yet, or no answer
+ * at all: the records must wait), -1 when out of memory. Starts a request
+ * only when none is in flight and the registry is not backed off. 'mono_ms'
+ * is the monotonic clock. */
 int lb_registry_resolve(struct lb_registry *registry, struct lb_decoder *decoder, int32_t id,
                         int64_t mono_ms);
+
+/* Moves the request in flight along without waiting, settling its answer
+ * into 'decoder' if it has come. Returns -1 when out of memory. */
+int lb_registry_progress(struct lb_registry *registry, struct lb_decoder *decoder, int64_t mono_ms);
 
 struct lb_registry_stats {
     uint64_t fetched;  /* schemas fetched and compiled */
     uint64_t unknown;  /* 404 answers (error_code 40403) */
     uint64_t unusable; /* schemas fetched that the decoder refused */
     uint64_t failures; /* requests without an answer (see above) */
-    int up;            /* the last request got an answer (1 before the first) */
+    int up;            /* the last request finished got an answer (1 before the first) */
     int64_t retry_at;  /* monotonic ms before which nothing is asked; 0: now */
     char why[320];     /* the last failure, naming the registry */
 };

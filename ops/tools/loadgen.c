@@ -557,7 +557,8 @@ int main(int argc, char **argv)
     if (o.registry && register_writers(&o) != 0)
         return 1;
     o.gen.evolve = o.evolve;
-    o.gen.start_ms = ((int64_t)time(NULL) - (int64_t)o.gen.days * 86400) * 1000;
+    if (o.gen.start_ms < 0) /* the last DAYS days, up to now */
+        o.gen.start_ms = ((int64_t)time(NULL) - (int64_t)o.gen.days * 86400) * 1000;
     struct generator *gen = gen_new(&o.gen);
     if (!gen) {
         fprintf(stderr, "loadgen: out of memory\n");

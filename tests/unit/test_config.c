@@ -254,10 +254,11 @@ static void registry_settings_and_errors(void **state)
         {"  registry:\n    url: http://r:1\n    user: lb\n    password: a\n    password_file: f\n",
          8, "password or password_file, not both"},
         {"  registry:\n    url: http://r:1\n    password: a\n", 8, "a password needs a user"},
-        {"  registry:\n    user: lb\n", 1, "input.registry needs 'url'"},
+        {"  registry:\n    user: lb\n", 8, "input.registry needs 'url'"},
         {"  format: bare\n  writer_schema: w.avsc\n  registry:\n    url: http://r:1\n", 10,
          "input.registry is for format: confluent"},
         {"  registry:\n    url: http://r:1\n    timeout: 10ms\n", 9, "out of range"},
+        {"  registry:\n    url: https://lb:pw@r:1/x\n", 8, "url carries credentials"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(text, sizeof(text), "%sinput:\n%s", head, bad[i].input);
@@ -512,6 +513,30 @@ static void the_engine_opens_without_connecting_and_blames_a_bad_schema(void **s
     if (!strstr(err, "/nonexistent/score_event.avsc"))
         fail_msg("unexpected error: %s", err);
     lb_config_free(c);
+
+    /* the registry's files are read (password) or checked (CA) at start */
+    static const struct {
+        const char *registry, *needle;
+    } files[] = {
+        {"{url: http://r:1, user: u, password_file: /nonexistent/pw}",
+         "test.yaml:2: input.registry.password_file /nonexistent/pw: No such file"},
+        {"{url: https://r:1, ca_file: /nonexistent/ca.pem}",
+         "test.yaml:2: input.registry.ca_file /nonexistent/ca.pem: No such file"},
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "kafka: {brokers: b, topics: [t]}\ninput: {registry: %s}\n"
+                 "redis: {nodes: [a:1]}\n",
+                 files[i].registry);
+        c = load_ok(text);
+        class = LB_ERROR_NONE;
+        assert_null(lb_engine_open(c, NULL, err, sizeof(err), &class));
+        assert_int_equal(class, LB_ERROR_CONFIG);
+        if (!strstr(err, files[i].needle))
+            fail_msg("expected \"%s\", got \"%s\"", files[i].needle, err);
+        lb_config_free(c);
+    }
 }
 
 /* The caller's defaults give way to the kafka: section, its fixed

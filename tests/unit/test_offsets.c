@@ -37,15 +37,17 @@ struct rewinds {
     int32_t partition[8];
     int64_t offset[8];
     int paused[8];
+    enum lb_hold_reason reason[8];
 };
 
 static void record_rewind(void *ctx, const char *topic, int32_t partition, int64_t offset,
-                          int was_paused)
+                          enum lb_hold_reason reason, int was_paused)
 {
     struct rewinds *r = ctx;
     (void)topic;
     r->partition[r->n] = partition;
     r->offset[r->n] = offset;
+    r->reason[r->n] = reason;
     r->paused[r->n++] = was_paused;
 }
 
@@ -117,6 +119,7 @@ static void a_held_partition_is_read_again_from_its_hold_after_a_growing_back_of
     assert_int_equal(lb_offsets_rewind_due(o, 1099, record_rewind, &r), 0);
     assert_int_equal(lb_offsets_rewind_due(o, 1100, record_rewind, &r), 1);
     assert_int_equal(r.offset[0], 11);
+    assert_int_equal(r.reason[0], LB_HOLD_REDIS);
     assert_true(r.paused[0]);
     assert_false(lb_offsets_is_held(o, "s", 0));
     /* read again and it fails again: held again, the back-off doubled */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -53,6 +54,9 @@ static unsigned canned(int id, const char **body)
     case 7:
         *body = "this is not json";
         return 200;
+    case 9: /* slow: answers after 600 ms */
+        usleep(600 * 1000);
+        return canned(1, body);
     case 8: /* no board: a writer the reader cannot take */
         *body = "{\"schema\": \"{\\\"type\\\": \\\"record\\\", \\\"name\\\": \\\"ScoreEvent\\\", "
                 "\\\"fields\\\": [{\\\"name\\\": \\\"event_id\\\", \\\"type\\\": "
@@ -253,6 +257,27 @@ static void schemas_that_cannot_serve_are_refused_for_good(void **state)
     lb_decoder_free(d);
 }
 
+static void a_slow_answer_runs_on_while_its_records_wait(void **state)
+{
+    (void)state;
+    struct lb_decoder *d = lb_decoder_new(LB_WIRE_CONFLUENT);
+    struct lb_registry *r = open_registry("/base", NULL, NULL);
+    /* it returns before the answer: the records wait, the caller goes on */
+    assert_int_equal(lb_registry_resolve(r, d, 9, 1000), 0);
+    assert_false(lb_decoder_has(d, 9));
+    /* one request at a time: another id waits without a request of its own */
+    assert_int_equal(lb_registry_resolve(r, d, 1, 1001), 0);
+    usleep(800 * 1000);
+    assert_int_equal(lb_registry_progress(r, d, 1900), 0);
+    assert_true(lb_decoder_has(d, 9));
+    assert_int_equal(lb_registry_resolve(r, d, 9, 1901), 1);
+    assert_int_equal(lb_registry_resolve(r, d, 1, 1902), 1); /* its turn now */
+    assert_int_equal(hits[9] + hits[1], 2);
+    assert_int_equal(lb_registry_stats(r)->failures, 0);
+    lb_registry_free(r);
+    lb_decoder_free(d);
+}
+
 static void credentials_are_sent_and_a_refusal_waits(void **state)
 {
     (void)state;
@@ -275,6 +300,7 @@ int main(void)
         cmocka_unit_test(an_unknown_id_is_rejected_and_asked_for_again_later),
         cmocka_unit_test(no_answer_makes_records_wait_with_back_off),
         cmocka_unit_test(schemas_that_cannot_serve_are_refused_for_good),
+        cmocka_unit_test(a_slow_answer_runs_on_while_its_records_wait),
         cmocka_unit_test(credentials_are_sent_and_a_refusal_waits),
     };
     return cmocka_run_group_tests(tests, start_server, stop_server);
