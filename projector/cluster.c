@@ -44,6 +44,14 @@
 #define SCRIPT_MARK (UINT32_MAX - 1) /* one for a SCRIPT LOAD (new connection, or NOSCRIPT) */
 #define AUTH_MARK   (UINT32_MAX - 2) /* one for the AUTH of a new connection */
 
+/* What a reply may take before the node counts as broken (a protocol
+ * error): hiredis 0.14 allocates an array as soon as it reads its header, so
+ * a forged or corrupted "*2147483647" would make it calloc 16 GiB. No reply
+ * to what the projector, replay or the tools send comes near either bound:
+ * whole keys are read in chunks. */
+#define REPLY_ELEMENTS_MAX 1048576
+#define REPLY_UNPARSED_MAX ((size_t)64 << 20)
+
 struct node {
     char *host;
     int port;
@@ -234,6 +242,57 @@ static int64_t budget(const struct lb_cluster *cl, int64_t ms)
     return cl->call_deadline && cl->call_deadline < deadline ? cl->call_deadline : deadline;
 }
 
+/* hiredis' reader with REPLY_ELEMENTS_MAX: its own functions, but an
+ * array header above the bound is refused before anything is allocated
+ * (the reader then fails, and reader_trouble says why). */
+static redisReplyObjectFunctions limited_functions;
+static void *(*plain_create_array)(const redisReadTask *, int);
+static _Thread_local long long refused_elements;
+
+static void *create_array_limited(const redisReadTask *task, int elements)
+{
+    if (elements > REPLY_ELEMENTS_MAX) {
+        refused_elements = elements;
+        return NULL;
+    }
+    return plain_create_array(task, elements);
+}
+
+static redisReader *reader_new(void)
+{
+    redisReader *r = redisReaderCreate();
+    if (!r)
+        return NULL;
+    if (!plain_create_array) { /* hiredis' own table, from the first reader */
+        limited_functions = *r->fn;
+        plain_create_array = limited_functions.createArray;
+        limited_functions.createArray = create_array_limited;
+    }
+    r->fn = &limited_functions;
+    return r;
+}
+
+/* Why the node's reader cannot go on, for the message that closes it. */
+static void reader_trouble(const struct node *n, char *why, size_t len)
+{
+    if (refused_elements)
+        snprintf(why, len, "a reply announces %lld elements (at most %d are accepted)",
+                 refused_elements, REPLY_ELEMENTS_MAX);
+    else if (n->reader && n->reader->len - n->reader->pos > REPLY_UNPARSED_MAX)
+        snprintf(why, len, "more than %zu MiB of a reply unparsed", REPLY_UNPARSED_MAX >> 20);
+    else if (n->reader && n->reader->err)
+        snprintf(why, len, "%s", n->reader->errstr);
+    else
+        snprintf(why, len, "unreadable reply");
+    refused_elements = 0;
+}
+
+/* Bytes the reader holds that no complete reply has taken yet. */
+static size_t unparsed(const struct node *n)
+{
+    return n->reader->len - n->reader->pos;
+}
+
 /* Opens a connection within the connect timeout (and the call's budget,
  * cl->call_deadline), then authenticates; the script is loaded when a node
  * answers NOSCRIPT. Returns 0 or -1 with cl->errstr set. */
@@ -285,7 +344,7 @@ static int node_connect(struct lb_cluster *cl, struct node *n)
         return -1;
     }
     tune_socket(n->fd);
-    n->reader = redisReaderCreate();
+    n->reader = reader_new();
     if (!n->reader) {
         node_close(cl, n);
         set_error(cl, "out of memory");
@@ -366,7 +425,7 @@ static int node_open(struct lb_cluster *cl, struct node *n)
     }
     if (!n->connecting)
         tune_socket(n->fd);
-    if (!(n->reader = redisReaderCreate()))
+    if (!(n->reader = reader_new()))
         goto oom;
     if (cl->password) {
         const char *argv[3] = {"AUTH", cl->user ? cl->user : cl->password, cl->password};
@@ -386,14 +445,16 @@ oom:
 }
 
 /* Feeds whatever the socket has into the reader. Returns bytes read, 0 on
- * EOF, -1 on error (EAGAIN is reported as -2). */
+ * EOF, -1 on error, -3 on a protocol error (reader_trouble says why); EAGAIN
+ * is reported as -2. */
 static ssize_t node_read(struct lb_cluster *cl, struct node *n)
 {
     ssize_t got = read(n->fd, cl->readbuf, sizeof(cl->readbuf));
     if (got < 0)
         return errno == EAGAIN || errno == EINTR ? -2 : -1;
-    if (got > 0 && redisReaderFeed(n->reader, cl->readbuf, (size_t)got) != REDIS_OK)
-        return -1;
+    if (got > 0 && (redisReaderFeed(n->reader, cl->readbuf, (size_t)got) != REDIS_OK ||
+                    unparsed(n) > REPLY_UNPARSED_MAX))
+        return -3;
     return got;
 }
 
@@ -419,7 +480,15 @@ static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, s
     }
     for (;;) {
         if (redisReaderGetReply(n->reader, &r) != REDIS_OK)
-            goto broken;
+            goto protocol;
+        if (r && unparsed(n)) { /* more than the one reply asked for */
+            freeReplyObject(r);
+            cl->stats.connection_errors++;
+            set_error(cl, "Redis %s sent a reply nobody asked for; closing the connection",
+                      n->name);
+            node_close(cl, n);
+            return -1;
+        }
         if (r) {
             *reply = r;
             return 0;
@@ -428,10 +497,20 @@ static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, s
         if (got == -2) {
             if (wait_fd(n->fd, POLLIN, deadline) <= 0)
                 goto timeout;
+        } else if (got == -3) {
+            goto protocol;
         } else if (got <= 0) {
             goto broken;
         }
     }
+protocol : {
+    char why[200];
+    reader_trouble(n, why, sizeof(why));
+    cl->stats.connection_errors++;
+    set_error(cl, "protocol error from Redis %s: %s; closing the connection", n->name, why);
+    node_close(cl, n);
+    return -1;
+}
 timeout:
     cl->stats.timeouts++;
     set_error(cl, "Redis %s did not answer within %lld ms", n->name, (long long)(deadline - start));
@@ -1083,6 +1162,8 @@ static void node_io(struct lb_cluster *cl, struct node *n, short revents)
     ssize_t got = node_read(cl, n);
     if (got == -2)
         return;
+    if (got == -3)
+        goto protocol;
     if (got <= 0) {
         cl->stats.connection_errors++;
         snprintf(why, sizeof(why), "connection to Redis %s lost: %s", n->name,
@@ -1094,16 +1175,29 @@ static void node_io(struct lb_cluster *cl, struct node *n, short revents)
     n->deadline = lb_monotonic_ms() + cl->command_timeout_ms;
     void *reply;
     while (n->qlen) {
-        if (redisReaderGetReply(n->reader, &reply) != REDIS_OK) {
-            cl->stats.connection_errors++;
-            snprintf(why, sizeof(why), "protocol error from Redis %s", n->name);
-            node_abort(cl, n, why);
-            return;
-        }
+        if (redisReaderGetReply(n->reader, &reply) != REDIS_OK)
+            goto protocol;
         if (!reply)
             return;
         on_reply(cl, n, reply);
+        if (n->fd < 0) /* the reply closed the connection */
+            return;
     }
+    if (unparsed(n)) { /* nothing is awaited: a desynchronised node */
+        cl->stats.connection_errors++;
+        snprintf(why, sizeof(why), "Redis %s sent a reply nobody asked for; closing the connection",
+                 n->name);
+        node_abort(cl, n, why);
+    }
+    return;
+protocol : {
+    char trouble[200];
+    reader_trouble(n, trouble, sizeof(trouble));
+    cl->stats.connection_errors++;
+    snprintf(why, sizeof(why), "protocol error from Redis %.200s: %.140s; closing the connection",
+             n->name, trouble);
+    node_abort(cl, n, why);
+}
 }
 
 /* Gives up on 'n', silent past its deadline. */
@@ -1206,6 +1300,14 @@ static int32_t target_node(struct lb_cluster *cl, const struct lb_request *req, 
 }
 
 /* Queues a request on its node. Returns 0, or -1 when it failed at once. */
+/* Whether an idle connection has something to read: a reply nobody asked
+ * for (a desynchronised or hostile peer), or the end of the stream. */
+static int node_went_astray(const struct node *n)
+{
+    char byte;
+    return unparsed(n) > 0 || recv(n->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+}
+
 static int dispatch(struct lb_cluster *cl, uint32_t index)
 {
     static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
@@ -1227,6 +1329,12 @@ static int dispatch(struct lb_cluster *cl, uint32_t index)
         /* one connect attempt per node per call, not one per request */
         fail_run(run, LB_REDIS_RETRY, "%s", n->failure);
         return -1;
+    }
+    if (n->fd >= 0 && !n->connecting && n->qlen == 0 && node_went_astray(n)) {
+        /* what it sent would be taken for the answer to what we send now */
+        cl->stats.connection_errors++;
+        LB_WARN("redis", "Redis %s sent data nobody asked for, or hung up; reconnecting", n->name);
+        node_close(cl, n);
     }
     if (n->fd < 0 && node_open(cl, n) != 0) {
         n->failed_in = cl->exec_calls;

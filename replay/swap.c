@@ -276,14 +276,6 @@ static void example(struct verify_report *v, const char *fmt, ...)
     va_end(ap);
 }
 
-static redisReply *zrange(struct replay *r, const char *key)
-{
-    const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
-    size_t argvlen[] = {6, strlen(key), 1, 2, 10};
-    return replay_redis_call(r, "reading a key", lb_key_slot(key, argvlen[1]), 5, argv, argvlen,
-                             NULL);
-}
-
 struct pair {
     const char *member, *score;
 };
@@ -293,32 +285,95 @@ static int pair_cmp(const void *a, const void *b)
     return strcmp(((const struct pair *)a)->member, ((const struct pair *)b)->member);
 }
 
-static struct pair *pairs_of(const redisReply *reply, size_t *n)
+/* Every (member, score) of a sorted set, or (field, value) of a hash, read
+ * in chunks (ZSCAN or HSCAN: no reply is ever the whole key) and sorted by
+ * member, the elements a scan returned twice once. The pairs point into the
+ * replies kept in 'chunks'. */
+struct pairs {
+    struct pair *items;
+    size_t count, cap;
+    redisReply **chunks;
+    size_t nchunks;
+};
+
+static void pairs_free(struct pairs *p)
 {
-    *n = reply->elements / 2;
-    struct pair *p = calloc(*n + 1, sizeof(*p));
-    for (size_t i = 0; p && i < *n; i++)
-        p[i] = (struct pair){reply->element[2 * i]->str, reply->element[2 * i + 1]->str};
-    if (p)
-        qsort(p, *n, sizeof(*p), pair_cmp);
-    return p;
+    for (size_t i = 0; i < p->nchunks; i++)
+        freeReplyObject(p->chunks[i]);
+    free(p->chunks);
+    free(p->items);
+    *p = (struct pairs){0};
+}
+
+static int read_pairs(struct replay *r, const char *scan, const char *key, struct pairs *out)
+{
+    char cursor[32] = "0";
+    *out = (struct pairs){0};
+    do {
+        const char *argv[] = {scan, key, cursor, "COUNT", "1000"};
+        size_t argvlen[] = {5, strlen(key), strlen(cursor), 5, 4};
+        redisReply *reply = replay_redis_call(r, "reading a key", lb_key_slot(key, argvlen[1]), 5,
+                                              argv, argvlen, NULL);
+        redisReply **chunks =
+            reply ? realloc(out->chunks, (out->nchunks + 1) * sizeof(*chunks)) : NULL;
+        if (!chunks) {
+            if (reply)
+                freeReplyObject(reply);
+            pairs_free(out);
+            return -1;
+        }
+        out->chunks = chunks;
+        out->chunks[out->nchunks++] = reply;
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+            reply->element[1]->type != REDIS_REPLY_ARRAY) {
+            fprintf(stderr, "replay: unexpected %s reply for %s\n", scan, key);
+            pairs_free(out);
+            return -1;
+        }
+        const redisReply *items = reply->element[1];
+        if (out->count + items->elements / 2 > out->cap) {
+            size_t cap = (out->count + items->elements / 2) * 2 + 16;
+            struct pair *grown = realloc(out->items, cap * sizeof(*grown));
+            if (!grown) {
+                pairs_free(out);
+                return -1;
+            }
+            out->items = grown;
+            out->cap = cap;
+        }
+        for (size_t i = 0; i + 1 < items->elements; i += 2)
+            out->items[out->count++] =
+                (struct pair){items->element[i]->str, items->element[i + 1]->str};
+        snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
+    } while (strcmp(cursor, "0") != 0);
+    if (out->count)
+        qsort(out->items, out->count, sizeof(*out->items), pair_cmp);
+    size_t kept = 0;
+    for (size_t i = 0; i < out->count; i++)
+        if (kept == 0 || strcmp(out->items[kept - 1].member, out->items[i].member) != 0)
+            out->items[kept++] = out->items[i];
+    out->count = kept;
+    return 0;
 }
 
 /* Compares the staging copy of one key with the live one. */
 static int compare_key(struct replay *r, const char *staged, const char *live,
                        struct verify_report *v)
 {
-    redisReply *s = zrange(r, staged), *l = zrange(r, live);
-    int rc = 0;
-    if (!s || !l || s->type != REDIS_REPLY_ARRAY || l->type != REDIS_REPLY_ARRAY) {
+    struct pairs staging, current;
+    if (read_pairs(r, "ZSCAN", staged, &staging) != 0) {
+        fprintf(stderr, "replay: reading %s failed\n", staged);
+        return -1;
+    }
+    if (read_pairs(r, "ZSCAN", live, &current) != 0) {
         fprintf(stderr, "replay: reading %s failed\n", live);
-        rc = -1;
-        goto done;
+        pairs_free(&staging);
+        return -1;
     }
     v->keys_checked++;
-    size_t ns, nl, before = v->missing + v->extra + v->different;
-    struct pair *sp = pairs_of(s, &ns), *lp = pairs_of(l, &nl);
-    for (size_t i = 0, j = 0; sp && lp && (i < ns || j < nl);) {
+    size_t ns = staging.count, nl = current.count, before = v->missing + v->extra + v->different;
+    const struct pair *sp = staging.items, *lp = current.items;
+    for (size_t i = 0, j = 0; i < ns || j < nl;) {
         int c = i == ns ? 1 : j == nl ? -1 : strcmp(sp[i].member, lp[j].member);
         if (c < 0) {
             v->missing++;
@@ -339,18 +394,11 @@ static int compare_key(struct replay *r, const char *staged, const char *live,
             j++;
         }
     }
-    if (!sp || !lp)
-        rc = -1;
     if (v->missing + v->extra + v->different != before)
         v->keys_differing++;
-    free(sp);
-    free(lp);
-done:
-    if (s)
-        freeReplyObject(s);
-    if (l)
-        freeReplyObject(l);
-    return rc;
+    pairs_free(&staging);
+    pairs_free(&current);
+    return 0;
 }
 
 /* Whether --verify compares a live key: a leaderboard, or the board's
@@ -386,27 +434,18 @@ static int live_ahead(struct replay *r, const char *board)
     char hash[600], zset[600];
     lb_marker_key(r->config->key_prefix, id, hash, sizeof(hash));
     lb_marker_zset_key(r->config->key_prefix, id, zset, sizeof(zset));
-    const char *reads[2][5] = {{"HGETALL", hash}, {"ZRANGE", zset, "0", "-1", "WITHSCORES"}};
-    int argcs[2] = {2, 5}, ahead = 0;
+    const char *scans[2][2] = {{"HSCAN", hash}, {"ZSCAN", zset}};
+    int ahead = 0;
     for (int k = 0; k < 2; k++) {
-        size_t argvlen[5];
-        for (int i = 0; i < argcs[k]; i++)
-            argvlen[i] = strlen(reads[k][i]);
-        redisReply *reply =
-            replay_redis_call(r, "reading a board's markers", lb_key_slot(reads[k][1], argvlen[1]),
-                              argcs[k], reads[k], argvlen, NULL);
-        if (!reply || reply->type != REDIS_REPLY_ARRAY) {
-            if (reply)
-                freeReplyObject(reply);
+        struct pairs markers;
+        if (read_pairs(r, scans[k][0], scans[k][1], &markers) != 0)
             return -1;
-        }
-        for (size_t i = 0; i + 1 < reply->elements; i += 2)
+        for (size_t i = 0; i < markers.count; i++)
             for (size_t p = 0; p < r->plan.count; p++)
-                if (strcmp(reply->element[i]->str, r->plan.parts[p].field) == 0 &&
-                    strtod(reply->element[i + 1]->str, NULL) >
-                        (double)(r->plan.parts[p].read_to - 1))
+                if (strcmp(markers.items[i].member, r->plan.parts[p].field) == 0 &&
+                    strtod(markers.items[i].score, NULL) > (double)(r->plan.parts[p].read_to - 1))
                     ahead = 1;
-        freeReplyObject(reply);
+        pairs_free(&markers);
     }
     return ahead;
 }

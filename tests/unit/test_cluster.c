@@ -39,6 +39,7 @@ struct script {
     int script_cached;      /* SCRIPT LOAD was answered (a fresh node has no script) */
     const char *load_reply; /* reply to SCRIPT LOAD (default: the SHA1) */
     int close_after_shards; /* hang up right after answering CLUSTER SHARDS */
+    int close_on_ping;      /* hang up instead of answering PING */
 };
 
 #define SCRIPT     "return 1"
@@ -63,6 +64,8 @@ static const char *handler(struct fake_redis *fake, int argc, char **argv, void 
     }
     if (strcmp(argv[0], "CLUSTER") == 0 && argc > 1 && strcmp(argv[1], "SLOTS") == 0)
         return s->slots ? s->slots : "-ERR This instance has cluster support disabled\r\n";
+    if (strcmp(argv[0], "PING") == 0 && s->close_on_ping)
+        return NULL;
     if (strcmp(argv[0], "ROLE") == 0)
         return "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n";
     if (strcmp(argv[0], "AUTH") == 0)
@@ -436,6 +439,65 @@ static void a_short_exec_reply_closes_the_connection_and_fails_for_a_retry(void 
     req = txn();
     assert_int_equal(exec_one(n.cl, &req), 1);
     assert_non_null(strstr(req.error, "aborted"));
+    stop_nodes(&n);
+}
+
+/* Hostile or corrupted replies: an array header announcing 2^31 elements
+ * (hiredis 0.14 would calloc 16 GiB for it), one nested, more than 64 MiB of
+ * a reply not parsed yet: each a protocol error on that node, retriable, the
+ * connection closed, the next request served on a new one. */
+static void hostile_reply_headers_are_protocol_errors_not_allocations(void **state)
+{
+    (void)state;
+    size_t big = (size_t)65 << 20;
+    char *huge = malloc(big + 32);
+    assert_non_null(huge);
+    int head = snprintf(huge, 32, "$%zu\r\n", big);
+    memset(huge + head, 'x', big);
+    huge[head + big] = '\0';
+    const char *replies[] = {"*2147483647\r\n", "*1\r\n*2000000\r\n", huge};
+    const char *whys[] = {"a reply announces 2147483647 elements (at most 1048576",
+                          "a reply announces 2000000 elements",
+                          "more than 64 MiB of a reply unparsed"};
+    for (size_t k = 0; k < 3; k++) {
+        struct nodes n;
+        start_nodes(&n, -1, NULL);
+        n.a.exec_reply = replies[k];
+        n.a.once = 1;
+        struct lb_request req = txn();
+        assert_int_equal(exec_one(n.cl, &req), 1);
+        if (!strstr(req.error, whys[k]) || !strstr(req.error, "closing the connection"))
+            fail_msg("reply %zu: error \"%s\"", k, req.error);
+        assert_int_equal(req.error_class, LB_REDIS_RETRY);
+        assert_int_equal(lb_cluster_stats(n.cl)->connection_errors, 1);
+        req = txn();
+        assert_int_equal(exec_one(n.cl, &req), 0);
+        stop_nodes(&n);
+    }
+    free(huge);
+}
+
+/* A reply nobody asked for (a desynchronised or hostile node) is never
+ * taken for the answer to a later request: the connection is closed and
+ * the next request goes out on a new one. */
+static void a_reply_nobody_asked_for_closes_the_connection(void **state)
+{
+    (void)state;
+    struct nodes n;
+    start_nodes(&n, -1, NULL);
+    n.a.exec_reply = "*1\r\n:1\r\n*1\r\n:7\r\n"; /* EXEC's answer, then one more */
+    n.a.once = 1;
+    struct lb_request req = txn();
+    assert_int_equal(exec_one(n.cl, &req), 0);
+    assert_true(req.ok);
+    fake_redis_clear_log(n.fa);
+    req = txn();
+    lb_cluster_exec(n.cl, &req, 1);
+    assert_true(req.ok);
+    assert_non_null(req.reply);
+    assert_int_equal(req.reply->element[0]->integer, 1); /* not the stray 7 */
+    freeReplyObject(req.reply);
+    assert_int_equal(lb_cluster_stats(n.cl)->connection_errors, 1);
     stop_nodes(&n);
 }
 
@@ -875,21 +937,35 @@ static void a_node_hanging_up_mid_write_fails_the_requests_without_sigpipe(void 
     struct nodes n;
     start_nodes(&n, 0, NULL);
     /* the node hangs up while the connection is idle (CLIENT KILL, a
-     * restart): the next request, 16 MiB, is written into a connection the
-     * peer has closed, which the kernel answers with SIGPIPE unless told
-     * otherwise */
+     * restart, its timeout): noticed before the next request is written,
+     * which goes out on a new connection */
     n.a.close_after_shards = 1;
     assert_int_equal(lb_cluster_refresh(n.cl), 0);
+    n.a.close_after_shards = 0;
+    struct lb_request small = {
+        .slot = 1, .ncommands = 1, .bytes = "*1\r\n$4\r\nECHO\r\n", .len = 14};
+    assert_int_equal(exec_one(n.cl, &small), 0);
+    assert_int_equal(lb_cluster_stats(n.cl)->connection_errors, 1);
+    /* it hangs up while the next request, 16 MiB, is being written, which
+     * the kernel answers with SIGPIPE unless told otherwise */
+    n.a.close_on_ping = 1;
     size_t big_len = 16u << 20;
     char *big = malloc(big_len + 64);
     assert_non_null(big);
     int head = snprintf(big, 64, "*2\r\n$4\r\nECHO\r\n$%zu\r\n", big_len);
     memset(big + head, 'x', big_len);
     memcpy(big + head + big_len, "\r\n", 2);
-    struct lb_request req = {
-        .slot = 1, .ncommands = 1, .bytes = big, .len = (size_t)head + big_len + 2};
-    assert_int_equal(exec_one(n.cl, &req), 1);
-    assert_true(strstr(req.error, "connection to Redis") || strstr(req.error, "writing to Redis"));
+    struct lb_request reqs[2] = {
+        {.slot = 1, .ncommands = 1, .bytes = "*1\r\n$4\r\nPING\r\n", .len = 14},
+        {.slot = 1, .ncommands = 1, .bytes = big, .len = (size_t)head + big_len + 2}};
+    assert_int_equal(lb_cluster_exec(n.cl, reqs, 2), 2);
+    for (int i = 0; i < 2; i++) {
+        if (!strstr(reqs[i].error, "connection to Redis") &&
+            !strstr(reqs[i].error, "writing to Redis"))
+            fail_msg("request %d: \"%s\"", i, reqs[i].error);
+        if (reqs[i].reply)
+            freeReplyObject(reqs[i].reply);
+    }
     free(big);
     stop_nodes(&n);
 }
@@ -979,6 +1055,8 @@ int main(void)
         cmocka_unit_test(readonly_that_outlasts_a_refresh_needs_an_operator),
         cmocka_unit_test(running_out_of_memory_in_the_client_fails_requests_cleanly),
         cmocka_unit_test(a_short_exec_reply_closes_the_connection_and_fails_for_a_retry),
+        cmocka_unit_test(hostile_reply_headers_are_protocol_errors_not_allocations),
+        cmocka_unit_test(a_reply_nobody_asked_for_closes_the_connection),
         cmocka_unit_test(wait_follows_the_writes_when_the_master_has_a_replica),
         cmocka_unit_test(deferred_requests_go_out_when_released_each_with_a_wait),
         cmocka_unit_test(writes_whose_wait_never_answered_are_not_durable),
