@@ -43,6 +43,9 @@
 #                               masterauth); the redis-cli calls here use it
 #   REDIS_USER              []  with REDIS_PASSWORD: an ACL user with every
 #                               permission, also used for replication
+#   REDIS_ACL_FILE          []  with REDIS_PASSWORD: more users, the `user`
+#                               lines of this file (ops/deploy/redis-acl.conf)
+#                               with CHANGE_ME replaced by REDIS_ACL_PASSWORD
 #   KAFKA_PORT              [9092]
 #   KAFKA_CONTROLLER_PORT   [9093]
 #   KAFKA_HEAP_OPTS         [-Xms256m -Xmx768m]
@@ -462,6 +465,10 @@ EOF
             if [[ -n ${REDIS_USER-} ]]; then
                 echo "user $REDIS_USER on >$REDIS_PASSWORD ~* &* +@all"
                 echo "masteruser $REDIS_USER"
+            fi
+            if [[ -n ${REDIS_ACL_FILE-} ]]; then
+                sed -n "s/>CHANGE_ME/>${REDIS_ACL_PASSWORD:?REDIS_ACL_FILE needs REDIS_ACL_PASSWORD}/p" \
+                    "$REDIS_ACL_FILE" | grep '^user '
             fi
         } >>"$dir/redis.conf"
         chmod 600 "$dir/redis.conf"

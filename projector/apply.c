@@ -484,6 +484,7 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
                  {"wrongtype", LB_APPLY_WRONGTYPE},
                  {"badarg", LB_APPLY_BADARG},
                  {"fenced", LB_APPLY_FENCED},
+                 {"noperm", LB_APPLY_NOPERM},
                  {"protocol", LB_APPLY_PROTOCOL}};
     const char *status = word(reply, 0);
     *a = (struct lb_apply_answer){.status = LB_APPLY_UNKNOWN, .reply = reply};
@@ -531,6 +532,7 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
     case LB_APPLY_WRONGTYPE:
     case LB_APPLY_BADARG:
     case LB_APPLY_FENCED:
+    case LB_APPLY_NOPERM:
     case LB_APPLY_PROTOCOL:
         a->key = word(reply, 1);
         if (!a->key)

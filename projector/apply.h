@@ -55,6 +55,10 @@
  *     refuse: {"badarg", key}; both found before the first write (Redis
  *     keeps a script's earlier writes when a later call fails), so nothing
  *     is written;
+ *   - a command the caller's ACL user may not run: {"noperm", command},
+ *     nothing written (before the first write, Redis 7's acl_check_cmd for
+ *     every command called after it; a refused read before it is named
+ *     too);
  *   - otherwise writes everything, moves the applied segments' markers to
  *     their last offsets, and answers {"ok", applied, skipped}.
  *
@@ -165,6 +169,7 @@ enum lb_apply_status {
     LB_APPLY_WRONGTYPE, /* 'key' holds another type: an operator must fix it */
     LB_APPLY_BADARG,    /* 'key''s expiry was refused: nothing written */
     LB_APPLY_FENCED,    /* replay is swapping the board in: try again later */
+    LB_APPLY_NOPERM,    /* the ACL user may not run 'key' (a command): nothing written */
     LB_APPLY_PROTOCOL,  /* the script speaks another protocol version */
     LB_APPLY_UNKNOWN,   /* not a reply of the apply script */
 };
@@ -172,9 +177,10 @@ enum lb_apply_status {
 struct lb_apply_answer {
     enum lb_apply_status status;
     long long applied, skipped; /* LB_APPLY_OK: segments */
-    const char *key;            /* wrongtype, badarg, fenced; the script's version for protocol */
-    const redisReply *reply;    /* the pairs, from element 1 on */
-    size_t npairs;              /* pairs, or a duplicate answer's triples */
+    const char *key; /* wrongtype, badarg, fenced; the command for noperm; the script's version for
+                        protocol */
+    const redisReply *reply; /* the pairs, from element 1 on */
+    size_t npairs;           /* pairs, or a duplicate answer's triples */
 };
 
 /* Reads the script's reply, or a transaction's EXEC array (OK, or FENCED

@@ -33,9 +33,12 @@ if redis.call('EXISTS', KEYS[3]) == 1 then return {'fenced', KEYS[3]} end
 local fields = {}
 for s = 1, nseg do fields[s] = ARGV[7 + 4 * s] end
 local marks = redis.pcall('HMGET', KEYS[1], unpack(fields))
-if marks.err then return {'wrongtype', KEYS[1]} end
+local function refused(r, name)
+  return r.err and string.find(r.err, "can't run this command", 1, true) and {'noperm', name}
+end
+if marks.err then return refused(marks, 'hmget') or {'wrongtype', KEYS[1]} end
 local zmarks = redis.pcall('ZMSCORE', KEYS[2], unpack(fields))
-if zmarks.err then return {'wrongtype', KEYS[2]} end
+if zmarks.err then return refused(zmarks, 'zmscore') or {'wrongtype', KEYS[2]} end
 for s = 1, nseg do
   if zmarks[s] and (not marks[s] or tonumber(zmarks[s]) > tonumber(marks[s])) then
     marks[s] = zmarks[s]
@@ -59,6 +62,19 @@ for s = 1, nseg do
 end
 if #partial > 0 then return {'partial', unpack(partial)} end
 if applied == 0 then return {'ok', 0, skipped} end
+
+-- The caller's ACL user may call every command this script calls after
+-- its first write (a refused call would leave the writes before it, and a
+-- retry would apply them again); the reads before it fail harmlessly.
+local w = KEYS[5] or KEYS[1]
+for _, call in ipairs({{'ZADD', w, '0', 'm'}, {'ZREM', w, 'm'}, {'HSET', KEYS[1], 'f', '0'},
+                       {'HDEL', KEYS[1], 'f'}, {'PEXPIRE', w, '1'}, {'PEXPIREAT', w, '1'},
+                       {'ZRANGE', KEYS[4], '0', '0'}, {'ZREMRANGEBYSCORE', KEYS[4], '0', '0'},
+                       {'TIME'}}) do
+  if redis.acl_check_cmd and not redis.acl_check_cmd(unpack(call)) then -- Redis 7 on
+    return {'noperm', string.lower(call[1])}
+  end
+end
 
 local width = (mode == 'b') and 2 or 3
 local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
@@ -84,7 +100,7 @@ if nids > 0 then
   for i = 1, nids, CHUNK do
     local j = math.min(i + CHUNK - 1, nids)
     local got = redis.pcall('ZMSCORE', KEYS[4], unpack(ids, i, j))
-    if got.err then return {'wrongtype', KEYS[4]} end
+    if got.err then return refused(got, 'zmscore') or {'wrongtype', KEYS[4]} end
     for x = i, j do
       local was = got[x - i + 1]
       if was and #dups < CHUNK then
@@ -215,7 +231,9 @@ for k, key in ipairs(keys) do
     for i = 1, n, CHUNK do
       local j = math.min(i + CHUNK - 1, n)
       local got = redis.pcall((mode == 's') and 'ZMSCORE' or 'HMGET', from, unpack(members, i, j))
-      if got.err then return {'wrongtype', from} end
+      if got.err then
+        return refused(got, (mode == 's') and 'zmscore' or 'hmget') or {'wrongtype', from}
+      end
       for x = i, j do current[members[x]] = got[x - i + 1] or nil end
     end
     -- value[m]: what to write, false for nothing; stamp[m]: latest's stamp

@@ -846,6 +846,43 @@ static int readonly_for_good(struct lb_cluster *cl, struct run *run, struct node
 }
 
 /* Acts on an error reply met by a request. */
+/* Redis 7.0 refuses a command a script calls, by ACL, with "ERR The user
+ * executing the script can't run this command or subcommand script: <sha>,
+ * on @user_script:<line>." without naming it: the command names quoted on
+ * that line of 'script' ("'exists'", "'zmscore' or 'hmget'") go to 'named'.
+ * Returns 1 when 'msg' is such a refusal and a name was found. */
+static int script_refusal(const char *script, const char *msg, char *named, size_t len)
+{
+    const char *at = strstr(msg, "@user_script:");
+    if (!script || !at || !strstr(msg, "can't run this command"))
+        return 0;
+    long line = strtol(at + 13, NULL, 10);
+    const char *p = script;
+    for (long k = 1; k < line && p; k++)
+        if ((p = strchr(p, '\n')))
+            p++;
+    if (line < 1 || !p)
+        return 0;
+    size_t used = 0, end = strcspn(p, "\n");
+    named[0] = '\0';
+    for (size_t i = 0; i < end; i++) {
+        size_t w = 0;
+        if (p[i] != '\'')
+            continue;
+        while (i + 1 + w < end && p[i + 1 + w] >= 'A' && p[i + 1 + w] <= 'Z')
+            w++;
+        if (w < 3 || i + 1 + w >= end || p[i + 1 + w] != '\'' || used + w + 8 >= len)
+            continue;
+        used += (size_t)snprintf(named + used, len - used, "%s'", used ? " or " : "");
+        for (size_t c = 0; c < w; c++)
+            named[used++] = (char)(p[i + 1 + c] - 'A' + 'a');
+        named[used++] = '\'';
+        named[used] = '\0';
+        i += w + 1;
+    }
+    return used > 0;
+}
+
 static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, const redisReply *r)
 {
     const char *msg = r->str;
@@ -899,7 +936,12 @@ static void note_error(struct lb_cluster *cl, struct run *run, struct node *n, c
         cl->stats.retry_later++;
     else
         cl->stats.command_errors++;
-    fail_run(run, class, "%s: %.120s", n->name, msg);
+    char named[64];
+    if (script_refusal(cl->script, msg, named, sizeof(named)))
+        fail_run(run, LB_REDIS_FIX,
+                 "%s: NOPERM this user may not run %s (the apply script calls it)", n->name, named);
+    else
+        fail_run(run, class, "%s: %.120s", n->name, msg);
 }
 
 static uint32_t replies_expected(const struct lb_request *req, const struct run *run)

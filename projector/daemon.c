@@ -94,7 +94,7 @@ struct daemon {
     size_t nreleases, capreleases;
 
     int64_t last_commit_ms;
-    struct lb_ratelimit dlq_said;
+    struct lb_ratelimit dlq_said, ping_said;
 
     /* Fault injection for the tests (LB_FAULT_CRASH_AFTER_BATCHES=N): die
      * with _exit right after the Nth batch is in Redis, before its offsets
@@ -688,6 +688,11 @@ static void finish_ping(struct daemon *d)
         return;
     lb_cluster_finish(d->engine->cluster);
     d->redis_ok = d->ping.ok && d->ping.reply && d->ping.reply->type == REDIS_REPLY_STATUS;
+    int refused = d->ping.reply && d->ping.reply->type == REDIS_REPLY_ERROR;
+    if (refused || (!d->ping.ok && d->ping.error_class == LB_REDIS_FIX))
+        lb_log_every(&d->ping_said, 10000, LB_LOG_WARN, "redis",
+                     "the readiness PING was refused: %.200s (/readyz says not ready)",
+                     refused ? d->ping.reply->str : d->ping.error);
     if (d->ping.reply)
         freeReplyObject(d->ping.reply);
     d->ping.reply = NULL;

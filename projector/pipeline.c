@@ -609,6 +609,13 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
                  "the apply script refused the expiry time of key %.90s (nothing written)", a.key);
         req->error_class = LB_REDIS_FIX;
         return -1;
+    case LB_APPLY_NOPERM:
+        snprintf(req->error, sizeof(req->error),
+                 "NOPERM this user may not run '%.40s' (the apply script calls it; nothing "
+                 "written): see ops/deploy/redis-acl.conf",
+                 a.key);
+        req->error_class = LB_REDIS_FIX;
+        return -1;
     case LB_APPLY_FENCED:
         snprintf(req->error, sizeof(req->error),
                  "fenced: replay is swapping the board in; the board is held until it is done");

@@ -248,6 +248,17 @@ produce() {
     cat "$T_DIR/events.part" >>"$T_DIR/events.tsv"
 }
 
+# lose_board BOARD - deletes every key of BOARD (windows, markers, dedupe
+# set), on whichever node holds them.
+lose_board() {
+    local port key
+    for port in $(live_ports); do
+        redis_cli "$port" --scan --pattern "lb:{$1}:*" | while read -r key; do
+            redis_cli "$port" DEL "$key" >/dev/null
+        done
+    done
+}
+
 # kill_mid_stream - SIGKILL the projector (PROJECTOR_PID) and check it left
 # records uncommitted (a kill between batches would prove nothing).
 kill_mid_stream() {

@@ -2,19 +2,26 @@
 # A cluster that requires an ACL user and password: the projector
 # authenticates every connection (redirection targets included) and
 # projects normally; with a wrong password it commits nothing, says why, and
-# neither password ever appears in its logs or in --check-config.
+# neither password ever appears in its logs or in --check-config. Then least
+# privilege: the projector, replay and lbread under exactly the users of
+# ops/deploy/redis-acl.conf (every aggregation, dedupe, retractions, the
+# plain transaction, a lost board rebuilt and verified), and, for each
+# command of the projector's rule but ASKING (sent only while a slot
+# migrates), a run with that one command taken away (ACL SETUSER on every
+# node, replicas included) fails with NOPERM naming it.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-REDIS_USER=projector
+REDIS_USER=lb-admin # the ACL file's users come in part 3
 REDIS_PASSWORD=pw-$RANDOM$RANDOM-right
 export REDIS_USER REDIS_PASSWORD LB_TEST_WRONG_PASSWORD=pw-$RANDOM$RANDOM-wrong
+export REDIS_ACL_FILE=$repo/ops/deploy/redis-acl.conf REDIS_ACL_PASSWORD=acl-$RANDOM$RANDOM
 start_services
 # shellcheck disable=SC2016 # ${...} is for the projector's configuration
-write_config "$T_DIR/projector.yaml" "" '  user: projector
+write_config "$T_DIR/projector.yaml" "" '  user: lb-admin
   password: ${REDIS_PASSWORD}'
 # shellcheck disable=SC2016
-GROUP=lb-wrong write_config "$T_DIR/wrong.yaml" "" '  user: projector
+GROUP=lb-wrong write_config "$T_DIR/wrong.yaml" "" '  user: lb-admin
   password: ${LB_TEST_WRONG_PASSWORD}'
 
 produce -n 20000 --seed 71 --boards 10 --players 1000 --start "$START" --days 3
@@ -24,7 +31,7 @@ verify
 assert_committed_at_end
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
-ok "authenticated as projector on every node"
+ok "authenticated as lb-admin on every node"
 
 start_projector wrong "$T_DIR/wrong.yaml"
 sleep 6
@@ -40,3 +47,88 @@ for f in "$T_DIR"/projector.log "$T_DIR"/wrong.log "$T_DIR"/check-config.log; do
     fi
 done
 ok "wrong password: nothing committed, WRONGPASS logged, no password in any log"
+
+# 3. least privilege: the rules of ops/deploy/redis-acl.conf, exactly
+pick_metrics_port # the readiness probe (PING) is part of the rule
+acl_config() { # FILE USER [GROUP]
+    # shellcheck disable=SC2016 # ${...} is for the projector's configuration
+    GROUP=${3:-lb-acl} DRAIN_TIMEOUT=1s write_config "$1" "$MODE_PROFILES
+$METRICS_YAML" "  user: $2
+  password: \${REDIS_ACL_PASSWORD}"
+}
+acl_config "$T_DIR/acl.yaml" projector
+acl_config "$T_DIR/replay.yaml" replay
+acl_config "$T_DIR/reader.yaml" reader
+export GROUP=lb-acl
+: >"$T_DIR/events.tsv" # the oracle's events: this group's, from here on
+"$BIN/lbadmin" create-topic --brokers "$BROKERS" --topic acl --partitions 3 \
+    >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create the acl topic"
+sed -i 's/topics: \[scores\]/topics: [acl]/' "$T_DIR/acl.yaml" "$T_DIR/replay.yaml"
+acl_produce() { produce -t acl "${MODE_GEN[@]}" "$@"; }
+acl_offsets() {
+    "$BIN/lbadmin" offsets --brokers "$BROKERS" --topic acl --group lb-acl | awk '$1 == "acl"'
+}
+acl_caught_up() {
+    "$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" --topic acl --group lb-acl --timeout "$1" \
+        >>"$T_DIR/lbadmin.log" 2>&1 || fail "group lb-acl did not catch up within $1 s"
+}
+for p in $(slot_masters); do # the old keys belong to the first part's boards
+    redis_cli "$p" FLUSHALL >/dev/null
+done
+acl_produce -n 6000 --seed 81
+start_projector acl "$T_DIR/acl.yaml"
+acl_caught_up 90
+verify "${MODE_ORACLE[@]}"
+stop_projector "$PROJECTOR_PID"
+grep -qi noperm "$T_DIR/acl.log" && fail "NOPERM under the projector's rule: $(grep -i -m 1 noperm "$T_DIR/acl.log")"
+ok "the projector under its least-privilege rule: every mode exact, no NOPERM"
+
+lost=sum-3
+lose_board "$lost"
+"$BIN/replay" --config "$T_DIR/replay.yaml" --board "$lost" >"$T_DIR/replay.out" 2>&1 ||
+    fail "replay under its rule failed: $(tail -n 3 "$T_DIR/replay.out")"
+verify "${MODE_ORACLE[@]}"
+"$BIN/replay" --config "$T_DIR/replay.yaml" --slots 0-16383 --verify >"$T_DIR/verify.out" 2>&1 ||
+    fail "replay --verify under its rule failed: $(tail -n 3 "$T_DIR/verify.out")"
+grep -q ' 0 differing' "$T_DIR/verify.out" || fail "replay --verify found differences"
+"$BIN/lbread" --config "$T_DIR/reader.yaml" --board "$lost" --top 5 >"$T_DIR/lbread.out" 2>&1 ||
+    fail "lbread under its rule failed: $(tail -n 3 "$T_DIR/lbread.out")"
+grep -q "lb:{$lost}:alltime" "$T_DIR/lbread.out" || fail "lbread printed no window"
+ok "replay (a lost board, then --verify) and lbread under their rules"
+
+# each command of the projector's rule is needed: taken away, a run fails
+# with NOPERM naming it (the events it could not write are written after)
+acl_setuser() { # RULE...
+    local p
+    for p in $(live_ports); do
+        redis_cli "$p" ACL SETUSER projector "$@" >/dev/null || fail "ACL SETUSER $* on $p"
+    done
+}
+rule=$(grep '^user projector ' "$REDIS_ACL_FILE")
+mapfile -t commands < <(tr ' ' '\n' <<<"$rule" | sed -n 's/^+//p' | grep -vx asking)
+((${#commands[@]} >= 20)) || fail "only ${#commands[@]} commands in the projector's rule"
+seed=100
+for cmd in "${commands[@]}"; do
+    seed=$((seed + 1))
+    acl_setuser "-$cmd"
+    if [[ $cmd == script\|load ]]; then # only sent to a node without the script
+        for p in $(live_ports); do
+            redis_cli "$p" SCRIPT FLUSH >/dev/null
+        done
+    fi
+    acl_produce -n 400 --seed "$seed"
+    start_projector "acl-$seed" "$T_DIR/acl.yaml"
+    deadline=$((SECONDS + 30))
+    until grep -i noperm "$T_DIR/acl-$seed.log" | grep -qiF "'$cmd'"; do
+        ((SECONDS < deadline)) ||
+            fail "without +$cmd no NOPERM naming it: $(grep -i -m 2 'noperm\|error' "$T_DIR/acl-$seed.log")"
+        sleep 0.2
+    done
+    stop_projector "$PROJECTOR_PID"
+    acl_setuser "+$cmd"
+done
+start_projector acl-after "$T_DIR/acl.yaml"
+acl_caught_up 90
+verify "${MODE_ORACLE[@]}"
+stop_projector "$PROJECTOR_PID"
+ok "each of the ${#commands[@]} commands of the projector's rule (ASKING aside) is needed: without it, NOPERM naming it; exact after"

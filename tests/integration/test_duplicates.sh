@@ -59,11 +59,7 @@ stop_projector "$PROJECTOR_PID"
 lost=(sum-3 lat-2)
 node=$(live_ports | first)
 for board in "${lost[@]}"; do
-    for port in $(live_ports); do
-        redis_cli "$port" --scan --pattern "lb:{$board}:*" | while read -r key; do
-            redis_cli "$port" DEL "$key" >/dev/null
-        done
-    done
+    lose_board "$board"
     [[ $(redis_cli "$node" -c EXISTS "lb:{$board}:alltime" "lb:{$board}:~seen") == 0 ]] ||
         fail "board $board was not lost"
 done

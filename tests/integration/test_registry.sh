@@ -124,11 +124,7 @@ stop_projector "$PROJECTOR_PID"
 
 # 4. replay fetches the schemas too (a lost board rebuilt)
 board=sum-3
-for port in $(live_ports); do
-    redis_cli "$port" --scan --pattern "lb:{$board}:*" | while read -r key; do
-        redis_cli "$port" DEL "$key" >/dev/null
-    done
-done
+lose_board "$board"
 "$BIN/replay" --config "$T_DIR/projector.yaml" --board "$board" >"$T_DIR/replay.out" 2>&1 ||
     fail "replay failed: $(tail -n 5 "$T_DIR/replay.out")"
 verify "${MODE_ORACLE[@]}"

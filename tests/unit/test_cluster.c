@@ -36,10 +36,11 @@ struct script {
     int queued_error;         /* an error was answered inside the current MULTI */
     int once;                 /* the special replies apply to the first transaction only */
     int transactions;
-    int script_cached;      /* SCRIPT LOAD was answered (a fresh node has no script) */
-    const char *load_reply; /* reply to SCRIPT LOAD (default: the SHA1) */
-    int close_after_shards; /* hang up right after answering CLUSTER SHARDS */
-    int close_on_ping;      /* hang up instead of answering PING */
+    int script_cached;         /* SCRIPT LOAD was answered (a fresh node has no script) */
+    const char *load_reply;    /* reply to SCRIPT LOAD (default: the SHA1) */
+    int close_after_shards;    /* hang up right after answering CLUSTER SHARDS */
+    int close_on_ping;         /* hang up instead of answering PING */
+    const char *evalsha_reply; /* reply to EVALSHA once the script is cached */
 };
 
 #define SCRIPT     "return 1"
@@ -77,7 +78,9 @@ static const char *handler(struct fake_redis *fake, int argc, char **argv, void 
         return "$40\r\n" SCRIPT_SHA "\r\n";
     }
     if (strcmp(argv[0], "EVALSHA") == 0)
-        return s->script_cached ? ":1\r\n" : "-NOSCRIPT No matching script. Please use EVAL.\r\n";
+        return !s->script_cached  ? "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+               : s->evalsha_reply ? s->evalsha_reply
+                                  : ":1\r\n";
     if (strcmp(argv[0], "ASKING") == 0 || strcmp(argv[0], "MULTI") == 0) {
         s->queued_error = 0;
         return "+OK\r\n";
@@ -743,6 +746,40 @@ static void noscript_loads_the_script_and_resends_the_round_in_order(void **stat
     stop_nodes(&n);
 }
 
+/* Redis 7.0 refuses a command the script calls (ACL) without naming it,
+ * only the script's line: the error names the command from that line. */
+static void a_command_the_script_may_not_call_is_named(void **state)
+{
+    (void)state;
+    struct nodes n;
+    char b1[128];
+    start_nodes(&n, 0, NULL);
+    script_client(&n, "local k = KEYS[1]\nif redis.call('EXISTS', k) == 0 then\n"
+                      "  redis.pcall(k == 'x' and 'ZMSCORE' or 'HMGET', k, 'm')\nend\n");
+    n.a.script_cached = 1;
+    static const char *const lines[] = {"2", "3", "1"};
+    static const char *const want[] = {
+        "NOPERM this user may not run 'exists' (the apply script calls it)",
+        "NOPERM this user may not run 'zmscore' or 'hmget' (the apply script calls it)",
+        "ERR The user executing the script can't run this command"};
+    static char reply[256]; /* the fake's thread reads it */
+    for (int k = 0; k < 3; k++) {
+        snprintf(reply, sizeof(reply),
+                 "-ERR The user executing the script can't run this command or subcommand "
+                 "script: %s, on @user_script:%s.\r\n",
+                 SCRIPT_SHA, lines[k]);
+        n.a.evalsha_reply = reply;
+        struct lb_request req = evalsha(b1, sizeof(b1), "a", 1);
+        assert_int_equal(lb_cluster_exec(n.cl, &req, 1), 1);
+        if (!strstr(req.error, want[k]))
+            fail_msg("line %s: \"%s\"", lines[k], req.error);
+        assert_int_equal(req.error_class, LB_REDIS_FIX);
+        if (req.reply)
+            freeReplyObject(req.reply);
+    }
+    stop_nodes(&n);
+}
+
 static void a_script_load_refused_or_of_another_script_fails_the_requests(void **state)
 {
     (void)state;
@@ -1069,6 +1106,7 @@ int main(void)
         cmocka_unit_test(a_refresh_among_silent_nodes_blocks_one_command_timeout_in_all),
         cmocka_unit_test(a_call_during_a_started_one_is_refused_and_the_first_completes),
         cmocka_unit_test(a_script_load_refused_or_of_another_script_fails_the_requests),
+        cmocka_unit_test(a_command_the_script_may_not_call_is_named),
         cmocka_unit_test(noscript_without_a_script_to_load_is_an_error),
         cmocka_unit_test(wait_covers_masters_past_the_first_256_nodes),
         cmocka_unit_test(nodes_that_left_the_cluster_are_forgotten),
