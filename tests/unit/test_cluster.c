@@ -979,6 +979,10 @@ static void a_node_hanging_up_mid_write_fails_the_requests_without_sigpipe(void 
     n.a.close_after_shards = 1;
     assert_int_equal(lb_cluster_refresh(n.cl), 0);
     n.a.close_after_shards = 0;
+    /* the fake's close() follows its reply on its own thread: let the FIN
+     * arrive (it takes microseconds on loopback), so that the check before
+     * the write has it to see */
+    usleep(300 * 1000);
     struct lb_request small = {
         .slot = 1, .ncommands = 1, .bytes = "*1\r\n$4\r\nECHO\r\n", .len = 14};
     assert_int_equal(exec_one(n.cl, &small), 0);
