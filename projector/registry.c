@@ -237,11 +237,11 @@ static enum answer read_answer(struct lb_registry *r, CURLcode rc, char **schema
     }
 }
 
-static struct unknown *find_unknown(struct lb_registry *r, int32_t id)
+static struct unknown *find_unknown(const struct lb_registry *r, int32_t id)
 {
     for (size_t i = 0; i < r->nunknown; i++)
         if (r->unknown[i].id == id)
-            return &r->unknown[i];
+            return (struct unknown *)&r->unknown[i];
     return NULL;
 }
 
@@ -357,10 +357,10 @@ int lb_registry_progress(struct lb_registry *r, struct lb_decoder *decoder, int6
 static int decided(const struct lb_registry *r, const struct lb_decoder *decoder, int32_t id,
                    int64_t mono_ms)
 {
-    for (size_t i = 0; i < r->nunknown; i++)
-        if (r->unknown[i].id == id && mono_ms < r->unknown[i].until)
-            return 1;
-    return lb_decoder_has(decoder, id);
+    if (lb_decoder_has(decoder, id)) /* every record's question: the common answer first */
+        return 1;
+    const struct unknown *u = find_unknown(r, id);
+    return u && mono_ms < u->until;
 }
 
 int lb_registry_resolve(struct lb_registry *r, struct lb_decoder *decoder, int32_t id,
