@@ -1050,6 +1050,38 @@ _lb_kafka_stop() {
     return $rc
 }
 
+# _lb_kafka_format LIB JVM_ARGS... - give the empty $_kdata a formatted
+# storage. The storage tool is a JVM start of its own (3 to 7 s on a 2-core
+# machine, paid by every test broker), so its output is formatted once into
+# the jar cache and copied: a fresh cluster id and directory id per cache
+# entry is enough, as no two brokers of ours ever join one cluster.
+_lb_kafka_format() {
+    local lib=$1
+    shift
+    local cache tmp
+    cache=$(_lb_kafka_cache_dir)/storage-1
+    if [[ ! -f $cache/meta.properties ]]; then
+        tmp=$(mktemp -d "$(_lb_kafka_cache_dir)/storage.XXXXXX") || return 1
+        sed "s|^log.dirs=.*|log.dirs=$tmp/data|" "$_kprops" >"$tmp/format.properties"
+        if ! "$_kjava" -Xmx256m "$@" -cp "$lib/*" kafka.tools.StorageTool \
+            format -t "$(_lb_kafka_cluster_id)" -c "$tmp/format.properties" \
+            </dev/null >"$_kdir/format.log" 2>&1; then
+            _lb_msg "kafka: formatting the storage failed"
+            _lb_tail_logs 30 "$_kdir/format.log"
+            rm -rf "$tmp"
+            return 1
+        fi
+        # renamed into place: a concurrent start sees all of it or none
+        mv -T "$tmp/data" "$cache" 2>/dev/null || [[ -f $cache/meta.properties ]] || {
+            _lb_msg "kafka: cannot keep the formatted storage in $cache"
+            rm -rf "$tmp"
+            return 1
+        }
+        rm -rf "$tmp"
+    fi
+    cp -p "$cache"/* "$_kdata"/
+}
+
 _lb_kafka_start() {
     local t0
     t0=$(_lb_now_ms)
@@ -1095,14 +1127,7 @@ _lb_kafka_start() {
     local -a jvm=(-Dlog4j.configuration="file:$log4j" -Dkafka.logs.dir="$_klogs"
         -Djava.awt.headless=true)
     if [[ ! -f $_kdata/meta.properties ]]; then
-        local cid
-        cid=$(_lb_kafka_cluster_id)
-        if ! "$_kjava" -Xmx256m "${jvm[@]}" -cp "$lib/*" kafka.tools.StorageTool \
-            format -t "$cid" -c "$_kprops" </dev/null >"$_kdir/format.log" 2>&1; then
-            _lb_msg "kafka: formatting the storage in $_kdata failed"
-            _lb_tail_logs 30 "$_kdir/format.log"
-            return 1
-        fi
+        _lb_kafka_format "$lib" "${jvm[@]}" || return 1
     fi
 
     _lb_msg "kafka: starting broker on $(lb_kafka_bootstrap) (controller 127.0.0.1:$_kcport)"

@@ -58,13 +58,13 @@ done
 echo "installed: $(cd "$staged" && find . -type f | wc -l) files"
 
 step "unit tests"
-ctest --test-dir build -L "unit|redis" --output-on-failure
+ctest --test-dir build -L "unit|redis" -j "$jobs" --output-on-failure
 
 step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DLB_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir build-asan -L "unit|redis" --output-on-failure
+    ctest --test-dir build-asan -L "unit|redis" -j "$jobs" --output-on-failure
 
 step "fuzz targets, 10 s each (libFuzzer, ASan + UBSan)"
 ops/fuzz.sh --seconds 10 --jobs "$jobs"

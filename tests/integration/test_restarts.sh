@@ -2,11 +2,12 @@
 # Whole services restarting under the projector and replay:
 #
 #  1. the whole Redis Cluster is stopped (SIGTERM to every node, which writes
-#     its data: the nodes keep AOF and RDB files here) and started again 15 s
+#     its data: the nodes keep AOF and RDB files here) and started again 8 s
 #     later from that data, while events are produced: the projector holds
 #     every partition (metrics: held for Redis), says Redis is unreachable,
 #     resumes by itself and ends exact;
-#  2. the Kafka broker stops for 20 s and starts again while the projector
+#  2. the Kafka broker stops for 10 s (longer than the consumer's session)
+#     and starts again while the projector
 #     drains a backlog and replay rebuilds a flushed master: both continue by
 #     themselves; nothing is lost or counted twice (the oracle is exact for
 #     best, latest and sum boards, retractions included).
@@ -26,14 +27,14 @@ start_projector projector "$T_DIR/projector.yaml"
 produce -n 20000 --seed 131 "${gen[@]}" --rate 20000
 wait_caught_up 120
 
-# 1. the whole Redis Cluster down for 15 s, and back with its data
+# 1. the whole Redis Cluster down for 8 s, and back with its data
 produce -n 25000 --seed 132 "${gen[@]}" --rate 1000 &
 producer=$!
 T_PIDS+=("$producer")
 sleep 2
 logged=$(wc -l <"$T_DIR/projector.log")
 lb_redis_cluster_stop 2>>"$T_DIR/redis-restart.log" || fail "stopping the cluster failed"
-log "stopped every Redis node (SIGTERM); starting them again in 15 s"
+log "stopped every Redis node (SIGTERM); starting them again in 8 s"
 lb_wait_for 10 metrics_series_is "$url" 'lb_partitions_held' 6 || fail "partitions not held"
 metrics_scrape "$url" "$T_DIR/m-down"
 [[ $(metrics_value "$T_DIR/m-down" 'lb_redis_up{}') == 0 ]] || fail "lb_redis_up is not 0"
@@ -45,7 +46,7 @@ tail -n +$((logged + 1)) "$T_DIR/projector.log" | grep -q 'held at offset [0-9]*
     fail "the log does not say the projector holds for Redis"
 tail -n +$((logged + 1)) "$T_DIR/projector.log" | grep -Eq 'cannot connect to Redis|connection to Redis .* lost' ||
     fail "the log does not say Redis is unreachable"
-sleep 10
+sleep 4
 lb_redis_cluster_resume 2>>"$T_DIR/redis-restart.log" || fail "the cluster did not come back"
 log "every Redis node started again from its data"
 kill -0 "$producer" 2>/dev/null || fail "the producer finished during the outage: nothing ran after it"
@@ -59,7 +60,7 @@ ok "the whole Redis Cluster restarted with its data: the projector held for Redi
 # 2. the Kafka broker restarts while the projector drains a backlog and
 # replay rebuilds a flushed master
 stop_projector "$PROJECTOR_PID"
-produce -n 200000 --seed 133 "${gen[@]}"
+produce -n 120000 --seed 133 "${gen[@]}"
 lost=
 for p in $(live_ports); do
     [[ $(redis_cli "$p" ROLE | first) == master ]] && lost=$p && break
@@ -73,9 +74,9 @@ T_PIDS+=("$replay_pid")
 wait_log "$T_DIR/replay.err" 'events read' 30
 lb_kafka_stop 2>>"$T_DIR/kafka-restart.log" || fail "stopping Kafka failed"
 c1=$(awk '/"applied"/ { print $2 }' <(curl -sf "$url/metrics") | first)
-((${c1:-0} < 200000)) || fail "the projector had applied the whole backlog before Kafka stopped"
-log "Kafka stopped while the projector drains (applied $c1 of the 200000-event backlog) and replay reads"
-sleep 20
+((${c1:-0} < 120000)) || fail "the projector had applied the whole backlog before Kafka stopped"
+log "Kafka stopped while the projector drains (applied $c1 of the 120000-event backlog) and replay reads"
+sleep 10
 kill -0 "$replay_pid" 2>/dev/null || fail "replay exited during the Kafka outage: $(cat "$T_DIR/replay.err")"
 kill -0 "$PROJECTOR_PID" 2>/dev/null || fail "the projector exited during the Kafka outage"
 lb_kafka_start >>"$T_DIR/kafka-restart.log" 2>&1 || fail "Kafka did not start again"
