@@ -13,7 +13,7 @@ packages=(
     libssl-dev libcurl4-openssl-dev libjansson-dev
     redis-server redis-tools
     clang clang-format shellcheck libclang-rt-14-dev
-    curl
+    curl openssl
     maven
 )
 # Any Java will do for the broker; only pull one in if there is none.

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "resp.h"
 #include "slot.h"
+#include "tls.h"
 #include "topology.h"
 
 #include <errno.h>
@@ -54,9 +55,14 @@
 
 struct node {
     char *host;
+    char *hostname; /* what the cluster announces as its hostname (TLS verifies it); NULL */
     int port;
     char name[300]; /* host:port, for messages and lookups */
     int fd;         /* -1: not connected */
+    lb_tls_conn *tls;
+    int handshaking; /* TLS: the handshake is under way */
+    short want;      /* the poll event the connection waits for to go on */
+    int heard;       /* the connection has received something */
     redisReader *reader;
     struct lb_buf out;
     size_t sent;
@@ -109,6 +115,7 @@ struct lb_cluster {
     uint64_t map_at_start;   /* map_changes when the call in progress started */
     size_t nseeds;
     char *user, *password;
+    struct lb_tls *tls; /* NULL: plain TCP */
     int64_t connect_timeout_ms, command_timeout_ms;
     int standalone;
     int no_shards; /* the cluster does not know CLUSTER SHARDS: use CLUSTER SLOTS */
@@ -138,6 +145,7 @@ struct lb_cluster {
     int no_refresh;               /* the call in progress must not block on a slot map refresh */
     enum lb_redis_error errclass; /* of errstr, for lb_cluster_command */
     char errstr[640];
+    char ioerr[200]; /* why the last read or write failed */
     char readbuf[65536];
 };
 
@@ -191,6 +199,11 @@ static int32_t add_node(struct lb_cluster *cl, const char *host, int port)
 static void node_close(struct lb_cluster *cl, struct node *n)
 {
     (void)cl;
+    lb_tls_conn_free(n->tls);
+    n->tls = NULL;
+    n->handshaking = 0;
+    n->want = 0;
+    n->heard = 0;
     if (n->fd >= 0)
         close(n->fd);
     n->fd = -1;
@@ -231,6 +244,8 @@ static void tune_socket(int fd)
 
 static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, size_t len,
                      redisReply **reply);
+static int start_tls(struct lb_cluster *cl, struct node *n);
+static int handshake_step(struct lb_cluster *cl, struct node *n);
 static int encode_argv(struct lb_buf *buf, int argc, const char **argv, const size_t *argvlen);
 
 /* The deadline of a blocking step that may take 'ms': sooner when the
@@ -345,10 +360,22 @@ static int node_connect(struct lb_cluster *cl, struct node *n)
     }
     tune_socket(n->fd);
     n->reader = reader_new();
-    if (!n->reader) {
+    if (!n->reader || start_tls(cl, n) != 0) {
         node_close(cl, n);
         set_error(cl, "out of memory");
         return -1;
+    }
+    while (n->handshaking) {
+        int step = handshake_step(cl, n);
+        if (step == 0 && wait_fd(n->fd, n->want, deadline) <= 0) {
+            cl->stats.timeouts++;
+            set_error(cl, "TLS handshake with Redis %s did not finish in time", n->name);
+            step = -1;
+        }
+        if (step < 0) {
+            node_close(cl, n);
+            return -1;
+        }
     }
     if (cl->password) {
         const char *argv[3] = {"AUTH", cl->user ? cl->user : cl->password, cl->password};
@@ -423,10 +450,13 @@ static int node_open(struct lb_cluster *cl, struct node *n)
         set_error(cl, "cannot connect to Redis %s: %s", n->name, strerror(err));
         return -1;
     }
-    if (!n->connecting)
-        tune_socket(n->fd);
     if (!(n->reader = reader_new()))
         goto oom;
+    if (!n->connecting) {
+        tune_socket(n->fd);
+        if (start_tls(cl, n) != 0)
+            goto oom;
+    }
     if (cl->password) {
         const char *argv[3] = {"AUTH", cl->user ? cl->user : cl->password, cl->password};
         size_t argvlen[3] = {4, strlen(argv[1]), strlen(argv[2])};
@@ -444,18 +474,80 @@ oom:
     return -1;
 }
 
-/* Feeds whatever the socket has into the reader. Returns bytes read, 0 on
- * EOF, -1 on error, -3 on a protocol error (reader_trouble says why); EAGAIN
- * is reported as -2. */
+/* Feeds what the connection has into the reader. Returns bytes read, 0 on
+ * EOF, -1 on error (cl->ioerr says why), -2 when it must wait for n->want,
+ * -3 on a protocol error (reader_trouble says why). */
 static ssize_t node_read(struct lb_cluster *cl, struct node *n)
 {
-    ssize_t got = read(n->fd, cl->readbuf, sizeof(cl->readbuf));
-    if (got < 0)
-        return errno == EAGAIN || errno == EINTR ? -2 : -1;
+    ssize_t got;
+    if (n->tls) {
+        got = lb_tls_read(n->tls, cl->readbuf, sizeof(cl->readbuf), &n->want, cl->ioerr,
+                          sizeof(cl->ioerr));
+    } else if ((got = read(n->fd, cl->readbuf, sizeof(cl->readbuf))) < 0) {
+        int err = errno;
+        n->want = POLLIN;
+        if (err == EAGAIN || err == EINTR)
+            return -2;
+        snprintf(cl->ioerr, sizeof(cl->ioerr), "%s", strerror(err));
+        return -1;
+    }
+    if (got == 0)
+        snprintf(cl->ioerr, sizeof(cl->ioerr), "closed by the server");
+    n->heard |= got > 0;
     if (got > 0 && (redisReaderFeed(n->reader, cl->readbuf, (size_t)got) != REDIS_OK ||
                     unparsed(n) > REPLY_UNPARSED_MAX))
         return -3;
     return got;
+}
+
+/* Sends what the connection takes of 'len' bytes. Returns bytes sent, -2
+ * when it must wait for n->want, -1 on error (cl->ioerr says why). Never
+ * SIGPIPE: a node that hung up must not kill the tool. */
+static ssize_t node_send(struct lb_cluster *cl, struct node *n, const char *bytes, size_t len)
+{
+    if (n->tls)
+        return lb_tls_write(n->tls, bytes, len, &n->want, cl->ioerr, sizeof(cl->ioerr));
+    ssize_t w = send(n->fd, bytes, len, MSG_NOSIGNAL);
+    if (w >= 0)
+        return w;
+    int err = errno;
+    n->want = POLLOUT;
+    if (err == EAGAIN || err == EINTR)
+        return -2;
+    snprintf(cl->ioerr, sizeof(cl->ioerr), "%s", strerror(err));
+    return -1;
+}
+
+/* TLS on the connected socket of 'n': the handshake is driven by whoever
+ * waits on the connection next (node_connect, or the I/O loop). */
+static int start_tls(struct lb_cluster *cl, struct node *n)
+{
+    if (!cl->tls)
+        return 0;
+    if (!(n->tls = lb_tls_wrap(cl->tls, n->fd, n->hostname ? n->hostname : n->host))) {
+        set_error(cl, "out of memory");
+        return -1;
+    }
+    n->handshaking = 1;
+    n->want = POLLOUT;
+    return 0;
+}
+
+/* One step of the TLS handshake of 'n': 1 done, 0 to be continued when
+ * n->want is ready, -1 failed (cl->errstr says why). */
+static int handshake_step(struct lb_cluster *cl, struct node *n)
+{
+    int rc = lb_tls_handshake(n->tls, &n->want, cl->ioerr, sizeof(cl->ioerr));
+    if (rc == LB_TLS_AGAIN)
+        return 0;
+    if (rc == LB_TLS_FAILED) {
+        cl->stats.connection_errors++;
+        set_error(cl, "TLS handshake with Redis %s failed: %s", n->name, cl->ioerr);
+        return -1;
+    }
+    n->handshaking = 0;
+    n->want = 0;
+    return 1;
 }
 
 /* A blocking round trip on an idle connection, for AUTH and CLUSTER SLOTS.
@@ -468,11 +560,11 @@ static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, s
     void *r = NULL;
 
     while (sent < len) {
-        ssize_t w = send(n->fd, bytes + sent, len - sent, MSG_NOSIGNAL);
+        ssize_t w = node_send(cl, n, bytes + sent, len - sent);
         if (w > 0) {
             sent += (size_t)w;
-        } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-            if (wait_fd(n->fd, POLLOUT, deadline) <= 0)
+        } else if (w == -2) {
+            if (wait_fd(n->fd, n->want, deadline) <= 0)
                 goto timeout;
         } else {
             goto broken;
@@ -495,7 +587,7 @@ static int node_call(struct lb_cluster *cl, struct node *n, const char *bytes, s
         }
         ssize_t got = node_read(cl, n);
         if (got == -2) {
-            if (wait_fd(n->fd, POLLIN, deadline) <= 0)
+            if (wait_fd(n->fd, n->want, deadline) <= 0)
                 goto timeout;
         } else if (got == -3) {
             goto protocol;
@@ -518,8 +610,12 @@ timeout:
     return -1;
 broken:
     cl->stats.connection_errors++;
-    set_error(cl, "connection to Redis %s lost: %s", n->name,
-              errno ? strerror(errno) : "closed by the server");
+    /* a TLS port closes on the first plain-text command without a word */
+    set_error(cl, "connection to Redis %s lost: %s%s", n->name, cl->ioerr,
+              n->heard   ? ""
+              : !cl->tls ? " before it said anything (a TLS port? see redis.tls)"
+                         : " before it said anything (does it require a client certificate? see "
+                           "redis.tls.cert_file)");
     node_close(cl, n);
     return -1;
 }
@@ -554,6 +650,16 @@ static int install(struct lb_cluster *cl, const struct lb_topology *t, size_t as
         if ((index[k] = add_node(cl, host, t->nodes[k].port)) < 0) {
             free(index);
             return -1;
+        }
+        struct node *n = cl->nodes[index[k]];
+        const char *hostname = t->nodes[k].hostname;
+        if (hostname && (!n->hostname || strcmp(n->hostname, hostname) != 0)) {
+            /* verified at the next connection, as the cluster now names it */
+            free(n->hostname);
+            if (!(n->hostname = strdup(hostname))) {
+                free(index);
+                return -1;
+            }
         }
     }
     for (size_t s = 0; s < LB_SLOTS; s++)
@@ -596,6 +702,7 @@ static void forget_departed(struct lb_cluster *cl)
         LB_DEBUG("redis", "forgetting %s: no longer in the cluster", n->name);
         node_close(cl, n);
         free(n->host);
+        free(n->hostname);
         free(n->queue);
         lb_buf_free(&n->out);
         free(n);
@@ -641,7 +748,8 @@ static int refresh_from(struct lb_cluster *cl, size_t i, struct lb_topology *t, 
     } else if (reply->type == REDIS_REPLY_ERROR) {
         rc = LB_TOPOLOGY_MALFORMED;
     } else {
-        rc = cl->no_shards ? lb_topology_from_slots(t, reply) : lb_topology_from_shards(t, reply);
+        rc = cl->no_shards ? lb_topology_from_slots(t, reply)
+                           : lb_topology_from_shards(t, reply, cl->tls != NULL);
     }
     if (rc == LB_TOPOLOGY_OK && install(cl, t, i) != 0)
         rc = LB_TOPOLOGY_NOMEM;
@@ -1184,32 +1292,55 @@ static void node_io(struct lb_cluster *cl, struct node *n, short revents)
         }
         n->connecting = 0;
         tune_socket(n->fd);
-    }
-    if (revents & POLLOUT) {
-        /* send, not write: a node that hung up must not SIGPIPE the tool */
-        ssize_t w = send(n->fd, n->out.data + n->sent, n->out.len - n->sent, MSG_NOSIGNAL);
-        if (w < 0 && errno != EAGAIN && errno != EINTR) {
-            cl->stats.connection_errors++;
-            snprintf(why, sizeof(why), "writing to Redis %s failed: %s", n->name, strerror(errno));
-            node_abort(cl, n, why);
+        if (start_tls(cl, n) != 0) {
+            node_abort(cl, n, cl->errstr);
             return;
         }
-        if (w > 0)
-            n->sent += (size_t)w;
+    }
+    if (n->handshaking) {
+        int rc = handshake_step(cl, n);
+        if (rc < 0)
+            node_abort(cl, n, cl->errstr);
+        if (rc <= 0)
+            return;
+        revents |= POLLOUT | POLLIN; /* whatever waited for the handshake goes now */
+    }
+    /* TLS: any readiness may be what a stalled write or read waited for
+     * (a read can need a write and the other way round), and a record
+     * goes at a time: both run until the connection would block */
+    if (n->tls ? n->sent < n->out.len : (revents & POLLOUT)) {
+        ssize_t w;
+        do {
+            w = node_send(cl, n, n->out.data + n->sent, n->out.len - n->sent);
+            if (w == -1) {
+                cl->stats.connection_errors++;
+                snprintf(why, sizeof(why), "writing to Redis %.200s failed: %.150s", n->name,
+                         cl->ioerr);
+                node_abort(cl, n, why);
+                return;
+            }
+            if (w > 0)
+                n->sent += (size_t)w;
+        } while (n->tls && w > 0 && n->sent < n->out.len);
         if (n->sent == n->out.len)
             n->out.len = n->sent = 0;
     }
-    if (!(revents & (POLLIN | POLLERR | POLLHUP)))
+    if (!n->tls && !(revents & (POLLIN | POLLERR | POLLHUP)))
         return;
-    ssize_t got = node_read(cl, n);
-    if (got == -2)
-        return;
+    /* TLS: poll() cannot see what OpenSSL has already decrypted */
+    ssize_t got, total = 0;
+    do {
+        got = node_read(cl, n);
+        if (got > 0)
+            total += got;
+    } while (n->tls && got > 0);
     if (got == -3)
         goto protocol;
-    if (got <= 0) {
+    if (got == -2 && total == 0)
+        return;
+    if (total == 0) { /* a close after replies is met at the next read */
         cl->stats.connection_errors++;
-        snprintf(why, sizeof(why), "connection to Redis %s lost: %s", n->name,
-                 got == 0 ? "closed by the server" : strerror(errno));
+        snprintf(why, sizeof(why), "connection to Redis %.200s lost: %.150s", n->name, cl->ioerr);
         node_abort(cl, n, why);
         return;
     }
@@ -1274,9 +1405,12 @@ static int io_step(struct lb_cluster *cl, int64_t max_wait_ms)
             continue;
         if (n->deadline < wake)
             wake = n->deadline;
-        cl->pfds[count] = (struct pollfd){
-            .fd = n->fd,
-            .events = (short)(POLLIN | (n->sent < n->out.len || n->connecting ? POLLOUT : 0))};
+        short events = POLLIN;
+        if (n->handshaking)
+            events = n->want;
+        else if (n->sent < n->out.len || n->connecting || (n->tls && n->want == POLLOUT))
+            events |= POLLOUT;
+        cl->pfds[count] = (struct pollfd){.fd = n->fd, .events = events};
         cl->pfd_node[count++] = (int32_t)i;
     }
     if (!count)
@@ -1347,7 +1481,12 @@ static int32_t target_node(struct lb_cluster *cl, const struct lb_request *req, 
 static int node_went_astray(const struct node *n)
 {
     char byte;
-    return unparsed(n) > 0 || recv(n->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+    if (unparsed(n) > 0)
+        return 1;
+    /* TLS: a session ticket is not data; only what a peek at the
+     * decrypted stream shows counts */
+    return n->tls ? !n->handshaking && lb_tls_went_astray(n->tls)
+                  : recv(n->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
 }
 
 static int dispatch(struct lb_cluster *cl, uint32_t index)
@@ -1675,6 +1814,7 @@ struct lb_cluster *lb_cluster_new(const struct lb_cluster_options *options)
     cl->wait_timeout_ms = options->wait_timeout_ms > 0 ? options->wait_timeout_ms : 1000;
     cl->readonly_patience_ms =
         options->readonly_patience_ms > 0 ? options->readonly_patience_ms : 10000;
+    cl->tls = lb_tls_ref(options->tls);
     if ((options->user && !(cl->user = strdup(options->user))) ||
         (options->password && !(cl->password = strdup(options->password))))
         goto oom;
@@ -1695,6 +1835,7 @@ void lb_cluster_free(struct lb_cluster *cl)
     for (size_t i = 0; i < cl->nnodes; i++) {
         node_close(cl, cl->nodes[i]);
         free(cl->nodes[i]->host);
+        free(cl->nodes[i]->hostname);
         free(cl->nodes[i]->queue);
         lb_buf_free(&cl->nodes[i]->out);
         free(cl->nodes[i]);
@@ -1708,6 +1849,7 @@ void lb_cluster_free(struct lb_cluster *cl)
     free(cl->password);
     free(cl->user);
     free(cl->script);
+    lb_tls_free(cl->tls);
     free(cl);
 }
 

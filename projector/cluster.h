@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct lb_tls;
+
 struct lb_host {
     char *host;
     int port;
@@ -32,6 +34,9 @@ struct lb_cluster_options {
     size_t nseeds;
     const char *user;     /* copied; NULL: AUTH with password only */
     const char *password; /* copied; NULL: no AUTH */
+    /* TLS on every connection (seeds, redirections, replicas); NULL: plain
+     * TCP. The client keeps a reference (lb_tls_ref). */
+    struct lb_tls *tls;
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
     /* Durability: after each round of writes, WAIT on every node written

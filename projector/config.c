@@ -14,6 +14,7 @@
  */
 #include "config.h"
 #include "log.h"
+#include "tls.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -600,6 +601,42 @@ static const struct key_def input_keys[] = {
      .doc = "how far an event's ts may be ahead of its Kafka record's timestamp; 0: no bound"},
     {0}};
 
+static const char *const bool_choices[] = {"false", "true", NULL};
+
+static const struct key_def redis_tls_keys[] = {
+    {.name = "enabled",
+     .type = KT_CHOICE,
+     .offset = C(redis_tls_enabled),
+     .def = "false",
+     .choices = bool_choices,
+     .doc = "TLS on every Redis connection (the nodes' tls-port)"},
+    {.name = "ca_file",
+     .type = KT_PATH,
+     .offset = C(redis_tls_ca_file),
+     .doc = "CA certificates (PEM) that sign the nodes' certificates (default: the system's)"},
+    {.name = "cert_file",
+     .type = KT_PATH,
+     .offset = C(redis_tls_cert_file),
+     .doc = "client certificate chain (PEM), for nodes that require one (tls-auth-clients)"},
+    {.name = "key_file",
+     .type = KT_PATH,
+     .offset = C(redis_tls_key_file),
+     .doc = "private key (PEM) of cert_file"},
+    {.name = "server_name",
+     .type = KT_STRING,
+     .offset = C(redis_tls_server_name),
+     .doc = "name every node's certificate is verified against, and sent as SNI (default: the "
+            "node's announced hostname, else its IP address)"},
+    {.name = "verify",
+     .type = KT_CHOICE,
+     .offset = C(redis_tls_verify),
+     .def = "true",
+     .choices = bool_choices,
+     .doc = "verify the nodes' certificates; false only for tests"},
+    {0}};
+
+static int parse_redis_tls(struct parser *p, yaml_node_t *node, void *obj);
+
 static const struct key_def redis_keys[] = {
     {.name = "nodes",
      .type = KT_CUSTOM,
@@ -619,6 +656,11 @@ static const struct key_def redis_keys[] = {
      .type = KT_SECRET,
      .offset = C(redis_password),
      .doc = "password for AUTH; use ${ENV_VAR}"},
+    {.name = "tls",
+     .type = KT_CUSTOM,
+     .custom = parse_redis_tls,
+     .doc = "TLS to the nodes: enabled, ca_file, cert_file and key_file (mutual TLS), "
+            "server_name, verify; files are read at start (a restart picks up new ones)"},
     {.name = "connect_timeout",
      .type = KT_DURATION,
      .offset = C(connect_timeout_ms),
@@ -945,6 +987,13 @@ static int parse_registry(struct parser *p, yaml_node_t *node, void *obj)
     return parse_mapping(p, registry_keys, node, line_of(node), obj, "registry", 0);
 }
 
+/* redis.tls, remembering its line for the checks made later. */
+static int parse_redis_tls(struct parser *p, yaml_node_t *node, void *obj)
+{
+    ((struct lb_config *)obj)->redis_tls_line = line_of(node);
+    return parse_mapping(p, redis_tls_keys, node, line_of(node), obj, "tls", 0);
+}
+
 /* 'schemas' (id -> file) and 'writer_schema' (one file, id -1) share storage;
  * which one the format needs is checked after the walk. */
 static int parse_schemas(struct parser *p, yaml_node_t *node, void *obj)
@@ -1223,6 +1272,30 @@ static int check_registry(struct parser *p, const struct lb_config *config)
     return 0;
 }
 
+/* redis.tls: the files are loaded now, so that a wrong one stops the start
+ * (and --check-config) with its line. */
+static int check_redis_tls(struct parser *p, struct lb_config *config)
+{
+    int line = config->redis_tls_line;
+    if (!config->redis_tls_enabled) {
+        if (config->redis_tls_ca_file || config->redis_tls_cert_file ||
+            config->redis_tls_key_file || config->redis_tls_server_name)
+            return fail(p, line, "redis.tls has settings but not 'enabled: true'");
+        return 0;
+    }
+    if (!!config->redis_tls_cert_file != !!config->redis_tls_key_file)
+        return fail(p, line, "redis.tls: cert_file and key_file go together (mutual TLS)");
+    char err[400];
+    struct lb_tls_options options = {.ca_file = config->redis_tls_ca_file,
+                                     .cert_file = config->redis_tls_cert_file,
+                                     .key_file = config->redis_tls_key_file,
+                                     .server_name = config->redis_tls_server_name,
+                                     .verify = config->redis_tls_verify};
+    if (!(config->redis_tls = lb_tls_new(&options, err, sizeof(err))))
+        return fail(p, line, "redis.tls.%s", err);
+    return 0;
+}
+
 static int check_config(struct parser *p, struct lb_config *config, int root_line)
 {
     if (config->wire_format == LB_WIRE_CONFLUENT) {
@@ -1254,6 +1327,9 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
         return fail(p, root_line, "kafka.topics: list at least one topic");
     if (config->redis_password && !*config->redis_password)
         return fail(p, root_line, "redis.password is empty; remove it or set it");
+    int tls_rc = check_redis_tls(p, config);
+    if (tls_rc != 0)
+        return tls_rc;
     for (size_t i = 0; i < config->nprofiles; i++) {
         const struct lb_profile *profile = &config->profiles[i];
         int64_t biggest = profile->scoring.score_max > -profile->scoring.score_min
@@ -1399,6 +1475,11 @@ void lb_config_free(struct lb_config *config)
     free(config->key_prefix);
     free(config->redis_user);
     free(config->redis_password);
+    free(config->redis_tls_ca_file);
+    free(config->redis_tls_cert_file);
+    free(config->redis_tls_key_file);
+    free(config->redis_tls_server_name);
+    lb_tls_free(config->redis_tls);
     free(config->registry_url);
     free(config->registry_user);
     free(config->registry_password);
@@ -1431,6 +1512,7 @@ struct lb_cluster_options lb_config_cluster(const struct lb_config *config)
                                        .nseeds = config->nredis_nodes,
                                        .user = config->redis_user,
                                        .password = config->redis_password,
+                                       .tls = config->redis_tls,
                                        .connect_timeout_ms = config->connect_timeout_ms,
                                        .command_timeout_ms = config->command_timeout_ms,
                                        .wait_replicas = config->wait_replicas,

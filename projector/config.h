@@ -101,6 +101,13 @@ struct lb_config {
     char *key_prefix;
     char *redis_user;
     char *redis_password;
+    /* redis.tls: */
+    int redis_tls_enabled;
+    char *redis_tls_ca_file, *redis_tls_cert_file, *redis_tls_key_file;
+    char *redis_tls_server_name;
+    int redis_tls_verify;
+    int redis_tls_line;
+    struct lb_tls *redis_tls; /* its files loaded, when enabled */
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
     int wait_replicas; /* -1: auto (one when the master has a healthy replica) */

@@ -8,8 +8,10 @@ static void reset(struct lb_topology *t)
 {
     for (size_t s = 0; s < LB_SLOTS; s++)
         t->slots[s] = -1;
-    for (size_t i = 0; i < t->nnodes; i++)
+    for (size_t i = 0; i < t->nnodes; i++) {
         free(t->nodes[i].host);
+        free(t->nodes[i].hostname);
+    }
     t->nnodes = 0;
 }
 
@@ -43,6 +45,7 @@ static int32_t node_index(struct lb_topology *t, const char *host, int port)
     n->host = host ? strdup(host) : NULL;
     if (host && !n->host)
         return -1;
+    n->hostname = NULL;
     n->port = port;
     n->replicas = 0;
     return (int32_t)t->nnodes++;
@@ -134,7 +137,8 @@ static int field_is(const redisReply *map, const char *name, const char *value)
 
 /* CLUSTER SHARDS: [{slots: [first, last, ...], nodes: [{ip, endpoint, port,
  * role, health, ...}, ...]}, ...], each map a flat array of name, value. */
-enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const redisReply *reply)
+enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const redisReply *reply,
+                                                int tls)
 {
     reset(t);
     if (reply->type != REDIS_REPLY_ARRAY)
@@ -149,16 +153,20 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
         int healthy = 0;
         for (size_t k = 0; k < nodes->elements; k++) {
             const redisReply *node = nodes->element[k], *addr = field(node, "endpoint");
-            const redisReply *port = field(node, "port");
+            const redisReply *port = field(node, tls ? "tls-port" : "port");
+            const redisReply *hostname = field(node, "hostname");
             int p;
             if (!addr || addr->type != REDIS_REPLY_STRING || !*addr->str ||
                 strcmp(addr->str, "?") == 0)
                 addr = field(node, "ip");
             if (!port || reply_port(port, &p) != 0)
-                continue; /* a TLS-only node: not for us */
+                continue; /* no port of the kind we speak: not for us */
             int32_t index =
                 node_index(t, addr && addr->type == REDIS_REPLY_STRING ? addr->str : NULL, p);
             if (index < 0)
+                return LB_TOPOLOGY_NOMEM;
+            if (hostname && hostname->type == REDIS_REPLY_STRING && hostname->len > 0 &&
+                !t->nodes[index].hostname && !(t->nodes[index].hostname = strdup(hostname->str)))
                 return LB_TOPOLOGY_NOMEM;
             if (field_is(node, "role", "master")) {
                 /* Redis 7.0 says "fail" (documented as "failed"): either

@@ -13,7 +13,8 @@
 #include <stdint.h>
 
 struct lb_topology_node {
-    char *host; /* NULL: the reply does not know it ("" or "?"): the node that answered */
+    char *host;     /* NULL: the reply does not know it ("" or "?"): the node that answered */
+    char *hostname; /* CLUSTER SHARDS' hostname, when the node announces one; else NULL */
     int port;
     int replicas; /* healthy replicas, when it masters slots */
 };
@@ -32,9 +33,13 @@ enum lb_topology_result {
 
 /* Each replaces what 't' held (keeping its memory). A shard whose master
  * failed, or that has none yet, leaves its slots at -1: nobody to write to
- * until a replica is promoted. Nodes listed without a plain-TCP port
- * (TLS-only) are left out. */
-enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const redisReply *reply);
+ * until a replica is promoted. CLUSTER SHARDS lists a node's plain-TCP port
+ * as "port" (absent when the node listens for TLS only) and its TLS port as
+ * "tls-port": 'tls' says which one the client connects to; a node without
+ * it is left out. CLUSTER SLOTS (and MOVED) already answer with the port of
+ * the asking connection's kind. */
+enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const redisReply *reply,
+                                                int tls);
 enum lb_topology_result lb_topology_from_slots(struct lb_topology *t, const redisReply *reply);
 /* A standalone Redis: every slot on one node (host NULL: the one asked). */
 enum lb_topology_result lb_topology_standalone(struct lb_topology *t, int port, int replicas);

@@ -34,7 +34,9 @@ static void check(const struct lb_topology *t)
 
 static void parse(const redisReply *r)
 {
-    lb_topology_from_shards(topology, r);
+    lb_topology_from_shards(topology, r, 0);
+    check(topology);
+    lb_topology_from_shards(topology, r, 1); /* tls-port, hostname */
     check(topology);
     lb_topology_from_slots(topology, r);
     check(topology);

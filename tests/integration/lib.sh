@@ -302,7 +302,10 @@ verify() {
     for p in $(live_ports); do
         nodes+="${nodes:+,}127.0.0.1:$p"
     done
-    "$BIN/verify_state" --events "$T_DIR/events.tsv" --nodes "$nodes" "$@" >"$T_DIR/verify.out" 2>&1 || {
+    local -a tls_args=()
+    [[ ${REDIS_TLS:-0} == 1 ]] && tls_args=(--tls-dir "$(lb_redis_tls_dir)")
+    "$BIN/verify_state" --events "$T_DIR/events.tsv" --nodes "$nodes" "${tls_args[@]}" "$@" \
+        >"$T_DIR/verify.out" 2>&1 || {
         cat "$T_DIR/verify.out" >&2
         fail "Redis does not hold what the events say"
     }

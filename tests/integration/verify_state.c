@@ -22,13 +22,22 @@
  * here.
  *
  * Credentials, when the cluster needs them, come from REDIS_USER and
- * REDIS_PASSWORD in the environment (as for ops/services.sh).
+ * REDIS_PASSWORD in the environment (as for ops/services.sh); --tls-dir DIR
+ * reads a TLS-only cluster (REDIS_TLS=1) over blocking OpenSSL connections
+ * with DIR's ca.crt, client.crt and client.key.
  *
  * Exit 0 when Redis matches, 1 on any difference, 2 on usage or I/O errors.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <hiredis/hiredis.h>
+#include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <stdarg.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -437,7 +446,128 @@ static void difference(struct report *rep, const char *fmt, ...)
     }
 }
 
-static void check_key(redisContext *c, const struct rules *r, const char *key, struct map *members,
+/* ---- one node: plain hiredis, or blocking TLS ---------------------------------- */
+
+static SSL_CTX *tls_ctx; /* --tls-dir */
+
+struct conn {
+    redisContext *c; /* plain */
+    SSL *ssl;        /* TLS: commands formatted by hiredis, replies parsed by its reader */
+    int fd;
+    redisReader *reader;
+};
+
+static int tls_init(const char *dir)
+{
+    char ca[400], cert[400], key[400];
+    snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/client.crt", dir);
+    snprintf(key, sizeof(key), "%s/client.key", dir);
+    tls_ctx = SSL_CTX_new(TLS_client_method());
+    if (!tls_ctx || SSL_CTX_load_verify_locations(tls_ctx, ca, NULL) != 1 ||
+        SSL_CTX_use_certificate_chain_file(tls_ctx, cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(tls_ctx, key, SSL_FILETYPE_PEM) != 1) {
+        fprintf(stderr, "verify_state: cannot load the TLS files of %s\n", dir);
+        return -1;
+    }
+    SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER, NULL);
+    return 0;
+}
+
+static void conn_close(struct conn *k)
+{
+    if (k->c)
+        redisFree(k->c);
+    SSL_free(k->ssl);
+    if (k->reader)
+        redisReaderFree(k->reader);
+    if (k->fd > 0)
+        close(k->fd);
+    memset(k, 0, sizeof(*k));
+}
+
+/* Connects; returns 0, or -1 with the reason printed. */
+static int conn_open(struct conn *k, const char *host, int port)
+{
+    memset(k, 0, sizeof(*k));
+    struct timeval timeout = {5, 0};
+    if (!tls_ctx) {
+        k->c = redisConnectWithTimeout(host, port, timeout);
+        if (!k->c || k->c->err) {
+            fprintf(stderr, "verify_state: skipping %s:%d: %s\n", host, port,
+                    k->c ? k->c->errstr : "out of memory");
+            conn_close(k);
+            return -1;
+        }
+        redisSetTimeout(k->c, timeout);
+        return 0;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    char service[16];
+    snprintf(service, sizeof(service), "%d", port);
+    if (getaddrinfo(host, service, &hints, &ai) != 0) {
+        fprintf(stderr, "verify_state: skipping %s:%d: cannot resolve it\n", host, port);
+        return -1;
+    }
+    k->fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    int connected = k->fd >= 0 && connect(k->fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    freeaddrinfo(ai);
+    if (!connected) {
+        fprintf(stderr, "verify_state: skipping %s:%d: %s\n", host, port, strerror(errno));
+        conn_close(k);
+        return -1;
+    }
+    setsockopt(k->fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(k->fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    k->ssl = SSL_new(tls_ctx);
+    k->reader = redisReaderCreate();
+    if (!k->ssl || !k->reader || SSL_set_fd(k->ssl, k->fd) != 1 ||
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(k->ssl), host) != 1 ||
+        SSL_connect(k->ssl) != 1) {
+        char why[200] = "out of memory";
+        unsigned long e = ERR_get_error();
+        if (e)
+            ERR_error_string_n(e, why, sizeof(why));
+        fprintf(stderr, "verify_state: TLS to %s:%d failed: %s\n", host, port, why);
+        conn_close(k);
+        return -1;
+    }
+    return 0;
+}
+
+/* A command (hiredis' format); NULL on an I/O error. */
+static redisReply *command(struct conn *k, const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    if (k->c) {
+        void *r = redisvCommand(k->c, format, ap);
+        va_end(ap);
+        return r;
+    }
+    char *bytes;
+    int len = redisvFormatCommand(&bytes, format, ap);
+    va_end(ap);
+    if (len < 0)
+        return NULL;
+    int sent = SSL_write(k->ssl, bytes, len);
+    free(bytes);
+    if (sent != len)
+        return NULL;
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(k->reader, &reply) != REDIS_OK)
+            return NULL;
+        if (reply)
+            return reply;
+        char buf[16384];
+        int got = SSL_read(k->ssl, buf, sizeof(buf));
+        if (got <= 0 || redisReaderFeed(k->reader, buf, (size_t)got) != REDIS_OK)
+            return NULL;
+    }
+}
+
+static void check_key(struct conn *c, const struct rules *r, const char *key, struct map *members,
                       struct map *keys, struct report *rep)
 {
     if (strstr(key, "}:~") || strstr(key, ":~ts")) {
@@ -456,7 +586,7 @@ static void check_key(redisContext *c, const struct rules *r, const char *key, s
     if (open && close)
         snprintf(board, sizeof(board), "%.*s", (int)(close - open - 1), open + 1);
     const struct profile *p = profile_of(r, board);
-    redisReply *z = redisCommand(c, "ZRANGE %s 0 -1 WITHSCORES", key);
+    redisReply *z = command(c, "ZRANGE %s 0 -1 WITHSCORES", key);
     if (!z || z->type != REDIS_REPLY_ARRAY) {
         difference(rep, "%s: not a sorted set", key);
         if (z)
@@ -487,7 +617,7 @@ static void check_key(redisContext *c, const struct rules *r, const char *key, s
         difference(rep, "%s: %lld of %lld expected members present", key, found, (long long)k->aux);
     freeReplyObject(z);
 
-    redisReply *t = redisCommand(c, "PEXPIRETIME %s", key);
+    redisReply *t = command(c, "PEXPIRETIME %s", key);
     if (t && t->type == REDIS_REPLY_INTEGER) {
         long long want = k->value ? (long long)k->value : -1;
         long long off = t->integer - want;
@@ -501,46 +631,38 @@ static void check_key(redisContext *c, const struct rules *r, const char *key, s
 static int scan_node(const char *host, int port, const struct rules *r, struct map *members,
                      struct map *keys, struct report *rep)
 {
-    struct timeval timeout = {5, 0};
-    redisContext *c = redisConnectWithTimeout(host, port, timeout);
-    if (!c || c->err) {
-        /* A dead node serves no slot; keys it should hold show up missing. */
-        fprintf(stderr, "verify_state: skipping %s:%d: %s\n", host, port,
-                c ? c->errstr : "out of memory");
-        if (c)
-            redisFree(c);
-        return 0;
-    }
-    redisSetTimeout(c, timeout);
+    struct conn conn, *c = &conn;
+    if (conn_open(c, host, port) != 0)
+        return 0; /* a dead node serves no slot; keys it should hold show up missing */
     const char *password = getenv("REDIS_PASSWORD"), *user = getenv("REDIS_USER");
     if (password && *password) {
-        redisReply *auth = user && *user ? redisCommand(c, "AUTH %s %s", user, password)
-                                         : redisCommand(c, "AUTH %s", password);
+        redisReply *auth = user && *user ? command(c, "AUTH %s %s", user, password)
+                                         : command(c, "AUTH %s", password);
         int failed = !auth || auth->type == REDIS_REPLY_ERROR;
         if (auth)
             freeReplyObject(auth);
         if (failed) {
             fprintf(stderr, "verify_state: AUTH failed on %s:%d\n", host, port);
-            redisFree(c);
+            conn_close(c);
             return -1;
         }
     }
-    redisReply *role = redisCommand(c, "ROLE");
+    redisReply *role = command(c, "ROLE");
     int master = role && role->type == REDIS_REPLY_ARRAY && role->elements > 0 &&
                  strcmp(role->element[0]->str, "master") == 0;
     if (role)
         freeReplyObject(role);
     if (!master) {
-        redisFree(c);
+        conn_close(c);
         return 0;
     }
     char cursor[32] = "0", pattern[256];
     snprintf(pattern, sizeof(pattern), "%s*", r->prefix);
     do {
-        redisReply *s = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        redisReply *s = command(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
         if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 2) {
             fprintf(stderr, "verify_state: SCAN failed on %s:%d\n", host, port);
-            redisFree(c);
+            conn_close(c);
             return -1;
         }
         snprintf(cursor, sizeof(cursor), "%s", s->element[0]->str);
@@ -548,7 +670,7 @@ static int scan_node(const char *host, int port, const struct rules *r, struct m
             check_key(c, r, s->element[1]->element[i]->str, members, keys, rep);
         freeReplyObject(s);
     } while (strcmp(cursor, "0") != 0);
-    redisFree(c);
+    conn_close(c);
     return 0;
 }
 
@@ -566,6 +688,7 @@ int main(int argc, char **argv)
                                              {"expiry-slack-ms", required_argument, NULL, 'S'},
                                              {"now-ms", required_argument, NULL, 'N'},
                                              {"profile", required_argument, NULL, 'P'},
+                                             {"tls-dir", required_argument, NULL, 'T'},
                                              {NULL, 0, NULL, 0}};
     const char *events = NULL, *nodes = NULL;
     struct rules r = {.prefix = "lb:", .resolution_ms = 1000, .score_max = 8388607};
@@ -585,6 +708,10 @@ int main(int argc, char **argv)
             break;
         case 'n':
             nodes = optarg;
+            break;
+        case 'T':
+            if (tls_init(optarg) != 0)
+                return 2;
             break;
         case 'p':
             r.prefix = optarg;

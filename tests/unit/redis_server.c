@@ -25,9 +25,10 @@
 
 struct redis_server {
     pid_t pid;
-    int port, bus_port;
+    int port, bus_port, tls_port;
     char dir[256];
     redisContext *c;
+    const struct redis_server_tls *tls; /* the caller's, during the start */
 };
 
 static int free_port(void)
@@ -51,9 +52,15 @@ static void sleep_ms(long ms)
 
 static pid_t spawn(const struct redis_server *s, int cluster)
 {
-    char port[16], bus[16], log[300];
+    char port[16], bus[16], log[300], tls_port[16], cert[300], key[300], ca[300];
     snprintf(port, sizeof(port), "%d", s->port);
     snprintf(bus, sizeof(bus), "%d", s->bus_port);
+    if (s->tls) {
+        snprintf(tls_port, sizeof(tls_port), "%d", s->tls_port);
+        snprintf(cert, sizeof(cert), "%s/%s.crt", s->tls->dir, s->tls->cert);
+        snprintf(key, sizeof(key), "%s/%s.key", s->tls->dir, s->tls->cert);
+        snprintf(ca, sizeof(ca), "%s/ca.crt", s->tls->dir);
+    }
     snprintf(log, sizeof(log), "%s/redis.log", s->dir);
     pid_t pid = fork();
     if (pid != 0)
@@ -64,22 +71,27 @@ static pid_t spawn(const struct redis_server *s, int cluster)
         dup2(fd, 1);
         dup2(fd, 2);
     }
-    const char *argv[] = {"redis-server",
-                          "--port",
-                          port,
-                          "--bind",
-                          "127.0.0.1",
-                          "--save",
-                          "",
-                          "--appendonly",
-                          "no",
-                          "--dir",
-                          s->dir,
-                          cluster ? "--cluster-enabled" : NULL,
-                          "yes",
-                          "--cluster-port", /* port + 10000 may be past 65535 */
-                          bus,
-                          NULL};
+    const char *argv[32] = {"redis-server", "--port", port,    "--bind", "127.0.0.1", "--save", "",
+                            "--appendonly", "no",     "--dir", s->dir};
+    size_t n = 11;
+    if (cluster) {
+        const char *more[] = {"--cluster-enabled", "yes",
+                              "--cluster-port", /* port + 10000 may be past 65535 */
+                              bus};
+        memcpy(&argv[n], more, sizeof(more));
+        n += sizeof(more) / sizeof(more[0]);
+    }
+    if (s->tls) { /* the plain port stays, for the test's own connection */
+        const char *more[] = {"--tls-port", tls_port, "--tls-cert-file", cert, "--tls-key-file",
+                              key, "--tls-ca-cert-file", ca, "--tls-auth-clients",
+                              s->tls->auth_clients,
+                              /* the cluster announces its TLS port (and its
+                               * bus speaks TLS) */
+                              "--tls-cluster", cluster ? "yes" : "no"};
+        memcpy(&argv[n], more, sizeof(more));
+        n += sizeof(more) / sizeof(more[0]);
+    }
+    argv[n] = NULL;
     execvp(argv[0], (char *const *)argv);
     dprintf(2, "cannot run redis-server: %s (install Debian's redis-server)\n", strerror(errno));
     _exit(127);
@@ -148,11 +160,16 @@ static void wait_cluster_ok(struct redis_server *s, size_t ranges)
     fail_msg("the cluster on port %d never reached cluster_state:ok", s->port);
 }
 
-static struct redis_server *start_one(int cluster);
+static struct redis_server *start_one(int cluster, const struct redis_server_tls *tls);
 
 struct redis_server *redis_server_start(int cluster)
 {
-    struct redis_server *s = start_one(cluster);
+    return redis_server_start_tls(cluster, NULL);
+}
+
+struct redis_server *redis_server_start_tls(int cluster, const struct redis_server_tls *tls)
+{
+    struct redis_server *s = start_one(cluster, tls);
     if (cluster) {
         add_slots(s, 0, 16383);
         wait_cluster_ok(s, 1);
@@ -162,8 +179,8 @@ struct redis_server *redis_server_start(int cluster)
 
 void redis_server_start_pair(struct redis_server *servers[2])
 {
-    servers[0] = start_one(1);
-    servers[1] = start_one(1);
+    servers[0] = start_one(1, NULL);
+    servers[1] = start_one(1, NULL);
     add_slots(servers[0], 0, 8191);
     add_slots(servers[1], 8192, 16383);
     redisReply *r = redis_server_command(servers[0], "CLUSTER MEET 127.0.0.1 %d %d",
@@ -181,7 +198,7 @@ void redis_server_pause(struct redis_server *s, int paused)
         kill(s->pid, paused ? SIGSTOP : SIGCONT);
 }
 
-static struct redis_server *start_one(int cluster)
+static struct redis_server *start_one(int cluster, const struct redis_server_tls *tls)
 {
     struct redis_server *s = calloc(1, sizeof(*s));
     const char *tmp = getenv("TMPDIR");
@@ -193,6 +210,8 @@ static struct redis_server *start_one(int cluster)
     for (int attempt = 0; attempt < 5 && !s->c; attempt++) {
         s->port = free_port();
         s->bus_port = free_port();
+        s->tls_port = tls ? free_port() : 0;
+        s->tls = tls;
         s->pid = spawn(s, cluster);
         if (s->pid < 0)
             fail_msg("fork: %s", strerror(errno));
@@ -229,6 +248,11 @@ void redis_server_stop(struct redis_server *s)
 int redis_server_port(const struct redis_server *s)
 {
     return s->port;
+}
+
+int redis_server_tls_port(const struct redis_server *s)
+{
+    return s->tls_port;
 }
 
 redisReply *redis_server_command(struct redis_server *s, const char *format, ...)

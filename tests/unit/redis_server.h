@@ -17,6 +17,16 @@ struct redis_server;
 struct redis_server *redis_server_start(int cluster);
 void redis_server_stop(struct redis_server *server);
 
+/* The same with TLS on a second port (redis_server_tls_port) beside the
+ * plain one (the test's own connection): certificates from test_pki. */
+struct redis_server_tls {
+    const char *dir;          /* test_pki_make's directory */
+    const char *cert;         /* the server's certificate: "server", "expired", "elsewhere" */
+    const char *auth_clients; /* tls-auth-clients: "yes", "no" or "optional" */
+};
+struct redis_server *redis_server_start_tls(int cluster, const struct redis_server_tls *tls);
+int redis_server_tls_port(const struct redis_server *server);
+
 /* Two masters of one cluster: slots 0-8191 on servers[0], 8192-16383 on
  * servers[1]. Each is stopped with redis_server_stop. */
 void redis_server_start_pair(struct redis_server *servers[2]);

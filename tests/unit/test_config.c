@@ -266,6 +266,47 @@ static void registry_settings_and_errors(void **state)
     }
 }
 
+/* redis.tls: the files are loaded at start, so that a wrong one stops it
+ * with its line; settings without enabled: true are refused, not ignored. */
+static void redis_tls_settings_and_errors(void **state)
+{
+    (void)state;
+    char text[1024];
+    snprintf(text, sizeof(text), "%s  tls:\n    enabled: true\n    verify: false\n", minimal);
+    struct lb_config *c = load_ok(text);
+    assert_int_equal(c->redis_tls_enabled, 1);
+    assert_int_equal(c->redis_tls_verify, 0);
+    assert_non_null(c->redis_tls);
+    assert_ptr_equal(lb_config_cluster(c).tls, c->redis_tls);
+    lb_config_free(c);
+    c = load_ok(minimal);
+    assert_null(c->redis_tls);
+    assert_null(lb_config_cluster(c).tls);
+    lb_config_free(c);
+
+    /* after the minimal configuration (8 lines) and "  tls:": the line blamed (its
+     * first key), the words */
+    static const struct {
+        const char *tls;
+        int line;
+        const char *needle;
+    } bad[] = {
+        {"  tls:\n    ca_file: /etc/ca.pem\n", 10,
+         "redis.tls has settings but not 'enabled: true'"},
+        {"  tls:\n    enabled: yes\n", 10, "enabled"},
+        {"  tls:\n    enabled: true\n    cert_file: /c.pem\n", 10,
+         "cert_file and key_file go together"},
+        {"  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", 10,
+         "redis.tls.ca_file /nonexistent/ca.pem: "},
+        {"  tls:\n    enabled: true\n    cert_file: /nonexistent/c.pem\n    key_file: /k.pem\n", 10,
+         "redis.tls.cert_file /nonexistent/c.pem: "},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(text, sizeof(text), "%s%s", minimal, bad[i].tls);
+        expect_error(text, bad[i].line, bad[i].needle);
+    }
+}
+
 /* The operability settings, as files on disk: each invalid file is refused
  * with "<its path>:<line>: <what>". */
 static void invalid_files_are_refused_with_their_path_and_line(void **state)
@@ -695,6 +736,7 @@ int main(void)
         cmocka_unit_test(sum_boards_budget_their_totals),
         cmocka_unit_test(dedupe_defaults_and_errors),
         cmocka_unit_test(registry_settings_and_errors),
+        cmocka_unit_test(redis_tls_settings_and_errors),
         cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
         cmocka_unit_test(kafka_properties_go_to_their_client),

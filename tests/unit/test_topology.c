@@ -81,12 +81,45 @@ static void shards_and_slots_of_a_real_cluster(void **state)
     (void)state;
     struct lb_topology t = {0};
     redisReply *r = captured("shards-3-masters-1-replica-each.resp");
-    assert_int_equal(lb_topology_from_shards(&t, r), LB_TOPOLOGY_OK);
+    assert_int_equal(lb_topology_from_shards(&t, r, 0), LB_TOPOLOGY_OK);
     check_three_masters(&t, 1);
     freeReplyObject(r);
     r = captured("slots-3-masters-1-replica-each.resp");
     assert_int_equal(lb_topology_from_slots(&t, r), LB_TOPOLOGY_OK);
     check_three_masters(&t, 1);
+    freeReplyObject(r);
+    lb_topology_free(&t);
+}
+
+/* A TLS-only cluster (port 0, tls-port, tls-cluster yes, announcing the
+ * hostname localhost) as ops/services.sh starts it with REDIS_TLS=1: SHARDS
+ * lists "tls-port" and no "port". A TLS client finds every master on its
+ * TLS port, with the hostname to verify; a plain one finds nobody. SLOTS,
+ * asked over TLS, already answers with the TLS ports. */
+static void a_tls_only_cluster(void **state)
+{
+    (void)state;
+    struct lb_topology t = {0};
+    redisReply *r = captured("shards-tls-only.resp");
+    assert_int_equal(lb_topology_from_shards(&t, r, 1), LB_TOPOLOGY_OK);
+    assert_int_equal(t.nnodes, 6);
+    assert_int_equal(port_of(&t, t.slots[0]), 18480);
+    assert_int_equal(port_of(&t, t.slots[5461]), 18481);
+    assert_int_equal(port_of(&t, t.slots[16383]), 18482);
+    for (size_t i = 0; i < t.nnodes; i++) {
+        assert_string_equal(t.nodes[i].host, "127.0.0.1");
+        assert_string_equal(t.nodes[i].hostname, "localhost");
+        assert_int_equal(t.nodes[i].replicas, t.nodes[i].port < 18483 ? 1 : 0);
+    }
+    assert_int_equal(lb_topology_from_shards(&t, r, 0), LB_TOPOLOGY_OK);
+    assert_int_equal(t.nnodes, 0);
+    for (size_t s = 0; s < LB_SLOTS; s++)
+        assert_int_equal(t.slots[s], -1);
+    freeReplyObject(r);
+    r = captured("slots-tls-only.resp");
+    assert_int_equal(lb_topology_from_slots(&t, r), LB_TOPOLOGY_OK);
+    assert_int_equal(port_of(&t, t.slots[0]), 18480);
+    assert_int_equal(port_of(&t, t.slots[16383]), 18482);
     freeReplyObject(r);
     lb_topology_free(&t);
 }
@@ -98,13 +131,13 @@ static void a_failed_master_leaves_its_slots_unowned(void **state)
     (void)state;
     struct lb_topology t = {0};
     redisReply *r = captured("shards-a-master-failed.resp");
-    assert_int_equal(lb_topology_from_shards(&t, r), LB_TOPOLOGY_OK);
+    assert_int_equal(lb_topology_from_shards(&t, r, 0), LB_TOPOLOGY_OK);
     assert_int_equal(port_of(&t, 2), 27102); /* still named, in the reply's order */
     check_three_masters(&t, 0);
     freeReplyObject(r);
     /* parsing again into the same topology replaces what it held */
     r = captured("shards-3-masters-1-replica-each.resp");
-    assert_int_equal(lb_topology_from_shards(&t, r), LB_TOPOLOGY_OK);
+    assert_int_equal(lb_topology_from_shards(&t, r, 0), LB_TOPOLOGY_OK);
     check_three_masters(&t, 1);
     freeReplyObject(r);
     lb_topology_free(&t);
@@ -128,7 +161,7 @@ static void unknown_addresses_string_slots_and_tls_only_nodes(void **state)
                             "*10\r\n$2\r\nid\r\n$1\r\nr\r\n$4\r\nport\r\n$4\r\n7001\r\n"
                             "$2\r\nip\r\n$3\r\n::1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n"
                             "$6\r\nhealth\r\n$7\r\nloading\r\n");
-    assert_int_equal(lb_topology_from_shards(&t, r), LB_TOPOLOGY_OK);
+    assert_int_equal(lb_topology_from_shards(&t, r, 0), LB_TOPOLOGY_OK);
     assert_int_equal(t.nnodes, 2);
     assert_null(t.nodes[0].host);
     assert_int_equal(t.nodes[0].port, 7000);
@@ -169,7 +202,7 @@ static void replies_of_the_wrong_shape_are_refused(void **state)
     struct lb_topology t = {0};
     for (size_t i = 0; i < sizeof(shards) / sizeof(shards[0]); i++) {
         redisReply *r = literal(shards[i]);
-        assert_int_equal(lb_topology_from_shards(&t, r), LB_TOPOLOGY_MALFORMED);
+        assert_int_equal(lb_topology_from_shards(&t, r, 0), LB_TOPOLOGY_MALFORMED);
         freeReplyObject(r);
     }
     for (size_t i = 0; i < sizeof(slots) / sizeof(slots[0]); i++) {
@@ -185,6 +218,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shards_and_slots_of_a_real_cluster),
         cmocka_unit_test(a_failed_master_leaves_its_slots_unowned),
+        cmocka_unit_test(a_tls_only_cluster),
         cmocka_unit_test(unknown_addresses_string_slots_and_tls_only_nodes),
         cmocka_unit_test(replies_of_the_wrong_shape_are_refused),
     };

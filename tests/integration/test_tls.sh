@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# A Redis Cluster that speaks TLS only (port 0, tls-port, cluster bus and
+# replication over TLS, tls-auth-clients yes: mutual TLS), the way managed
+# Redis with in-transit encryption runs:
+#
+#  1. the projector (redis.tls with the CA and a client certificate) projects
+#     boards of every mode while a board's slot and those before it move to
+#     another master (the MOVED that follows must carry a TLS port); the oracle, reading over its own TLS
+#     connections, finds the state exact; idle connections that received
+#     TLS session tickets are not taken for desynchronised ones;
+#  2. a lost board is rebuilt by replay over TLS, and lbread reads the top
+#     over TLS, the same as redis-cli --tls;
+#  3. a wrong CA, a missing client certificate and plain TCP each fail with
+#     one line naming the node and the reason (replay: exit 1, nothing
+#     written); the projector holds instead of dropping anything and says
+#     why.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+export REDIS_TLS=1 REDIS_TLS_AUTH_CLIENTS=yes
+start_services
+certs=$(lb_redis_tls_dir)
+export GROUP=lb-tls
+tls_yaml() { # CA [CERT KEY]: the redis.tls lines
+    printf '  tls:\n    enabled: true\n    ca_file: %s\n' "$1"
+    [[ -z ${2-} ]] || printf '    cert_file: %s\n    key_file: %s\n' "$2" "$3"
+}
+write_config "$T_DIR/projector.yaml" "$MODE_PROFILES" \
+    "$(tls_yaml "$certs/ca.crt" "$certs/client.crt" "$certs/client.key")"
+gen=("${MODE_GEN[@]}")
+
+# 1. the projector over TLS, slots moving under it
+start_projector projector "$T_DIR/projector.yaml"
+produce -n 10000 --seed 181 "${gen[@]}" --rate 20000
+wait_caught_up 60
+mapfile -t masters < <(slot_masters)
+((${#masters[@]} == 3)) || fail "expected 3 masters, found ${#masters[@]}"
+# the board whose slot is nearest the start of its master's range: moving
+# that many slots from there moves it (redis-cli moves a range's first slots)
+nodes=$(redis_cli "${masters[0]}" CLUSTER NODES)
+read -r count from board < <(cut -f2 "$T_DIR/events.tsv" | sort -u | while read -r b; do
+    slot=$(redis_cli "${masters[0]}" CLUSTER KEYSLOT "{$b}")
+    awk -v s="$slot" -v b="$b" '$3 ~ /master/ { split($2, a, "[:@]");
+        for (i = 9; i <= NF; i++) { n = split($i, r, "-"); hi = n > 1 ? r[2] : r[1];
+            if ($i !~ /^\[/ && s >= r[1] && s <= hi) print s - r[1] + 1, a[2], b } }' <<<"$nodes"
+done | sort -n | first)
+[[ -n $board ]] || fail "no board found in the slot map"
+to=${masters[0]}
+[[ $to == "$from" ]] && to=${masters[1]}
+produce -n 20000 --seed 182 "${gen[@]}" --rate 4000 &
+producer=$!
+T_PIDS+=("$producer")
+_lb_redis_cli_auth 120 --cluster reshard "127.0.0.1:$from" \
+    --cluster-from "$(redis_cli "$from" CLUSTER MYID)" --cluster-to "$(redis_cli "$to" CLUSTER MYID)" \
+    --cluster-slots "$count" --cluster-yes >"$T_DIR/reshard.log" 2>&1 ||
+    fail "resharding over TLS failed: $(tail -n 3 "$T_DIR/reshard.log")"
+log "moved $count slots ($board's among them) from $from to $to over TLS"
+wait "$producer" || fail "producer failed"
+# the projector's slot map is the old one: these writes meet MOVED, which
+# must name the TLS port
+produce -n 3000 --seed 184 "${gen[@]}"
+wait_caught_up 120
+verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times
+stop_projector "$PROJECTOR_PID"
+[[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
+moved=$(grep -o 'totals: .*' "$T_DIR/projector.log" | tail -n 1 | grep -o ' moved=[0-9]*' | cut -d= -f2)
+((${moved:-0} > 0)) || fail "no MOVED followed: the resharding did not reach the projector"
+grep -q 'nobody asked for' "$T_DIR/projector.log" &&
+    fail "an idle TLS connection was taken for a desynchronised one: $(grep -m 1 'nobody asked for' "$T_DIR/projector.log")"
+ok "projected over mutual TLS while $count slots moved (moved=$moved): exact"
+
+# 2. replay and lbread over TLS
+board=$(redis_cli "${masters[1]}" --scan --pattern 'lb:{sum-*}:alltime' | first)
+board=${board#lb:\{}
+board=${board%%\}*}
+[[ -n $board ]] || fail "no sum board on ${masters[1]}"
+lose_board "$board"
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board "$board" >"$T_DIR/replay.out" 2>&1 ||
+    fail "replay over TLS failed: $(cat "$T_DIR/replay.out")"
+verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times
+ok "replay --board $board over TLS rebuilt it exactly"
+"$BIN/lbread" --config "$T_DIR/projector.yaml" --board "$board" --window alltime --top 5 >"$T_DIR/top.out" ||
+    fail "lbread over TLS failed: $(cat "$T_DIR/top.out")"
+got=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $4 }' "$T_DIR/top.out")
+want=$(redis_cli "${masters[0]}" -c ZREVRANGE "lb:{$board}:alltime" 0 4)
+[[ -n $got && $got == "$want" ]] || fail "lbread's top 5 ($got) is not redis-cli's ($want)"
+ok "lbread over TLS reads the same top 5 as redis-cli --tls"
+
+# 3. refusals: one line each, naming the node and the reason
+refused() { # NAME REASON CA [CERT KEY]: replay with this redis.tls exits 1 saying REASON
+    local name=$1 reason=$2
+    shift 2
+    write_config "$T_DIR/$name.yaml" "$MODE_PROFILES" "$(tls_yaml "$@")"
+    local status=0
+    "$BIN/replay" --config "$T_DIR/$name.yaml" --board "$board" >"$T_DIR/$name.out" \
+        2>"$T_DIR/$name.err" || status=$?
+    [[ $status == 1 ]] || fail "$name: replay exited $status: $(cat "$T_DIR/$name.err")"
+    [[ $(wc -l <"$T_DIR/$name.err") == 1 ]] || fail "$name: not one line: $(cat "$T_DIR/$name.err")"
+    grep -q "127.0.0.1:[0-9]*.*$reason" "$T_DIR/$name.err" ||
+        fail "$name: the error does not name a node and '$reason': $(cat "$T_DIR/$name.err")"
+    log "$name: $(cat "$T_DIR/$name.err")"
+}
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=other \
+    -keyout "$T_DIR/other.key" -out "$T_DIR/other-ca.crt" >/dev/null 2>&1 || fail "openssl failed"
+refused wrong-ca 'certificate verify failed' "$T_DIR/other-ca.crt" "$certs/client.crt" "$certs/client.key"
+refused no-client-cert 'redis.tls.cert_file' "$certs/ca.crt"
+write_config "$T_DIR/plain.yaml" "$MODE_PROFILES"
+status=0
+"$BIN/replay" --config "$T_DIR/plain.yaml" --board "$board" >/dev/null 2>"$T_DIR/plain.err" || status=$?
+if [[ $status != 1 ]] || ! grep -q '127.0.0.1:[0-9]*.*a TLS port? see redis.tls' "$T_DIR/plain.err"; then
+    fail "plain TCP to the TLS ports: exit $status, $(cat "$T_DIR/plain.err")"
+fi
+ok "wrong CA, no client certificate, plain TCP: exit 1, one line naming the node and the reason"
+
+# the projector with a wrong CA holds (nothing dropped) and says why
+write_config "$T_DIR/wrong-ca.yaml" "$MODE_PROFILES" \
+    "$(tls_yaml "$T_DIR/other-ca.crt" "$certs/client.crt" "$certs/client.key")"
+produce -n 500 --seed 183 "${gen[@]}"
+before=$(committed_offsets)
+start_projector wrong-ca "$T_DIR/wrong-ca.yaml"
+wait_log "$T_DIR/wrong-ca.log" 'TLS handshake with Redis 127.0.0.1:[0-9]* failed: certificate verify failed' 30
+stop_projector "$PROJECTOR_PID"
+[[ $(committed_offsets) == "$before" ]] || fail "the projector with the wrong CA committed offsets"
+start_projector projector "$T_DIR/projector.yaml"
+wait_caught_up 60
+verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times
+ok "a projector with the wrong CA said why and committed nothing; the right one then caught up exactly"
