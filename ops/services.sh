@@ -49,7 +49,7 @@
 #   REDIS_TLS               [0]  1: every node listens for TLS only (port 0,
 #                                tls-port on its port; cluster bus and
 #                                replication over TLS too), with certificates
-#                                made by openssl into $(lb_redis_tls_dir) once:
+#                                made by openssl into $(lb_tls_dir) once:
 #                                ca.crt, server.crt/.key (SAN IP:127.0.0.1,
 #                                DNS:localhost), client.crt/.key; the nodes
 #                                announce the hostname localhost, which clients
@@ -57,6 +57,16 @@
 #   REDIS_TLS_AUTH_CLIENTS  [yes]  the nodes' tls-auth-clients: yes (mutual
 #                                TLS), optional or no; the redis-cli calls here
 #                                present client.crt
+#   KAFKA_SASL              [0]  1: the broker's client listener is SASL_SSL
+#                                with SCRAM-SHA-512 (certificate from
+#                                $(lb_tls_dir), as for REDIS_TLS), ACLs on
+#                                (StandardAuthorizer; the users admin and
+#                                ANONYMOUS, i.e. the broker itself on the
+#                                loopback controller listener, are super users)
+#   KAFKA_SASL_USERS        [admin projector replay]  SCRAM users made at format
+#   KAFKA_SASL_PASSWORD     [lb-local-secret]  their password (local use only);
+#                                lb_kafka_client_props prints the admin's
+#                                librdkafka properties (the password from a file)
 #   KAFKA_PORT              [9092]
 #   KAFKA_CONTROLLER_PORT   [9093]
 #   KAFKA_HEAP_OPTS         [-Xms256m -Xmx768m]
@@ -359,27 +369,27 @@ _lb_redis_cli_auth() {
     fi
     if [[ ${REDIS_TLS:-0} == 1 ]]; then
         local d
-        d=$(lb_redis_tls_dir)
+        d=$(lb_tls_dir)
         tls_opts=(--tls --cacert "$d/ca.crt" --cert "$d/client.crt" --key "$d/client.key")
     fi
     env "${env[@]}" timeout "$seconds" redis-cli "${tls_opts[@]}" "${user[@]}" "$@"
 }
 
-# lb_redis_tls_dir - where REDIS_TLS=1 keeps the certificates of the cluster.
-lb_redis_tls_dir() { printf '%s\n' "$(lb_state_dir)/redis/tls"; }
+# lb_tls_dir - where REDIS_TLS=1 and KAFKA_SASL=1 keep their certificates.
+lb_tls_dir() { printf '%s\n' "$(lb_state_dir)/tls"; }
 
-# _lb_redis_tls_files - make the test CA and the node and client
+# _lb_tls_files - make the test CA and the node and client
 # certificates (EC P-256, 30 days) unless they are there and valid for a
 # day more.
-_lb_redis_tls_files() {
+_lb_tls_files() {
     local d
-    d=$(lb_redis_tls_dir)
-    if [[ -f $d/client.key ]] &&
+    d=$(lb_tls_dir)
+    if [[ -f $d/server.pem ]] &&
         openssl x509 -checkend 86400 -noout -in "$d/server.crt" >/dev/null 2>&1; then
         return 0
     fi
     if ! command -v openssl >/dev/null 2>&1; then
-        _lb_msg "redis-cluster: 'openssl' not found (REDIS_TLS=1 makes its certificates with it); run ops/install-deps.sh"
+        _lb_msg "tls: 'openssl' not found (REDIS_TLS=1 and KAFKA_SASL=1 make their certificates with it); run ops/install-deps.sh"
         return 1
     fi
     mkdir -p "$d" && chmod 700 "$d" || return 1
@@ -398,9 +408,11 @@ _lb_redis_tls_files() {
                 ok=0
             rm -f "$d/$name.csr"
         done
+        # Kafka's PEM keystore: the key and its certificate in one file
+        cat "$d/server.key" "$d/server.crt" >"$d/server.pem" || ok=0
     } >"$d/openssl.log" 2>&1
     ((ok)) || {
-        _lb_msg "redis-cluster: making the TLS certificates in $d failed"
+        _lb_msg "tls: making the test certificates in $d failed"
         _lb_tail_logs 10 "$d/openssl.log"
         return 1
     }
@@ -498,7 +510,7 @@ _lb_redis_write_conf() {
     local listen="port $port"
     if [[ ${REDIS_TLS:-0} == 1 ]]; then
         local d
-        d=$(lb_redis_tls_dir)
+        d=$(lb_tls_dir)
         listen="port 0
 tls-port $port
 tls-cert-file $d/server.crt
@@ -679,7 +691,7 @@ _lb_redis_cluster_start() {
 
     mkdir -p "$_rdir" || return 1
     if [[ ${REDIS_TLS:-0} == 1 ]]; then
-        _lb_redis_tls_files || return 1
+        _lb_tls_files || return 1
     fi
     printf '%s\n' "${_rports[*]}" >"$_rmanifest"
     _lb_msg "redis-cluster: starting $_rn nodes on 127.0.0.1:${_rports[0]}-${_rports[-1]} ($_rm masters, $_rr replica(s) each)"
@@ -1061,18 +1073,76 @@ _lb_kafka_pid_if_running() {
     _lb_pid_alive_as "$pid" java "kafka.Kafka $_kprops" && printf '%s\n' "$pid"
 }
 
+# The SASL_SSL listener's lines of server.properties (KAFKA_SASL=1).
+_lb_kafka_sasl_props() {
+    local d
+    d=$(lb_tls_dir)
+    cat <<EOF
+listeners=SASL_SSL://127.0.0.1:$_kport,CONTROLLER://127.0.0.1:$_kcport
+advertised.listeners=SASL_SSL://127.0.0.1:$_kport
+listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=SASL_SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(_lb_kafka_sasl_password)";
+ssl.keystore.type=PEM
+ssl.keystore.location=$d/server.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$d/ca.crt
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:admin;User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
+EOF
+}
+
+_lb_kafka_sasl_password() { printf '%s\n' "${KAFKA_SASL_PASSWORD:-lb-local-secret}"; }
+
+# lb_kafka_client_props [USER] - with KAFKA_SASL=1, the librdkafka
+# properties (one key=value per line) of USER (default admin): SASL_SSL,
+# SCRAM-SHA-512, the test CA, the password from a file (written here, mode
+# 600); nothing otherwise.
+lb_kafka_client_props() (
+    _lb_isolate
+    [[ ${KAFKA_SASL:-0} == 1 ]] || return 0
+    local name=${1:-admin} d f
+    d=$(lb_tls_dir)
+    f=$d/kafka-$name.password
+    (umask 077 && _lb_kafka_sasl_password >"$f") || return 1
+    printf '%s\n' security.protocol=SASL_SSL sasl.mechanism=SCRAM-SHA-512 \
+        "sasl.username=$name" "sasl.password_file=$f" "ssl.ca.location=$d/ca.crt"
+)
+
+# lb_kafka_admin_props - the same as a Java client's properties file, for
+# Kafka's own tools (--command-config); prints its path.
+lb_kafka_admin_props() (
+    _lb_isolate
+    _lb_kafka_cfg || return 1
+    local f=$_kdir/admin-client.properties
+    (
+        umask 077
+        printf 'security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n'
+        printf 'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="%s";\n' \
+            "$(_lb_kafka_sasl_password)"
+        printf 'ssl.truststore.type=PEM\nssl.truststore.location=%s/ca.crt\n' "$(lb_tls_dir)"
+    ) >"$f" || return 1
+    printf '%s\n' "$f"
+)
+
 _lb_kafka_write_props() {
+    local listen
+    listen="listeners=PLAINTEXT://127.0.0.1:$_kport,CONTROLLER://127.0.0.1:$_kcport
+advertised.listeners=PLAINTEXT://127.0.0.1:$_kport
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT"
+    [[ ${KAFKA_SASL:-0} == 1 ]] && listen=$(_lb_kafka_sasl_props)
     cat >"$_kprops" <<EOF
 # Generated by ops/services.sh (lb_kafka_start); rewritten on every start.
 # Single-node KRaft broker+controller for local development and tests.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$_kcport
-listeners=PLAINTEXT://127.0.0.1:$_kport,CONTROLLER://127.0.0.1:$_kcport
-advertised.listeners=PLAINTEXT://127.0.0.1:$_kport
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+$listen
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
 log.dirs=$_kdata
 num.partitions=1
 default.replication.factor=1
@@ -1132,13 +1202,21 @@ _lb_kafka_stop() {
 _lb_kafka_format() {
     local lib=$1
     shift
-    local cache tmp
-    cache=$(_lb_kafka_cache_dir)/storage-1
+    local cache tmp key u
+    local -a scram=()
+    if [[ ${KAFKA_SASL:-0} == 1 ]]; then
+        for u in ${KAFKA_SASL_USERS:-admin projector replay}; do
+            scram+=(--add-scram "SCRAM-SHA-512=[name=$u,password=$(_lb_kafka_sasl_password)]")
+        done
+    fi
+    # one formatted storage per set of SCRAM users (salted in it)
+    key=$(printf '%s\n' "${scram[@]}" | sha256sum | cut -c1-12)
+    cache=$(_lb_kafka_cache_dir)/storage-1-$key
     if [[ ! -f $cache/meta.properties ]]; then
         tmp=$(mktemp -d "$(_lb_kafka_cache_dir)/storage.XXXXXX") || return 1
         sed "s|^log.dirs=.*|log.dirs=$tmp/data|" "$_kprops" >"$tmp/format.properties"
         if ! "$_kjava" -Xmx256m "$@" -cp "$lib/*" kafka.tools.StorageTool \
-            format -t "$(_lb_kafka_cluster_id)" -c "$tmp/format.properties" \
+            format -t "$(_lb_kafka_cluster_id)" -c "$tmp/format.properties" "${scram[@]}" \
             </dev/null >"$_kdir/format.log" 2>&1; then
             _lb_msg "kafka: formatting the storage failed"
             _lb_tail_logs 30 "$_kdir/format.log"
@@ -1192,6 +1270,9 @@ _lb_kafka_start() {
     local lib
     lib=$(lb_fetch_kafka_jars) || return 1
     mkdir -p "$_kdir" "$_klogs" "$_kdata" || return 1
+    if [[ ${KAFKA_SASL:-0} == 1 ]]; then
+        _lb_tls_files || return 1
+    fi
     _lb_kafka_write_props
     # Keep the previous run's logs next to the new ones.
     [[ -f $_kout ]] && mv -f "$_kout" "$_kout.prev"
@@ -1234,9 +1315,11 @@ _lb_kafka_start() {
     done
     _lb_msg "kafka: broker up in $(_lb_elapsed "$t0") s"
 
-    local i
+    local i p
+    local -a admin=()
+    for p in $(lb_kafka_client_props); do admin+=(-X "$p"); done
     for i in "${!_ktopic_names[@]}"; do
-        if ! timeout 120 "$lbadmin" create-topic --brokers "$(lb_kafka_bootstrap)" \
+        if ! timeout 120 "$lbadmin" create-topic --brokers "$(lb_kafka_bootstrap)" "${admin[@]}" \
             --topic "${_ktopic_names[i]}" --partitions "${_ktopic_parts[i]}" </dev/null >&2; then
             _lb_msg "kafka: creating topic ${_ktopic_names[i]} (${_ktopic_parts[i]} partitions) failed; stopping the broker"
             _lb_kafka_stop

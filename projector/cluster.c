@@ -1327,42 +1327,45 @@ static void node_io(struct lb_cluster *cl, struct node *n, short revents)
     }
     if (!n->tls && !(revents & (POLLIN | POLLERR | POLLHUP)))
         return;
-    /* TLS: poll() cannot see what OpenSSL has already decrypted */
-    ssize_t got, total = 0;
-    do {
-        got = node_read(cl, n);
-        if (got > 0)
-            total += got;
-    } while (n->tls && got > 0);
-    if (got == -3)
-        goto protocol;
-    if (got == -2 && total == 0)
-        return;
-    if (total == 0) { /* a close after replies is met at the next read */
-        cl->stats.connection_errors++;
-        snprintf(why, sizeof(why), "connection to Redis %.200s lost: %.150s", n->name, cl->ioerr);
-        node_abort(cl, n, why);
-        return;
-    }
-    /* The timeout counts silence, not the length of a big pipeline. */
-    n->deadline = lb_monotonic_ms() + cl->command_timeout_ms;
-    void *reply;
-    while (n->qlen) {
-        if (redisReaderGetReply(n->reader, &reply) != REDIS_OK)
+    /* Plain: one read per readiness. TLS: reads until OpenSSL wants more,
+     * as poll() cannot see what it has already taken off the socket; each
+     * read's replies are matched before the next, so the reader never
+     * holds more than one read's worth beyond a reply. */
+    for (;;) {
+        ssize_t got = node_read(cl, n);
+        if (got == -3)
             goto protocol;
-        if (!reply)
+        if (got == -2)
             return;
-        on_reply(cl, n, reply);
-        if (n->fd < 0) /* the reply closed the connection */
+        if (got <= 0) {
+            cl->stats.connection_errors++;
+            snprintf(why, sizeof(why), "connection to Redis %.200s lost: %.150s", n->name,
+                     cl->ioerr);
+            node_abort(cl, n, why);
+            return;
+        }
+        /* The timeout counts silence, not the length of a big pipeline. */
+        n->deadline = lb_monotonic_ms() + cl->command_timeout_ms;
+        void *reply = NULL;
+        while (n->qlen) {
+            if (redisReaderGetReply(n->reader, &reply) != REDIS_OK)
+                goto protocol;
+            if (!reply)
+                break;
+            on_reply(cl, n, reply);
+            if (n->fd < 0) /* the reply closed the connection */
+                return;
+        }
+        if (!n->qlen && unparsed(n)) { /* nothing is awaited: a desynchronised node */
+            cl->stats.connection_errors++;
+            snprintf(why, sizeof(why),
+                     "Redis %s sent a reply nobody asked for; closing the connection", n->name);
+            node_abort(cl, n, why);
+            return;
+        }
+        if (!n->tls)
             return;
     }
-    if (unparsed(n)) { /* nothing is awaited: a desynchronised node */
-        cl->stats.connection_errors++;
-        snprintf(why, sizeof(why), "Redis %s sent a reply nobody asked for; closing the connection",
-                 n->name);
-        node_abort(cl, n, why);
-    }
-    return;
 protocol : {
     char trouble[200];
     reader_trouble(n, trouble, sizeof(trouble));

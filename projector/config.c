@@ -1285,6 +1285,8 @@ static int check_redis_tls(struct parser *p, struct lb_config *config)
     }
     if (!!config->redis_tls_cert_file != !!config->redis_tls_key_file)
         return fail(p, line, "redis.tls: cert_file and key_file go together (mutual TLS)");
+    if (config->redis_tls_server_name && !*config->redis_tls_server_name)
+        return fail(p, line, "redis.tls.server_name is empty; remove it or set it");
     char err[400];
     struct lb_tls_options options = {.ca_file = config->redis_tls_ca_file,
                                      .cert_file = config->redis_tls_cert_file,

@@ -6,6 +6,7 @@
 #include "kafka.h"
 #include "log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +37,31 @@ int lb_kafka_is_transport_error(rd_kafka_resp_err_t err)
            err == RD_KAFKA_RESP_ERR__RESOLVE || err == RD_KAFKA_RESP_ERR__TIMED_OUT;
 }
 
+/* The last authentication or TLS failure an error event reported: what a
+ * tool says instead of librdkafka's "Broker transport failure". */
+static pthread_mutex_t trouble_lock = PTHREAD_MUTEX_INITIALIZER;
+static char trouble[512];
+
+const char *lb_kafka_auth_trouble(rd_kafka_t *rk, char *buf, size_t len)
+{
+    rd_kafka_poll(rk, 0); /* serve the error events queued meanwhile */
+    pthread_mutex_lock(&trouble_lock);
+    snprintf(buf, len, "%s", trouble);
+    pthread_mutex_unlock(&trouble_lock);
+    return *buf ? buf : NULL;
+}
+
 /* librdkafka's error events: without this callback it would also log each
  * one itself, a second line for what its log callback already said. */
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     static struct lb_ratelimit said;
     (void)opaque;
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION || err == RD_KAFKA_RESP_ERR__SSL) {
+        pthread_mutex_lock(&trouble_lock);
+        snprintf(trouble, sizeof(trouble), "%s", reason);
+        pthread_mutex_unlock(&trouble_lock);
+    }
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char why[512];
         rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof(why));
@@ -128,6 +148,39 @@ static int set_all(rd_kafka_conf_t *conf, const char *const (*kv)[2], size_t n, 
     return 0;
 }
 
+/* "<property>_file: PATH" sets <property> to the contents of PATH (one
+ * trailing newline dropped), read now: a password stays out of the
+ * configuration file, the command line and the environment. 'name' gets the
+ * property's name. Returns 1 if kv is such a key (0 if not), -1 with 'err'
+ * set when the file cannot be read. */
+static int value_from_file(const struct lb_kv *kv, const char *path, int line, char *name,
+                           size_t namelen, char *value, size_t valuelen, char *err, size_t errlen)
+{
+    size_t len = strlen(kv->key);
+    if (len <= 5 || len - 5 >= namelen || strcmp(kv->key + len - 5, "_file") != 0)
+        return 0;
+    snprintf(name, namelen, "%.*s", (int)(len - 5), kv->key);
+    if (!lb_kafka_property_scope(name))
+        return 0; /* not a librdkafka property's: librdkafka says so */
+    FILE *f = fopen(kv->value, "r");
+    size_t got = f ? fread(value, 1, valuelen, f) : 0;
+    int failed = !f || ferror(f) || got == valuelen;
+    const char *why = !f ? strerror(errno) : got == valuelen ? "too long" : "cannot be read";
+    if (f)
+        fclose(f);
+    if (failed && path)
+        snprintf(err, errlen, "%s:%d: kafka property %s: %s: %s", path, line, kv->key, kv->value,
+                 why);
+    else if (failed)
+        snprintf(err, errlen, "kafka property %s: %s: %s", kv->key, kv->value, why);
+    if (failed)
+        return -1;
+    if (got && value[got - 1] == '\n')
+        got--;
+    value[got] = '\0';
+    return 1;
+}
+
 int lb_kafka_conf_apply(const struct lb_kafka_options *o, const struct lb_kafka_client *client,
                         rd_kafka_conf_t *conf, char *err, size_t errlen)
 {
@@ -138,10 +191,18 @@ int lb_kafka_conf_apply(const struct lb_kafka_options *o, const struct lb_kafka_
         return -1;
     for (size_t i = 0; i < o->nprops; i++) {
         const struct lb_kv *kv = &o->props[i];
-        char scope = lb_kafka_property_scope(kv->key);
+        char name[128], value[4096];
+        int from_file = value_from_file(kv, o->path, kv->line, name, sizeof(name), value,
+                                        sizeof(value), err, errlen);
+        if (from_file < 0)
+            return -1;
+        const char *key = from_file ? name : kv->key;
+        char scope = lb_kafka_property_scope(key);
         if (scope && scope != '*' && scope != mine)
             continue; /* the other client's: e.g. session.timeout.ms is no producer's */
-        if (conf_set(conf, kv->key, kv->value, o->path, kv->line, err, errlen) != 0)
+        int rc = conf_set(conf, key, from_file ? value : kv->value, o->path, kv->line, err, errlen);
+        memset(value, 0, sizeof(value));
+        if (rc != 0)
             return -1;
     }
     if (set_all(conf, client->fixed, client->nfixed, err, errlen) != 0)

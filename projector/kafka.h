@@ -76,6 +76,11 @@ char lb_kafka_property_scope(const char *name);
  * tools that report failures themselves in one line. */
 extern int lb_kafka_log_quiet;
 
+/* After a request to 'rk' failed: the reason of the last authentication or
+ * TLS failure its error events reported (a wrong SASL password, a refused
+ * certificate), copied into 'buf'; NULL when there was none. */
+const char *lb_kafka_auth_trouble(rd_kafka_t *rk, char *buf, size_t len);
+
 /* Whether an error is about reaching the brokers (said once, by the
  * consumer's broker state, rather than at every attempt). */
 int lb_kafka_is_transport_error(rd_kafka_resp_err_t err);

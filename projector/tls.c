@@ -46,12 +46,16 @@ static int nosig_read(BIO *b, char *buf, int len)
     ssize_t got = recv(nosig_fd(b), buf, (size_t)len, 0);
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         BIO_set_retry_read(b);
+    if (got == 0) /* what BIO_CTRL_EOF reports: the end of the stream */
+        BIO_set_flags(b, BIO_FLAGS_IN_EOF);
     return (int)got;
 }
 
 static long nosig_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
-    (void)b, (void)num, (void)ptr;
+    (void)num, (void)ptr;
+    if (cmd == BIO_CTRL_EOF) /* SSL_OP_IGNORE_UNEXPECTED_EOF asks this */
+        return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
     return cmd == BIO_CTRL_FLUSH ? 1 : 0;
 }
 
@@ -105,7 +109,9 @@ static int outcome(lb_tls_conn *conn, int rc, short *want, char *why, size_t why
         snprintf(why, whylen, "%s", strerror(errno));
         return LB_TLS_FAILED;
     default: {
-        long verified = SSL_get_verify_result(conn);
+        /* with verify: false the result is never OK, and never the reason */
+        long verified =
+            SSL_get_verify_mode(conn) != SSL_VERIFY_NONE ? SSL_get_verify_result(conn) : X509_V_OK;
         if (verified != X509_V_OK) {
             snprintf(why, whylen, "certificate verify failed: %s",
                      X509_verify_cert_error_string(verified));

@@ -67,13 +67,15 @@ int replay_make_plan(rd_kafka_t *meta, const struct lb_config *config, const str
         rd_kafka_resp_err_t e = rd_kafka_metadata(meta, 0, topic, &md, KAFKA_TIMEOUT_MS);
         rd_kafka_topic_destroy(topic);
         if (e || md->topic_cnt != 1 || md->topics[0].err) {
+            const char *why = lb_kafka_auth_trouble(meta, err, sizeof(err));
             fprintf(stderr,
                     "replay: cannot read the partitions of topic %s from Kafka (%s) within "
                     "%d s: %s\n",
                     config->topics[t], config->brokers, KAFKA_TIMEOUT_MS / 1000,
-                    rd_kafka_err2str(e               ? e
-                                     : md->topic_cnt ? md->topics[0].err
-                                                     : e));
+                    why ? why
+                        : rd_kafka_err2str(e               ? e
+                                           : md->topic_cnt ? md->topics[0].err
+                                                           : e));
             if (!e)
                 rd_kafka_metadata_destroy(md);
             return -1;

@@ -76,7 +76,12 @@ start_kafka() {
     T_SERVICES=1
     lb_kafka_start >"$T_DIR/kafka-start.log" 2>&1 || fail "Kafka did not start"
     BROKERS=127.0.0.1:$KAFKA_PORT
+    # with KAFKA_SASL=1 the test's own tools (loadgen, lbadmin) are the admin
+    KAFKA_X=()
+    local p
+    for p in $(lb_kafka_client_props admin); do KAFKA_X+=(-X "$p"); done
 }
+KAFKA_X=()
 
 # start_redis - a Redis Cluster 3+3 on free ports.
 start_redis() {
@@ -178,9 +183,13 @@ lose_shard() {
 # EXTRA_REDIS goes into the redis: section. From the environment: GROUP,
 # BATCH_MAX, COMMAND_TIMEOUT, DRAIN_TIMEOUT (5s: tests stop projectors with
 # Redis down and should not wait the default 20s), DLQ_TOPIC, INSTANCE_ID
-# (group.instance.id), REGISTRY_YAML (more lines of input:, e.g. registry:).
+# (group.instance.id), REGISTRY_YAML (more lines of input:, e.g. registry:);
+# with KAFKA_SASL=1, KAFKA_USER (default projector) is who it connects as.
 write_config() {
-    local file=$1 more_yaml=${2-} more_redis=${3-}
+    local file=$1 more_yaml=${2-} more_redis=${3-} sasl="" p
+    for p in $(lb_kafka_client_props "${KAFKA_USER:-projector}"); do
+        sasl+=$'\n'"  ${p%%=*}: ${p#*=}"
+    done
     # written aside and renamed: a projector starting now reads the old or
     # the new file, never half of one
     cat >"$file.tmp" <<YAML
@@ -189,7 +198,7 @@ kafka:
   group: ${GROUP:-lb-test}
   topics: [scores]
   commit_interval: 200ms
-  session.timeout.ms: "${SESSION_TIMEOUT_MS:-6000}"${DLQ_TOPIC:+
+  session.timeout.ms: "${SESSION_TIMEOUT_MS:-6000}"$sasl${DLQ_TOPIC:+
   dlq_topic: $DLQ_TOPIC}${INSTANCE_ID:+
   group.instance.id: "$INSTANCE_ID"}
 input:
@@ -243,7 +252,7 @@ stop_projector() {
 # produce ARGS... - loadgen against the test broker; events appended to
 # $T_DIR/events.tsv.
 produce() {
-    "$BIN/loadgen" --brokers "$BROKERS" --events-out "$T_DIR/events.part" "$@" \
+    "$BIN/loadgen" --brokers "$BROKERS" "${KAFKA_X[@]}" --events-out "$T_DIR/events.part" "$@" \
         >>"$T_DIR/loadgen.log" 2>&1 || fail "loadgen failed"
     cat "$T_DIR/events.part" >>"$T_DIR/events.tsv"
 }
@@ -259,6 +268,27 @@ lose_board() {
     done
 }
 
+# hang_up_on_clients PERIOD PORT... - in the background, CLIENT KILL TYPE
+# normal on every PORT each PERIOD seconds (the nodes close whatever
+# connection a tool has, mid-write or not); its pid in HANGUP_PID, for
+# stop_hanging_up.
+hang_up_on_clients() {
+    local period=$1
+    shift
+    (
+        while :; do
+            for m in "$@"; do redis_cli "$m" CLIENT KILL TYPE normal >/dev/null 2>&1; done
+            sleep "$period"
+        done
+    ) &
+    HANGUP_PID=$!
+    T_PIDS+=("$HANGUP_PID")
+}
+stop_hanging_up() {
+    kill "$HANGUP_PID"
+    wait "$HANGUP_PID" 2>/dev/null || true
+}
+
 # kill_mid_stream - SIGKILL the projector (PROJECTOR_PID) and check it left
 # records uncommitted (a kill between batches would prove nothing).
 kill_mid_stream() {
@@ -272,14 +302,16 @@ kill_mid_stream() {
 
 wait_caught_up() {
     local timeout=${1:-120}
-    "$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" --topic scores --group "${GROUP:-lb-test}" \
+    "$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores \
+        --group "${GROUP:-lb-test}" \
         --timeout "$timeout" >>"$T_DIR/lbadmin.log" 2>&1 ||
         fail "group ${GROUP:-lb-test} did not catch up within ${timeout}s"
 }
 
 # committed_offsets - "partition committed high" lines.
 committed_offsets() {
-    "$BIN/lbadmin" offsets --brokers "$BROKERS" --topic scores --group "${GROUP:-lb-test}" |
+    "$BIN/lbadmin" offsets --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores \
+        --group "${GROUP:-lb-test}" |
         awk '$1 == "scores" { print $2, $3, $5 }'
 }
 
@@ -303,7 +335,7 @@ verify() {
         nodes+="${nodes:+,}127.0.0.1:$p"
     done
     local -a tls_args=()
-    [[ ${REDIS_TLS:-0} == 1 ]] && tls_args=(--tls-dir "$(lb_redis_tls_dir)")
+    [[ ${REDIS_TLS:-0} == 1 ]] && tls_args=(--tls-dir "$(lb_tls_dir)")
     "$BIN/verify_state" --events "$T_DIR/events.tsv" --nodes "$nodes" "${tls_args[@]}" "$@" \
         >"$T_DIR/verify.out" 2>&1 || {
         cat "$T_DIR/verify.out" >&2

@@ -220,19 +220,11 @@ ok "SIGINT between swaps: exit 1, 1 board swapped whole, staging keys and fences
 # f. Redis nodes hang up on replay while it writes (CLIENT KILL in a loop):
 # it says why, retries, and finishes exact
 redis_cli "$lost" FLUSHALL >/dev/null
-(
-    while :; do
-        for m in "${masters[@]}"; do redis_cli "$m" CLIENT KILL TYPE normal >/dev/null 2>&1; done
-        sleep 0.3
-    done
-) &
-killer=$!
-T_PIDS+=("$killer")
+hang_up_on_clients 0.3 "${masters[@]}"
 status=0
 replay --node "127.0.0.1:$lost" --max-rate 20000 >"$T_DIR/hangup.out" 2>"$T_DIR/hangup.err" ||
     status=$?
-kill "$killer"
-wait "$killer" 2>/dev/null || true
+stop_hanging_up
 [[ $status == 0 ]] || fail "replay exited $status while nodes hung up on it: $(tail -n 3 "$T_DIR/hangup.err")"
 grep -Eq 'failed \(attempt [0-9]+.*(connection to Redis 127.0.0.1:[0-9]+ lost|closed by the server)' \
     "$T_DIR/hangup.err" || fail "replay did not say why it retried: $(cat "$T_DIR/hangup.err")"

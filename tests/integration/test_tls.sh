@@ -1,32 +1,55 @@
 #!/usr/bin/env bash
 # A Redis Cluster that speaks TLS only (port 0, tls-port, cluster bus and
-# replication over TLS, tls-auth-clients yes: mutual TLS), the way managed
-# Redis with in-transit encryption runs:
+# replication over TLS, tls-auth-clients yes: mutual TLS) and a Kafka broker
+# that speaks SASL_SSL only (SCRAM-SHA-512, ACLs on), the way managed
+# services run. The projector and replay each connect as their own Kafka
+# user with exactly the ACLs the README gives (projector: Read on the topic
+# and the group, Write on the dead-letter topic; replay: Read on the topic,
+# Describe on the group, never Read on it), the password from a file:
 #
 #  1. the projector (redis.tls with the CA and a client certificate) projects
 #     boards of every mode while a board's slot and those before it move to
-#     another master (the MOVED that follows must carry a TLS port); the oracle, reading over its own TLS
-#     connections, finds the state exact; idle connections that received
-#     TLS session tickets are not taken for desynchronised ones;
-#  2. a lost board is rebuilt by replay over TLS, and lbread reads the top
-#     over TLS, the same as redis-cli --tls;
-#  3. a wrong CA, a missing client certificate and plain TCP each fail with
-#     one line naming the node and the reason (replay: exit 1, nothing
-#     written); the projector holds instead of dropping anything and says
-#     why.
+#     another master (the MOVED that follows must carry a TLS port); the
+#     oracle, reading over its own TLS connections, finds the state exact;
+#     then a master is SIGKILLed under load (failover over TLS): exact;
+#  2. a lost board is rebuilt by replay over TLS, also while the nodes close
+#     its connections mid-write (CLIENT KILL in a loop), and lbread reads
+#     the top over TLS, the same as redis-cli --tls;
+#  3. a wrong CA, a missing client certificate, plain TCP and a wrong Kafka
+#     password each fail with one line naming the reason (replay: exit 1,
+#     nothing written); the projector holds instead of dropping anything and
+#     says why.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-export REDIS_TLS=1 REDIS_TLS_AUTH_CLIENTS=yes
-start_services
-certs=$(lb_redis_tls_dir)
-export GROUP=lb-tls
+export REDIS_TLS=1 REDIS_TLS_AUTH_CLIENTS=yes KAFKA_SASL=1
+start_services scores:6,scores-dlq:1
+certs=$(lb_tls_dir)
+export GROUP=lb-tls DLQ_TOPIC=scores-dlq
+# the Kafka ACLs of ops/runbooks/kafka-acl.md, by Kafka's own AclCommand
+# (a JVM each: run side by side)
+acl() {
+    lb_kafka_admin kafka.admin.AclCommand --bootstrap-server "$BROKERS" \
+        --command-config "$(lb_kafka_admin_props)" --add --force "$@" >>"$T_DIR/acl.log" 2>&1
+}
+acl --allow-principal User:projector --operation Read --topic scores --group "$GROUP" &
+a1=$!
+acl --allow-principal User:projector --operation Write --topic scores-dlq &
+a2=$!
+acl --allow-principal User:replay --operation Read --topic scores &
+a3=$!
+acl --allow-principal User:replay --operation Describe --group "$GROUP" &
+a4=$!
+for a in $a1 $a2 $a3 $a4; do wait "$a" || fail "AclCommand failed: $(tail -n 5 "$T_DIR/acl.log")"; done
 tls_yaml() { # CA [CERT KEY]: the redis.tls lines
     printf '  tls:\n    enabled: true\n    ca_file: %s\n' "$1"
     [[ -z ${2-} ]] || printf '    cert_file: %s\n    key_file: %s\n' "$2" "$3"
 }
 write_config "$T_DIR/projector.yaml" "$MODE_PROFILES" \
     "$(tls_yaml "$certs/ca.crt" "$certs/client.crt" "$certs/client.key")"
+KAFKA_USER=replay write_config "$T_DIR/replay.yaml" "$MODE_PROFILES" \
+    "$(tls_yaml "$certs/ca.crt" "$certs/client.crt" "$certs/client.key")"
+grep -q 'sasl.password_file' "$T_DIR/projector.yaml" || fail "the configuration has no SASL"
 gen=("${MODE_GEN[@]}")
 
 # 1. the projector over TLS, slots moving under it
@@ -61,13 +84,28 @@ wait "$producer" || fail "producer failed"
 produce -n 3000 --seed 184 "${gen[@]}"
 wait_caught_up 120
 verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times
+ok "projected over mutual TLS and SASL_SSL while $count slots moved: exact"
+
+# a failover over TLS: a master SIGKILLed while events flow
+victim=${masters[2]}
+replica=$(shard_ports "$victim" | sed -n 2p)
+[[ -n $replica ]] || fail "master $victim has no replica"
+produce -n 20000 --seed 185 "${gen[@]}" --rate 5000 &
+producer=$!
+T_PIDS+=("$producer")
+sleep 2
+kill -9 "$(lb_redis_pid "$victim")"
+is_master() { [[ $(redis_cli "$1" ROLE 2>/dev/null | first) == master ]]; }
+lb_wait_for 30 is_master "$replica" || fail "replica $replica was not promoted"
+wait "$producer" || fail "producer failed"
+wait_caught_up 120
+verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000
+log "master $victim killed, replica $replica promoted over TLS"
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
 moved=$(grep -o 'totals: .*' "$T_DIR/projector.log" | tail -n 1 | grep -o ' moved=[0-9]*' | cut -d= -f2)
 ((${moved:-0} > 0)) || fail "no MOVED followed: the resharding did not reach the projector"
-grep -q 'nobody asked for' "$T_DIR/projector.log" &&
-    fail "an idle TLS connection was taken for a desynchronised one: $(grep -m 1 'nobody asked for' "$T_DIR/projector.log")"
-ok "projected over mutual TLS while $count slots moved (moved=$moved): exact"
+ok "the projector followed MOVED (moved=$moved) and a failover over TLS: exact"
 
 # 2. replay and lbread over TLS
 board=$(redis_cli "${masters[1]}" --scan --pattern 'lb:{sum-*}:alltime' | first)
@@ -75,10 +113,23 @@ board=${board#lb:\{}
 board=${board%%\}*}
 [[ -n $board ]] || fail "no sum board on ${masters[1]}"
 lose_board "$board"
-"$BIN/replay" --config "$T_DIR/projector.yaml" --board "$board" >"$T_DIR/replay.out" 2>&1 ||
+"$BIN/replay" --config "$T_DIR/replay.yaml" --board "$board" >"$T_DIR/replay.out" 2>&1 ||
     fail "replay over TLS failed: $(cat "$T_DIR/replay.out")"
 verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times
-ok "replay --board $board over TLS rebuilt it exactly"
+ok "replay --board $board over TLS, as Kafka user replay, rebuilt it exactly"
+# the nodes close replay's connections while it writes
+lose_board "$board"
+mapfile -t masters < <(slot_masters)
+hang_up_on_clients 0.2 "${masters[@]}"
+status=0
+"$BIN/replay" --config "$T_DIR/replay.yaml" --board "$board" --max-rate 3000 >"$T_DIR/hangup.out" \
+    2>"$T_DIR/hangup.err" || status=$?
+stop_hanging_up
+[[ $status == 0 ]] || fail "replay exited $status while TLS nodes hung up: $(tail -n 3 "$T_DIR/hangup.err")"
+grep -Eq 'failed \(attempt [0-9]+.*127.0.0.1:[0-9]+' "$T_DIR/hangup.err" ||
+    fail "replay was never cut off mid-write: $(tail -n 3 "$T_DIR/hangup.err")"
+verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000
+ok "TLS nodes closing replay's connections mid-write: it retried and the board is exact"
 "$BIN/lbread" --config "$T_DIR/projector.yaml" --board "$board" --window alltime --top 5 >"$T_DIR/top.out" ||
     fail "lbread over TLS failed: $(cat "$T_DIR/top.out")"
 got=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $4 }' "$T_DIR/top.out")
@@ -111,6 +162,19 @@ if [[ $status != 1 ]] || ! grep -q '127.0.0.1:[0-9]*.*a TLS port? see redis.tls'
     fail "plain TCP to the TLS ports: exit $status, $(cat "$T_DIR/plain.err")"
 fi
 ok "wrong CA, no client certificate, plain TCP: exit 1, one line naming the node and the reason"
+printf 'not-the-password\n' >"$T_DIR/wrong.password"
+sed "s|sasl.password_file: .*|sasl.password_file: $T_DIR/wrong.password|" "$T_DIR/replay.yaml" \
+    >"$T_DIR/wrong-password.yaml"
+status=0
+"$BIN/replay" --config "$T_DIR/wrong-password.yaml" --board "$board" >/dev/null \
+    2>"$T_DIR/wrong-password.err" || status=$?
+[[ $status == 1 && $(wc -l <"$T_DIR/wrong-password.err") == 1 ]] ||
+    fail "a wrong Kafka password: exit $status, $(cat "$T_DIR/wrong-password.err")"
+grep -qi 'authentication' "$T_DIR/wrong-password.err" ||
+    fail "a wrong Kafka password is not named: $(cat "$T_DIR/wrong-password.err")"
+grep -q 'not-the-password' "$T_DIR"/*.err "$T_DIR"/*.log && fail "a password was logged"
+log "wrong-password: $(cat "$T_DIR/wrong-password.err")"
+ok "a wrong Kafka password: exit 1, one line saying authentication failed, the password not logged"
 
 # the projector with a wrong CA holds (nothing dropped) and says why
 write_config "$T_DIR/wrong-ca.yaml" "$MODE_PROFILES" \

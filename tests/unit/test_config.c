@@ -294,6 +294,7 @@ static void redis_tls_settings_and_errors(void **state)
         {"  tls:\n    ca_file: /etc/ca.pem\n", 10,
          "redis.tls has settings but not 'enabled: true'"},
         {"  tls:\n    enabled: yes\n", 10, "enabled"},
+        {"  tls:\n    enabled: true\n    server_name: \"\"\n", 10, "server_name is empty"},
         {"  tls:\n    enabled: true\n    cert_file: /c.pem\n", 10,
          "cert_file and key_file go together"},
         {"  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", 10,
@@ -635,6 +636,57 @@ static void kafka_clients_layer_defaults_section_and_fixed(void **state)
     assert_int_equal(lb_kafka_property_arg(bad, &kv), -1);
 }
 
+/* <property>_file: the property's value from that file (a password off the
+ * configuration and the command line); a missing file names itself and
+ * its line; a name that is no property's plus _file stays unknown. */
+static void kafka_property_values_from_files(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/lb-kafka-file-XXXXXX", path[64], text[512], err[512], value[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/password", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("s3cret\n", f);
+    fclose(f);
+    snprintf(text, sizeof(text),
+             "kafka:\n  brokers: b\n  topics: [t]\n  sasl.username: lb\n"
+             "  sasl.password_file: %s\ninput:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n",
+             path);
+    struct lb_config *c = load_ok(text);
+    struct lb_kafka_options options = lb_config_kafka(c);
+    struct lb_kafka_client client = {.type = RD_KAFKA_CONSUMER};
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    assert_int_equal(lb_kafka_conf_apply(&options, &client, conf, err, sizeof(err)), 0);
+    size_t len = sizeof(value);
+    assert_int_equal(rd_kafka_conf_get(conf, "sasl.password", value, &len), RD_KAFKA_CONF_OK);
+    assert_string_equal(value, "s3cret"); /* its newline dropped */
+    rd_kafka_conf_destroy(conf);
+    lb_config_free(c);
+    unlink(path);
+    rmdir(dir);
+
+    c = load_ok(text); /* the file is gone now */
+    options = lb_config_kafka(c);
+    conf = rd_kafka_conf_new();
+    assert_int_equal(lb_kafka_conf_apply(&options, &client, conf, err, sizeof(err)), -1);
+    char want[128];
+    snprintf(want, sizeof(want), "test.yaml:5: kafka property sasl.password_file: %s: ", path);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fail_msg("unexpected error: %s", err);
+    rd_kafka_conf_destroy(conf);
+    lb_config_free(c);
+
+    c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  no.such.thing_file: /x\n"
+                "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
+    options = lb_config_kafka(c);
+    conf = rd_kafka_conf_new();
+    assert_int_equal(lb_kafka_conf_apply(&options, &client, conf, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "no.such.thing_file"));
+    rd_kafka_conf_destroy(conf);
+    lb_config_free(c);
+}
+
 static void durations_and_times_parse(void **state)
 {
     (void)state;
@@ -737,6 +789,7 @@ int main(void)
         cmocka_unit_test(dedupe_defaults_and_errors),
         cmocka_unit_test(registry_settings_and_errors),
         cmocka_unit_test(redis_tls_settings_and_errors),
+        cmocka_unit_test(kafka_property_values_from_files),
         cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
         cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
         cmocka_unit_test(kafka_properties_go_to_their_client),

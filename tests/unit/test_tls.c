@@ -146,8 +146,8 @@ static void test_round_trip(void **state)
     assert_non_null(lb_cluster_slot_owner(cl, 0));
     assert_string_equal(lb_cluster_slot_owner(cl, 0), expect);
     set_get(cl, 3 << 20);
-    /* an idle TLS connection receives session tickets: not taken for a
-     * reply nobody asked for (no reconnect between commands) */
+    /* the connection is kept between commands: a peek at an idle TLS
+     * connection (SSL_peek) finds nothing and reconnects nothing */
     const char *ping[] = {"PING"};
     size_t pinglen[] = {4};
     for (int i = 0; i < 20; i++) {
@@ -250,10 +250,11 @@ static void test_mutual(void **state)
     redis_server_stop(s);
 }
 
-/* A node killed while the client writes megabytes to it: an error naming
- * it, never SIGPIPE (OpenSSL's own socket BIO would write(2)). The node is
+/* A node killed while the client writes megabytes to it: the request fails
+ * with an error naming the node, and the client goes on. The node is
  * stopped first, so that the socket fills and the write is still under way
- * when it dies. */
+ * when it dies. (Its reset gives ECONNRESET, not EPIPE: test_no_sigpipe is
+ * the one that would die of SIGPIPE.) */
 static void test_node_gone_mid_write(void **state)
 {
     (void)state;
