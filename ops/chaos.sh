@@ -26,8 +26,10 @@
 # exact. The seed fixes the event stream and the fault schedule (kind,
 # target, second); both are printed, and --seed runs the same again.
 #
-#   ops/chaos.sh [--duration SECONDS] [--seed N] [--rate EVENTS_PER_S]
+#   ops/chaos.sh [--duration SECONDS] [--seed N] [--rate EVENTS_PER_S] [--secure]
 #
+# --secure: the same on a TLS-only Redis Cluster (mutual TLS) and a SASL_SSL
+# Kafka broker (REDIS_TLS=1, KAFKA_SASL=1 of ops/services.sh).
 # Defaults: 120 s (what ops/test.sh runs), seed 1, 400 events/s. Binaries
 # from LB_BIN (default build/bin). Exit 0 when the oracle agrees.
 set -euo pipefail
@@ -35,11 +37,17 @@ set -euo pipefail
 duration=120 seed=1 rate=400
 while (($#)); do
     case $1 in
+    --secure)
+        # TLS-only Redis Cluster (mutual TLS) and SASL_SSL Kafka, the pods
+        # and replay connecting as the broker's admin user
+        export REDIS_TLS=1 REDIS_TLS_AUTH_CLIENTS=yes KAFKA_SASL=1 KAFKA_USER=admin
+        shift
+        ;;
     --duration) duration=$2 && shift 2 ;;
     --seed) seed=$2 && shift 2 ;;
     --rate) rate=$2 && shift 2 ;;
     -h | --help)
-        sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -79,6 +87,7 @@ log "seed $seed, $duration s, $rate events/s; fault schedule (second kind target
 printf '  %s\n' "${schedule[@]}" >&2
 
 # ---- services and pods ------------------------------------------------------------------
+knows() { redis_cli "$1" CLUSTER NODES | grep -q ":$2@"; } # NODE PORT: NODE has met PORT
 start_services
 export GROUP=lb-chaos
 runbook_procedure "$repo/ops/runbooks/lost-shard.md" "$T_DIR/procedure.sh"
@@ -180,7 +189,10 @@ fault_lost_shard() {
     lb_redis_node_add "$port" || fail "no new node"
     survivors=$(live_ports | grep -vx "$port" | sed 's/^/127.0.0.1:/' | tr '\n' ' ')
     pod_config # replay's seeds: the nodes alive now
-    SURVIVORS=$survivors NEW=127.0.0.1:$port CONFIG=$T_DIR/projector.yaml \
+    local rcli_opts=""
+    [[ ${REDIS_TLS:-0} == 1 ]] &&
+        rcli_opts="--tls --cacert $(lb_tls_dir)/ca.crt --cert $(lb_tls_dir)/client.crt --key $(lb_tls_dir)/client.key"
+    RCLI_OPTS=$rcli_opts SURVIVORS=$survivors NEW=127.0.0.1:$port CONFIG=$T_DIR/projector.yaml \
         timeout 300 bash -euo pipefail "$T_DIR/procedure.sh" >>"$T_DIR/chaos-procedure.log" 2>&1 ||
         fail "the lost-shard procedure failed: $(tail -n 3 "$T_DIR/chaos-procedure.log")"
     count[replays]=$((count[replays] + 1))
@@ -188,7 +200,7 @@ fault_lost_shard() {
     replica=$(lb_free_port_base 1) || fail "no free port"
     lb_redis_node_add "$replica" || fail "no replica node"
     redis_cli "$survivor" CLUSTER MEET 127.0.0.1 "$replica" >/dev/null
-    lb_wait_for 30 bash -c "redis-cli -p $replica CLUSTER NODES | grep -q ':$port@'" ||
+    lb_wait_for 30 knows "$replica" "$port" ||
         fail "the replica did not meet the cluster"
     redis_cli "$replica" CLUSTER REPLICATE "$(redis_cli "$port" CLUSTER MYID)" >/dev/null ||
         fail "CLUSTER REPLICATE failed"

@@ -20,6 +20,9 @@
 #   --redis HOST:PORT    use this running Redis Cluster instead of starting one
 #                        (Redis CPU is then not measured)
 #   --out DIR            where results go (build/bench/<UTC time>)
+#   --tls                the Redis Cluster it starts speaks TLS only (mutual
+#                        TLS, REDIS_TLS=1 of ops/services.sh) and every tool
+#                        reaches it through redis.tls: what TLS costs
 #
 # What it measures (each run from an empty Redis):
 #   drain      the projector started on the full topic until its group has
@@ -63,6 +66,11 @@ while (($#)); do
     --brokers) brokers=$2 ;;
     --redis) redis=$2 ;;
     --out) out=$2 ;;
+    --tls)
+        export REDIS_TLS=1 REDIS_TLS_AUTH_CLIENTS=yes
+        shift
+        continue
+        ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
@@ -139,13 +147,13 @@ done
 redis_host=${redis%:*} redis_port=${redis##*:}
 
 masters() {
-    redis-cli -h "$redis_host" -p "$redis_port" cluster nodes 2>/dev/null |
+    _lb_redis_cli_auth 10 -h "$redis_host" -p "$redis_port" cluster nodes 2>/dev/null |
         awk '$3 ~ /master/ && $3 !~ /fail/ { split($2, a, "@"); print a[1] }'
 }
 flush_redis() {
     local node
     for node in $(masters); do
-        redis-cli -h "${node%:*}" -p "${node##*:}" flushall >/dev/null
+        _lb_redis_cli_auth 10 -h "${node%:*}" -p "${node##*:}" flushall >/dev/null
     done
 }
 # CPU seconds (user + system) used so far by the given pids
@@ -187,6 +195,9 @@ input:
     1: $repo/schemas/score_event.avsc
 redis:
   nodes: [$redis]
+$([[ ${REDIS_TLS:-0} == 1 ]] &&
+        printf '  tls: {enabled: true, ca_file: %s/ca.crt, cert_file: %s/client.crt, key_file: %s/client.key}' \
+            "$(lb_tls_dir)" "$(lb_tls_dir)" "$(lb_tls_dir)")
 profiles:
   - name: bench
     aggregation: $aggregation

@@ -184,12 +184,19 @@ lose_shard() {
 # BATCH_MAX, COMMAND_TIMEOUT, DRAIN_TIMEOUT (5s: tests stop projectors with
 # Redis down and should not wait the default 20s), DLQ_TOPIC, INSTANCE_ID
 # (group.instance.id), REGISTRY_YAML (more lines of input:, e.g. registry:);
-# with KAFKA_SASL=1, KAFKA_USER (default projector) is who it connects as.
+# with KAFKA_SASL=1, KAFKA_USER (default projector) is who it connects as;
+# with REDIS_TLS=1, redis.tls has the test CA and client certificate (unless
+# EXTRA_REDIS gives its own tls:).
 write_config() {
     local file=$1 more_yaml=${2-} more_redis=${3-} sasl="" p
     for p in $(lb_kafka_client_props "${KAFKA_USER:-projector}"); do
         sasl+=$'\n'"  ${p%%=*}: ${p#*=}"
     done
+    if [[ ${REDIS_TLS:-0} == 1 && $more_redis != *"tls:"* ]]; then
+        local d
+        d=$(lb_tls_dir)
+        more_redis+="${more_redis:+$'\n'}  tls: {enabled: true, ca_file: $d/ca.crt, cert_file: $d/client.crt, key_file: $d/client.key}"
+    fi
     # written aside and renamed: a projector starting now reads the old or
     # the new file, never half of one
     cat >"$file.tmp" <<YAML

@@ -45,11 +45,11 @@ tls_yaml() { # CA [CERT KEY]: the redis.tls lines
     printf '  tls:\n    enabled: true\n    ca_file: %s\n' "$1"
     [[ -z ${2-} ]] || printf '    cert_file: %s\n    key_file: %s\n' "$2" "$3"
 }
-write_config "$T_DIR/projector.yaml" "$MODE_PROFILES" \
-    "$(tls_yaml "$certs/ca.crt" "$certs/client.crt" "$certs/client.key")"
-KAFKA_USER=replay write_config "$T_DIR/replay.yaml" "$MODE_PROFILES" \
-    "$(tls_yaml "$certs/ca.crt" "$certs/client.crt" "$certs/client.key")"
-grep -q 'sasl.password_file' "$T_DIR/projector.yaml" || fail "the configuration has no SASL"
+write_config "$T_DIR/projector.yaml" "$MODE_PROFILES" # redis.tls: lib.sh's, as REDIS_TLS=1
+KAFKA_USER=replay write_config "$T_DIR/replay.yaml" "$MODE_PROFILES"
+for want in 'sasl.password_file' 'tls: {enabled: true'; do
+    grep -q "$want" "$T_DIR/projector.yaml" || fail "no '$want' in the configuration"
+done
 gen=("${MODE_GEN[@]}")
 
 # 1. the projector over TLS, slots moving under it
@@ -155,7 +155,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -su
     -keyout "$T_DIR/other.key" -out "$T_DIR/other-ca.crt" >/dev/null 2>&1 || fail "openssl failed"
 refused wrong-ca 'certificate verify failed' "$T_DIR/other-ca.crt" "$certs/client.crt" "$certs/client.key"
 refused no-client-cert 'redis.tls.cert_file' "$certs/ca.crt"
-write_config "$T_DIR/plain.yaml" "$MODE_PROFILES"
+write_config "$T_DIR/plain.yaml" "$MODE_PROFILES" "  tls: {enabled: false}"
 status=0
 "$BIN/replay" --config "$T_DIR/plain.yaml" --board "$board" >/dev/null 2>"$T_DIR/plain.err" || status=$?
 if [[ $status != 1 ]] || ! grep -q '127.0.0.1:[0-9]*.*a TLS port? see redis.tls' "$T_DIR/plain.err"; then

@@ -90,6 +90,10 @@ static pid_t spawn(const struct redis_server *s, int cluster)
                               "--tls-cluster", cluster ? "yes" : "no"};
         memcpy(&argv[n], more, sizeof(more));
         n += sizeof(more) / sizeof(more[0]);
+        if (cluster && s->tls->announce_hostname) {
+            argv[n++] = "--cluster-announce-hostname";
+            argv[n++] = s->tls->announce_hostname;
+        }
     }
     argv[n] = NULL;
     execvp(argv[0], (char *const *)argv);

@@ -20,9 +20,10 @@ void redis_server_stop(struct redis_server *server);
 /* The same with TLS on a second port (redis_server_tls_port) beside the
  * plain one (the test's own connection): certificates from test_pki. */
 struct redis_server_tls {
-    const char *dir;          /* test_pki_make's directory */
-    const char *cert;         /* the server's certificate: "server", "expired", "elsewhere" */
-    const char *auth_clients; /* tls-auth-clients: "yes", "no" or "optional" */
+    const char *dir;               /* test_pki_make's directory */
+    const char *cert;              /* the server's certificate: "server", "expired", "elsewhere" */
+    const char *auth_clients;      /* tls-auth-clients: "yes", "no" or "optional" */
+    const char *announce_hostname; /* cluster-announce-hostname; NULL: none */
 };
 struct redis_server *redis_server_start_tls(int cluster, const struct redis_server_tls *tls);
 int redis_server_tls_port(const struct redis_server *server);

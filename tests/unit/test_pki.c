@@ -21,7 +21,7 @@ static char dir[256];
 
 static const char *const files[] = {"ca.crt",        "server.crt",  "server.key",  "client.crt",
                                     "client.key",    "expired.crt", "expired.key", "elsewhere.crt",
-                                    "elsewhere.key", "other-ca.crt"};
+                                    "elsewhere.key", "iponly.crt",  "iponly.key",  "other-ca.crt"};
 
 static void write_pem(const char *name, X509 *cert, EVP_PKEY *key)
 {
@@ -109,6 +109,7 @@ const char *test_pki_make(void)
     leaf("client", ca, ca_key, -day, 30 * day, "DNS:projector.test");
     leaf("expired", ca, ca_key, -3 * day, -day, "IP:127.0.0.1,DNS:localhost");
     leaf("elsewhere", ca, ca_key, -day, 30 * day, "DNS:redis.elsewhere.test");
+    leaf("iponly", ca, ca_key, -day, 30 * day, "IP:127.0.0.1");
     X509_free(ca);
     X509_free(other);
     EVP_PKEY_free(ca_key);

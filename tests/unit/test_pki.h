@@ -6,6 +6,7 @@
  *   client.crt, client.key      signed by it (mutual TLS)
  *   expired.crt, expired.key    signed by it, expired yesterday
  *   elsewhere.crt, elsewhere.key signed by it; SAN DNS:redis.elsewhere.test only
+ *   iponly.crt, iponly.key      signed by it; SAN IP:127.0.0.1 only
  *   other-ca.crt                an unrelated CA, which signed none of them
  */
 #ifndef TEST_PKI_H

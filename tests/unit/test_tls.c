@@ -145,7 +145,13 @@ static void test_round_trip(void **state)
     snprintf(expect, sizeof(expect), "127.0.0.1:%d", redis_server_tls_port(s));
     assert_non_null(lb_cluster_slot_owner(cl, 0));
     assert_string_equal(lb_cluster_slot_owner(cl, 0), expect);
+    set_get(cl, 3 << 20); /* on the connection the refresh opened (blocking handshake) */
+    /* the node closes it: the next command notices (a peek at the idle
+     * connection sees its end), reconnects without blocking and does the
+     * handshake in the I/O loop */
+    freeReplyObject(redis_server_command(s, "CLIENT KILL TYPE normal"));
     set_get(cl, 3 << 20);
+    assert_int_equal(lb_cluster_stats(cl)->connection_errors, 1);
     /* the connection is kept between commands: a peek at an idle TLS
      * connection (SSL_peek) finds nothing and reconnects nothing */
     const char *ping[] = {"PING"};
@@ -155,7 +161,32 @@ static void test_round_trip(void **state)
         assert_string_equal(r->str, "PONG");
         freeReplyObject(r);
     }
-    assert_int_equal(lb_cluster_stats(cl)->connection_errors, 0);
+    assert_int_equal(lb_cluster_stats(cl)->connection_errors, 1);
+    lb_cluster_free(cl);
+    redis_server_stop(s);
+}
+
+/* A node that announces a hostname is verified against it once the slot
+ * map says so: the seed (an IP) passes on the IP SAN of a certificate that
+ * names no host, the next connection to the same node checks "localhost"
+ * and is refused. */
+static void test_announced_hostname_is_checked(void **state)
+{
+    (void)state;
+    struct redis_server_tls tls = {
+        .dir = pki, .cert = "iponly", .auth_clients = "no", .announce_hostname = "localhost"};
+    struct redis_server *s = redis_server_start_tls(1, &tls);
+    struct lb_cluster *cl = trusting(redis_server_tls_port(s));
+    assert_int_equal(lb_cluster_refresh(cl), 0);
+    freeReplyObject(redis_server_command(s, "CLIENT KILL TYPE normal"));
+    const char *ping[] = {"PING"};
+    size_t pinglen[] = {4};
+    assert_null(command(cl, 1, ping, pinglen));
+    char node[64];
+    snprintf(node, sizeof(node), "127.0.0.1:%d", redis_server_tls_port(s));
+    const char *msg = lb_cluster_error(cl);
+    if (!strstr(msg, node) || !strstr(msg, "certificate verify failed: hostname mismatch"))
+        fail_msg("expected a hostname mismatch on %s, got: %s", node, msg);
     lb_cluster_free(cl);
     redis_server_stop(s);
 }
@@ -326,10 +357,15 @@ static void test_files_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_certificate_refused),
-        cmocka_unit_test(test_name_checked), cmocka_unit_test(test_wrong_kind_of_port),
-        cmocka_unit_test(test_mutual),       cmocka_unit_test(test_node_gone_mid_write),
-        cmocka_unit_test(test_no_sigpipe),   cmocka_unit_test(test_files_refused),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_certificate_refused),
+        cmocka_unit_test(test_name_checked),
+        cmocka_unit_test(test_wrong_kind_of_port),
+        cmocka_unit_test(test_mutual),
+        cmocka_unit_test(test_node_gone_mid_write),
+        cmocka_unit_test(test_no_sigpipe),
+        cmocka_unit_test(test_files_refused),
+        cmocka_unit_test(test_announced_hostname_is_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
