@@ -474,6 +474,18 @@ oom:
     return -1;
 }
 
+/* A plain read(2) or send(2) that failed: -2 when it must wait for 'want',
+ * else -1 with cl->ioerr saying why. */
+static ssize_t syscall_failed(struct lb_cluster *cl, struct node *n, short want)
+{
+    int err = errno;
+    n->want = want;
+    if (err == EAGAIN || err == EINTR)
+        return -2;
+    snprintf(cl->ioerr, sizeof(cl->ioerr), "%s", strerror(err));
+    return -1;
+}
+
 /* Feeds what the connection has into the reader. Returns bytes read, 0 on
  * EOF, -1 on error (cl->ioerr says why), -2 when it must wait for n->want,
  * -3 on a protocol error (reader_trouble says why). */
@@ -484,12 +496,7 @@ static ssize_t node_read(struct lb_cluster *cl, struct node *n)
         got = lb_tls_read(n->tls, cl->readbuf, sizeof(cl->readbuf), &n->want, cl->ioerr,
                           sizeof(cl->ioerr));
     } else if ((got = read(n->fd, cl->readbuf, sizeof(cl->readbuf))) < 0) {
-        int err = errno;
-        n->want = POLLIN;
-        if (err == EAGAIN || err == EINTR)
-            return -2;
-        snprintf(cl->ioerr, sizeof(cl->ioerr), "%s", strerror(err));
-        return -1;
+        return syscall_failed(cl, n, POLLIN);
     }
     if (got == 0)
         snprintf(cl->ioerr, sizeof(cl->ioerr), "closed by the server");
@@ -508,14 +515,7 @@ static ssize_t node_send(struct lb_cluster *cl, struct node *n, const char *byte
     if (n->tls)
         return lb_tls_write(n->tls, bytes, len, &n->want, cl->ioerr, sizeof(cl->ioerr));
     ssize_t w = send(n->fd, bytes, len, MSG_NOSIGNAL);
-    if (w >= 0)
-        return w;
-    int err = errno;
-    n->want = POLLOUT;
-    if (err == EAGAIN || err == EINTR)
-        return -2;
-    snprintf(cl->ioerr, sizeof(cl->ioerr), "%s", strerror(err));
-    return -1;
+    return w >= 0 ? w : syscall_failed(cl, n, POLLOUT);
 }
 
 /* TLS on the connected socket of 'n': the handshake is driven by whoever

@@ -296,6 +296,18 @@ stop_hanging_up() {
     wait "$HANGUP_PID" 2>/dev/null || true
 }
 
+# rebuild_board CONFIG BOARD [VERIFY_ARGS...] - BOARD lost (every key
+# deleted), rebuilt by replay --board with CONFIG, and the oracle run with
+# VERIFY_ARGS: the state must be exact again.
+rebuild_board() {
+    local config=$1 board=$2
+    shift 2
+    lose_board "$board"
+    "$BIN/replay" --config "$config" --board "$board" >"$T_DIR/replay.out" 2>&1 ||
+        fail "replay --board $board failed: $(tail -n 5 "$T_DIR/replay.out")"
+    verify "$@"
+}
+
 # kill_mid_stream - SIGKILL the projector (PROJECTOR_PID) and check it left
 # records uncommitted (a kill between batches would prove nothing).
 kill_mid_stream() {

@@ -84,10 +84,7 @@ grep -qi noperm "$T_DIR/acl.log" && fail "NOPERM under the projector's rule: $(g
 ok "the projector under its least-privilege rule: every mode exact, no NOPERM"
 
 lost=sum-3
-lose_board "$lost"
-"$BIN/replay" --config "$T_DIR/replay.yaml" --board "$lost" >"$T_DIR/replay.out" 2>&1 ||
-    fail "replay under its rule failed: $(tail -n 3 "$T_DIR/replay.out")"
-verify "${MODE_ORACLE[@]}"
+rebuild_board "$T_DIR/replay.yaml" "$lost" "${MODE_ORACLE[@]}"
 "$BIN/replay" --config "$T_DIR/replay.yaml" --slots 0-16383 --verify >"$T_DIR/verify.out" 2>&1 ||
     fail "replay --verify under its rule failed: $(tail -n 3 "$T_DIR/verify.out")"
 grep -q ' 0 differing' "$T_DIR/verify.out" || fail "replay --verify found differences"

@@ -112,10 +112,8 @@ board=$(redis_cli "${masters[1]}" --scan --pattern 'lb:{sum-*}:alltime' | first)
 board=${board#lb:\{}
 board=${board%%\}*}
 [[ -n $board ]] || fail "no sum board on ${masters[1]}"
-lose_board "$board"
-"$BIN/replay" --config "$T_DIR/replay.yaml" --board "$board" >"$T_DIR/replay.out" 2>&1 ||
-    fail "replay over TLS failed: $(cat "$T_DIR/replay.out")"
-verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times
+# MIGRATE moved TTLs as relative times: an expiry may be off by a little
+rebuild_board "$T_DIR/replay.yaml" "$board" "${MODE_ORACLE[@]}" --expiry-slack-ms 1000
 ok "replay --board $board over TLS, as Kafka user replay, rebuilt it exactly"
 # the nodes close replay's connections while it writes
 lose_board "$board"
