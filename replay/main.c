@@ -305,8 +305,6 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN); /* stdout piped to a pager that quit */
 
     struct lb_cluster_options copts = r.engine->cluster_options;
-    char group[256];
-    snprintf(group, sizeof(group), "lb-replay-%ld", (long)getpid());
     if (lb_cluster_refresh(r.engine->cluster) != 0) {
         fprintf(stderr, "replay: cannot reach Redis: %s\n", lb_cluster_error(r.engine->cluster));
         status = EXIT_BROKEN;
@@ -321,8 +319,12 @@ int main(int argc, char **argv)
         goto out;
     }
     struct lb_kafka_options kafka = lb_config_kafka(r.config);
+    /* The reader carries the live group's id too: it assigns absolute
+     * offsets and never subscribes, stores or commits, so the group never
+     * hears of it, and librdkafka's coordinator lookup for it needs no more
+     * than the Describe on that group that --to committed needs anyway. */
     if (!(r.meta = lb_kafka_reader(&kafka, r.config->group, err, sizeof(err))) ||
-        !(r.reader = lb_kafka_reader(&kafka, group, err, sizeof(err)))) {
+        !(r.reader = lb_kafka_reader(&kafka, r.config->group, err, sizeof(err)))) {
         fprintf(stderr, "replay: Kafka: %s\n", err);
         status = EXIT_CONFIG;
         goto out;

@@ -60,7 +60,11 @@ t_cleanup() {
             printf -- '----- last 30 lines of %s -----\n' "$f" >&2
             tail -n 30 "$f" >&2
         done
-        log "failed (status $status); logs kept in $T_DIR"
+        if ((status)); then
+            log "failed (status $status); logs kept in $T_DIR"
+        else
+            log "passed; logs kept in $T_DIR (LB_KEEP_LOGS)"
+        fi
     fi
     exit "$status"
 }

@@ -6,9 +6,9 @@
 # privilege: the projector, replay and lbread under exactly the users of
 # ops/deploy/redis-acl.conf (every aggregation, dedupe, retractions, the
 # plain transaction, a lost board rebuilt and verified), and, for each
-# command of the projector's rule but ASKING (sent only while a slot
-# migrates), a run with that one command taken away (ACL SETUSER on every
-# node, replicas included) fails with NOPERM naming it.
+# command of the projector's rule, a run with that one command taken away
+# (ACL SETUSER on every node, replicas included) fails with NOPERM naming it
+# (ASKING with a slot staged as migrating, where the projector meets ASK).
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -124,8 +124,58 @@ for cmd in "${commands[@]}"; do
     stop_projector "$PROJECTOR_PID"
     acl_setuser "+$cmd"
 done
-start_projector acl-after "$T_DIR/acl.yaml"
-acl_caught_up 90
-verify "${MODE_ORACLE[@]}"
+ok "each of the ${#commands[@]} commands of the projector's rule but ASKING is needed: without it, NOPERM naming it"
+
+# ASKING: a new board's slot is migrating (MIGRATING on its master,
+# IMPORTING on another, no key moved yet), so the projector's writes meet ASK
+# and are sent to the importing node after ASKING. Without +asking: NOPERM
+# naming it. With it, the importing node accepts ASKING and answers TRYAGAIN
+# (a multi-key request for keys it does not have yet): the projector holds
+# until the migration completes, then writes the board there.
+probe=sum-ask0
+port=$(slot_masters | first)
+slot=$(redis_cli "$port" CLUSTER KEYSLOT "{$probe}")
+for ((b = 0; b < 30; b++)); do # MODE_GEN's boards: the slot must be the probe's alone
+    prefixes=(best- asc- lat- sum- top-)
+    [[ $(redis_cli "$port" CLUSTER KEYSLOT "{${prefixes[b % 5]}$b}") != "$slot" ]] ||
+        fail "board ${prefixes[b % 5]}$b shares slot $slot with $probe: pick another probe"
+done
+source_port='' target_port=''
+for p in $(slot_masters); do
+    if redis_cli "$p" CLUSTER NODES | awk -v s="$slot" '$3 ~ /myself/ {
+            for (i = 9; i <= NF; i++) { n = split($i, r, "-"); if ($i !~ /^\[/ && s >= r[1] && s <= r[n]) f = 1 } }
+            END { exit !f }'; then
+        source_port=$p
+    else
+        target_port=$p
+    fi
+done
+[[ -n $source_port && -n $target_port ]] || fail "no owner of slot $slot, or no other master"
+source_id=$(redis_cli "$source_port" CLUSTER MYID)
+target_id=$(redis_cli "$target_port" CLUSTER MYID)
+redis_cli "$target_port" CLUSTER SETSLOT "$slot" IMPORTING "$source_id" >/dev/null
+redis_cli "$source_port" CLUSTER SETSLOT "$slot" MIGRATING "$target_id" >/dev/null
+acl_setuser -asking
+produce -t acl --boards 1 --board-prefix sum-ask --players 50 --score-max 1000 --start "$START" \
+    --days 3 --dim patch --dim-values 3 --retract-every 25 -n 300 --seed 200
+start_projector acl-asking "$T_DIR/acl.yaml"
+wait_log "$T_DIR/acl-asking.log" "NOPERM.*'asking'" 30
 stop_projector "$PROJECTOR_PID"
-ok "each of the ${#commands[@]} commands of the projector's rule (ASKING aside) is needed: without it, NOPERM naming it; exact after"
+acl_setuser +asking
+[[ $(redis_cli "$target_port" CLUSTER COUNTKEYSINSLOT "$slot") == 0 ]] ||
+    fail "keys of $probe were written to the importing node without ASKING"
+start_projector acl-after "$T_DIR/acl.yaml"
+wait_log "$T_DIR/acl-after.log" "board 'sum-ask0': 127.0.0.1:$target_port: TRYAGAIN" 30
+[[ $(redis_cli "$target_port" CLUSTER COUNTKEYSINSLOT "$slot") == 0 ]] ||
+    fail "the importing node took a part of $probe's request"
+for p in "$target_port" "$source_port" $(slot_masters); do # the migration completes
+    redis_cli "$p" CLUSTER SETSLOT "$slot" NODE "$target_id" >/dev/null
+done
+acl_caught_up 90
+stop_projector "$PROJECTOR_PID"
+(($(redis_cli "$target_port" CLUSTER COUNTKEYSINSLOT "$slot") > 0)) ||
+    fail "no key of $probe on the slot's new master"
+[[ $(redis_cli "$source_port" CLUSTER COUNTKEYSINSLOT "$slot") == 0 ]] ||
+    fail "keys of $probe were written to the slot's old master"
+verify "${MODE_ORACLE[@]}"
+ok "ASKING: without it NOPERM naming it; with it the importing node answers TRYAGAIN, the projector holds until the slot has moved; every board exact after"

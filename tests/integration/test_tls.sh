@@ -15,10 +15,11 @@
 #  2. a lost board is rebuilt by replay over TLS, also while the nodes close
 #     its connections mid-write (CLIENT KILL in a loop), and lbread reads
 #     the top over TLS, the same as redis-cli --tls;
-#  3. a wrong CA, a missing client certificate, plain TCP and a wrong Kafka
-#     password each fail with one line naming the reason (replay: exit 1,
-#     nothing written); the projector holds instead of dropping anything and
-#     says why.
+#  3. a wrong CA, a missing client certificate, plain TCP, an expired node
+#     certificate, a wrong Redis password and a wrong Kafka password each
+#     fail with one line naming the reason (replay: exit 1, nothing
+#     written); the projector holds instead of dropping anything and says
+#     why.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -114,7 +115,10 @@ board=${board%%\}*}
 [[ -n $board ]] || fail "no sum board on ${masters[1]}"
 # MIGRATE moved TTLs as relative times: an expiry may be off by a little
 rebuild_board "$T_DIR/replay.yaml" "$board" "${MODE_ORACLE[@]}" --expiry-slack-ms 1000
-ok "replay --board $board over TLS, as Kafka user replay, rebuilt it exactly"
+if grep -i 'authoriz' "$T_DIR/replay.out"; then
+    fail "replay met an authorization failure under its ACLs: $(grep -i -m 1 'authoriz' "$T_DIR/replay.out")"
+fi
+ok "replay --board $board over TLS, as Kafka user replay, rebuilt it exactly, no authorization failure"
 # the nodes close replay's connections while it writes
 lose_board "$board"
 mapfile -t masters < <(slot_masters)
@@ -160,6 +164,45 @@ if [[ $status != 1 ]] || ! grep -q '127.0.0.1:[0-9]*.*a TLS port? see redis.tls'
     fail "plain TCP to the TLS ports: exit $status, $(cat "$T_DIR/plain.err")"
 fi
 ok "wrong CA, no client certificate, plain TCP: exit 1, one line naming the node and the reason"
+# every node serves an expired certificate for a moment (redis-cli, which
+# verifies too, needs --insecure to put the good one back)
+if ! openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=expired \
+    -keyout "$T_DIR/expired.key" -out "$T_DIR/expired.csr" >/dev/null 2>&1 ||
+    ! openssl x509 -req -in "$T_DIR/expired.csr" -CA "$certs/ca.crt" -CAkey "$certs/ca.key" \
+        -CAcreateserial -CAserial "$T_DIR/ca.srl" -days -1 -extfile "$certs/leaf.ext" \
+        -out "$T_DIR/expired.crt" >/dev/null 2>&1; then
+    fail "openssl failed"
+fi
+mapfile -t cert_ports < <(live_ports) # (found by redis-cli: not while they serve it)
+serve_certificate() { # CRT KEY [REDIS-CLI OPTIONS]
+    local p
+    for p in "${cert_ports[@]}"; do
+        redis_cli "$p" "${@:3}" CONFIG SET tls-cert-file "$1" tls-key-file "$2" >/dev/null ||
+            fail "CONFIG SET tls-cert-file on $p"
+    done
+}
+serve_certificate "$T_DIR/expired.crt" "$T_DIR/expired.key"
+refused expired 'certificate has expired' "$certs/ca.crt" "$certs/client.crt" "$certs/client.key"
+serve_certificate "$certs/server.crt" "$certs/server.key" --insecure
+ok "an expired node certificate: exit 1, one line naming the node and 'certificate has expired'"
+# a wrong Redis password over TLS (a user of its own on every node)
+export LB_TEST_TLS_PASSWORD=pw-$RANDOM$RANDOM-wrong
+for p in $(live_ports); do
+    redis_cli "$p" ACL SETUSER lb-tls on ">pw-$RANDOM-right" '~*' +@all >/dev/null || fail "ACL SETUSER on $p"
+done
+# shellcheck disable=SC2016 # ${...} is for the projector's configuration
+write_config "$T_DIR/wrong-redis-password.yaml" "$MODE_PROFILES" '  user: lb-tls
+  password: ${LB_TEST_TLS_PASSWORD}'
+status=0
+"$BIN/replay" --config "$T_DIR/wrong-redis-password.yaml" --board "$board" >/dev/null \
+    2>"$T_DIR/wrong-redis-password.err" || status=$?
+[[ $status == 1 && $(wc -l <"$T_DIR/wrong-redis-password.err") == 1 ]] ||
+    fail "a wrong Redis password: exit $status, $(cat "$T_DIR/wrong-redis-password.err")"
+grep -q '127.0.0.1:[0-9]*.*WRONGPASS' "$T_DIR/wrong-redis-password.err" ||
+    fail "a wrong Redis password is not named: $(cat "$T_DIR/wrong-redis-password.err")"
+grep -q -e "$LB_TEST_TLS_PASSWORD" "$T_DIR"/*.err && fail "the Redis password was logged"
+log "wrong-redis-password: $(cat "$T_DIR/wrong-redis-password.err")"
+ok "a wrong Redis password over TLS: exit 1, one line naming the node and WRONGPASS"
 printf 'not-the-password\n' >"$T_DIR/wrong.password"
 sed "s|sasl.password_file: .*|sasl.password_file: $T_DIR/wrong.password|" "$T_DIR/replay.yaml" \
     >"$T_DIR/wrong-password.yaml"
