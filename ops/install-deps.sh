@@ -13,6 +13,7 @@ packages=(
     libssl-dev libcurl4-openssl-dev libjansson-dev
     redis-server redis-tools
     clang clang-format shellcheck libclang-rt-14-dev
+    help2man # the man pages, generated from each tool's --help at build time
     curl openssl
     maven
 )

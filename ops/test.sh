@@ -52,7 +52,9 @@ trap 'rm -rf "$staged"' EXIT
 cmake --install build --prefix "$staged" >/dev/null
 for f in bin/projector bin/replay bin/lbread bin/lbadmin \
     share/leaderboard-projector/schemas/score_event.avsc \
-    share/leaderboard-projector/config/projector.example.yaml; do
+    share/leaderboard-projector/config/projector.example.yaml \
+    share/man/man1/projector.1 share/man/man1/replay.1 share/man/man1/lbread.1 \
+    share/man/man1/lbadmin.1; do
     [[ -f $staged/$f ]] || { echo "cmake --install did not install $f" >&2; exit 1; }
 done
 echo "installed: $(cd "$staged" && find . -type f | wc -l) files"

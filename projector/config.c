@@ -233,6 +233,12 @@ enum key_type {
 
 #define F_REQUIRED    1u
 #define F_PASSTHROUGH 2u /* KT_SECTION: dotted keys are librdkafka properties */
+#define F_LINE        4u /* KT_SECTION: its key's line is kept at 'line_offset' (an int) */
+#define F_EMPTY       8u /* KT_STRING: may be empty */
+
+/* What --check-config prints for a secret written in the file itself, and
+ * what the loader refuses where a secret belongs. */
+#define REDACTED "<redacted>"
 
 struct key_def {
     const char *name;
@@ -243,14 +249,19 @@ struct key_def {
     int64_t min, max;
     const char *const *choices;
     const struct key_def *section;
+    size_t line_offset;   /* F_LINE */
+    size_t source_offset; /* KT_SECRET: a char * keeping the text as written if it read ${ENV} */
+    const char *file_key; /* KT_SECRET: the key that reads it from a file instead, if any */
     int (*custom)(struct parser *p, yaml_node_t *node, void *obj);
+    /* KT_CUSTOM: prints the key and its value at 'indent' */
     void (*print)(const void *obj, FILE *out, int indent);
     const char *doc;
 };
 
 #define FIELD(type, member) offsetof(type, member)
 
-static int parse_node(struct parser *p, const struct key_def *def, yaml_node_t *node, void *obj);
+static int parse_node(struct parser *p, const struct key_def *def, yaml_node_t *node, void *obj,
+                      int key_line);
 static int parse_mapping(struct parser *p, const struct key_def *table, yaml_node_t *node, int line,
                          void *obj, const char *where, unsigned flags);
 
@@ -266,6 +277,8 @@ static int store_scalar(struct parser *p, const struct key_def *def, int line, c
     case KT_SECRET:
     case KT_PATH: {
         char *copy;
+        if (!*text && !(def->flags & F_EMPTY))
+            return fail(p, line, "%s is empty; give it a value or remove the key", def->name);
         if (def->type == KT_PATH && text[0] != '/' && p->dir) {
             size_t n = strlen(p->dir) + strlen(text) + 2;
             copy = malloc(n);
@@ -324,13 +337,47 @@ range:
     return 0;
 }
 
+/* A plain ~ or null is YAML's null: an empty value here. */
+static const char *scalar_or_empty(const yaml_node_t *node)
+{
+    const char *text = scalar_text(node);
+    if (node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+        (strcmp(text, "~") == 0 || strcmp(text, "null") == 0 || strcmp(text, "Null") == 0 ||
+         strcmp(text, "NULL") == 0))
+        return "";
+    return text;
+}
+
+/* A secret as written: "<redacted>" is refused, and a value read from the
+ * environment is kept as written in 'source' (NULL: it was not), which is
+ * what --check-config prints instead of the secret. */
+static int keep_source(struct parser *p, const char *what, const char *file_key, int line,
+                       const char *text, char **source)
+{
+    if (strcmp(text, REDACTED) == 0)
+        return fail(p, line,
+                    "%s: \"" REDACTED "\" stands for a secret --check-config does not print; "
+                    "write the secret as ${ENV_VAR}%s%s%s",
+                    what, file_key ? " or give a file with " : "", file_key ? file_key : "",
+                    file_key ? ": FILE" : "");
+    free(*source);
+    *source = NULL;
+    if (strstr(text, "${") && !(*source = strdup(text)))
+        return fail(p, line, "out of memory");
+    return 0;
+}
+
 static int parse_scalar_node(struct parser *p, const struct key_def *def, yaml_node_t *node,
                              void *obj)
 {
     if (node->type != YAML_SCALAR_NODE)
         return fail(p, line_of(node), "%s: expected a single value, not a %s", def->name,
                     node->type == YAML_MAPPING_NODE ? "mapping" : "list");
-    char *text = expand(p, line_of(node), scalar_text(node));
+    if (def->type == KT_SECRET &&
+        keep_source(p, def->name, def->file_key, line_of(node), scalar_text(node),
+                    (char **)((char *)obj + def->source_offset)) != 0)
+        return -1;
+    char *text = expand(p, line_of(node), scalar_or_empty(node));
     if (!text)
         return -1;
     int rc = store_scalar(p, def, line_of(node), text, obj);
@@ -373,21 +420,29 @@ static int parse_strings(struct parser *p, const struct key_def *def, yaml_node_
         yaml_node_t *item = items ? yaml_document_get_node(&p->doc, items[i]) : node;
         if (item->type != YAML_SCALAR_NODE)
             return fail(p, line_of(item), "%s: every item must be a single value", def->name);
-        char *text = expand(p, line_of(item), scalar_text(item));
+        char *text = expand(p, line_of(item), scalar_or_empty(item));
         if (!text)
             return -1;
         (*list)[(*count)++] = text;
+        if (!*text)
+            return fail(p, line_of(item), "%s: an item is empty", def->name);
     }
     return 0;
 }
 
-static int parse_node(struct parser *p, const struct key_def *def, yaml_node_t *node, void *obj)
+static int parse_node(struct parser *p, const struct key_def *def, yaml_node_t *node, void *obj,
+                      int key_line)
 {
     switch (def->type) {
     case KT_STRINGS:
         return parse_strings(p, def, node, obj);
     case KT_SECTION:
-        return parse_mapping(p, def->section, node, line_of(node), obj, def->name, def->flags);
+        if (def->flags & F_LINE)
+            *(int *)((char *)obj + def->line_offset) = key_line;
+        /* a section left empty ("input:") is an empty mapping */
+        if (node->type == YAML_SCALAR_NODE && !*scalar_or_empty(node))
+            node = NULL;
+        return parse_mapping(p, def->section, node, key_line, obj, def->name, def->flags);
     case KT_CUSTOM:
         return def->custom(p, node, obj);
     default:
@@ -400,7 +455,7 @@ static int apply_default(struct parser *p, const struct key_def *def, int line, 
                          const char *where)
 {
     if (def->flags & F_REQUIRED)
-        return fail(p, line, "%s%s'%s' is required: %s", where ? where : "", where ? " needs " : "",
+        return fail(p, line, "%s%s'%s' is required (%s)", where ? where : "", where ? ": " : "",
                     def->name, def->doc);
     if (def->type == KT_SECTION)
         return parse_mapping(p, def->section, NULL, line, obj, def->name, def->flags);
@@ -430,13 +485,20 @@ static int add_kafka_property(struct parser *p, struct lb_config *config, const 
         return fail(p, line_of(value), "out of memory");
     config->kafka_props = props;
     struct lb_kv *kv = &props[config->nkafka_props];
+    *kv = (struct lb_kv){.line = line_of(value)};
+    char file_key[160];
+    snprintf(file_key, sizeof(file_key), "%.150s_file", key);
+    if (lb_kafka_property_secret(key) &&
+        keep_source(p, key, file_key, kv->line, scalar_text(value), &kv->source) != 0)
+        return -1;
     kv->key = strdup(key);
-    kv->value = expand(p, line_of(value), scalar_text(value));
-    kv->line = line_of(value);
+    kv->value = expand(p, kv->line, scalar_or_empty(value));
     if (!kv->key || !kv->value) {
         free(kv->key);
+        free(kv->source);
+        int oom = kv->value != NULL;
         free(kv->value);
-        return kv->value ? fail(p, kv->line, "out of memory") : -1;
+        return oom ? fail(p, kv->line, "out of memory") : -1;
     }
     config->nkafka_props++;
     return 0;
@@ -482,7 +544,7 @@ static int parse_mapping(struct parser *p, const struct key_def *table, yaml_nod
             if (seen & (1u << i))
                 return fail(p, line_of(key), "'%s' is set twice", name);
             seen |= 1u << i;
-            if (parse_node(p, &table[i], value, obj) != 0)
+            if (parse_node(p, &table[i], value, obj, line_of(key)) != 0)
                 return -1;
         }
     }
@@ -510,6 +572,17 @@ static int parse_resolution(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_wait_replicas(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_listen(struct parser *p, yaml_node_t *node, void *obj);
 static int parse_registry(struct parser *p, yaml_node_t *node, void *obj);
+static void print_schemas(const void *obj, FILE *out, int indent);
+static void print_writer_schema(const void *obj, FILE *out, int indent);
+static void print_registry(const void *obj, FILE *out, int indent);
+static void print_nodes(const void *obj, FILE *out, int indent);
+static void print_redis_tls(const void *obj, FILE *out, int indent);
+static void print_wait_replicas(const void *obj, FILE *out, int indent);
+static void print_listen(const void *obj, FILE *out, int indent);
+static void print_profiles(const void *obj, FILE *out, int indent);
+static void print_resolution(const void *obj, FILE *out, int indent);
+static void print_dedupe(const void *obj, FILE *out, int indent);
+static void print_windows(const void *obj, FILE *out, int indent);
 
 #define C(member) FIELD(struct lb_config, member)
 
@@ -554,6 +627,8 @@ static const struct key_def registry_keys[] = {
     {.name = "password",
      .type = KT_SECRET,
      .offset = C(registry_password),
+     .source_offset = C(registry_password_source),
+     .file_key = "password_file",
      .doc = "basic auth password; use ${ENV_VAR} or password_file"},
     {.name = "password_file",
      .type = KT_PATH,
@@ -583,14 +658,17 @@ static const struct key_def input_keys[] = {
     {.name = "schemas",
      .type = KT_CUSTOM,
      .custom = parse_schemas,
+     .print = print_schemas,
      .doc = "confluent: mapping of schema id to writer schema file (.avsc)"},
     {.name = "writer_schema",
      .type = KT_CUSTOM,
      .custom = parse_schemas,
+     .print = print_writer_schema,
      .doc = "bare: the writer schema file (.avsc)"},
     {.name = "registry",
      .type = KT_CUSTOM,
      .custom = parse_registry,
+     .print = print_registry,
      .doc = "confluent: a schema registry that supplies writer schemas input.schemas lacks"},
     {.name = "max_future",
      .type = KT_DURATION,
@@ -641,12 +719,14 @@ static const struct key_def redis_keys[] = {
     {.name = "nodes",
      .type = KT_CUSTOM,
      .custom = parse_hosts,
+     .print = print_nodes,
      .flags = F_REQUIRED,
      .doc = "seed nodes, host:port; any subset of the cluster"},
     {.name = "key_prefix",
      .type = KT_STRING,
      .offset = C(key_prefix),
      .def = "lb:",
+     .flags = F_EMPTY,
      .doc = "prefix of every key written"},
     {.name = "user",
      .type = KT_STRING,
@@ -655,10 +735,12 @@ static const struct key_def redis_keys[] = {
     {.name = "password",
      .type = KT_SECRET,
      .offset = C(redis_password),
+     .source_offset = C(redis_password_source),
      .doc = "password for AUTH; use ${ENV_VAR}"},
     {.name = "tls",
      .type = KT_CUSTOM,
      .custom = parse_redis_tls,
+     .print = print_redis_tls,
      .doc = "TLS to the nodes: enabled, ca_file, cert_file and key_file (mutual TLS), "
             "server_name, verify; files are read at start (a restart picks up new ones)"},
     {.name = "connect_timeout",
@@ -671,6 +753,7 @@ static const struct key_def redis_keys[] = {
     {.name = "wait_replicas",
      .type = KT_CUSTOM,
      .custom = parse_wait_replicas,
+     .print = print_wait_replicas,
      .doc = "replicas a batch's writes must reach before their offsets advance: auto or a "
             "number"},
     {.name = "wait_timeout",
@@ -726,6 +809,7 @@ static const struct key_def metrics_keys[] = {
     {.name = "listen",
      .type = KT_CUSTOM,
      .custom = parse_listen,
+     .print = print_listen,
      .doc = "host:port of /metrics, /healthz and /readyz (unset: no server)"},
     {0}};
 
@@ -744,16 +828,20 @@ static const struct key_def top_keys[] = {
     {.name = "kafka",
      .type = KT_SECTION,
      .section = kafka_keys,
-     .flags = F_REQUIRED | F_PASSTHROUGH,
+     .flags = F_REQUIRED | F_PASSTHROUGH | F_LINE,
+     .line_offset = C(kafka_line),
      .doc = "the source topics and consumer group"},
     {.name = "input",
      .type = KT_SECTION,
      .section = input_keys,
+     .flags = F_LINE,
+     .line_offset = C(input_line),
      .doc = "the wire format of the events"},
     {.name = "redis",
      .type = KT_SECTION,
      .section = redis_keys,
-     .flags = F_REQUIRED,
+     .flags = F_REQUIRED | F_LINE,
+     .line_offset = C(redis_line),
      .doc = "the Redis Cluster (or standalone Redis) written to"},
     {.name = "batch", .type = KT_SECTION, .section = batch_keys, .doc = "batching"},
     {.name = "log", .type = KT_SECTION, .section = log_keys, .doc = "logging"},
@@ -765,6 +853,7 @@ static const struct key_def top_keys[] = {
     {.name = "profiles",
      .type = KT_CUSTOM,
      .custom = parse_profiles,
+     .print = print_profiles,
      .doc = "board profiles: scoring and windows, matched by board id"},
     {0}};
 
@@ -808,6 +897,7 @@ static const struct key_def profile_keys[] = {
     {.name = "tie_resolution",
      .type = KT_CUSTOM,
      .custom = parse_resolution,
+     .print = print_resolution,
      .doc = "tick of the tie-breaker: ms, s, min, h or d (default s)"},
     {.name = "epoch",
      .type = KT_TIME,
@@ -849,11 +939,13 @@ static const struct key_def profile_keys[] = {
     {.name = "dedupe",
      .type = KT_CUSTOM,
      .custom = parse_dedupe,
+     .print = print_dedupe,
      .doc = "count each event_id once: {window: DURATION} or off (default: {window: 24h} for "
             "sum boards and boards that take retractions, off otherwise)"},
     {.name = "windows",
      .type = KT_CUSTOM,
      .custom = parse_windows,
+     .print = print_windows,
      .doc = "windows and their retention (default: alltime, daily, weekly, monthly)"},
     {0}};
 
@@ -967,6 +1059,11 @@ static int add_schema(struct parser *p, struct lb_config *config, int32_t id, ya
     for (size_t i = 0; i < config->nschemas; i++)
         if (config->schemas[i].id == id)
             return fail(p, line_of(value), "schema id %d is mapped twice", id);
+    if (value->type == YAML_SCALAR_NODE && !*scalar_or_empty(value)) {
+        if (id < 0)
+            return fail(p, line_of(value), "writer_schema: give the writer schema's .avsc file");
+        return fail(p, line_of(value), "schemas: give schema id %d's .avsc file", id);
+    }
     if (parse_scalar_node(p, &def, value, &path) != 0)
         return -1;
     struct lb_schema_ref *refs = realloc(config->schemas, (config->nschemas + 1) * sizeof(*refs));
@@ -1300,6 +1397,7 @@ static int check_redis_tls(struct parser *p, struct lb_config *config)
 
 static int check_config(struct parser *p, struct lb_config *config, int root_line)
 {
+    int input_line = config->input_line ? config->input_line : root_line;
     if (config->wire_format == LB_WIRE_CONFLUENT) {
         for (size_t i = 0; i < config->nschemas; i++)
             if (config->schemas[i].id < 0)
@@ -1310,7 +1408,7 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
         if (rc != 0)
             return rc;
         if (config->nschemas == 0 && !config->registry_url)
-            return fail(p, root_line,
+            return fail(p, input_line,
                         "input: confluent input needs 'schemas' (schema id: file) or 'registry' "
                         "(url: ...)");
     } else {
@@ -1319,16 +1417,17 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
                         "input.registry is for format: confluent (bare records carry no schema "
                         "id)");
         if (config->nschemas != 1 || config->schemas[0].id >= 0)
-            return fail(p, config->nschemas ? config->schemas[0].line : root_line,
+            return fail(p, config->nschemas ? config->schemas[0].line : input_line,
                         "input: bare input needs exactly one 'writer_schema' and no 'schemas'");
     }
     if (strpbrk(config->key_prefix, "{}") || strlen(config->key_prefix) > LB_NAME_MAX)
-        return fail(p, root_line, "redis.key_prefix must be at most %d bytes without '{' or '}'",
-                    LB_NAME_MAX);
+        return fail(p, config->redis_line,
+                    "redis.key_prefix must be at most %d bytes without '{' or '}'", LB_NAME_MAX);
     if (config->ntopics == 0)
-        return fail(p, root_line, "kafka.topics: list at least one topic");
-    if (config->redis_password && !*config->redis_password)
-        return fail(p, root_line, "redis.password is empty; remove it or set it");
+        return fail(p, config->kafka_line, "kafka.topics: list at least one topic");
+    struct lb_kafka_options kafka = lb_config_kafka(config);
+    if (lb_kafka_check(&kafka, config->dlq_topic != NULL, p->err, p->errlen) != 0)
+        return -1;
     int tls_rc = check_redis_tls(p, config);
     if (tls_rc != 0)
         return tls_rc;
@@ -1409,9 +1508,8 @@ done:
 int lb_config_load_string(const char *name, const char *text, size_t len, struct lb_config **out,
                           char *err, size_t errlen)
 {
+    /* relative paths stay relative: to the working directory */
     struct parser p = {.name = name ? name : "<config>", .dir = NULL, .err = err, .errlen = errlen};
-    char dir[] = ".";
-    p.dir = dir;
     return load(&p, (const unsigned char *)text, len, out);
 }
 
@@ -1437,9 +1535,15 @@ int lb_config_load(const char *path, struct lb_config **out, char *err, size_t e
         snprintf(err, errlen, "%s: out of memory", path);
         goto done;
     }
-    p.dir = dirname(copy);
+    /* schema and certificate paths are kept absolute: --check-config prints
+     * them, and its output is loadable from anywhere */
+    if (!(p.dir = realpath(dirname(copy), NULL))) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        goto done;
+    }
     rc = load(&p, (const unsigned char *)text, (size_t)size, out);
 done:
+    free(p.dir);
     free(copy);
     free(text);
     fclose(f);
@@ -1466,6 +1570,7 @@ void lb_config_free(struct lb_config *config)
     for (size_t i = 0; i < config->nkafka_props; i++) {
         free(config->kafka_props[i].key);
         free(config->kafka_props[i].value);
+        free(config->kafka_props[i].source);
     }
     free(config->kafka_props);
     for (size_t i = 0; i < config->nschemas; i++)
@@ -1477,6 +1582,7 @@ void lb_config_free(struct lb_config *config)
     free(config->key_prefix);
     free(config->redis_user);
     free(config->redis_password);
+    free(config->redis_password_source);
     free(config->redis_tls_ca_file);
     free(config->redis_tls_cert_file);
     free(config->redis_tls_key_file);
@@ -1485,6 +1591,7 @@ void lb_config_free(struct lb_config *config)
     free(config->registry_url);
     free(config->registry_user);
     free(config->registry_password);
+    free(config->registry_password_source);
     free(config->registry_password_file);
     free(config->registry_ca_file);
     for (size_t i = 0; i < config->nprofiles; i++) {
@@ -1593,91 +1700,380 @@ error:
     return NULL;
 }
 
+/* ---- --window ---------------------------------------------------------------- */
+
+/* How a window of 'w' is written: "daily:YYYY-MM-DD", "patch:VALUE", ... */
+static void window_form(const struct lb_window_config *w, char *out, size_t cap)
+{
+    static const char *const forms[] = {[LB_WINDOW_ALLTIME] = "alltime",
+                                        [LB_WINDOW_DAILY] = "daily:YYYY-MM-DD",
+                                        [LB_WINDOW_WEEKLY] = "weekly:YYYY-Www",
+                                        [LB_WINDOW_MONTHLY] = "monthly:YYYY-MM"};
+    if (w->kind == LB_WINDOW_CUSTOM)
+        snprintf(out, cap, "%s:VALUE", w->dim);
+    else
+        snprintf(out, cap, "%s", forms[w->kind]);
+}
+
+/* Whether 'item' is one of the comma-separated items of 'list'. */
+static int listed(const char *list, const char *item)
+{
+    size_t n = strlen(item);
+    for (const char *p = list; (p = strstr(p, item)) != NULL; p++)
+        if ((p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+int lb_config_check_window(const struct lb_profile *profiles, size_t nprofiles, const char *owner,
+                           const char *window, char *err, size_t errlen)
+{
+    char has[1024] = "", name[LB_NAME_MAX + 1], form[LB_NAME_MAX + 16], want[LB_NAME_MAX + 16];
+    const char *colon = strchr(window, ':'), *label = colon ? colon + 1 : NULL;
+    size_t len = colon ? (size_t)(colon - window) : strlen(window), used = 0;
+    snprintf(name, sizeof(name), "%.*s", (int)len, window);
+    int kind = len <= LB_NAME_MAX ? lb_window_kind_parse(name) : -1, known = 0, ok = 0;
+    int64_t id;
+    for (size_t p = 0; p < nprofiles; p++) {
+        const struct lb_profile *profile = &profiles[p];
+        for (size_t i = 0; i < profile->nwindows; i++) {
+            const struct lb_window_config *w = &profile->windows[i];
+            window_form(w, form, sizeof(form));
+            if (!listed(has, form) && used + 1 < sizeof(has)) {
+                int n = snprintf(has + used, sizeof(has) - used, "%s%s", used ? ", " : "", form);
+                used += n > 0 ? (size_t)n : 0;
+            }
+            if (w->kind == LB_WINDOW_CUSTOM ? strcmp(w->dim, name) != 0
+                                            : (int)w->kind != kind || kind == LB_WINDOW_CUSTOM)
+                continue;
+            if (!known)
+                snprintf(want, sizeof(want), "%s", form);
+            known = 1;
+            ok |= w->kind == LB_WINDOW_ALLTIME ? !label
+                  : w->kind == LB_WINDOW_CUSTOM
+                      ? label && *label
+                      : label && lb_window_label_parse(w->kind, label, &id) == 0;
+        }
+    }
+    if (ok)
+        return 0;
+    if (known)
+        snprintf(err, errlen,
+                 "--window '%s': %s windows are written %s%s; the windows of %s are %s", window,
+                 name, want,
+                 kind > LB_WINDOW_ALLTIME && kind < LB_WINDOW_CUSTOM
+                     ? " (zero-padded; a day, ISO 8601 week or month that exists)"
+                     : "",
+                 owner, has);
+    else if (kind == LB_WINDOW_CUSTOM)
+        snprintf(err, errlen,
+                 "--window '%s': custom windows are named by their dim, not 'custom'; the "
+                 "windows of %s are %s",
+                 window, owner, has);
+    else if (kind >= 0)
+        snprintf(err, errlen, "--window '%s': %s has no %s windows; it has %s", window, owner, name,
+                 has);
+    else
+        snprintf(err, errlen,
+                 "--window '%s': there is no window kind '%s'; the kinds are alltime, daily, "
+                 "weekly, monthly and custom ones named by their dim; the windows of %s are %s",
+                 window, name, owner, has);
+    return -1;
+}
+
 /* ---- printing ---------------------------------------------------------------- */
+
+/* --check-config prints the effective configuration in the file's own
+ * structure and units, from the tables above: what it prints loads as is
+ * and prints the same again. */
+
+static void print_string(FILE *out, const char *text)
+{
+    fputc('"', out);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(out, "\\%c", *c);
+        else if (*c < 0x20 || *c == 0x7f)
+            fprintf(out, "\\x%02x", *c);
+        else
+            fputc(*c, out);
+    }
+    fputc('"', out);
+}
+
+static void print_duration(FILE *out, int64_t ms)
+{
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}};
+    size_t i = 0;
+    while (ms != 0 && ms % units[i].ms != 0)
+        i++;
+    if (ms == 0)
+        i = 3;
+    fprintf(out, "%" PRId64 "%s", ms / units[i].ms, units[i].unit);
+}
+
+static void print_time(FILE *out, int64_t ms)
+{
+    int64_t days = ms / 86400000, rest = ms % 86400000, year;
+    unsigned month, day;
+    if (rest < 0) {
+        days--;
+        rest += 86400000;
+    }
+    lb_civil_from_days(days, &year, &month, &day);
+    fprintf(out, "%04" PRId64 "-%02u-%02uT%02d:%02d:%02d", year, month, day, (int)(rest / 3600000),
+            (int)(rest / 60000 % 60), (int)(rest / 1000 % 60));
+    if (rest % 1000)
+        fprintf(out, ".%03d", (int)(rest % 1000));
+    fputc('Z', out);
+}
+
+/* A secret: as written when it came from ${ENV}, else the placeholder. */
+static void print_secret(FILE *out, const char *source)
+{
+    if (source)
+        print_string(out, source);
+    else
+        fputs(REDACTED, out);
+}
+
+static void print_table(const struct key_def *table, const void *obj, FILE *out, int indent);
+
+static void print_kafka_properties(const struct lb_config *config, FILE *out, int indent)
+{
+    for (size_t i = 0; i < config->nkafka_props; i++) {
+        const struct lb_kv *kv = &config->kafka_props[i];
+        fprintf(out, "%*s%s: ", indent, "", kv->key);
+        if (lb_kafka_property_secret(kv->key))
+            print_secret(out, kv->source);
+        else
+            print_string(out, kv->value);
+        fputc('\n', out);
+    }
+}
+
+static void print_key(const struct key_def *def, const void *obj, FILE *out, int indent)
+{
+    const char *field = (const char *)obj + def->offset;
+    int is_text = def->type == KT_STRING || def->type == KT_PATH || def->type == KT_SECRET;
+    int is_number = def->type == KT_INT || def->type == KT_DURATION || def->type == KT_TIME;
+    const char *text = is_text ? *(char *const *)field : NULL;
+    int64_t number = is_number ? *(const int64_t *)field : 0;
+
+    if (def->type == KT_CUSTOM) {
+        def->print(obj, out, indent);
+        return;
+    }
+    if (is_text && !text) {
+        fprintf(out, "%*s# %s: not set (%s)\n", indent, "", def->name, def->doc);
+        return;
+    }
+    fprintf(out, "%*s%s:", indent, "", def->name);
+    switch (def->type) {
+    case KT_STRING:
+    case KT_PATH:
+        fputc(' ', out);
+        print_string(out, text);
+        break;
+    case KT_SECRET:
+        fputc(' ', out);
+        print_secret(out, *(char *const *)((const char *)obj + def->source_offset));
+        break;
+    case KT_INT:
+        fprintf(out, " %" PRId64, number);
+        break;
+    case KT_DURATION:
+        fputc(' ', out);
+        print_duration(out, number);
+        break;
+    case KT_TIME:
+        fputc(' ', out);
+        print_time(out, number);
+        break;
+    case KT_CHOICE:
+        fprintf(out, " %s", def->choices[*(const int *)field]);
+        break;
+    case KT_STRINGS: {
+        char *const *list = *(char *const *const *)field;
+        size_t n = *(const size_t *)(field + sizeof(char **));
+        fputs(" [", out);
+        for (size_t i = 0; i < n; i++) {
+            fputs(i ? ", " : "", out);
+            print_string(out, list[i]);
+        }
+        fputc(']', out);
+        break;
+    }
+    case KT_SECTION:
+        fputc('\n', out);
+        print_table(def->section, obj, out, indent + 2);
+        if (def->flags & F_PASSTHROUGH)
+            print_kafka_properties(obj, out, indent + 2);
+        return;
+    case KT_CUSTOM:
+        break;
+    }
+    fputc('\n', out);
+}
 
 static void print_table(const struct key_def *table, const void *obj, FILE *out, int indent)
 {
-    for (const struct key_def *def = table; def->name; def++) {
-        const char *field = (const char *)obj + def->offset;
-        if (def->type == KT_CUSTOM)
+    for (const struct key_def *def = table; def->name; def++)
+        print_key(def, obj, out, indent);
+}
+
+static void print_schemas(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    if (config->wire_format != LB_WIRE_CONFLUENT || !config->nschemas)
+        return;
+    fprintf(out, "%*sschemas:\n", indent, "");
+    for (size_t i = 0; i < config->nschemas; i++) {
+        fprintf(out, "%*s%d: ", indent + 2, "", config->schemas[i].id);
+        print_string(out, config->schemas[i].path);
+        fputc('\n', out);
+    }
+}
+
+static void print_writer_schema(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    if (config->wire_format != LB_WIRE_BARE || !config->nschemas)
+        return;
+    fprintf(out, "%*swriter_schema: ", indent, "");
+    print_string(out, config->schemas[0].path);
+    fputc('\n', out);
+}
+
+static void print_registry(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    if (!config->registry_url)
+        return;
+    fprintf(out, "%*sregistry:\n", indent, "");
+    print_table(registry_keys, config, out, indent + 2);
+}
+
+static void print_nodes(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    fprintf(out, "%*snodes: [", indent, "");
+    for (size_t i = 0; i < config->nredis_nodes; i++) {
+        const struct lb_host *h = &config->redis_nodes[i];
+        int v6 = strchr(h->host, ':') != NULL;
+        fprintf(out, "%s\"%s%s%s:%d\"", i ? ", " : "", v6 ? "[" : "", h->host, v6 ? "]" : "",
+                h->port);
+    }
+    fputs("]\n", out);
+}
+
+static void print_redis_tls(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    if (!config->redis_tls_line && !config->redis_tls_enabled) {
+        fprintf(out, "%*s# tls: not set (plain TCP)\n", indent, "");
+        return;
+    }
+    fprintf(out, "%*stls:\n", indent, "");
+    print_table(redis_tls_keys, config, out, indent + 2);
+}
+
+static void print_wait_replicas(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    if (config->wait_replicas < 0)
+        fprintf(out, "%*swait_replicas: auto\n", indent, "");
+    else
+        fprintf(out, "%*swait_replicas: %d\n", indent, "", config->wait_replicas);
+}
+
+static void print_listen(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    if (!config->metrics_listen) {
+        fprintf(out, "%*s# listen: not set (no metrics or health endpoints)\n", indent, "");
+        return;
+    }
+    fprintf(out, "%*slisten: ", indent, "");
+    print_string(out, config->metrics_listen);
+    fputc('\n', out);
+}
+
+static void print_resolution(const void *obj, FILE *out, int indent)
+{
+    static const char *const names[] = {"ms", "s", "min", "h", "d"};
+    const struct lb_profile *profile = obj;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (lb_resolution_parse(names[i]) == profile->scoring.resolution_ms)
+            fprintf(out, "%*stie_resolution: %s\n", indent, "", names[i]);
+}
+
+static void print_dedupe(const void *obj, FILE *out, int indent)
+{
+    const struct lb_profile *profile = obj;
+    fprintf(out, "%*sdedupe: ", indent, "");
+    if (!profile->dedupe_window_ms) {
+        fputs("off\n", out);
+        return;
+    }
+    fputs("{window: ", out);
+    print_duration(out, profile->dedupe_window_ms);
+    fputs("}\n", out);
+}
+
+static void print_windows(const void *obj, FILE *out, int indent)
+{
+    const struct lb_profile *profile = obj;
+    int customs = 0;
+    fprintf(out, "%*swindows:\n", indent, "");
+    for (size_t i = 0; i < profile->nwindows; i++) {
+        const struct lb_window_config *w = &profile->windows[i];
+        if (w->kind == LB_WINDOW_CUSTOM) {
+            customs++;
             continue;
-        fprintf(out, "%*s%s:", indent, "", def->name);
-        switch (def->type) {
-        case KT_STRING:
-        case KT_PATH:
-            fprintf(out, " %s\n", *(char *const *)field ? *(char *const *)field : "~");
-            break;
-        case KT_SECRET:
-            fprintf(out, " %s\n", *(char *const *)field ? "\"*****\"" : "~");
-            break;
-        case KT_INT:
-        case KT_DURATION:
-        case KT_TIME:
-            fprintf(out, " %" PRId64 "%s\n", *(const int64_t *)field,
-                    def->type == KT_DURATION ? "ms" : "");
-            break;
-        case KT_CHOICE:
-            fprintf(out, " %s\n", def->choices[*(const int *)field]);
-            break;
-        case KT_STRINGS: {
-            char *const *list = *(char *const *const *)field;
-            size_t n = *(const size_t *)(field + sizeof(char **));
-            fprintf(out, " [");
-            for (size_t i = 0; i < n; i++)
-                fprintf(out, "%s\"%s\"", i ? ", " : "", list[i]);
-            fprintf(out, "]\n");
-            break;
         }
-        case KT_SECTION:
-            fprintf(out, "\n");
-            print_table(def->section, obj, out, indent + 2);
-            break;
-        default:
-            fprintf(out, "\n");
-            break;
+        fprintf(out, "%*s%s: {", indent + 2, "", lb_window_kind_name(w->kind));
+        if (w->kind != LB_WINDOW_ALLTIME) {
+            fputs("ttl: ", out);
+            print_duration(out, w->ttl_ms);
         }
+        fputs("}\n", out);
+    }
+    if (!customs)
+        return;
+    fprintf(out, "%*scustom:\n", indent + 2, "");
+    for (size_t i = 0; i < profile->nwindows; i++) {
+        const struct lb_window_config *w = &profile->windows[i];
+        if (w->kind != LB_WINDOW_CUSTOM)
+            continue;
+        fprintf(out, "%*s- {dim: ", indent + 4, "");
+        print_string(out, w->dim);
+        fputs(", ttl: ", out);
+        print_duration(out, w->ttl_ms);
+        fputs("}\n", out);
+    }
+}
+
+static void print_profiles(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    fprintf(out, "%*sprofiles:\n", indent, "");
+    for (size_t i = 0; i < config->nprofiles; i++) {
+        /* "- " then the first key on the same line, the others under it */
+        fprintf(out, "%*s- ", indent + 2, "");
+        print_key(&profile_keys[0], &config->profiles[i], out, 0);
+        print_table(profile_keys + 1, &config->profiles[i], out, indent + 4);
     }
 }
 
 void lb_config_print(const struct lb_config *config, FILE *out)
 {
-    fprintf(out, "# effective configuration of %s (secrets masked)\n", config->path);
+    fputs("# The effective configuration (projector --check-config): every key with the\n"
+          "# value in force, defaults included. It loads as is; a secret written in the\n"
+          "# file itself shows as " REDACTED " (write it as ${ENV_VAR} or in a file).\n",
+          out);
     print_table(top_keys, config, out, 0);
-    for (size_t i = 0; i < config->nkafka_props; i++)
-        fprintf(out, "# kafka property %s = %s\n", config->kafka_props[i].key,
-                strstr(config->kafka_props[i].key, "password") ||
-                        strstr(config->kafka_props[i].key, "secret")
-                    ? "*****"
-                    : config->kafka_props[i].value);
-    fprintf(out, "metrics_listen: %s\n",
-            config->metrics_listen ? config->metrics_listen : "(none)");
-    if (config->wait_replicas < 0)
-        fprintf(out, "redis_wait_replicas: auto\n");
-    else
-        fprintf(out, "redis_wait_replicas: %d\n", config->wait_replicas);
-    fprintf(out, "redis_nodes:\n");
-    for (size_t i = 0; i < config->nredis_nodes; i++)
-        fprintf(out, "  - %s:%d\n", config->redis_nodes[i].host, config->redis_nodes[i].port);
-    fprintf(out, "registry_url: %s\n", config->registry_url ? config->registry_url : "(none)");
-    fprintf(out, "schemas:\n");
-    for (size_t i = 0; i < config->nschemas; i++)
-        fprintf(out, "  %d: %s\n", config->schemas[i].id, config->schemas[i].path);
-    fprintf(out, "profiles:\n");
-    for (size_t i = 0; i < config->nprofiles; i++) {
-        const struct lb_profile *profile = &config->profiles[i];
-        fprintf(out, "  -\n");
-        print_table(profile_keys, profile, out, 4);
-        fprintf(out, "    tie_resolution: %" PRId64 "ms\n    tie_bits: %u\n",
-                profile->scoring.resolution_ms, profile->scoring.tie_bits);
-        if (profile->dedupe_window_ms)
-            fprintf(out, "    dedupe: {window: %" PRId64 "ms}\n", profile->dedupe_window_ms);
-        else
-            fprintf(out, "    dedupe: off\n");
-        fprintf(out, "    windows:\n");
-        for (size_t w = 0; w < profile->nwindows; w++)
-            fprintf(out, "      - {kind: %s, ttl: %" PRId64 "ms%s%s}\n",
-                    lb_window_kind_name(profile->windows[w].kind), profile->windows[w].ttl_ms,
-                    profile->windows[w].dim ? ", dim: " : "",
-                    profile->windows[w].dim ? profile->windows[w].dim : "");
-    }
 }

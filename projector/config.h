@@ -80,8 +80,10 @@ struct lb_config {
     size_t nkafka_props;
     int64_t commit_interval_ms;
     char *dlq_topic; /* NULL: rejected events are logged and skipped */
+    int kafka_line;
 
     /* input: */
+    int input_line;        /* 0: no input: section */
     int wire_format;       /* enum lb_wire_format */
     int64_t max_future_ms; /* input.max_future; 0: no bound */
     struct lb_schema_ref *schemas;
@@ -90,6 +92,7 @@ struct lb_config {
     char *registry_url;
     char *registry_user;
     char *registry_password;
+    char *registry_password_source; /* as written, when it read ${ENV} */
     char *registry_password_file;
     char *registry_ca_file;
     int64_t registry_timeout_ms;
@@ -101,6 +104,8 @@ struct lb_config {
     char *key_prefix;
     char *redis_user;
     char *redis_password;
+    char *redis_password_source; /* as written, when it read ${ENV} */
+    int redis_line;
     /* redis.tls: */
     int redis_tls_enabled;
     char *redis_tls_ca_file, *redis_tls_cert_file, *redis_tls_key_file;
@@ -135,8 +140,8 @@ struct lb_config {
  * '*out' (owned by the caller). On failure returns -1 and writes
  * "path:line: message" into 'err'. */
 int lb_config_load(const char *path, struct lb_config **out, char *err, size_t errlen);
-/* Same, from a string; 'name' is used in error messages and to resolve
- * relative schema paths ("." when NULL). */
+/* Same, from a string; 'name' is used in error messages (NULL:
+ * "<config>"); relative paths stay relative to the working directory. */
 int lb_config_load_string(const char *name, const char *text, size_t len, struct lb_config **out,
                           char *err, size_t errlen);
 /* Accepts NULL. */
@@ -157,7 +162,14 @@ const struct lb_profile *lb_profile_for(const struct lb_profile *profiles, size_
 const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,
                                                size_t len);
 
-/* Prints the effective configuration as YAML, secrets masked. */
+/* Checks a window as the tools take it (--window) against the windows of
+ * 'profiles': "alltime", "daily:2026-05-04", "weekly:2026-W18",
+ * "monthly:2026-05" or "<dim>:<value>". 0, or -1 with a message naming the
+ * windows 'owner' (e.g. "board 'g1'") has. */
+int lb_config_check_window(const struct lb_profile *profiles, size_t nprofiles, const char *owner,
+                           const char *window, char *err, size_t errlen);
+
+/* Prints the effective configuration as YAML: see config.c. */
 void lb_config_print(const struct lb_config *config, FILE *out);
 
 /* Builds a decoder from the input: section (reads the schema files). Returns

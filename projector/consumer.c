@@ -171,36 +171,6 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
     return 0; /* librdkafka frees 'json' */
 }
 
-/* Offsets must only ever come from us: refuse overrides that would let
- * librdkafka commit or store on its own. And the rebalance callback speaks
- * the eager protocol: cooperative-sticky has known crash and hang bugs in
- * librdkafka 2.0.2 anyway. */
-int lb_consumer_check(const struct lb_kafka_options *kafka, char *err, size_t errlen)
-{
-    const char *path = kafka->path ? kafka->path : "<config>";
-    for (size_t i = 0; i < kafka->nprops; i++) {
-        const struct lb_kv *kv = &kafka->props[i];
-        if ((strcmp(kv->key, "enable.auto.commit") == 0 ||
-             strcmp(kv->key, "enable.auto.offset.store") == 0) &&
-            strcmp(kv->value, "false") != 0) {
-            snprintf(err, errlen,
-                     "%s:%d: kafka property %s must stay false: the projector commits only what "
-                     "is durable in Redis",
-                     path, kv->line, kv->key);
-            return -1;
-        }
-        if (strcmp(kv->key, "partition.assignment.strategy") == 0 &&
-            strstr(kv->value, "cooperative")) {
-            snprintf(err, errlen,
-                     "%s:%d: kafka property %s: cooperative-sticky is not supported (librdkafka "
-                     "2.0.2 has known crash and hang bugs in it); use range or roundrobin",
-                     path, kv->line, kv->key);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 static void consumer_callbacks(rd_kafka_conf_t *conf, void *ctx)
 {
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
@@ -237,7 +207,7 @@ struct lb_consumer *lb_consumer_new(const struct lb_consumer_options *options,
     if (!class)
         class = &ignored;
     *class = LB_ERROR_CONFIG;
-    if (lb_consumer_check(&options->kafka, err, errlen) != 0)
+    if (lb_kafka_check(&options->kafka, 1, err, errlen) != 0)
         return NULL;
     *class = LB_ERROR_RUNTIME;
     struct lb_consumer *c = calloc(1, sizeof(*c));

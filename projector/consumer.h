@@ -50,11 +50,6 @@ struct lb_consumer *lb_consumer_new(const struct lb_consumer_options *options,
                                     lb_revoke_fn on_revoke, void *ctx, char *err, size_t errlen,
                                     enum lb_error_class *class);
 
-/* Refuses kafka: properties the projector cannot work with (automatic
- * commits or offset stores, the cooperative assignor): 0, or -1 with
- * "file:line: message". */
-int lb_consumer_check(const struct lb_kafka_options *kafka, char *err, size_t errlen);
-
 /* Commits what is stored, leaves the group and frees. Accepts NULL. */
 void lb_consumer_close(struct lb_consumer *consumer);
 

@@ -175,9 +175,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
         if (kind == LB_DLQ_TOO_LARGE && e->by_reference < 2)
             e->by_reference++; /* the next attempt goes by reference */
         lb_log_every(&dlq->said[kind], 5000, LB_LOG_ERROR, "dlq",
-                     "dead-lettering the record %s [%d] at offset %lld failed: %s (%s)%s", e->topic,
-                     e->partition, (long long)e->offset, rd_kafka_err2str(msg->err),
-                     lb_dlq_failure_name(kind),
+                     "dead-lettering the record %s [%d] @ %lld to the dead-letter topic %s "
+                     "failed: %s (%s)%s",
+                     e->topic, e->partition, (long long)e->offset, rd_kafka_topic_name(msg->rkt),
+                     rd_kafka_err2str(msg->err), lb_dlq_failure_name(kind),
                      kind == LB_DLQ_TOO_LARGE ? "; it is sent again by reference"
                                               : "; its partition holds there");
         if (e->state == LB_DLQ_PENDING && !e->in_flight)

@@ -77,24 +77,39 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 }
 
 /* Which clients a librdkafka property is for, from librdkafka's own table
- * (rd_kafka_conf_properties_show: a column 'C/P' of C, P or *), read once. */
+ * (rd_kafka_conf_properties_show: a column 'C/P' of C, P or *), read once:
+ * once it was read whole (out of memory, it is tried again next time). */
 struct scope_entry {
     char *name;
     char scope;
 };
 static struct scope_entry *scopes;
 static size_t nscopes;
-static pthread_once_t scopes_once = PTHREAD_ONCE_INIT;
+static int scopes_read;
+static pthread_mutex_t scopes_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void read_scopes(void)
+static void forget_scopes(void)
+{
+    for (size_t i = 0; i < nscopes; i++)
+        free(scopes[i].name);
+    free(scopes);
+    scopes = NULL;
+    nscopes = 0;
+}
+
+static int read_scopes(void)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
     if (!out)
-        return;
+        return -1;
     rd_kafka_conf_properties_show(out);
-    fclose(out);
+    if (fclose(out) != 0 || !text) {
+        free(text);
+        return -1;
+    }
+    int rc = 0;
     for (char *line = text, *end; line && *line; line = end ? end + 1 : NULL) {
         end = strchr(line, '\n');
         if (end)
@@ -104,26 +119,36 @@ static void read_scopes(void)
             !strchr("CP*", scope[0]))
             continue;
         struct scope_entry *grown = realloc(scopes, (nscopes + 1) * sizeof(*grown));
-        char *copy = strdup(name);
-        if (!grown || !copy) {
-            free(copy);
-            if (grown)
-                scopes = grown;
+        if (grown)
+            scopes = grown;
+        char *copy = grown ? strdup(name) : NULL;
+        if (!copy) {
+            rc = -1;
             break;
         }
-        scopes = grown;
         scopes[nscopes++] = (struct scope_entry){copy, scope[0]};
     }
     free(text);
+    if (rc != 0 || nscopes == 0) {
+        forget_scopes();
+        return -1;
+    }
+    return 0;
 }
 
 char lb_kafka_property_scope(const char *name)
 {
-    pthread_once(&scopes_once, read_scopes);
-    for (size_t i = 0; i < nscopes; i++)
+    char scope = 0;
+    pthread_mutex_lock(&scopes_lock);
+    if (!scopes_read && read_scopes() == 0)
+        scopes_read = 1;
+    if (!scopes_read)
+        scope = '?';
+    for (size_t i = 0; i < nscopes && !scope; i++)
         if (strcmp(scopes[i].name, name) == 0)
-            return scopes[i].scope;
-    return 0;
+            scope = scopes[i].scope;
+    pthread_mutex_unlock(&scopes_lock);
+    return scope;
 }
 
 static int conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, const char *file,
@@ -181,6 +206,70 @@ static int value_from_file(const struct lb_kv *kv, const char *path, int line, c
     return 1;
 }
 
+int lb_kafka_property_secret(const char *name)
+{
+    return strstr(name, "password") || strstr(name, "secret") || strcmp(name, "ssl.key.pem") == 0 ||
+           strcmp(name, "sasl.oauthbearer.config") == 0;
+}
+
+int lb_kafka_check(const struct lb_kafka_options *o, int producer, char *err, size_t errlen)
+{
+    const char *path = o->path ? o->path : "<config>";
+    rd_kafka_conf_t *scratch = rd_kafka_conf_new(); /* values checked here; no client made */
+    int rc = scratch ? 0 : -1;
+    if (!scratch)
+        snprintf(err, errlen, "out of memory");
+    for (size_t i = 0; rc == 0 && i < o->nprops; i++) {
+        const struct lb_kv *kv = &o->props[i];
+        char name[128], value[4096];
+        int from_file = value_from_file(kv, o->path, kv->line, name, sizeof(name), value,
+                                        sizeof(value), err, errlen);
+        if (from_file < 0) {
+            rc = -1;
+            break;
+        }
+        const char *key = from_file ? name : kv->key, *v = from_file ? value : kv->value;
+        char scope = lb_kafka_property_scope(key);
+        if (scope == '?') {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        } else if (!scope) {
+            snprintf(err, errlen,
+                     "%s:%d: kafka: '%s' is not a librdkafka property (dotted keys in kafka: "
+                     "are passed to librdkafka; see its CONFIGURATION.md)",
+                     path, kv->line, kv->key);
+            rc = -1;
+        } else if (scope == 'P' && !producer) {
+            snprintf(err, errlen,
+                     "%s:%d: kafka property %s is a producer's, and the only producer is the "
+                     "dead-letter one: kafka.dlq_topic is not set (remove the property or set "
+                     "dlq_topic)",
+                     path, kv->line, key);
+            rc = -1;
+        } else if ((strcmp(key, "enable.auto.commit") == 0 ||
+                    strcmp(key, "enable.auto.offset.store") == 0) &&
+                   strcmp(v, "false") != 0) {
+            snprintf(err, errlen,
+                     "%s:%d: kafka property %s must stay false: the projector commits only what "
+                     "is durable in Redis",
+                     path, kv->line, key);
+            rc = -1;
+        } else if (strcmp(key, "partition.assignment.strategy") == 0 && strstr(v, "cooperative")) {
+            snprintf(err, errlen,
+                     "%s:%d: kafka property %s: cooperative-sticky is not supported (librdkafka "
+                     "2.0.2 has known crash and hang bugs in it); use range or roundrobin",
+                     path, kv->line, key);
+            rc = -1;
+        } else {
+            rc = conf_set(scratch, key, v, path, kv->line, err, errlen);
+        }
+        memset(value, 0, sizeof(value));
+    }
+    if (scratch)
+        rd_kafka_conf_destroy(scratch);
+    return rc;
+}
+
 int lb_kafka_conf_apply(const struct lb_kafka_options *o, const struct lb_kafka_client *client,
                         rd_kafka_conf_t *conf, char *err, size_t errlen)
 {
@@ -198,6 +287,11 @@ int lb_kafka_conf_apply(const struct lb_kafka_options *o, const struct lb_kafka_
             return -1;
         const char *key = from_file ? name : kv->key;
         char scope = lb_kafka_property_scope(key);
+        if (scope == '?') {
+            memset(value, 0, sizeof(value));
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
         if (scope && scope != '*' && scope != mine)
             continue; /* the other client's: e.g. session.timeout.ms is no producer's */
         int rc = conf_set(conf, key, from_file ? value : kv->value, o->path, kv->line, err, errlen);

@@ -23,6 +23,7 @@ struct lb_kv {
     char *key;
     char *value;
     int line;
+    char *source; /* the value as written, when it read ${ENV}; else NULL */
 };
 
 /* What the kafka: section says, as every client reads it. */
@@ -69,8 +70,19 @@ int lb_kafka_conf_apply(const struct lb_kafka_options *options,
 int lb_kafka_property_arg(char *arg, struct lb_kv *kv);
 
 /* 'C' (consumers), 'P' (producers), '*' (both) or 0 (not a librdkafka
- * property), per librdkafka's own property table. */
+ * property), per librdkafka's own property table; '?' when that table
+ * could not be read (out of memory). */
 char lb_kafka_property_scope(const char *name);
+
+/* Checks the kafka: section without making a client: every property is
+ * librdkafka's and takes its value, producer-only ones only where there is
+ * a producer ('producer' non-zero: the dead-letter one), and none lets
+ * librdkafka commit, store offsets or rebalance cooperatively. A
+ * <property>_file is read. Returns 0, or -1 with "file:line: why". */
+int lb_kafka_check(const struct lb_kafka_options *options, int producer, char *err, size_t errlen);
+
+/* Non-zero for a property whose value is a secret (never printed). */
+int lb_kafka_property_secret(const char *name);
 
 /* Non-zero: librdkafka's errors and warnings are logged at info level, for
  * tools that report failures themselves in one line. */

@@ -6,6 +6,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "usage.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -24,15 +25,16 @@ static void on_signal(int sig)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: projector --config FILE [--log-level LEVEL]\n"
-                 "       projector --check-config FILE\n"
+    fprintf(out, "Usage: projector --config FILE [--log-level LEVEL]\n"
+                 "   or: projector --check-config FILE\n"
                  "\n"
                  "Consumes Avro score events from Kafka and projects them into Redis Cluster\n"
                  "sorted sets, committing offsets only for what is durably written.\n"
                  "\n"
                  "  -c, --config FILE        run with this configuration\n"
-                 "      --check-config FILE  validate FILE, print the effective configuration\n"
-                 "                           (secrets masked) and exit\n"
+                 "      --check-config FILE  check FILE as a start would (without connecting),\n"
+                 "                           print the effective configuration (loadable as\n"
+                 "                           is; inline secrets as <redacted>) and exit\n"
                  "  -l, --log-level LEVEL    error, warn, info or debug (overrides log.level)\n"
                  "  -h, --help               show this help\n"
                  "\n"
@@ -52,17 +54,17 @@ int main(int argc, char **argv)
                                             {"log-level", required_argument, NULL, 'l'},
                                             {"help", no_argument, NULL, 'h'},
                                             {NULL, 0, NULL, 0}};
-    const char *path = NULL, *level = NULL;
-    int check = 0, opt;
+    const char *path = NULL, *check_path = NULL, *level = NULL;
+    int opt;
 
-    while ((opt = getopt_long(argc, argv, "c:l:h", options, NULL)) != -1) {
+    opterr = 0; /* the messages below name the argument */
+    while ((opt = getopt_long(argc, argv, ":c:l:h", options, NULL)) != -1) {
         switch (opt) {
         case 'c':
             path = optarg;
             break;
         case 'k':
-            path = optarg;
-            check = 1;
+            check_path = optarg;
             break;
         case 'l':
             level = optarg;
@@ -71,18 +73,21 @@ int main(int argc, char **argv)
             usage(stdout);
             return LB_EXIT_OK;
         default:
-            usage(stderr);
-            return LB_EXIT_USAGE;
+            return lb_bad_option(opt, argv);
         }
     }
-    if (!path || optind != argc) {
-        usage(stderr);
-        return LB_EXIT_USAGE;
-    }
-    if (level && lb_log_level_parse(level) < 0) {
-        fprintf(stderr, "projector: unknown log level '%s' (error, warn, info, debug)\n", level);
-        return LB_EXIT_USAGE;
-    }
+    if (optind < argc)
+        return lb_usage_error("unexpected argument '%s'", argv[optind]);
+    if (path && check_path)
+        return lb_usage_error("give --config FILE to run or --check-config FILE to check, not "
+                              "both");
+    int check = check_path != NULL;
+    if (check)
+        path = check_path;
+    if (!path)
+        return lb_usage_error("--config FILE is required");
+    if (level && lb_log_level_parse(level) < 0)
+        return lb_usage_error("unknown log level '%s' (error, warn, info, debug)", level);
 
     struct lb_config *config;
     char err[1024];
@@ -92,14 +97,16 @@ int main(int argc, char **argv)
     }
     lb_log_threshold = level ? lb_log_level_parse(level) : config->log_level;
     lb_log_json = config->log_json;
+    /* the schemas too, before anything connects: a start refuses what
+     * --check-config refuses, and the other way round */
+    struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err), NULL);
+    if (!decoder) {
+        fprintf(stderr, "%s\n", err);
+        lb_config_free(config);
+        return LB_EXIT_CONFIG;
+    }
+    lb_decoder_free(decoder);
     if (check) {
-        struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err), NULL);
-        if (!decoder) {
-            fprintf(stderr, "%s\n", err);
-            lb_config_free(config);
-            return LB_EXIT_CONFIG;
-        }
-        lb_decoder_free(decoder);
         lb_config_print(config, stdout);
         lb_config_free(config);
         return LB_EXIT_OK;

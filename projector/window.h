@@ -39,6 +39,12 @@ void lb_window_span(enum lb_window_kind kind, int64_t ts_ms, struct lb_window_sp
 #define LB_WINDOW_LABEL_MAX 32
 size_t lb_window_label(enum lb_window_kind kind, int64_t id, char *out, size_t cap);
 
+/* The window of 'kind' (daily, weekly or monthly) whose label is exactly
+ * 'label', as lb_window_label writes it ("2026-05-04", "2026-W18",
+ * "2026-05"): 0 and its id, or -1 for any other text, days and weeks that do
+ * not exist included. */
+int lb_window_label_parse(enum lb_window_kind kind, const char *label, int64_t *id);
+
 /* The kind's name as used in keys and configuration ("daily", ...). */
 const char *lb_window_kind_name(enum lb_window_kind kind);
 /* Parses a kind name; returns -1 when unknown. */

@@ -176,6 +176,16 @@ int replay_parse_slots(const char *text, struct selection *sel)
     return 0;
 }
 
+int replay_check_node(const char *node)
+{
+    const char *colon = strrchr(node, ':');
+    char *end;
+    if (!colon || colon == node)
+        return -1;
+    long port = strtol(colon + 1, &end, 10);
+    return end == colon + 1 || *end || port < 1 || port > 65535 ? -1 : 0;
+}
+
 /* ---- talking to Redis ---------------------------------------------------------------- */
 
 #define RETRY_FOR_MS 120000 /* how long a transient failure is retried */

@@ -32,10 +32,13 @@
  *  instead of swapping (when the live projector has applied exactly what
  *  replay read, per the markers and committed offsets), then deletes it.
  *
- * Exit codes: 0 done (or verified equal), 1 Kafka or Redis failure, 2 usage,
- * 3 configuration, 4 retention gap (refused without --allow-gap), 5 verify
- * found differences.
+ * Exit codes (README, "Exit codes"): 0 done (or verified equal), 1 Kafka or
+ * Redis failure, 2 usage, 3 configuration, 4 retention gap (refused without
+ * --allow-gap), 5 verify found differences. The command line, --window
+ * against the profiles and the syntax of --node are checked before Kafka or
+ * Redis is contacted.
  */
+#include "usage.h"
 #include "replay.h"
 
 /* Whether --from/--to 'spec' has a form replay_resolve() understands. */
@@ -138,9 +141,8 @@ static int finish(struct replay *r, int status)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: replay --config FILE (--slots LIST | --node HOST:PORT | --board ID...)\n"
-            "              [--window SUFFIX...] [--from SPEC] [--to SPEC]\n"
-            "              [--dry-run] [--allow-gap] [--verify] [--max-rate N] [--verbose]\n"
+            "Usage: replay --config FILE (--slots LIST | --node HOST:PORT | --board ID...) "
+            "[OPTION]...\n"
             "\n"
             "Rebuilds the selected leaderboards from the events Kafka retains, through the\n"
             "projector's own engine, beside the running projector (see ops/runbooks).\n"
@@ -149,8 +151,9 @@ static void usage(FILE *out)
             "  --slots LIST         hash slots, e.g. 0-5460,12000\n"
             "  --node HOST:PORT     the slots that master owns now\n"
             "  --board ID           a board id or a pattern (ach:*); repeatable\n"
-            "  --window SUFFIX      only these windows of the boards, e.g. alltime,\n"
-            "                       weekly:2026-W18; repeatable\n"
+            "  --window SUFFIX      only these windows of the boards: alltime,\n"
+            "                       daily:2026-05-04, weekly:2026-W18, monthly:2026-05 or\n"
+            "                       <dim>:VALUE of a custom window; repeatable\n"
             "What to read (every partition of the configured topics):\n"
             "  --from SPEC          earliest (default), an offset, or an RFC 3339 time\n"
             "  --to SPEC            committed (the live group's offsets; default),\n"
@@ -162,8 +165,11 @@ static void usage(FILE *out)
             "  --max-rate N         read at most N events per second\n"
             "  --verbose            per-partition progress\n"
             "\n"
-            "Exit: 0 done, 1 Kafka/Redis failure, 2 usage, 3 configuration,\n"
-            "      4 retention gap (refused without --allow-gap), 5 --verify found differences\n"
+            "Exit status: 0 done (or --verify found no difference); 1 failure (Kafka or\n"
+            "Redis, interrupted, another replay running); 2 usage error (a bad command\n"
+            "line, a --window no profile has, a --node that owns no slots); 3 invalid\n"
+            "configuration; 4 retention gap (refused without --allow-gap); 5 --verify\n"
+            "found differences.\n"
             "\n"
             "Examples:\n"
             "  replay --config /etc/projector.yaml --node 10.0.0.7:6379 --dry-run\n"
@@ -188,6 +194,7 @@ static int node_slots(struct replay *r, const char *node)
 
 int main(int argc, char **argv)
 {
+    lb_usage_program = "replay";
     enum { O_ALLOW_GAP = 256, O_MAX_RATE, O_VERBOSE };
     static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
                                              {"slots", required_argument, NULL, 's'},
@@ -209,21 +216,22 @@ int main(int argc, char **argv)
 
     r.o.from = "earliest";
     r.o.to = "committed";
-    while ((opt = getopt_long(argc, argv, "c:s:n:b:w:f:t:dvh", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":c:s:n:b:w:f:t:dvh", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c':
             r.o.config_path = optarg;
             break;
         case 's':
-            if (replay_parse_slots(optarg, &r.sel) != 0) {
-                fprintf(stderr,
-                        "replay: --slots wants slots 0..16383 like 0-5460,12000, not "
-                        "'%s'\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
+            if (replay_parse_slots(optarg, &r.sel) != 0)
+                return lb_usage_error("--slots wants slots 0..16383 like 0-5460,12000, not '%s'",
+                                      optarg);
             break;
         case 'n':
+            if (replay_check_node(optarg) != 0)
+                return lb_usage_error("--node wants the HOST:PORT of a master, like "
+                                      "10.0.0.7:6379, not '%s'",
+                                      optarg);
             r.o.node = optarg;
             break;
         case 'b':
@@ -249,10 +257,8 @@ int main(int argc, char **argv)
             break;
         case O_MAX_RATE:
             r.o.max_rate = strtod(optarg, &end);
-            if (*end || r.o.max_rate <= 0) {
-                fprintf(stderr, "replay: --max-rate wants events per second, not '%s'\n", optarg);
-                return EXIT_USAGE;
-            }
+            if (*end || end == optarg || !(r.o.max_rate > 0))
+                return lb_usage_error("--max-rate wants events per second, not '%s'", optarg);
             break;
         case O_VERBOSE:
             r.o.verbose = 1;
@@ -261,26 +267,21 @@ int main(int argc, char **argv)
             usage(stdout);
             return EXIT_OK;
         default:
-            usage(stderr);
-            return EXIT_USAGE;
+            return lb_bad_option(opt, argv);
         }
     }
-    if (!r.o.config_path || optind != argc ||
-        (!r.sel.any_slots && !r.o.node && !r.sel.boards.count)) {
-        if (r.o.config_path && optind == argc)
-            fprintf(stderr, "replay: say what to rebuild: --slots, --node or --board\n");
-        usage(stderr);
-        return EXIT_USAGE;
-    }
+    if (optind != argc)
+        return lb_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!r.o.config_path)
+        return lb_usage_error("--config FILE is required");
+    if (!r.sel.any_slots && !r.o.node && !r.sel.boards.count)
+        return lb_usage_error("say what to rebuild: --slots, --node or --board");
     for (const char *spec = r.o.from, *name = "--from"; spec;
          spec = spec == r.o.from ? r.o.to : NULL, name = "--to") {
-        if (!offset_spec_valid(spec)) {
-            fprintf(stderr,
-                    "replay: %s wants earliest, latest, committed, an offset or an RFC 3339 "
-                    "time like 2026-05-04T00:00:00Z, not '%s'\n",
-                    name, spec);
-            return EXIT_USAGE;
-        }
+        if (!offset_spec_valid(spec))
+            return lb_usage_error("%s wants earliest, latest, committed, an offset or an RFC 3339 "
+                                  "time like 2026-05-04T00:00:00Z, not '%s'",
+                                  name, spec);
     }
     describe_selection(&r, argc, argv);
     lb_log_threshold = r.o.verbose ? LB_LOG_INFO : LB_LOG_ERROR;
@@ -289,6 +290,13 @@ int main(int argc, char **argv)
     if (lb_config_load(r.o.config_path, &r.config, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
         return EXIT_CONFIG;
+    }
+    for (size_t i = 0; i < r.sel.windows.count; i++) {
+        if (lb_config_check_window(r.config->profiles, r.config->nprofiles, r.config->path,
+                                   r.sel.windows.items[i], err, sizeof(err)) != 0) {
+            lb_config_free(r.config);
+            return lb_usage_error("%s", err);
+        }
     }
     snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%s", r.config->key_prefix,
              STAGING_INFIX);

@@ -27,8 +27,16 @@ static double part_eta(const struct part *p, double elapsed, double *rate)
     return left <= 0 ? 0.0 : *rate > 0 ? (double)left / *rate : -1.0;
 }
 
+/* "1 event", "2 events". */
+static const char *events(uint64_t n)
+{
+    return n == 1 ? "event" : "events";
+}
+
 /* A progress bar on a terminal, a line every 5 s otherwise: events read,
- * rate, and the ETA of the slowest partition (all of them with --verbose). */
+ * rate, and the ETA of the slowest partition (all of them with --verbose).
+ * Rates and ETAs only once a second has passed: before, they would be
+ * guesses from a single batch. */
 void replay_progress(struct replay *r, int final)
 {
     double t = replay_mono_s(), elapsed = t - r->started;
@@ -36,7 +44,8 @@ void replay_progress(struct replay *r, int final)
     if (!final && t - r->last_progress < (r->tty ? 0.25 : 5.0))
         return;
     r->last_progress = t;
-    double rate = r->read / (elapsed > 0.001 ? elapsed : 0.001), slowest = 0, prate;
+    int timed = elapsed >= 1.0;
+    double slowest = 0, prate;
     const struct part *last = NULL;
     for (size_t i = 0; i < r->plan.count; i++) {
         double eta = part_eta(&r->plan.parts[i], elapsed, &prate);
@@ -45,32 +54,41 @@ void replay_progress(struct replay *r, int final)
             last = &r->plan.parts[i];
         }
     }
-    char eta[64] = "done";
-    if (last && slowest >= 1e9)
+    char rate[48] = "", eta[80] = "done";
+    if (timed)
+        snprintf(rate, sizeof(rate), ", %.0f events/s", (double)r->read / elapsed);
+    if (last && !timed)
+        snprintf(eta, sizeof(eta), "rate and ETA after the first second");
+    else if (last && slowest >= 1e9)
         snprintf(eta, sizeof(eta), "%s [%d] not started", last->topic, last->partition);
     else if (last)
         snprintf(eta, sizeof(eta), "ETA %.0f s (%s [%d])", slowest, last->topic, last->partition);
+    int64_t left = remaining(r);
     if (r->tty) {
-        int64_t left = remaining(r), all = (int64_t)r->read + left;
+        int64_t all = (int64_t)r->read + left;
         int width = 30, done = all ? (int)((double)r->read / (double)all * width) : width;
         char bar[64];
         for (int i = 0; i < width; i++)
             bar[i] = i < done ? '#' : '.';
         bar[width] = '\0';
-        fprintf(stderr, "\r[%s] %llu events read, %.0f/s, %s   ", bar, (unsigned long long)r->read,
-                rate, eta);
+        fprintf(stderr, "\r[%s] %llu %s read%s, %s   ", bar, (unsigned long long)r->read,
+                events(r->read), rate, eta);
         if (final)
             fputc('\n', stderr);
     } else {
-        fprintf(stderr, "replay: %llu events read, %lld left, %.0f events/s, %s\n",
-                (unsigned long long)r->read, (long long)remaining(r), rate, eta);
+        fprintf(stderr, "replay: %llu %s read, %lld left%s, %s\n", (unsigned long long)r->read,
+                events(r->read), (long long)left, rate, eta);
     }
     for (size_t i = 0; i < r->plan.count && r->o.verbose; i++) {
         const struct part *p = &r->plan.parts[i];
         double e = part_eta(p, elapsed, &prate);
-        fprintf(stderr, "  %s [%d]: at %lld of %lld, %.0f/s, ETA %s%.0f s\n", p->topic,
-                p->partition, (long long)p->read_to, (long long)p->end, prate, e < 0 ? ">" : "",
-                e < 0 ? 0.0 : e);
+        if (timed)
+            fprintf(stderr, "  %s [%d]: at %lld of %lld, %.0f/s, ETA %s%.0f s\n", p->topic,
+                    p->partition, (long long)p->read_to, (long long)p->end, prate, e < 0 ? ">" : "",
+                    e < 0 ? 0.0 : e);
+        else
+            fprintf(stderr, "  %s [%d]: at %lld of %lld\n", p->topic, p->partition,
+                    (long long)p->read_to, (long long)p->end);
     }
 }
 

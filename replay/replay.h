@@ -135,6 +135,8 @@ void replay_board_set_free(struct board_set *set);
 int replay_board_selected(const struct selection *sel, const char *board, size_t len);
 int replay_filter_event(void *ctx, const struct lb_event *ev);
 int replay_parse_slots(const char *text, struct selection *sel);
+/* Whether a --node is HOST:PORT: 0, or -1. */
+int replay_check_node(const char *node);
 int replay_retry_pause(struct replay *r, const char *what, const char *why, int attempt,
                        int64_t since_ms);
 redisReply *replay_redis_call(struct replay *r, const char *what, uint16_t slot, int argc,

@@ -15,9 +15,15 @@
  *                  dead-lettered by reference (without their bytes) are
  *                  refused, named, and make the exit status 1
  *
- * stdout: results; stderr: errors. Exit 0 ok, 1 failure, 2 usage.
+ * Every wait on the brokers ends by --timeout after the start, so a command
+ * against brokers that are down ends within it, saying so in one line.
+ *
+ * stdout: results; stderr: errors. Exit status (README, "Exit codes"):
+ * 0 ok, 1 failure, 2 usage.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,22 +31,54 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "usage.h"
 #include "kafka.h"
 
 struct options {
+    const char *command;
     const char *brokers;
     const char *topic;
     const char *group;
     const char *reason;
     int partitions;
-    int timeout_s;
+    int timeout_s;          /* every wait on the brokers ends by then */
+    double deadline;        /* monotonic: the start plus timeout_s */
     struct lb_kv props[32]; /* -X key=value */
     int nprops;
     char *topic_configs[16]; /* create-topic --config key=value */
     int ntopic_configs;
 };
 
-static rd_kafka_t *make_client(const struct options *o, rd_kafka_type_t type)
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Milliseconds left before the deadline: the timeout of every request. */
+static int left_ms(const struct options *o)
+{
+    double left = o->deadline - monotonic_s();
+    return left > 0 ? (int)(left * 1000) : 0;
+}
+
+/* Why the command failed, said once by main when it gives up: a retrying
+ * command (wait-caught-up) keeps only the last reason. */
+static char failure[1024];
+
+static void failed(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void failed(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(failure, sizeof(failure), fmt, ap);
+    va_end(ap);
+}
+
+/* Returns the client, or NULL with the reason in 'failure' and '*status'
+ * set: 2 when the command line's -X is to blame, 1 otherwise. */
+static rd_kafka_t *make_client(const struct options *o, rd_kafka_type_t type, int *status)
 {
     char err[512];
     /* errors only: a fresh broker's "coordinator load in progress" is noise */
@@ -53,95 +91,151 @@ static rd_kafka_t *make_client(const struct options *o, rd_kafka_type_t type)
                                      .ndefaults = 1,
                                      .fixed = group,
                                      .nfixed = o->group ? 1 : 0};
-    rd_kafka_t *rk = lb_kafka_new(&options, &client, err, sizeof(err), NULL);
-    if (!rk)
-        fprintf(stderr, "lbadmin: %s\n", err);
+    enum lb_error_class class;
+    rd_kafka_t *rk = lb_kafka_new(&options, &client, err, sizeof(err), &class);
+    if (!rk) {
+        failed("%s%s", class == LB_ERROR_CONFIG ? "-X: " : "", err);
+        *status = class == LB_ERROR_CONFIG ? 2 : 1;
+    }
     return rk;
 }
 
-/* Returns the number of partitions of 'topic' that have a leader, or -1. */
-static int leaders_ready(rd_kafka_t *rk, const char *topic, int *partitions)
+/* Keeps why a request to the brokers failed: an authentication or TLS
+ * failure, the brokers out of reach, or the error itself. */
+static void request_failed(rd_kafka_t *rk, const struct options *o, const char *what,
+                           rd_kafka_resp_err_t e)
 {
-    const struct rd_kafka_metadata *md;
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-    int ready = -1;
-    if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (md->topic_cnt == 1 && !md->topics[0].err) {
-            ready = 0;
-            *partitions = md->topics[0].partition_cnt;
-            for (int p = 0; p < md->topics[0].partition_cnt; p++)
-                ready += md->topics[0].partitions[p].leader >= 0;
-        }
-        rd_kafka_metadata_destroy(md);
-    }
-    rd_kafka_topic_destroy(rkt);
-    return ready;
+    char buf[512];
+    const char *auth = lb_kafka_auth_trouble(rk, buf, sizeof(buf));
+    if (auth || lb_kafka_is_transport_error(e))
+        failed("cannot reach the Kafka brokers %s within %d s (%s); check --brokers, -X and "
+               "that Kafka runs",
+               o->brokers, o->timeout_s, auth ? auth : rd_kafka_err2str(e));
+    else
+        failed("%s: %s", what, rd_kafka_err2str(e));
 }
 
-static int create_topic(const struct options *o)
+/* Waits, until the deadline, for a broker to answer. 0, or -1 (failed). */
+static int reach_brokers(rd_kafka_t *rk, const struct options *o)
+{
+    const struct rd_kafka_metadata *md;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, NULL, &md, left_ms(o));
+    if (e) {
+        request_failed(rk, o, "reading the cluster's metadata", e);
+        return -1;
+    }
+    rd_kafka_metadata_destroy(md);
+    return 0;
+}
+
+/* The partitions of o->topic and how many have a leader. Returns the
+ * broker's error (RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART: no such topic). */
+static rd_kafka_resp_err_t describe_topic(rd_kafka_t *rk, const struct options *o, int *partitions,
+                                          int *leaders)
+{
+    const struct rd_kafka_metadata *md;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, o->topic, NULL);
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, left_ms(o));
+    rd_kafka_topic_destroy(rkt);
+    *partitions = *leaders = 0;
+    if (e)
+        return e;
+    e = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    if (!e) {
+        *partitions = md->topics[0].partition_cnt;
+        for (int p = 0; p < *partitions; p++)
+            *leaders += md->topics[0].partitions[p].leader >= 0;
+    }
+    rd_kafka_metadata_destroy(md);
+    if (!e && *partitions == 0)
+        e = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    return e;
+}
+
+/* describe_topic, keeping what failed. Returns the partition count or -1. */
+static int topic_partitions(rd_kafka_t *rk, const struct options *o)
+{
+    int partitions, leaders;
+    rd_kafka_resp_err_t e = describe_topic(rk, o, &partitions, &leaders);
+    if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        failed("topic %s does not exist on %s; check --topic", o->topic, o->brokers);
+    else if (e)
+        request_failed(rk, o, o->topic, e);
+    return e ? -1 : partitions;
+}
+
+/* Sends CreateTopics and waits for its answer. 0 (created or already
+ * there), 1 (failed), 2 (a --config the broker refuses as malformed). */
+static int send_create(rd_kafka_t *rk, const struct options *o)
 {
     char err[512];
-    rd_kafka_t *rk = make_client(o, RD_KAFKA_PRODUCER);
-    if (!rk)
-        return 1;
     rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(o->topic, o->partitions, 1, err, sizeof(err));
     if (!nt) {
-        fprintf(stderr, "lbadmin: %s\n", err);
-        rd_kafka_destroy(rk);
+        failed("creating %s: %s", o->topic, err);
         return 1;
     }
     for (int i = 0; i < o->ntopic_configs; i++) {
-        char *eq = strchr(o->topic_configs[i], '=');
-        rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR__INVALID_ARG;
-        if (eq) {
-            *eq = '\0';
-            e = rd_kafka_NewTopic_set_config(nt, o->topic_configs[i], eq + 1);
-        }
+        char *eq = strchr(o->topic_configs[i], '='); /* main checked it is there */
+        *eq = '\0';
+        rd_kafka_resp_err_t e = rd_kafka_NewTopic_set_config(nt, o->topic_configs[i], eq + 1);
+        *eq = '=';
         if (e) {
-            fprintf(stderr, "lbadmin: --config wants topic-property=value, not '%s'\n",
-                    o->topic_configs[i]);
+            failed("--config %s: %s", o->topic_configs[i], rd_kafka_err2str(e));
             rd_kafka_NewTopic_destroy(nt);
-            rd_kafka_destroy(rk);
             return 2;
         }
     }
+    rd_kafka_AdminOptions_t *options =
+        rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
+    int wait_ms = left_ms(o) + 1;
+    /* librdkafka takes at most an hour here */
+    rd_kafka_AdminOptions_set_request_timeout(options, wait_ms < 3600000 ? wait_ms : 3600000, NULL,
+                                              0);
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-    rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
-    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, o->timeout_s * 1000);
+    rd_kafka_CreateTopics(rk, &nt, 1, options, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, left_ms(o) + 100);
     int status = 1;
     if (!ev) {
-        fprintf(stderr, "lbadmin: CreateTopics timed out after %d s\n", o->timeout_s);
+        failed("creating %s: no answer from %s within %d s", o->topic, o->brokers, o->timeout_s);
     } else if (rd_kafka_event_error(ev)) {
-        fprintf(stderr, "lbadmin: CreateTopics failed: %s\n", rd_kafka_event_error_string(ev));
+        failed("creating %s: %s", o->topic, rd_kafka_event_error_string(ev));
     } else {
         size_t n;
         const rd_kafka_topic_result_t **res =
             rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
-        rd_kafka_resp_err_t terr =
-            n ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__FAIL;
-        if (terr == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_resp_err_t e = n ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__FAIL;
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
             printf("created topic %s with %d partitions\n", o->topic, o->partitions);
-            status = 0;
-        } else if (terr == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+        else if (e == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
             printf("topic %s already exists\n", o->topic);
-            status = 0;
-        } else {
-            fprintf(stderr, "lbadmin: creating %s: %s\n", o->topic,
-                    rd_kafka_topic_result_error_string(res[0]));
-        }
+        else
+            failed("creating %s: %s", o->topic,
+                   n ? rd_kafka_topic_result_error_string(res[0]) : rd_kafka_err2str(e));
+        status =
+            e == RD_KAFKA_RESP_ERR_NO_ERROR || e == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS ? 0 : 1;
     }
     if (ev)
         rd_kafka_event_destroy(ev);
     rd_kafka_queue_destroy(q);
+    rd_kafka_AdminOptions_destroy(options);
     rd_kafka_NewTopic_destroy(nt);
+    return status;
+}
+
+static int create_topic(const struct options *o)
+{
+    int status = 1;
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_PRODUCER, &status);
+    if (!rk)
+        return status;
+    status = reach_brokers(rk, o) == 0 ? send_create(rk, o) : 1;
     /* Wait until every partition has a leader, so producers can start. */
-    for (int waited = 0; status == 0; waited++) {
-        int partitions = 0, ready = leaders_ready(rk, o->topic, &partitions);
-        if (ready > 0 && ready == partitions)
+    while (status == 0) {
+        int partitions, leaders;
+        if (describe_topic(rk, o, &partitions, &leaders) == 0 && leaders == partitions)
             break;
-        if (waited >= o->timeout_s * 10) {
-            fprintf(stderr, "lbadmin: %s has partitions without a leader after %d s\n", o->topic,
-                    o->timeout_s);
+        if (left_ms(o) == 0) {
+            failed("%s has partitions without a leader after %d s", o->topic, o->timeout_s);
             status = 1;
         }
         usleep(100000);
@@ -157,21 +251,20 @@ struct partition_offsets {
 };
 
 /* Reads committed offsets and watermarks for every partition of the topic.
- * Returns the partition count, or -1. */
+ * Returns the partition count, or -1 with the reason in 'failure'. */
 static int read_offsets(rd_kafka_t *rk, const struct options *o, struct partition_offsets **out)
 {
-    int partitions = 0;
-    if (leaders_ready(rk, o->topic, &partitions) < 0 || partitions <= 0) {
-        fprintf(stderr, "lbadmin: topic %s not found\n", o->topic);
+    int partitions = topic_partitions(rk, o);
+    if (partitions < 0)
         return -1;
-    }
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(partitions);
     for (int p = 0; p < partitions; p++)
         rd_kafka_topic_partition_list_add(list, o->topic, p);
-    rd_kafka_resp_err_t err = rd_kafka_committed(rk, list, 10000);
+    rd_kafka_resp_err_t err = rd_kafka_committed(rk, list, left_ms(o));
     if (err) {
-        fprintf(stderr, "lbadmin: reading committed offsets of group %s: %s\n", o->group,
-                rd_kafka_err2str(err));
+        char what[300];
+        snprintf(what, sizeof(what), "reading the committed offsets of group %s", o->group);
+        request_failed(rk, o, what, err);
         rd_kafka_topic_partition_list_destroy(list);
         return -1;
     }
@@ -179,10 +272,10 @@ static int read_offsets(rd_kafka_t *rk, const struct options *o, struct partitio
     for (int p = 0; po && p < partitions; p++) {
         po[p].partition = p;
         po[p].committed = list->elems[p].offset;
-        err = rd_kafka_query_watermark_offsets(rk, o->topic, p, &po[p].low, &po[p].high, 10000);
+        err =
+            rd_kafka_query_watermark_offsets(rk, o->topic, p, &po[p].low, &po[p].high, left_ms(o));
         if (err) {
-            fprintf(stderr, "lbadmin: watermarks of %s/%d: %s\n", o->topic, p,
-                    rd_kafka_err2str(err));
+            request_failed(rk, o, "reading the watermarks", err);
             free(po);
             po = NULL;
         }
@@ -200,11 +293,12 @@ static int64_t lag_of(const struct partition_offsets *p)
 
 static int show_offsets(const struct options *o)
 {
-    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER);
+    int status = 1;
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER, &status);
     struct partition_offsets *po;
     if (!rk)
-        return 1;
-    int n = read_offsets(rk, o, &po);
+        return status;
+    int n = reach_brokers(rk, o) == 0 ? read_offsets(rk, o, &po) : -1;
     rd_kafka_destroy(rk);
     if (n < 0)
         return 1;
@@ -226,92 +320,87 @@ static int show_offsets(const struct options *o)
     return 0;
 }
 
-static double monotonic_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Waits for lag 0. Also times the drain as seen from outside: from the first
  * poll at which the group's committed total had moved to the poll at which
  * it reached the end (the benchmark's drain rate). */
 static int wait_caught_up(const struct options *o)
 {
-    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER);
-    double deadline = monotonic_s() + o->timeout_s, moved_at = 0;
+    int status = 1;
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER, &status);
+    double moved_at = 0;
     int64_t lag = -1, initial = -1, moved_from = 0;
     if (!rk)
+        return status;
+    if (reach_brokers(rk, o) != 0) {
+        rd_kafka_destroy(rk);
         return 1;
-    while (monotonic_s() <= deadline) {
+    }
+    while (left_ms(o) > 0) {
         struct partition_offsets *po;
         int n = read_offsets(rk, o, &po);
-        if (n > 0) {
-            int64_t committed = 0;
-            lag = 0;
-            for (int p = 0; p < n; p++) {
-                lag += po[p].committed >= 0 || po[p].high > po[p].low ? lag_of(&po[p]) : 0;
-                committed += po[p].committed >= 0 ? po[p].committed - po[p].low : 0;
-            }
-            free(po);
-            double now = monotonic_s();
-            if (initial < 0)
-                initial = committed;
-            else if (!moved_at && committed != initial) {
-                moved_at = now;
-                moved_from = committed;
-            }
-            if (lag == 0) {
-                printf("group %s has committed the end of every partition of %s\n", o->group,
-                       o->topic);
-                if (moved_at)
-                    printf("drain events=%lld seconds=%.3f\n", (long long)(committed - moved_from),
-                           now - moved_at);
-                rd_kafka_destroy(rk);
-                return 0;
-            }
+        if (n < 0) { /* e.g. the coordinator still loading: try again */
+            usleep(100000);
+            continue;
+        }
+        int64_t committed = 0;
+        lag = 0;
+        for (int p = 0; p < n; p++) {
+            lag += po[p].committed >= 0 || po[p].high > po[p].low ? lag_of(&po[p]) : 0;
+            committed += po[p].committed >= 0 ? po[p].committed - po[p].low : 0;
+        }
+        free(po);
+        double now = monotonic_s();
+        int first = initial < 0;
+        if (first)
+            initial = committed;
+        else if (!moved_at && committed != initial) {
+            moved_at = now;
+            moved_from = committed;
+        }
+        if (lag == 0) {
+            printf("group %s has committed the end of every partition of %s%s\n", o->group,
+                   o->topic, first ? ": already caught up" : "");
+            if (moved_at && committed != moved_from)
+                printf("drain events=%lld seconds=%.3f\n", (long long)(committed - moved_from),
+                       now - moved_at);
+            rd_kafka_destroy(rk);
+            return 0;
         }
         usleep(100000);
     }
-    fprintf(stderr, "lbadmin: group %s still lags %lld events on %s after %d s\n", o->group,
-            (long long)lag, o->topic, o->timeout_s);
+    if (lag > 0)
+        failed("group %s still lags %lld events on %s after %d s", o->group, (long long)lag,
+               o->topic, o->timeout_s);
     rd_kafka_destroy(rk);
     return 1;
 }
 
 /* Assigns every partition of o->topic from its low watermark; stores each
  * partition's high watermark in '*high' (owned by the caller) and the
- * number of records up to them in '*left'. Returns 0 or 1 (failure). */
+ * number of records up to them in '*left'. Returns 0 or 1 (said why). */
 static int assign_whole_topic(rd_kafka_t *rk, const struct options *o, int64_t **high,
                               int64_t *left)
 {
-    const struct rd_kafka_metadata *md;
-    rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, o->topic, NULL);
-    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, topic, &md, 10000);
-    rd_kafka_topic_destroy(topic);
-    if (e || md->topics[0].err) {
-        fprintf(stderr, "lbadmin: topic %s: %s\n", o->topic,
-                rd_kafka_err2str(e ? e : md->topics[0].err));
-        if (!e)
-            rd_kafka_metadata_destroy(md);
+    int n = reach_brokers(rk, o) == 0 ? topic_partitions(rk, o) : -1;
+    if (n < 0)
         return 1;
-    }
-    int n = md->topics[0].partition_cnt;
-    rd_kafka_metadata_destroy(md);
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n ? n : 1);
-    *high = calloc((size_t)n + 1, sizeof(**high));
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
+    rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+    *high = calloc((size_t)n, sizeof(**high));
     *left = 0;
-    for (int p = 0; *high && p < n; p++) {
+    for (int p = 0; *high && !e && p < n; p++) {
         int64_t low;
-        if (rd_kafka_query_watermark_offsets(rk, o->topic, p, &low, &(*high)[p], 10000) != 0)
-            (*high)[p] = low = 0;
-        rd_kafka_topic_partition_list_add(list, o->topic, p)->offset = low;
-        *left += (*high)[p] - low;
+        e = rd_kafka_query_watermark_offsets(rk, o->topic, p, &low, &(*high)[p], left_ms(o));
+        if (!e) {
+            rd_kafka_topic_partition_list_add(list, o->topic, p)->offset = low;
+            *left += (*high)[p] - low;
+        }
     }
-    e = *high ? rd_kafka_assign(rk, list) : RD_KAFKA_RESP_ERR__FAIL;
+    if (!e)
+        e = *high ? rd_kafka_assign(rk, list) : RD_KAFKA_RESP_ERR__FAIL;
     rd_kafka_topic_partition_list_destroy(list);
     if (e) {
-        fprintf(stderr, "lbadmin: reading %s: %s\n", o->topic, rd_kafka_err2str(e));
+        request_failed(rk, o, o->topic, e);
         return 1;
     }
     return 0;
@@ -329,20 +418,27 @@ static void print_escaped(const char *p, size_t len)
     }
 }
 
+/* The wait of one poll: at most 200 ms, never past the deadline. */
+static int poll_ms(const struct options *o)
+{
+    int left = left_ms(o);
+    return left < 200 ? left : 200;
+}
+
 static int dump(const struct options *o)
 {
-    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER);
+    int status = 1;
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER, &status);
     if (!rk)
-        return 1;
+        return status;
     int64_t *high = NULL, left = 0;
     if (assign_whole_topic(rk, o, &high, &left) != 0) {
         free(high);
         rd_kafka_destroy(rk);
         return 1;
     }
-    double deadline = monotonic_s() + o->timeout_s;
-    while (left > 0 && monotonic_s() < deadline) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+    while (left > 0 && left_ms(o) > 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, poll_ms(o));
         if (!m)
             continue;
         if (!m->err && m->offset < high[m->partition]) {
@@ -369,8 +465,8 @@ static int dump(const struct options *o)
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
     if (left > 0) {
-        fprintf(stderr, "lbadmin: %lld record(s) of %s not read within %d s\n", (long long)left,
-                o->topic, o->timeout_s);
+        failed("%lld record(s) of %s not read within %d s", (long long)left, o->topic,
+               o->timeout_s);
         return 1;
     }
     return 0;
@@ -394,26 +490,20 @@ static const char *header(rd_kafka_message_t *m, const char *name, char *out, si
  * whose reason matches o->reason (all when NULL) to its lb.source.topic. */
 static int redrive(const struct options *o)
 {
-    rd_kafka_t *consumer = make_client(o, RD_KAFKA_CONSUMER);
-    rd_kafka_t *producer = make_client(o, RD_KAFKA_PRODUCER);
-    if (!consumer || !producer) {
+    int status = 1;
+    rd_kafka_t *consumer = make_client(o, RD_KAFKA_CONSUMER, &status), *producer = NULL;
+    int64_t *high = NULL, left = 0, sent = 0, skipped = 0, by_reference = 0;
+    /* the producer once the brokers answered: one client's lines if not */
+    if (!consumer || assign_whole_topic(consumer, o, &high, &left) != 0 ||
+        !(producer = make_client(o, RD_KAFKA_PRODUCER, &status))) {
+        free(high);
         if (consumer)
             rd_kafka_destroy(consumer);
-        if (producer)
-            rd_kafka_destroy(producer);
-        return 1;
+        return status;
     }
-    int64_t *high = NULL, left = 0, sent = 0, skipped = 0, by_reference = 0;
-    if (assign_whole_topic(consumer, o, &high, &left) != 0) {
-        free(high);
-        rd_kafka_destroy(consumer);
-        rd_kafka_destroy(producer);
-        return 1;
-    }
-    double deadline = monotonic_s() + o->timeout_s;
-    int status = 0;
-    while (left > 0 && monotonic_s() < deadline && status == 0) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(consumer, 200);
+    status = 0;
+    while (left > 0 && left_ms(o) > 0 && status == 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(consumer, poll_ms(o));
         if (!m)
             continue;
         if (!m->err && m->offset < high[m->partition]) {
@@ -448,8 +538,12 @@ static int redrive(const struct options *o)
         rd_kafka_message_destroy(m);
         rd_kafka_poll(producer, 0);
     }
-    if (rd_kafka_flush(producer, 30000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        fprintf(stderr, "lbadmin: %d record(s) not acknowledged\n", rd_kafka_outq_len(producer));
+    /* what is left of the timeout, and half a second for the last records */
+    if (rd_kafka_flush(producer, left_ms(o) > 500 ? left_ms(o) : 500) !=
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
+        fprintf(stderr, "lbadmin: %d record(s) not acknowledged by the brokers within %d s\n",
+                rd_kafka_outq_len(producer), o->timeout_s);
+        rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         status = 1;
     }
     free(high);
@@ -467,14 +561,17 @@ static int redrive(const struct options *o)
     return by_reference ? 1 : status;
 }
 
+#define COMMANDS "create-topic, offsets, wait-caught-up, dump or redrive"
+
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: lbadmin create-topic   --topic T [--partitions N] [--config K=V]...\n"
-                 "                              [--brokers B]\n"
-                 "       lbadmin offsets        --topic T --group G [--brokers B]\n"
-                 "       lbadmin wait-caught-up --topic T --group G [--timeout S] [--brokers B]\n"
-                 "       lbadmin dump           --topic T [--timeout S] [--brokers B]\n"
-                 "       lbadmin redrive        --topic DLQ [--reason R] [--brokers B]\n"
+    fprintf(out, "Usage: lbadmin create-topic   --topic T [--partitions N] [--config K=V]...\n"
+                 "   or: lbadmin offsets        --topic T --group G\n"
+                 "   or: lbadmin wait-caught-up --topic T --group G\n"
+                 "   or: lbadmin dump           --topic T\n"
+                 "   or: lbadmin redrive        --topic DLQ [--reason R]\n"
+                 "\n"
+                 "Each also takes [--brokers B] [--timeout S] [-X key=value]...\n"
                  "\n"
                  "  -b, --brokers LIST   bootstrap servers (default 127.0.0.1:9092)\n"
                  "  -t, --topic NAME     topic\n"
@@ -482,16 +579,32 @@ static void usage(FILE *out)
                  "  -p, --partitions N   partitions of a new topic (default 6)\n"
                  "      --config K=V     a topic property of a new topic, e.g.\n"
                  "                       max.message.bytes=16777216; repeatable\n"
-                 "      --timeout S      seconds to wait (default 60)\n"
+                 "      --timeout S      every wait on the brokers ends within S seconds\n"
+                 "                       (default 10 for offsets, 60 for the others)\n"
                  "      --reason R       redrive: only records with lb.reason R\n"
-                 "  -X key=value         librdkafka property\n"
+                 "  -X key=value         librdkafka property; repeatable\n"
+                 "  -h, --help           show this help\n"
+                 "\n"
+                 "Exit status: 0 ok; 1 failure (the brokers not reached within the timeout,\n"
+                 "a request refused, a group still lagging, records redrive refused);\n"
+                 "2 usage error (a bad command line, including a -X librdkafka refuses).\n"
                  "\n"
                  "Example:\n"
                  "  lbadmin offsets --topic scores --group leaderboard-projector\n");
 }
 
+/* A whole number in [min, max], or -1. */
+static long number(const char *text, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    return errno || end == text || *end || v < min || v > max ? -1 : v;
+}
+
 int main(int argc, char **argv)
 {
+    lb_usage_program = "lbadmin";
     static const struct option longopts[] = {{"brokers", required_argument, NULL, 'b'},
                                              {"topic", required_argument, NULL, 't'},
                                              {"group", required_argument, NULL, 'g'},
@@ -501,16 +614,17 @@ int main(int argc, char **argv)
                                              {"config", required_argument, NULL, 'C'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    struct options o = {.brokers = "127.0.0.1:9092", .partitions = 6, .timeout_s = 60};
+    static const char *const commands[] = {"create-topic", "offsets", "wait-caught-up", "dump",
+                                           "redrive"};
+    struct options o = {.brokers = "127.0.0.1:9092", .partitions = 6, .timeout_s = -1};
     int opt;
 
-    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    const char *command = argv[1];
-    optind = 2;
-    while ((opt = getopt_long(argc, argv, "b:t:g:p:X:h", longopts, NULL)) != -1) {
+    /* the subcommand first, as usage shows it; options may come before it */
+    optind = argc > 1 && argv[1][0] != '-' ? 2 : 1;
+    if (optind == 2)
+        o.command = argv[1];
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":b:t:g:p:X:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'b':
             o.brokers = optarg;
@@ -522,57 +636,81 @@ int main(int argc, char **argv)
             o.group = optarg;
             break;
         case 'p':
-            o.partitions = atoi(optarg);
+            if ((o.partitions = (int)number(optarg, 1, 100000)) < 0)
+                return lb_usage_error("--partitions wants a number from 1 to 100000, not '%s'",
+                                      optarg);
             break;
         case 'T':
-            o.timeout_s = atoi(optarg);
+            if ((o.timeout_s = (int)number(optarg, 1, 86400)) < 0)
+                return lb_usage_error("--timeout wants seconds from 1 to 86400, not '%s'", optarg);
             break;
         case 'R':
             o.reason = optarg;
             break;
         case 'X':
-            if (o.nprops == 32 || lb_kafka_property_arg(optarg, &o.props[o.nprops]) != 0) {
-                fprintf(stderr, "lbadmin: -X %s: %s\n", optarg,
-                        o.nprops == 32 ? "at most 32 properties" : "expected key=value");
-                return 2;
-            }
+            if (o.nprops == 32)
+                return lb_usage_error("-X %s: at most 32 properties", optarg);
+            if (lb_kafka_property_arg(optarg, &o.props[o.nprops]) != 0)
+                return lb_usage_error("-X wants key=value, not '%s'", optarg);
             o.nprops++;
             break;
         case 'C':
-            if (o.ntopic_configs < 16)
-                o.topic_configs[o.ntopic_configs++] = optarg;
+            if (o.ntopic_configs == 16)
+                return lb_usage_error("--config %s: at most 16 topic properties", optarg);
+            if (strchr(optarg, '=') == NULL || optarg[0] == '=')
+                return lb_usage_error("--config wants topic-property=value, not '%s'", optarg);
+            o.topic_configs[o.ntopic_configs++] = optarg;
             break;
         case 'h':
             usage(stdout);
             return 0;
         default:
-            usage(stderr);
-            return 2;
+            return lb_bad_option(opt, argv);
         }
     }
-    if (!o.topic || optind != argc || o.partitions < 1 || o.timeout_s < 1) {
-        usage(stderr);
-        return 2;
-    }
-    if (strcmp(command, "create-topic") == 0)
-        return create_topic(&o);
-    if (strcmp(command, "redrive") == 0) {
-        o.group = "lbadmin-redrive"; /* needed by the consumer; nothing is committed */
-        return redrive(&o);
-    }
-    if (strcmp(command, "dump") == 0) {
+    if (!o.command && optind < argc)
+        o.command = argv[optind++];
+    if (optind < argc)
+        return lb_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!o.command)
+        return lb_usage_error("say what to do: %s", COMMANDS);
+    int known = 0;
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        known |= strcmp(o.command, commands[i]) == 0;
+    if (!known)
+        return lb_usage_error("unknown subcommand '%s'; the subcommands are %s", o.command,
+                              COMMANDS);
+    int needs_group = strcmp(o.command, "offsets") == 0 || strcmp(o.command, "wait-caught-up") == 0;
+    if (!o.topic || (needs_group && !o.group))
+        return lb_usage_error("%s needs %s", o.command,
+                              !o.topic && needs_group && !o.group ? "--topic and --group"
+                              : !o.topic                          ? "--topic"
+                                                                  : "--group");
+    if (o.reason && strcmp(o.command, "redrive") != 0)
+        return lb_usage_error("--reason is for redrive, not %s", o.command);
+    if (o.ntopic_configs && strcmp(o.command, "create-topic") != 0)
+        return lb_usage_error("--config is for create-topic, not %s", o.command);
+    if (o.timeout_s < 0)
+        o.timeout_s = strcmp(o.command, "offsets") == 0 ? 10 : 60;
+    o.deadline = monotonic_s() + o.timeout_s;
+    /* librdkafka's errors are logged at info: this tool says what failed */
+    lb_kafka_log_quiet = 1;
+
+    int status;
+    if (strcmp(o.command, "create-topic") == 0) {
+        status = create_topic(&o);
+    } else if (strcmp(o.command, "offsets") == 0) {
+        status = show_offsets(&o);
+    } else if (strcmp(o.command, "wait-caught-up") == 0) {
+        status = wait_caught_up(&o);
+    } else if (strcmp(o.command, "dump") == 0) {
         o.group = "lbadmin-dump"; /* needed by the consumer; nothing is committed */
-        return dump(&o);
+        status = dump(&o);
+    } else {
+        o.group = "lbadmin-redrive"; /* needed by the consumer; nothing is committed */
+        status = redrive(&o);
     }
-    if (!o.group) {
-        fprintf(stderr, "lbadmin: %s needs --group\n", command);
-        return 2;
-    }
-    if (strcmp(command, "offsets") == 0)
-        return show_offsets(&o);
-    if (strcmp(command, "wait-caught-up") == 0)
-        return wait_caught_up(&o);
-    fprintf(stderr, "lbadmin: unknown command '%s'\n", command);
-    usage(stderr);
-    return 2;
+    if (status != 0 && failure[0])
+        fprintf(stderr, "lbadmin: %s\n", failure);
+    return status;
 }

@@ -13,8 +13,10 @@
  *              with the wall clock and polls Redis until each is visible.
  *              Measured by reading Redis, not by trusting the projector.
  *
- * stdout: key=value result lines; stderr: progress and errors.
+ * stdout: key=value result lines; stderr: progress and errors. Exit status
+ * (README, "Exit codes"): 0 ok, 1 failure, 2 usage, 3 configuration.
  */
+#include "usage.h"
 #include "apply.h"
 #include "cluster.h"
 #include "config.h"
@@ -29,6 +31,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -541,9 +544,9 @@ done:
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: lbbench ceiling   --config FILE [--runs R] [--chunk T]\n"
-            "       lbbench freshness --config FILE --topic T [--duration S] [--probe-rate R]\n"
-            "                         [--board ID]\n"
+            "Usage: lbbench ceiling   --config FILE [--runs R] [--chunk T]\n"
+            "   or: lbbench freshness --config FILE --topic T [--duration S] [--probe-rate R] "
+            "[--board ID]\n"
             "\n"
             "ceiling:   reads the configuration's first topic from start to end, plans it in\n"
             "           the configured batches as the projector would, encodes every\n"
@@ -555,11 +558,24 @@ static void usage(FILE *out)
             "           (default 20) to topic T on board ID (default fresh) and polls Redis\n"
             "           until each is visible.\n"
             "\n"
-            "Results go to stdout as key=value lines. Used by ops/bench/bench.sh.\n");
+            "Results go to stdout as key=value lines. Used by ops/bench/bench.sh.\n"
+            "\n"
+            "Exit status: 0 ok; 1 failure (Kafka or Redis unreachable or refusing, no probe\n"
+            "visible); 2 usage error; 3 invalid configuration.\n");
+}
+
+/* A number in [min, max], or -1. */
+static double number(const char *text, double min, double max)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    return errno || end == text || *end || !(v >= min && v <= max) ? -1 : v;
 }
 
 int main(int argc, char **argv)
 {
+    lb_usage_program = "lbbench";
     enum { O_RUNS = 256, O_CHUNK, O_DURATION, O_PROBE_RATE, O_BOARD, O_TOPIC };
     static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
                                              {"runs", required_argument, NULL, O_RUNS},
@@ -575,29 +591,44 @@ int main(int argc, char **argv)
     size_t chunk = 2000;
     double duration = 20, probe_rate = 50;
 
-    if (argc < 2 || (strcmp(argv[1], "ceiling") != 0 && strcmp(argv[1], "freshness") != 0)) {
-        int help = argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
-        usage(help ? stdout : stderr);
-        return help ? 0 : 2;
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        usage(stdout);
+        return 0;
     }
+    if (argc < 2)
+        return lb_usage_error("say what to measure: ceiling or freshness");
+    if (argv[1][0] == '-')
+        return lb_usage_error("unknown option '%s' before the subcommand (ceiling or freshness)",
+                              argv[1]);
+    if (strcmp(argv[1], "ceiling") != 0 && strcmp(argv[1], "freshness") != 0)
+        return lb_usage_error("unknown subcommand '%s'; the subcommands are ceiling and freshness",
+                              argv[1]);
     const char *command = argv[1];
     optind = 2;
-    while ((opt = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":c:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c':
             path = optarg;
             break;
         case O_RUNS:
-            runs = atoi(optarg);
+            if ((runs = (int)number(optarg, 1, 1000)) < 0)
+                return lb_usage_error("--runs wants a number from 1 to 1000, not '%s'", optarg);
             break;
         case O_CHUNK:
-            chunk = strtoull(optarg, NULL, 10);
+            if (number(optarg, 1, 1e7) < 0)
+                return lb_usage_error("--chunk wants a number from 1 to 10000000, not '%s'",
+                                      optarg);
+            chunk = (size_t)number(optarg, 1, 1e7);
             break;
         case O_DURATION:
-            duration = strtod(optarg, NULL);
+            if ((duration = number(optarg, 0.001, 86400)) < 0)
+                return lb_usage_error("--duration wants seconds, more than 0, not '%s'", optarg);
             break;
         case O_PROBE_RATE:
-            probe_rate = strtod(optarg, NULL);
+            if ((probe_rate = number(optarg, 0.001, 1e6)) < 0)
+                return lb_usage_error("--probe-rate wants probes per second, more than 0, not '%s'",
+                                      optarg);
             break;
         case O_BOARD:
             board = optarg;
@@ -608,22 +639,26 @@ int main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
+        case ':':
+            return lb_usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
-            usage(stderr);
-            return 2;
+            return optopt && strncmp(argv[optind - 1], "--", 2) != 0
+                       ? lb_usage_error("unknown option '-%c'", optopt)
+                       : lb_usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (!path || runs < 1 || !chunk || duration <= 0 || probe_rate <= 0 || optind != argc ||
-        (strcmp(command, "freshness") == 0 && !topic)) {
-        usage(stderr);
-        return 2;
-    }
+    if (optind != argc)
+        return lb_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!path)
+        return lb_usage_error("--config FILE is required");
+    if (strcmp(command, "freshness") == 0 && !topic)
+        return lb_usage_error("freshness needs --topic");
     lb_log_threshold = LB_LOG_ERROR;
     struct lb_config *config;
     char err[1024];
     if (lb_config_load(path, &config, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
-        return 2;
+        return 3;
     }
     int status = strcmp(command, "ceiling") == 0
                      ? run_ceiling(config, runs, chunk)

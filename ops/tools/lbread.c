@@ -21,16 +21,24 @@
  * stamps "<window key>:~ts" of latest boards) are not windows and are left
  * out.
  *
- * stdout: the leaderboards; stderr: errors. Exit 0 ok, 1 failure, 2 usage.
+ * --window is checked against the board's profile before Redis is asked:
+ * a kind that does not exist, or one the board does not have, is a usage
+ * error naming the windows the board has.
+ *
+ * stdout: the leaderboards; stderr: errors. Exit status (README, "Exit
+ * codes"): 0 ok, 1 failure, 2 usage, 3 configuration.
  */
+#include "usage.h"
 #include "apply.h"
 #include "cluster.h"
 #include "config.h"
 #include "log.h"
 #include "score.h"
 #include "slot.h"
+#include "window.h"
 
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,8 +279,8 @@ static int show_around(const struct view *v, const char *key, const char *player
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: lbread --config FILE --board ID [--window SUFFIX] [--top N]\n"
-                 "              [--around PLAYER]\n"
+    fprintf(out, "Usage: lbread --config FILE --board ID [--window SUFFIX] [--top N] "
+                 "[--around PLAYER]\n"
                  "\n"
                  "Prints the top N of each window of a board (or the N positions around one\n"
                  "player) with three ranks, the raw score and the achieved-at time decoded\n"
@@ -283,12 +291,18 @@ static void usage(FILE *out)
                  "\n"
                  "  -c, --config FILE      the projector's configuration\n"
                  "  -b, --board ID         the board\n"
-                 "  -w, --window SUFFIX    only this window, e.g. alltime, daily:2026-05-04,\n"
-                 "                         weekly:2026-W18, monthly:2026-05, patch:1.29\n"
+                 "  -w, --window SUFFIX    only this window, one the board's profile has:\n"
+                 "                         alltime, daily:2026-05-04, weekly:2026-W18,\n"
+                 "                         monthly:2026-05, or <dim>:VALUE (custom, e.g.\n"
+                 "                         patch:1.29)\n"
                  "  -n, --top N            entries per window (default 10)\n"
                  "  -a, --around PLAYER    the N positions around PLAYER (marked '>') in each\n"
                  "                         window the player is in\n"
                  "  -h, --help             show this help\n"
+                 "\n"
+                 "Exit status: 0 ok; 1 failure (Redis unreachable or refusing); 2 usage error\n"
+                 "(a bad command line, a board no profile matches, a window the board does\n"
+                 "not have); 3 invalid configuration.\n"
                  "\n"
                  "Examples:\n"
                  "  lbread --config config/local.yaml --board g1 --top 10\n"
@@ -296,8 +310,33 @@ static void usage(FILE *out)
                  "         --around player-42 --top 5\n");
 }
 
+/* With --window: a window the board's profile has but Redis holds no key
+ * of (expired, or never written). Says which windows the board has. */
+static int say_missing_window(struct lb_cluster *cl, const struct lb_config *config,
+                              const char *board, uint16_t slot, const char *window)
+{
+    struct keys all = {0};
+    if (list_keys(cl, config, board, slot, &all) != 0)
+        return -1;
+    size_t skip = strlen(config->key_prefix) + strlen(board) + 3; /* "<prefix>{<board>}:" */
+    printf("board '%s' has no window %s in Redis (expired, or never written); ", board, window);
+    if (!all.count)
+        printf("it has no windows at all\n");
+    else
+        printf("its windows:");
+    for (size_t i = 0; i < all.count; i++) {
+        printf(" %s", strlen(all.names[i]) > skip ? all.names[i] + skip : all.names[i]);
+        free(all.names[i]);
+    }
+    if (all.count)
+        printf("\n");
+    free(all.names);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    lb_usage_program = "lbread";
     static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
                                              {"board", required_argument, NULL, 'b'},
                                              {"window", required_argument, NULL, 'w'},
@@ -310,7 +349,8 @@ int main(int argc, char **argv)
     int opt, status = 0;
     char err[1024], *end;
 
-    while ((opt = getopt_long(argc, argv, "c:b:w:n:a:h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":c:b:w:n:a:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c':
             path = optarg;
@@ -323,11 +363,8 @@ int main(int argc, char **argv)
             break;
         case 'n':
             top = strtol(optarg, &end, 10);
-            if (*end || top < 1 || top > 100000) {
-                fprintf(stderr, "lbread: --top wants a number from 1 to 100000, not '%s'\n",
-                        optarg);
-                return 2;
-            }
+            if (*end || end == optarg || top < 1 || top > 100000)
+                return lb_usage_error("--top wants a number from 1 to 100000, not '%s'", optarg);
             break;
         case 'a':
             player = optarg;
@@ -336,25 +373,38 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         default:
-            usage(stderr);
-            return 2;
+            return lb_bad_option(opt, argv);
         }
     }
-    if (!path || !board || optind != argc) {
-        usage(stderr);
-        return 2;
-    }
+    if (optind != argc)
+        return lb_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!path || !board)
+        return lb_usage_error("%s", !path && !board ? "--config FILE and --board ID are required"
+                                    : !path         ? "--config FILE is required"
+                                                    : "--board ID is required");
+    if (!*board)
+        return lb_usage_error("--board wants a board id, not ''");
     lb_log_threshold = LB_LOG_ERROR;
     struct lb_config *config;
     if (lb_config_load(path, &config, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
-        return 2;
+        return 3;
     }
     const struct lb_profile *profile = lb_config_profile_for(config, board, strlen(board));
     if (!profile) {
-        fprintf(stderr, "lbread: no profile of %s matches board '%s'\n", path, board);
+        fprintf(stderr, "lbread: no profile of %s matches board '%s'; check --board\n", path,
+                board);
         lb_config_free(config);
         return 2;
+    }
+    if (window) {
+        char owner[300], why[1400];
+        snprintf(owner, sizeof(owner), "board '%.128s' (profile '%.128s')", board, profile->name);
+        if (lb_config_check_window(profile, 1, owner, window, why, sizeof(why)) != 0) {
+            fprintf(stderr, "lbread: %s\n", why);
+            lb_config_free(config);
+            return 2;
+        }
     }
     struct lb_cluster_options options;
     options = lb_config_cluster(config);
@@ -372,7 +422,15 @@ int main(int argc, char **argv)
         size_t len =
             lb_board_key(config->key_prefix, (struct lb_str){board, (uint32_t)strlen(board)},
                          window, key, sizeof(key));
-        status = len ? add_key(&keys, key, len) : -1;
+        const char *argv_exists[] = {"EXISTS", key};
+        redisReply *reply = len ? command(v.cl, v.slot, 2, argv_exists) : NULL;
+        if (!reply)
+            status = -1;
+        else if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0)
+            status = say_missing_window(v.cl, config, board, v.slot, window);
+        else
+            status = add_key(&keys, key, len);
+        freeReplyObject(reply);
     } else {
         status = list_keys(v.cl, config, board, v.slot, &keys);
         if (status == 0 && keys.count == 0)

@@ -5,12 +5,17 @@
  * rely on that, and the tests use --dry-run to get the event list without
  * Kafka.
  *
+ * Every wait on the brokers (and the schema registry) ends after --timeout
+ * seconds without an answer, saying so in one line.
+ *
  * stdout: the events (--dry-run) as TSV; stderr: progress and errors.
+ * Exit status (README, "Exit codes"): 0 ok, 1 failure, 2 usage.
  */
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <librdkafka/rdkafka.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "usage.h"
 #include "config.h" /* lb_time_parse */
 #include "kafka.h"
 #include "eventgen.h"
@@ -33,8 +39,11 @@ struct options {
     const char *deliveries_out;
     uint64_t huge_every; /* every Nth event is a huge record (--huge-bytes) */
     size_t huge_bytes;
-    const char *registry; /* register the writer schemas there (--registry) */
-    int evolve;           /* writers v1, v2, v3 in turn (--evolve) */
+    const char *registry;   /* register the writer schemas there (--registry) */
+    int evolve;             /* writers v1, v2, v3 in turn (--evolve) */
+    int timeout_s;          /* a wait on the brokers or the registry ends by then */
+    struct lb_kv props[64]; /* -X key=value */
+    int nprops;
     struct gen_options gen;
 };
 
@@ -56,7 +65,8 @@ static size_t collect_body(char *data, size_t size, size_t n, void *ctx)
 /* Registers 'schema' under 'subject' (POST /subjects/<s>/versions), as a
  * producer's serializer does, and stores the id the registry gives it.
  * Returns 0, or -1 after saying why. */
-static int register_schema(const char *url, const char *subject, const char *schema, int32_t *id)
+static int register_schema(const char *url, const char *subject, const char *schema, int timeout_s,
+                           int32_t *id)
 {
     char endpoint[2048], *body = NULL, errbuf[CURL_ERROR_SIZE] = "";
     json_t *request = json_pack("{s:s}", "schema", schema);
@@ -78,7 +88,7 @@ static int register_schema(const char *url, const char *subject, const char *sch
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, (long)timeout_s);
     CURLcode cc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     json_t *answer = body ? json_loads(body, 0, NULL) : NULL;
@@ -113,7 +123,7 @@ static int register_writers(struct options *o)
     snprintf(subject, sizeof(subject), "%s-value", o->topic);
     for (int w = 0; w < n; w++) {
         int32_t id;
-        if (register_schema(o->registry, subject, gen_writer_schemas[w], &id) != 0)
+        if (register_schema(o->registry, subject, gen_writer_schemas[w], o->timeout_s, &id) != 0)
             return -1;
         if (o->evolve)
             o->gen.evolve_ids[w] = id;
@@ -140,14 +150,24 @@ static int parse_ids(const char *text, int32_t ids[3])
 /* ---- producing --------------------------------------------------------------- */
 
 static uint64_t delivered, failed;
+static double last_ack;  /* when the brokers last answered, or the queue was last empty */
+static int giving_up;    /* purging what is left: its failures are not news */
 static FILE *deliveries; /* --deliveries-out */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static void delivery_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 {
     (void)rk;
     (void)opaque;
+    last_ack = now_s();
     if (msg->err) {
-        if (failed++ < 5)
+        if (failed++ < 5 && !giving_up)
             fprintf(stderr, "loadgen: delivery failed: %s\n", rd_kafka_err2str(msg->err));
     } else {
         delivered++;
@@ -158,20 +178,15 @@ static void delivery_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
     free(msg->_private);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void producer_callbacks(rd_kafka_conf_t *conf, void *ctx)
 {
     (void)ctx;
     rd_kafka_conf_set_dr_msg_cb(conf, delivery_cb);
 }
 
-static rd_kafka_t *make_producer(const struct options *o, char **props, int nprops)
+/* The producer, or NULL after saying why; '*status' is 2 when -X is to
+ * blame, 1 otherwise. */
+static rd_kafka_t *make_producer(const struct options *o, int *status)
 {
     char err[512];
     static const char *const defaults[][2] = {
@@ -182,22 +197,63 @@ static rd_kafka_t *make_producer(const struct options *o, char **props, int npro
         {"acks", "all"},
         /* errors only: a fresh broker's "coordinator load in progress" is noise */
         {"log_level", "3"}};
-    struct lb_kv kv[64];
-    for (int i = 0; i < nprops; i++)
-        if (lb_kafka_property_arg(props[i], &kv[i]) != 0) {
-            fprintf(stderr, "loadgen: -X expects key=value, got '%s'\n", props[i]);
-            return NULL;
-        }
     struct lb_kafka_options options = {
-        .brokers = o->brokers, .props = kv, .nprops = (size_t)nprops};
+        .brokers = o->brokers, .props = o->props, .nprops = (size_t)o->nprops};
     struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
                                      .defaults = defaults,
                                      .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
                                      .setup = producer_callbacks};
-    rd_kafka_t *rk = lb_kafka_new(&options, &client, err, sizeof(err), NULL);
-    if (!rk)
-        fprintf(stderr, "loadgen: %s\n", err);
+    enum lb_error_class class;
+    rd_kafka_t *rk = lb_kafka_new(&options, &client, err, sizeof(err), &class);
+    if (!rk) {
+        fprintf(stderr, "loadgen: %s%s\n", class == LB_ERROR_CONFIG ? "-X: " : "", err);
+        *status = class == LB_ERROR_CONFIG ? 2 : 1;
+    }
     return rk;
+}
+
+/* Says that the brokers did not answer within --timeout, with the reason
+ * of an authentication or TLS failure if there was one. */
+static void say_unreachable(rd_kafka_t *rk, const struct options *o, const char *why)
+{
+    char buf[512];
+    const char *auth = lb_kafka_auth_trouble(rk, buf, sizeof(buf));
+    fprintf(stderr,
+            "loadgen: cannot reach the Kafka brokers %s within %d s (%s); check --brokers, -X "
+            "and that Kafka runs\n",
+            o->brokers, o->timeout_s, auth ? auth : why);
+}
+
+/* Waits at most --timeout for a broker to answer. 0, or -1 (said). */
+static int reach_brokers(rd_kafka_t *rk, const struct options *o)
+{
+    const struct rd_kafka_metadata *md;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, NULL, &md, o->timeout_s * 1000);
+    if (e) {
+        say_unreachable(rk, o, rd_kafka_err2str(e));
+        return -1;
+    }
+    rd_kafka_metadata_destroy(md);
+    last_ack = now_s();
+    return 0;
+}
+
+/* Whether events have waited for the brokers longer than --timeout: no
+ * delivery report since the queue last had nothing in it. */
+static int stalled(rd_kafka_t *rk, const struct options *o)
+{
+    if (rd_kafka_outq_len(rk) == 0)
+        last_ack = now_s();
+    if (now_s() - last_ack <= o->timeout_s)
+        return 0;
+    if (!delivered && !failed)
+        say_unreachable(rk, o, "no event acknowledged");
+    else
+        fprintf(stderr,
+                "loadgen: the Kafka brokers %s acknowledged no event of topic %s for %d s; %d "
+                "event(s) not delivered\n",
+                o->brokers, o->topic, o->timeout_s, rd_kafka_outq_len(rk));
+    return 1;
 }
 
 static int produce_all(const struct options *o, const struct generator *gen, rd_kafka_t *rk,
@@ -206,8 +262,9 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, o->topic, NULL);
     uint8_t buf[1024];
     double start = now_s(), last_report = start;
+    int status = 0;
 
-    for (uint64_t i = 0; i < o->count; i++) {
+    for (uint64_t i = 0; i < o->count && status == 0; i++) {
         struct gen_event ev;
         gen_event(gen, i, &ev);
         size_t len = gen_encode(gen, &ev, buf);
@@ -222,8 +279,8 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
             ev.player[0] = '\0';
             if (!(payload = gen_encode_huge(gen, &ev, o->huge_bytes, &len, &huge_player))) {
                 fprintf(stderr, "loadgen: out of memory\n");
-                rd_kafka_topic_destroy(rkt);
-                return -1;
+                status = -1;
+                break;
             }
             key = huge_player;
             key_len = o->huge_bytes;
@@ -234,28 +291,36 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
             if ((where = malloc(n)))
                 snprintf(where, n, "%s\t%s", ev.event_id, ev.board);
         }
+        if (rd_kafka_outq_len(rk) == 0)
+            last_ack = now_s(); /* nothing was waiting: the wait starts now */
         while (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, payload, len, key,
                                 key_len, where) != 0) {
             if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 fprintf(stderr, "loadgen: produce failed: %s\n",
                         rd_kafka_err2str(rd_kafka_last_error()));
-                free(where);
-                if (huge_player) {
-                    free(payload);
-                    free(huge_player);
-                }
-                rd_kafka_topic_destroy(rkt);
-                return -1;
+                status = -1;
             }
             rd_kafka_poll(rk, 10);
+            if (status == 0 && stalled(rk, o))
+                status = -1;
+            if (status != 0) {
+                free(where);
+                break;
+            }
         }
         if (huge_player) {
             free(payload);
             free(huge_player);
         }
+        if (status != 0)
+            break;
         if (log)
             gen_print(log, &ev);
         rd_kafka_poll(rk, 0);
+        if (stalled(rk, o)) {
+            status = -1;
+            break;
+        }
         if (o->rate > 0) {
             double due = start + (double)(i + 1) / o->rate;
             double wait = due - now_s();
@@ -270,19 +335,28 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
         }
     }
     rd_kafka_topic_destroy(rkt);
-    while (rd_kafka_outq_len(rk) > 0 && rd_kafka_flush(rk, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        if (now_s() - start > 600)
-            break;
+    /* every event acknowledged, or none for --timeout */
+    while (status == 0 && rd_kafka_outq_len(rk) > 0) {
+        rd_kafka_flush(rk, 100);
+        if (stalled(rk, o))
+            status = -1;
+    }
+    if (status != 0) {
+        /* what is left fails now: its delivery reports free what they hold */
+        giving_up = 1;
+        rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(rk, 0);
+    }
     double took = now_s() - start;
     fprintf(stderr, "loadgen: %llu events delivered, %llu failed, in %.2f s (%.0f/s)\n",
             (unsigned long long)delivered, (unsigned long long)failed, took,
             took > 0 ? (double)delivered / took : 0.0);
-    return failed || delivered != o->count ? -1 : 0;
+    return status != 0 || failed || delivered != o->count ? -1 : 0;
 }
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: loadgen [options]\n"
+    fprintf(out, "Usage: loadgen [options]\n"
                  "\n"
                  "Produces deterministic score events (Avro, Confluent framing by default).\n"
                  "\n"
@@ -295,7 +369,8 @@ static void usage(FILE *out)
                  "      --players N         number of players (default 1000)\n"
                  "      --zipf S            Zipf exponent of player activity (default 1.1)\n"
                  "      --score-max N       scores are uniform in [0, N] (default 100000)\n"
-                 "      --start TIME        first event time, RFC 3339 (default: DAYS days ago)\n"
+                 "      --start TIME        first event time, RFC 3339 (default: DAYS days\n"
+                 "                          before now, so every event time is in the past)\n"
                  "      --days N            event times spread over N days (default 1)\n"
                  "      --ts-now            event time = the wall clock when produced (for\n"
                  "                          freshness measurements; not deterministic)\n"
@@ -325,17 +400,49 @@ static void usage(FILE *out)
                  "      --deliveries-out FILE  write where each event landed, as delivered:\n"
                  "                          partition offset event_id board (TSV)\n"
                  "      --dry-run           print the events as TSV to stdout; no Kafka\n"
+                 "      --timeout S         give up when the brokers (or the registry) answer\n"
+                 "                          nothing for S seconds (default 10)\n"
                  "  -X key=value            librdkafka producer property\n"
                  "  -h, --help              show this help\n"
                  "\n"
                  "TSV columns: event_id board player score ts_ms op dim_value\n"
                  "\n"
+                 "Exit status: 0 every event delivered; 1 failure (the brokers not reached or\n"
+                 "silent for --timeout, a delivery failed, the registry refused); 2 usage\n"
+                 "error (a bad command line, including a -X librdkafka refuses).\n"
+                 "\n"
                  "Example:\n"
                  "  loadgen -n 100000 --boards 20 --players 5000 --days 30 --rate 20000\n");
 }
 
+/* The name of option 'opt' as typed in full, for messages. */
+static const char *option_name(const struct option *longopts, int opt)
+{
+    static char name[64];
+    for (; longopts->name; longopts++)
+        if (longopts->val == opt) {
+            snprintf(name, sizeof(name), "--%s", longopts->name);
+            return name;
+        }
+    snprintf(name, sizeof(name), "-%c", opt);
+    return name;
+}
+
+/* A number in [min, max], or -1. */
+static int number(const char *text, double min, double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v >= min && v <= max))
+        return -1;
+    *out = v;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    lb_usage_program = "loadgen";
     enum {
         O_BOARDS = 256,
         O_PLAYERS,
@@ -359,7 +466,8 @@ int main(int argc, char **argv)
         O_HUGE_BYTES,
         O_REGISTRY,
         O_EVOLVE,
-        O_SCHEMA_IDS
+        O_SCHEMA_IDS,
+        O_TIMEOUT
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, 'b'},
@@ -390,12 +498,14 @@ int main(int argc, char **argv)
         {"registry", required_argument, NULL, O_REGISTRY},
         {"evolve", no_argument, NULL, O_EVOLVE},
         {"schema-ids", required_argument, NULL, O_SCHEMA_IDS},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     struct options o = {.brokers = "127.0.0.1:9092",
                         .topic = "scores",
                         .count = 10000,
                         .huge_bytes = 10485760,
+                        .timeout_s = 10,
                         .gen = {.seed = 1,
                                 .boards = 10,
                                 .players = 1000,
@@ -406,23 +516,20 @@ int main(int argc, char **argv)
                                 .board_prefix = "g",
                                 .dim_values = 3,
                                 .start_ms = -1}};
-    char *props[64];
-    int nprops = 0, opt, have_ids = 0;
-    char *end;
+    int opt, have_ids = 0;
 
 #define NUMBER(dst, min, max)                                                                      \
     do {                                                                                           \
-        errno = 0;                                                                                 \
-        double v_ = strtod(optarg, &end);                                                          \
-        if (errno || *end || end == optarg || v_ < (min) || v_ > (max)) {                          \
-            fprintf(stderr, "loadgen: '%s' is not a number in [%g, %g]\n", optarg, (double)(min),  \
-                    (double)(max));                                                                \
-            return 1;                                                                              \
-        }                                                                                          \
+        double v_;                                                                                 \
+        if (number(optarg, (min), (max), &v_) != 0)                                                \
+            return lb_usage_error("%s wants a number from %.15g to %.15g, not '%s'",               \
+                                  option_name(longopts, opt), (double)(min), (double)(max),        \
+                                  optarg);                                                         \
         (dst) = v_;                                                                                \
     } while (0)
 
-    while ((opt = getopt_long(argc, argv, "b:t:n:s:r:X:h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":b:t:n:s:r:X:h", longopts, NULL)) != -1) {
         double v;
         switch (opt) {
         case 'b':
@@ -481,11 +588,23 @@ int main(int argc, char **argv)
             NUMBER(v, 0, 1e9);
             o.gen.poison_every = (int)v;
             break;
+        case O_HUGE_EVERY:
+            NUMBER(v, 0, 1e12);
+            o.huge_every = (uint64_t)v;
+            break;
+        case O_HUGE_BYTES:
+            NUMBER(v, 1, 1e9);
+            o.huge_bytes = (size_t)v;
+            break;
+        case O_TIMEOUT:
+            NUMBER(v, 1, 86400);
+            o.timeout_s = (int)v;
+            break;
         case O_START:
-            if (lb_time_parse(optarg, &o.gen.start_ms) != 0) {
-                fprintf(stderr, "loadgen: --start: '%s' is not an RFC 3339 time\n", optarg);
-                return 1;
-            }
+            if (lb_time_parse(optarg, &o.gen.start_ms) != 0)
+                return lb_usage_error("--start wants an RFC 3339 time like 2026-05-04T00:00:00Z, "
+                                      "not '%s'",
+                                      optarg);
             break;
         case O_BARE:
             o.gen.bare = 1;
@@ -499,12 +618,6 @@ int main(int argc, char **argv)
         case O_DELIVERIES_OUT:
             o.deliveries_out = optarg;
             break;
-        case O_HUGE_EVERY:
-            o.huge_every = strtoull(optarg, NULL, 10);
-            break;
-        case O_HUGE_BYTES:
-            o.huge_bytes = (size_t)strtoull(optarg, NULL, 10);
-            break;
         case O_DRY_RUN:
             o.dry_run = 1;
             break;
@@ -516,10 +629,8 @@ int main(int argc, char **argv)
             break;
         case O_SCHEMA_IDS:
             have_ids = 1;
-            if (parse_ids(optarg, o.gen.evolve_ids) != 0) {
-                fprintf(stderr, "loadgen: --schema-ids wants three ids, e.g. 1,2,3\n");
-                return 1;
-            }
+            if (parse_ids(optarg, o.gen.evolve_ids) != 0)
+                return lb_usage_error("--schema-ids wants three ids like 1,2,3, not '%s'", optarg);
             break;
         case O_BOARD_PREFIX:
             o.gen.board_prefix = optarg;
@@ -528,43 +639,50 @@ int main(int argc, char **argv)
             o.gen.dim_name = optarg;
             break;
         case 'X':
-            if (nprops == 64) {
-                fprintf(stderr, "loadgen: too many -X options\n");
-                return 1;
-            }
-            props[nprops++] = optarg;
+            if (o.nprops == 64)
+                return lb_usage_error("-X %s: at most 64 properties", optarg);
+            if (lb_kafka_property_arg(optarg, &o.props[o.nprops]) != 0)
+                return lb_usage_error("-X wants key=value, not '%s'", optarg);
+            o.nprops++;
             break;
         case 'h':
             usage(stdout);
             return 0;
         default:
-            usage(stderr);
-            return 1;
+            return lb_bad_option(opt, argv);
         }
     }
-    if (optind != argc) {
-        usage(stderr);
+#undef NUMBER
+    if (optind != argc)
+        return lb_usage_error("unexpected argument '%s'", argv[optind]);
+    if (o.evolve && !o.registry && !have_ids)
+        return lb_usage_error("--evolve needs --registry URL or --schema-ids A,B,C");
+    if (o.registry && (o.gen.bare || o.dry_run))
+        return lb_usage_error("--registry is for Confluent-framed records sent to Kafka, not with "
+                              "%s",
+                              o.gen.bare ? "--bare" : "--dry-run");
+    /* librdkafka's errors are logged at info: this tool says what failed */
+    lb_kafka_log_quiet = 1;
+    int status = 0;
+    rd_kafka_t *rk = NULL; /* made first: a -X it refuses is a usage error */
+    if (!o.dry_run && !(rk = make_producer(&o, &status)))
+        return status;
+    if (o.registry && register_writers(&o) != 0) {
+        rd_kafka_destroy(rk);
         return 1;
     }
-    if (o.evolve && !o.registry && !have_ids) {
-        fprintf(stderr, "loadgen: --evolve needs --registry URL or --schema-ids A,B,C\n");
-        return 1;
-    }
-    if (o.registry && (o.gen.bare || o.dry_run)) {
-        fprintf(stderr, "loadgen: --registry is for Confluent-framed records sent to Kafka\n");
-        return 1;
-    }
-    if (o.registry && register_writers(&o) != 0)
-        return 1;
     o.gen.evolve = o.evolve;
-    if (o.gen.start_ms < 0) /* the last DAYS days, up to now */
+    /* the last DAYS days, up to the second before now: events are drawn from
+     * [start, start + DAYS days), so none is in the future */
+    if (o.gen.start_ms < 0)
         o.gen.start_ms = ((int64_t)time(NULL) - (int64_t)o.gen.days * 86400) * 1000;
     struct generator *gen = gen_new(&o.gen);
     if (!gen) {
         fprintf(stderr, "loadgen: out of memory\n");
+        if (rk)
+            rd_kafka_destroy(rk);
         return 1;
     }
-    int status = 0;
     if (o.dry_run) {
         for (uint64_t i = 0; i < o.count; i++) {
             struct gen_event ev;
@@ -573,7 +691,6 @@ int main(int argc, char **argv)
         }
     } else {
         FILE *log = o.events_out ? fopen(o.events_out, "w") : NULL;
-        rd_kafka_t *rk = NULL;
         deliveries = o.deliveries_out ? fopen(o.deliveries_out, "w") : NULL;
         /* line by line: tests read both while events are still produced */
         if (log)
@@ -584,12 +701,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "loadgen: cannot write %s: %s\n",
                     o.events_out && !log ? o.events_out : o.deliveries_out, strerror(errno));
             status = 1;
-        } else if (!(rk = make_producer(&o, props, nprops))) {
-            status = 1;
         } else {
-            status = produce_all(&o, gen, rk, log) == 0 ? 0 : 1;
-            rd_kafka_destroy(rk);
+            status = reach_brokers(rk, &o) == 0 && produce_all(&o, gen, rk, log) == 0 ? 0 : 1;
         }
+        rd_kafka_destroy(rk);
         if (log && fclose(log) != 0)
             status = 1;
         if (deliveries && fclose(deliveries) != 0)

@@ -11,7 +11,7 @@ redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$T
     --logfile "$T_DIR/redis.log" </dev/null >/dev/null 2>&1 &
 redis_pid=$!
 T_PIDS+=("$redis_pid")
-lb_wait_for 10 redis-cli -p "$port" ping >/dev/null || fail "redis-server did not start"
+lb_wait_for 10 redis-cli -p "$port" ping >/dev/null 2>&1 || fail "redis-server did not start"
 
 cat >"$T_DIR/projector.yaml" <<YAML
 kafka:

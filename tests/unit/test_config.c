@@ -61,7 +61,7 @@ static void minimal_config_gets_documented_defaults(void **state)
     assert_int_equal(c->wait_replicas, -1); /* auto */
     assert_int_equal(c->wait_timeout_ms, 1000);
     assert_int_equal(c->nschemas, 1);
-    assert_string_equal(c->schemas[0].path, "./score_event.avsc");
+    assert_string_equal(c->schemas[0].path, "score_event.avsc");
     /* one catch-all profile with four windows */
     assert_int_equal(c->nprofiles, 1);
     const struct lb_profile *p = lb_config_profile_for(c, "anything", 8);
@@ -115,7 +115,8 @@ static void errors_name_file_and_line(void **state)
 
     expect_error("kafka:\n  brokers: x\n  topics: [t]\n  bogus: 1\n", 4, "unknown key 'bogus'");
     expect_error("kafka: [1, 2]\n", 1, "expected a mapping");
-    expect_error("kafka:\n  topics: [t]\nredis:\n  nodes: [a:1]\n", 2, "'brokers' is required");
+    expect_error("kafka:\n  topics: [t]\nredis:\n  nodes: [a:1]\n", 1,
+                 "kafka: 'brokers' is required");
     expect_error("kafka:\n  brokers: b\n  topics: [t]\n", 1, "'redis' is required");
 
     snprintf(text, sizeof(text), "%sbatch:\n  max_events: lots\n", minimal);
@@ -145,7 +146,7 @@ static void errors_name_file_and_line(void **state)
     expect_error(text, 11, "RFC 3339");
     expect_error("kafka:\n  brokers: b\n  topics: [t]\ninput:\n  format: bare\n"
                  "redis:\n  nodes: [a:1]\n",
-                 1, "writer_schema");
+                 4, "input: bare input needs exactly one 'writer_schema'"); /* at input: */
     expect_error("kafka:\n  brokers: b\n  topics: [t]\n  topics: [u]\n", 4, "set twice");
     snprintf(text, sizeof(text), "%sprofiles:\n  - name: a\n    windows:\n      custom: [30d]\n",
              minimal);
@@ -155,7 +156,7 @@ static void errors_name_file_and_line(void **state)
     snprintf(text, sizeof(text), "%s  wait_replicas: some\n", minimal);
     expect_error(text, 9, "auto or a number");
     snprintf(text, sizeof(text), "%s  key_prefix: \"%0100d\"\n", minimal, 0);
-    expect_error(text, 1, "at most 64 bytes");
+    expect_error(text, 7, "redis.key_prefix must be at most 64 bytes");
 }
 
 static void sum_boards_budget_their_totals(void **state)
@@ -234,7 +235,7 @@ static void registry_settings_and_errors(void **state)
              head);
     struct lb_config *c = load_ok(text);
     assert_string_equal(c->registry_url, "https://reg.example:8443/apis/ccompat/v7");
-    assert_string_equal(c->registry_password_file, "./secret/registry");
+    assert_string_equal(c->registry_password_file, "secret/registry");
     assert_string_equal(c->registry_ca_file, "/etc/ca.pem");
     assert_int_equal(c->registry_timeout_ms, 5000);
     assert_int_equal(c->registry_line, 8);
@@ -247,7 +248,7 @@ static void registry_settings_and_errors(void **state)
         int line;
         const char *needle;
     } bad[] = {
-        {"  format: confluent\n", 1, "needs 'schemas' (schema id: file) or 'registry'"},
+        {"  format: confluent\n", 6, "needs 'schemas' (schema id: file) or 'registry'"},
         {"  registry:\n    url: reg.example:8081\n", 8, "is not an http:// or https:// URL"},
         {"  registry:\n    url: http://r:1\n    user: lb\n", 8,
          "user needs password or password_file"},
@@ -294,7 +295,7 @@ static void redis_tls_settings_and_errors(void **state)
         {"  tls:\n    ca_file: /etc/ca.pem\n", 10,
          "redis.tls has settings but not 'enabled: true'"},
         {"  tls:\n    enabled: yes\n", 10, "enabled"},
-        {"  tls:\n    enabled: true\n    server_name: \"\"\n", 10, "server_name is empty"},
+        {"  tls:\n    enabled: true\n    server_name: \"\"\n", 11, "server_name is empty"},
         {"  tls:\n    enabled: true\n    cert_file: /c.pem\n", 10,
          "cert_file and key_file go together"},
         {"  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", 10,
@@ -355,27 +356,44 @@ static void invalid_files_are_refused_with_their_path_and_line(void **state)
     rmdir(dir);
 }
 
-static void kafka_overrides_that_break_the_offset_contract_are_refused(void **state)
+/* What a start would refuse, the load refuses (so --check-config does):
+ * properties that would let librdkafka commit, store offsets or rebalance
+ * cooperatively, properties librdkafka does not know or whose value it
+ * refuses, producer properties with no producer to take them; each at its
+ * line, without any client made. */
+static void kafka_properties_are_checked_at_load(void **state)
 {
     (void)state;
-    static const char *const bad[] = {"enable.auto.commit: \"true\"",
-                                      "enable.auto.offset.store: \"true\"",
-                                      "partition.assignment.strategy: cooperative-sticky"};
-    for (size_t i = 0; i < 3; i++) {
-        char text[1024], err[1024];
+    static const struct {
+        const char *property, *needle;
+    } bad[] = {
+        {"enable.auto.commit: \"true\"", "enable.auto.commit must stay false"},
+        {"enable.auto.offset.store: \"true\"", "enable.auto.offset.store must stay false"},
+        {"partition.assignment.strategy: cooperative-sticky",
+         "cooperative-sticky is not supported"},
+        {"foo.bar: x", "'foo.bar' is not a librdkafka property"},
+        {"session.timeout.ms: soon", "Invalid value"},
+        {"linger.ms: 5", "kafka.dlq_topic is not set"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[1024];
         snprintf(text, sizeof(text),
                  "kafka:\n  brokers: 127.0.0.1:1\n  topics: [t]\n  %s\n"
                  "input: {schemas: {1: s.avsc}}\nredis: {nodes: [a:1]}\n",
-                 bad[i]);
-        struct lb_config *c = load_ok(text);
-        enum lb_error_class class = LB_ERROR_NONE;
-        struct lb_consumer_options options = lb_config_consumer(c);
-        assert_null(lb_consumer_new(&options, NULL, NULL, err, sizeof(err), &class));
-        if (!strstr(err, "test.yaml:4: kafka property"))
-            fail_msg("unexpected error: %s", err);
-        assert_int_equal(class, LB_ERROR_CONFIG);
-        lb_config_free(c);
+                 bad[i].property);
+        expect_error(text, 4, bad[i].needle);
     }
+    /* the consumer refuses them too, when made from options of its own */
+    char key[] = "enable.auto.commit", value[] = "true";
+    struct lb_kv kv = {.key = key, .value = value, .line = 7};
+    struct lb_consumer_options options = {.kafka = {.path = "x.yaml", .props = &kv, .nprops = 1},
+                                          .group = "g"};
+    char err[512];
+    enum lb_error_class class = LB_ERROR_NONE;
+    assert_null(lb_consumer_new(&options, NULL, NULL, err, sizeof(err), &class));
+    if (!strstr(err, "x.yaml:7: kafka property enable.auto.commit must stay false"))
+        fail_msg("unexpected error: %s", err);
+    assert_int_equal(class, LB_ERROR_CONFIG);
 }
 
 /* A subscription librdkafka refuses without asking a broker (a topic
@@ -396,6 +414,115 @@ static void topics_librdkafka_cannot_subscribe_to_are_a_configuration_error(void
     lb_config_free(c);
 }
 
+static char *printed(const struct lb_config *config)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    assert_non_null(out);
+    lb_config_print(config, out);
+    fclose(out);
+    return text;
+}
+
+/* --check-config's output is the configuration in the file's own structure
+ * and units: loaded back, it prints the same again; secrets read from the
+ * environment print as written, inline ones as <redacted>, which the
+ * loader refuses with a message saying what to write instead. */
+static void the_printed_configuration_loads_back_the_same(void **state)
+{
+    (void)state;
+    setenv("LB_TEST_SECRET", "s3cret", 1);
+    static const char *const files[] = {
+        "kafka:\n  brokers: b:1\n  topics: [t, u]\n  dlq_topic: d\n  linger.ms: 7\n"
+        "  sasl.password: ${LB_TEST_SECRET}\n"
+        "input:\n  schemas: {1: s.avsc, 7: /abs/v7.avsc}\n  max_future: 90s\n"
+        "  registry: {url: \"http://r:1\", user: u, password: \"${LB_TEST_SECRET}\"}\n"
+        "redis:\n  nodes: [\"a:1\", \"[::1]:2\"]\n  key_prefix: \"\"\n  wait_replicas: 1\n"
+        "  password: ${LB_TEST_SECRET}\n  user: u\n  tls: {enabled: false}\n"
+        "metrics: {listen: \"127.0.0.1:9464\"}\nlog: {level: debug, format: json}\n"
+        "profiles:\n  - name: fast\n    match: [\"a-*\", \"b \\\"q\\\"\"]\n    order: asc\n"
+        "    tie_break: latest\n    tie_resolution: ms\n    epoch: 2026-01-01T00:00:00.250Z\n"
+        "    horizon: 2027-01-01T00:00:00Z\n    score_max: 1000\n"
+        "    windows: {daily: 36h, custom: [{dim: patch, ttl: 90d}, {dim: season}],"
+        " monthly: {ttl: 1w}}\n"
+        "  - name: total\n    aggregation: sum\n    dedupe: off\n    retractions: reject\n",
+        "kafka: {brokers: b, topics: [t]}\ninput: {format: bare, writer_schema: w.avsc}\n"
+        "redis: {nodes: [a:1]}\n",
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        struct lb_config *c = load_ok(files[i]);
+        char *first = printed(c);
+        lb_config_free(c);
+        assert_null(strstr(first, "s3cret"));
+        c = load_ok(first);
+        char *second = printed(c);
+        lb_config_free(c);
+        if (strcmp(first, second) != 0)
+            fail_msg("printed twice, differently:\n%s\n---\n%s", first, second);
+        if (i == 0) {
+            static const char *const lines[] = {
+                "  sasl.password: \"${LB_TEST_SECRET}\"\n",
+                "    password: \"${LB_TEST_SECRET}\"\n",
+                "  password: \"${LB_TEST_SECRET}\"\n",
+                "  key_prefix: \"\"\n",
+                "  nodes: [\"a:1\", \"[::1]:2\"]\n",
+                "    7: \"/abs/v7.avsc\"\n",
+                "  max_future: 90s\n",
+                "  wait_replicas: 1\n",
+                "    tie_resolution: ms\n",
+                "    epoch: 2026-01-01T00:00:00.250Z\n",
+                "      daily: {ttl: 36h}\n",
+                "      monthly: {ttl: 7d}\n",
+                "        - {dim: \"season\", ttl: 0s}\n",
+                "    dedupe: off\n",
+                "    match: [\"a-*\", \"b \\\"q\\\"\"]\n",
+                "    dedupe: {window: 1d}\n",
+            };
+            for (size_t k = 0; k < sizeof(lines) / sizeof(lines[0]); k++)
+                if (!strstr(first, lines[k]))
+                    fail_msg("no line \"%s\" in:\n%s", lines[k], first);
+        }
+        free(first);
+        free(second);
+    }
+
+    struct lb_config *c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  sasl.password: inline\n"
+                                  "input: {schemas: {1: s.avsc}}\n"
+                                  "redis:\n  nodes: [a:1]\n  password: inline\n");
+    char *text = printed(c);
+    lb_config_free(c);
+    assert_null(strstr(text, "inline"));
+    assert_non_null(strstr(text, "  sasl.password: <redacted>\n"));
+    struct lb_config *again = NULL;
+    char err[1024];
+    assert_int_equal(
+        lb_config_load_string("printed.yaml", text, strlen(text), &again, err, sizeof(err)), -1);
+    if (!strstr(err, "sasl.password: \"<redacted>\" stands for a secret"))
+        fail_msg("unexpected error: %s", err);
+    free(text);
+    expect_error("kafka: {brokers: b, topics: [t]}\ninput: {schemas: {1: s.avsc}}\n"
+                 "redis:\n  nodes: [a:1]\n  password: <redacted>\n",
+                 5, "password: \"<redacted>\" stands for a secret");
+}
+
+/* Required values cannot be empty, nor can lists hold empty items. */
+static void empty_values_are_refused(void **state)
+{
+    (void)state;
+    expect_error("kafka: {brokers, topics}\n", 1, "brokers is empty");
+    expect_error("kafka: {brokers: b, topics: [t, ~]}\n", 1, "topics: an item is empty");
+    expect_error("kafka: {brokers: b, topics: [t]}\ninput: {schemas: {1}}\n", 2,
+                 "schemas: give schema id 1's .avsc file");
+    expect_error("kafka: {brokers: b, topics: [t]}\ninput: {format: bare, writer_schema: }\n", 2,
+                 "writer_schema: give the writer schema's .avsc file");
+    char text[1024];
+    snprintf(text, sizeof(text), "%sprofiles:\n  - name:\n    match: x\n", minimal);
+    expect_error(text, 10, "name is empty");
+    snprintf(text, sizeof(text), "%s  user: null\n", minimal);
+    expect_error(text, 9, "user is empty");
+}
+
 static void environment_variables_are_interpolated(void **state)
 {
     (void)state;
@@ -411,7 +538,7 @@ static void environment_variables_are_interpolated(void **state)
     lb_config_print(c, out);
     fclose(out);
     assert_null(strstr(printed, "s3cret"));
-    assert_non_null(strstr(printed, "*****"));
+    assert_non_null(strstr(printed, "password: \"${LB_TEST_PASSWORD}\"")); /* as written */
     free(printed);
     lb_config_free(c);
 
@@ -467,7 +594,7 @@ static void kafka_properties_go_to_their_client(void **state)
     assert_int_equal(lb_kafka_property_scope("linger.ms"), 'P');
     assert_int_equal(lb_kafka_property_scope("security.protocol"), '*');
     assert_int_equal(lb_kafka_property_scope("no.such.property"), 0);
-    struct lb_config *c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n"
+    struct lb_config *c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  dlq_topic: d\n"
                                   "  session.timeout.ms: 12000\n"
                                   "  linger.ms: 20\n"
                                   "  client.id: pod-7\n"
@@ -495,18 +622,6 @@ static void kafka_properties_go_to_their_client(void **state)
         assert_string_equal(value, "pod-7");
         rd_kafka_conf_destroy(conf);
     }
-    lb_config_free(c);
-
-    c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  no.such.property: 1\n"
-                "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
-    char err[512];
-    struct lb_kafka_options options = lb_config_kafka(c);
-    struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER};
-    enum lb_error_class class = LB_ERROR_NONE;
-    assert_null(lb_kafka_new(&options, &client, err, sizeof(err), &class));
-    if (!strstr(err, "test.yaml:4: kafka property no.such.property"))
-        fail_msg("unexpected error: %s", err);
-    assert_int_equal(class, LB_ERROR_CONFIG);
     lb_config_free(c);
 }
 
@@ -587,7 +702,7 @@ static void the_engine_opens_without_connecting_and_blames_a_bad_schema(void **s
 static void kafka_clients_layer_defaults_section_and_fixed(void **state)
 {
     (void)state;
-    struct lb_config *c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n"
+    struct lb_config *c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  dlq_topic: d\n"
                                   "  linger.ms: 20\n  request.required.acks: \"1\"\n"
                                   "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
     static const char *const defaults[][2] = {{"linger.ms", "5"}, {"batch.size", "4096"}};
@@ -662,12 +777,10 @@ static void kafka_property_values_from_files(void **state)
     assert_int_equal(rd_kafka_conf_get(conf, "sasl.password", value, &len), RD_KAFKA_CONF_OK);
     assert_string_equal(value, "s3cret"); /* its newline dropped */
     rd_kafka_conf_destroy(conf);
-    lb_config_free(c);
     unlink(path);
     rmdir(dir);
 
-    c = load_ok(text); /* the file is gone now */
-    options = lb_config_kafka(c);
+    /* gone after the check: the client says so when it is made */
     conf = rd_kafka_conf_new();
     assert_int_equal(lb_kafka_conf_apply(&options, &client, conf, err, sizeof(err)), -1);
     char want[128];
@@ -676,15 +789,11 @@ static void kafka_property_values_from_files(void **state)
         fail_msg("unexpected error: %s", err);
     rd_kafka_conf_destroy(conf);
     lb_config_free(c);
-
-    c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  no.such.thing_file: /x\n"
-                "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
-    options = lb_config_kafka(c);
-    conf = rd_kafka_conf_new();
-    assert_int_equal(lb_kafka_conf_apply(&options, &client, conf, err, sizeof(err)), -1);
-    assert_non_null(strstr(err, "no.such.thing_file"));
-    rd_kafka_conf_destroy(conf);
-    lb_config_free(c);
+    /* gone before: the check (at load) says so */
+    expect_error(text, 5, "kafka property sasl.password_file");
+    expect_error("kafka:\n  brokers: b\n  topics: [t]\n  no.such.thing_file: /x\n"
+                 "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n",
+                 4, "'no.such.thing_file' is not a librdkafka property");
 }
 
 static void durations_and_times_parse(void **state)
@@ -782,6 +891,8 @@ int main(void)
         cmocka_unit_test(errors_name_file_and_line),
         cmocka_unit_test(topics_librdkafka_cannot_subscribe_to_are_a_configuration_error),
         cmocka_unit_test(environment_variables_are_interpolated),
+        cmocka_unit_test(the_printed_configuration_loads_back_the_same),
+        cmocka_unit_test(empty_values_are_refused),
         cmocka_unit_test(wait_replicas_takes_auto_or_a_number),
         cmocka_unit_test(kafka_properties_pass_through),
         cmocka_unit_test(durations_and_times_parse),
@@ -791,7 +902,7 @@ int main(void)
         cmocka_unit_test(redis_tls_settings_and_errors),
         cmocka_unit_test(kafka_property_values_from_files),
         cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
-        cmocka_unit_test(kafka_overrides_that_break_the_offset_contract_are_refused),
+        cmocka_unit_test(kafka_properties_are_checked_at_load),
         cmocka_unit_test(kafka_properties_go_to_their_client),
         cmocka_unit_test(kafka_clients_layer_defaults_section_and_fixed),
         cmocka_unit_test(the_engine_opens_without_connecting_and_blames_a_bad_schema),
