@@ -6,7 +6,10 @@
 # named). Kafka and Redis are "unreachable" at 127.0.0.1:1, where nothing
 # listens: lbadmin and loadgen must give up within --timeout + 1 s, saying
 # so once; librdkafka's own lines may only come through the project's logger
-# (logfmt, component=kafka), never raw. Cases run in parallel.
+# (logfmt, component=kafka), never raw. Cases run in parallel. The rows
+# that need services are staged with real ones: 4 (retention gap) and 5
+# (verify differs) in tests/integration/test_replay.sh, 6 (drain) in
+# tests/integration/test_stalls.sh.
 #
 #   LB_BIN  the programs (default: build/bin)
 set -euo pipefail
