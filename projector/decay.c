@@ -1,0 +1,158 @@
+/* After-tax scores of decaying boards; see decay.h. */
+#include "decay.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef __int128 i128;
+
+int lb_decay_parse_tax(const char *text, int64_t *tax)
+{
+    int64_t whole = 0, frac = 0;
+    int places = 0, digits = 0;
+    const char *s = text;
+    for (; *s >= '0' && *s <= '9'; s++, digits++)
+        if ((whole = whole * 10 + (*s - '0')) > 100)
+            return -1;
+    if (*s == '.') {
+        for (s++; *s >= '0' && *s <= '9'; s++, places++) {
+            if (places == LB_DECAY_TAX_PLACES)
+                return -1;
+            frac = frac * 10 + (*s - '0');
+        }
+        if (!places)
+            return -1;
+    }
+    if (*s || !digits)
+        return -1;
+    for (int p = places; p < LB_DECAY_TAX_PLACES; p++)
+        frac *= 10;
+    *tax = whole * LB_DECAY_TAX_ONE + frac;
+    return *tax > 100 * LB_DECAY_TAX_ONE ? -1 : 0;
+}
+
+static int64_t gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* The factor at 'age' as a reduced fraction num/den. -1 on overflow. */
+static int factor(const struct lb_decay *d, int age, i128 *num, i128 *den)
+{
+    if (age > d->max_age)
+        age = d->max_age;
+    if (age < 0)
+        age = 0;
+    int64_t n, k;
+    if (d->stacking == LB_DECAY_LINEAR) {
+        n = LB_DECAY_TAX_ONE + d->tax * age; /* tax <= 100, age an int: no overflow */
+        k = gcd(n, LB_DECAY_TAX_ONE);
+        *num = n / k;
+        *den = LB_DECAY_TAX_ONE / k;
+        return 0;
+    }
+    n = LB_DECAY_TAX_ONE + d->tax;
+    k = gcd(n, LB_DECAY_TAX_ONE);
+    *num = *den = 1;
+    for (int i = 0; i < age; i++)
+        if (__builtin_mul_overflow(*num, (i128)(n / k), num) ||
+            __builtin_mul_overflow(*den, (i128)(LB_DECAY_TAX_ONE / k), den))
+            return -1;
+    return 0;
+}
+
+/* floor(a / b) for b > 0 */
+static i128 floor_div(i128 a, i128 b)
+{
+    i128 q = a / b;
+    return a % b != 0 && a < 0 ? q - 1 : q;
+}
+
+int lb_decay_taxed(const struct lb_decay *d, int64_t raw, int age, int64_t *taxed)
+{
+    i128 num, den, top, half;
+    if (factor(d, age, &num, &den) != 0)
+        return -1;
+    if (d->desc) { /* divided by the factor */
+        i128 t = num;
+        num = den;
+        den = t;
+    }
+    /* round(raw·scale·num/den), halves up: floor((2·raw·scale·num + den) / (2·den)) */
+    if (__builtin_mul_overflow((i128)raw, (i128)d->scale, &top) ||
+        __builtin_mul_overflow(top, num, &top) || __builtin_mul_overflow(top, (i128)2, &top) ||
+        __builtin_add_overflow(top, den, &top) || __builtin_mul_overflow(den, (i128)2, &half))
+        return -1;
+    i128 r = floor_div(top, half);
+    if (r > INT64_MAX || r < INT64_MIN)
+        return -1;
+    *taxed = (int64_t)r;
+    return 0;
+}
+
+int lb_decay_check(const struct lb_decay *d, int64_t raw_min, int64_t raw_max, int64_t limit,
+                   char *err, size_t errlen)
+{
+    /* |taxed| grows with |raw| and, for asc boards, with the age; for desc
+     * boards the untaxed score is the largest: the bounds at both ends of
+     * both ranges decide */
+    const int64_t raws[] = {raw_min, raw_max};
+    const int ages[] = {0, d->max_age};
+    for (size_t r = 0; r < 2; r++)
+        for (size_t a = 0; a < 2; a++) {
+            int64_t t;
+            if (lb_decay_taxed(d, raws[r], ages[a], &t) != 0) {
+                snprintf(err, errlen,
+                         "a score of %lld taxed for %d patches does not fit 128-bit arithmetic; "
+                         "lower decay.max_age, decay.scale or the score range",
+                         (long long)raws[r], ages[a]);
+                return -1;
+            }
+            if (t > limit || t < -limit) {
+                snprintf(err, errlen,
+                         "a score of %lld taxed for %d patches is %lld, beyond the %lld the tie "
+                         "bits leave; lower decay.scale, decay.max_age or the score range",
+                         (long long)raws[r], ages[a], (long long)t, (long long)limit);
+                return -1;
+            }
+        }
+    return 0;
+}
+
+/* Compares one part of each: numbers by value, anything else bytewise. */
+static int part_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int numeric =
+        alen && blen && strspn(a, "0123456789") >= alen && strspn(b, "0123456789") >= blen;
+    if (numeric) {
+        while (alen > 1 && *a == '0')
+            a++, alen--;
+        while (blen > 1 && *b == '0')
+            b++, blen--;
+        if (alen != blen)
+            return alen < blen ? -1 : 1;
+    }
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c ? c : alen < blen ? -1 : alen > blen;
+}
+
+int lb_version_cmp(const char *a, const char *b)
+{
+    for (;;) {
+        size_t alen = strcspn(a, "."), blen = strcspn(b, ".");
+        int c = part_cmp(a, alen, b, blen);
+        if (c)
+            return c;
+        a += alen;
+        b += blen;
+        if (!*a || !*b)
+            return *a ? 1 : *b ? -1 : 0;
+        a++;
+        b++;
+    }
+}
