@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -791,6 +792,17 @@ static void kafka_property_values_from_files(void **state)
     lb_config_free(c);
     /* gone before: the check (at load) says so */
     expect_error(text, 5, "kafka property sasl.password_file");
+    /* longer than any value librdkafka takes: refused, not cut short */
+    assert_int_equal(mkdir(dir, 0700), 0); /* the same name: 'text' names it */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 5000; i++)
+        fputc('x', f);
+    fclose(f);
+    snprintf(want, sizeof(want), "%s: too long", path);
+    expect_error(text, 5, want);
+    unlink(path);
+    rmdir(dir);
     expect_error("kafka:\n  brokers: b\n  topics: [t]\n  no.such.thing_file: /x\n"
                  "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n",
                  4, "'no.such.thing_file' is not a librdkafka property");
