@@ -263,7 +263,10 @@ stop_projector() {
 # produce ARGS... - loadgen against the test broker; events appended to
 # $T_DIR/events.tsv.
 produce() {
-    "$BIN/loadgen" --brokers "$BROKERS" "${KAFKA_X[@]}" --events-out "$T_DIR/events.part" "$@" \
+    # tests and the chaos soak stop Kafka while producing: the producer
+    # rides through (loadgen's own default gives up after 10 s unanswered)
+    "$BIN/loadgen" --brokers "$BROKERS" "${KAFKA_X[@]}" --timeout 300 \
+        --events-out "$T_DIR/events.part" "$@" \
         >>"$T_DIR/loadgen.log" 2>&1 || fail "loadgen failed"
     cat "$T_DIR/events.part" >>"$T_DIR/events.tsv"
 }
