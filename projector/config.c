@@ -29,6 +29,7 @@
 
 struct parser {
     const char *name; /* for messages */
+    unsigned flags;   /* LB_CONFIG_* */
     char *dir;        /* for relative paths */
     yaml_document_t doc;
     char *err;
@@ -309,6 +310,11 @@ static int store_scalar(struct parser *p, const struct key_def *def, int line, c
         if (lb_time_parse(text, &v) != 0)
             return fail(p, line, "%s: \"%s\" is not an RFC 3339 time such as 2025-01-01T00:00:00Z",
                         def->name, text);
+        /* in UTC, as --check-config prints it, a year of four digits */
+        if (v < lb_days_from_civil(0, 1, 1) * 86400000 ||
+            v >= lb_days_from_civil(10000, 1, 1) * 86400000)
+            return fail(p, line, "%s: %s is outside the years 0000 to 9999 in UTC", def->name,
+                        text);
         *(int64_t *)field = v;
         return 0;
     case KT_CHOICE:
@@ -1426,7 +1432,8 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
     if (config->ntopics == 0)
         return fail(p, config->kafka_line, "kafka.topics: list at least one topic");
     struct lb_kafka_options kafka = lb_config_kafka(config);
-    if (lb_kafka_check(&kafka, config->dlq_topic != NULL, p->err, p->errlen) != 0)
+    if (!(p->flags & LB_CONFIG_NO_KAFKA) &&
+        lb_kafka_check(&kafka, config->dlq_topic != NULL, p->err, p->errlen) != 0)
         return -1;
     int tls_rc = check_redis_tls(p, config);
     if (tls_rc != 0)
@@ -1515,7 +1522,13 @@ int lb_config_load_string(const char *name, const char *text, size_t len, struct
 
 int lb_config_load(const char *path, struct lb_config **out, char *err, size_t errlen)
 {
-    struct parser p = {.name = path, .err = err, .errlen = errlen};
+    return lb_config_load_flags(path, 0, out, err, errlen);
+}
+
+int lb_config_load_flags(const char *path, unsigned flags, struct lb_config **out, char *err,
+                         size_t errlen)
+{
+    struct parser p = {.name = path, .flags = flags, .err = err, .errlen = errlen};
     FILE *f = fopen(path, "rb");
     char *text = NULL, *copy = NULL;
     long size;
@@ -1964,8 +1977,11 @@ static void print_nodes(const void *obj, FILE *out, int indent)
     for (size_t i = 0; i < config->nredis_nodes; i++) {
         const struct lb_host *h = &config->redis_nodes[i];
         int v6 = strchr(h->host, ':') != NULL;
-        fprintf(out, "%s\"%s%s%s:%d\"", i ? ", " : "", v6 ? "[" : "", h->host, v6 ? "]" : "",
-                h->port);
+        char node[300];
+        snprintf(node, sizeof(node), "%s%.255s%s:%d", v6 ? "[" : "", h->host, v6 ? "]" : "",
+                 h->port);
+        fputs(i ? ", " : "", out);
+        print_string(out, node);
     }
     fputs("]\n", out);
 }

@@ -140,6 +140,11 @@ struct lb_config {
  * '*out' (owned by the caller). On failure returns -1 and writes
  * "path:line: message" into 'err'. */
 int lb_config_load(const char *path, struct lb_config **out, char *err, size_t errlen);
+/* Same, for a program that never talks to Kafka (lbread): the kafka:
+ * section's properties are not checked (nor their files read). */
+#define LB_CONFIG_NO_KAFKA 1u
+int lb_config_load_flags(const char *path, unsigned flags, struct lb_config **out, char *err,
+                         size_t errlen);
 /* Same, from a string; 'name' is used in error messages (NULL:
  * "<config>"); relative paths stay relative to the working directory. */
 int lb_config_load_string(const char *name, const char *text, size_t len, struct lb_config **out,

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int lb_kafka_log_quiet;
 
@@ -208,6 +209,9 @@ static int value_from_file(const struct lb_kv *kv, const char *path, int line, c
 
 int lb_kafka_property_secret(const char *name)
 {
+    size_t len = strlen(name);
+    if (len > 5 && strcmp(name + len - 5, "_file") == 0)
+        return 0; /* a path: the secret is in the file */
     return strstr(name, "password") || strstr(name, "secret") || strcmp(name, "ssl.key.pem") == 0 ||
            strcmp(name, "sasl.oauthbearer.config") == 0;
 }
@@ -259,6 +263,12 @@ int lb_kafka_check(const struct lb_kafka_options *o, int producer, char *err, si
                      "%s:%d: kafka property %s: cooperative-sticky is not supported (librdkafka "
                      "2.0.2 has known crash and hang bugs in it); use range or roundrobin",
                      path, kv->line, key);
+            rc = -1;
+        } else if (strstr(key, ".location") && *v && strcmp(v, "probe") != 0 &&
+                   access(v, R_OK) != 0) {
+            /* librdkafka reads it only when the client is made */
+            snprintf(err, errlen, "%s:%d: kafka property %s: %s: %s", path, kv->line, key, v,
+                     strerror(errno));
             rc = -1;
         } else {
             rc = conf_set(scratch, key, v, path, kv->line, err, errlen);

@@ -5,6 +5,7 @@
  * drain and stop; SIGHUP re-reads log.level from the configuration file. */
 #include "config.h"
 #include "daemon.h"
+#include "engine.h"
 #include "log.h"
 #include "usage.h"
 
@@ -97,15 +98,17 @@ int main(int argc, char **argv)
     }
     lb_log_threshold = level ? lb_log_level_parse(level) : config->log_level;
     lb_log_json = config->log_json;
-    /* the schemas too, before anything connects: a start refuses what
-     * --check-config refuses, and the other way round */
-    struct lb_decoder *decoder = lb_config_decoder(config, err, sizeof(err), NULL);
-    if (!decoder) {
-        fprintf(stderr, "%s\n", err);
+    /* and what the engine reads at start (schemas, the registry's files),
+     * before anything connects (opening it connects nowhere): a start
+     * refuses what --check-config refuses, and the other way round */
+    enum lb_error_class class = LB_ERROR_NONE;
+    struct lb_engine *engine = lb_engine_open(config, NULL, err, sizeof(err), &class);
+    if (!engine) {
+        fprintf(stderr, "%s%s\n", class == LB_ERROR_CONFIG ? "" : "projector: ", err);
         lb_config_free(config);
-        return LB_EXIT_CONFIG;
+        return class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
     }
-    lb_decoder_free(decoder);
+    lb_engine_close(engine);
     if (check) {
         lb_config_print(config, stdout);
         lb_config_free(config);

@@ -130,18 +130,19 @@ size_t lb_window_label(enum lb_window_kind kind, int64_t id, char *out, size_t c
 
 int lb_window_label_parse(enum lb_window_kind kind, const char *label, int64_t *id)
 {
+    /* field widths keep every number small: no overflow below */
     char again[LB_WINDOW_LABEL_MAX], tail;
     long long year;
     unsigned a, b;
-    if (kind == LB_WINDOW_DAILY && sscanf(label, "%lld-%u-%u%c", &year, &a, &b, &tail) == 3 &&
+    if (kind == LB_WINDOW_DAILY && sscanf(label, "%6lld-%2u-%2u%c", &year, &a, &b, &tail) == 3 &&
         a >= 1 && a <= 12 && b >= 1 && b <= 31) {
         *id = lb_days_from_civil(year, a, b);
-    } else if (kind == LB_WINDOW_WEEKLY && sscanf(label, "%lld-W%u%c", &year, &a, &tail) == 2 &&
+    } else if (kind == LB_WINDOW_WEEKLY && sscanf(label, "%6lld-W%2u%c", &year, &a, &tail) == 2 &&
                a >= 1 && a <= 53) {
         int64_t jan4 = lb_days_from_civil(year, 1, 4); /* always in ISO week 1 */
         int64_t monday = jan4 - (jan4 + 3 - lb_floor_div(jan4 + 3, 7) * 7);
         *id = monday + 7 * (int64_t)(a - 1);
-    } else if (kind == LB_WINDOW_MONTHLY && sscanf(label, "%lld-%u%c", &year, &a, &tail) == 2 &&
+    } else if (kind == LB_WINDOW_MONTHLY && sscanf(label, "%6lld-%2u%c", &year, &a, &tail) == 2 &&
                a >= 1 && a <= 12) {
         *id = year * 12 + a - 1;
     } else {

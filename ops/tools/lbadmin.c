@@ -502,7 +502,10 @@ static int redrive(const struct options *o)
         return status;
     }
     status = 0;
-    while (left > 0 && left_ms(o) > 0 && status == 0) {
+    /* reading stops early enough to leave the last records a fair wait for
+     * their acknowledgement: half the timeout, at most 30 s */
+    int reserve_ms = o->timeout_s * 500 < 30000 ? o->timeout_s * 500 : 30000;
+    while (left > 0 && left_ms(o) > reserve_ms && status == 0) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(consumer, poll_ms(o));
         if (!m)
             continue;
@@ -538,11 +541,13 @@ static int redrive(const struct options *o)
         rd_kafka_message_destroy(m);
         rd_kafka_poll(producer, 0);
     }
-    /* what is left of the timeout, and half a second for the last records */
-    if (rd_kafka_flush(producer, left_ms(o) > 500 ? left_ms(o) : 500) !=
-        RD_KAFKA_RESP_ERR_NO_ERROR) {
-        fprintf(stderr, "lbadmin: %d record(s) not acknowledged by the brokers within %d s\n",
-                rd_kafka_outq_len(producer), o->timeout_s);
+    /* what is left of the timeout: the reserve at least */
+    int flush_ms = left_ms(o);
+    if (rd_kafka_flush(producer, flush_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        fprintf(stderr,
+                "lbadmin: %d record(s) not acknowledged by the brokers within the %.1f s left of "
+                "--timeout %d (some may have been written: a second redrive can repeat them)\n",
+                rd_kafka_outq_len(producer), flush_ms / 1000.0, o->timeout_s);
         rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         status = 1;
     }

@@ -386,7 +386,7 @@ int main(int argc, char **argv)
         return lb_usage_error("--board wants a board id, not ''");
     lb_log_threshold = LB_LOG_ERROR;
     struct lb_config *config;
-    if (lb_config_load(path, &config, err, sizeof(err)) != 0) {
+    if (lb_config_load_flags(path, LB_CONFIG_NO_KAFKA, &config, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
         return 3;
     }
@@ -422,8 +422,10 @@ int main(int argc, char **argv)
         size_t len =
             lb_board_key(config->key_prefix, (struct lb_str){board, (uint32_t)strlen(board)},
                          window, key, sizeof(key));
-        const char *argv_exists[] = {"EXISTS", key};
-        redisReply *reply = len ? command(v.cl, v.slot, 2, argv_exists) : NULL;
+        /* ZCOUNT, not EXISTS: the reader's ACL rule has it, and a sorted set
+         * is never empty, so 0 means no key */
+        const char *argv_count[] = {"ZCOUNT", key, "-inf", "+inf"};
+        redisReply *reply = len ? command(v.cl, v.slot, 4, argv_count) : NULL;
         if (!reply)
             status = -1;
         else if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0)

@@ -246,13 +246,12 @@ static int stalled(rd_kafka_t *rk, const struct options *o)
         last_ack = now_s();
     if (now_s() - last_ack <= o->timeout_s)
         return 0;
-    if (!delivered && !failed)
-        say_unreachable(rk, o, "no event acknowledged");
-    else
-        fprintf(stderr,
-                "loadgen: the Kafka brokers %s acknowledged no event of topic %s for %d s; %d "
-                "event(s) not delivered\n",
-                o->brokers, o->topic, o->timeout_s, rd_kafka_outq_len(rk));
+    /* the brokers answered (reach_brokers): the topic, a leader or the
+     * brokers themselves since then */
+    fprintf(stderr,
+            "loadgen: the Kafka brokers %s acknowledged no event of topic %s for %d s (does the "
+            "topic exist? are the brokers still up?); %d event(s) not delivered\n",
+            o->brokers, o->topic, o->timeout_s, rd_kafka_outq_len(rk));
     return 1;
 }
 

@@ -73,6 +73,13 @@ redis: {nodes: [\"127.0.0.1:1\"]}"
     "redacted-secret|8|password: \"<redacted>\" stands for a secret|$kafka
 $rest
   password: <redacted>"
+    "registry-password-file-missing|5|input.registry.password_file /nonexistent/pw: No such file|$kafka
+input:
+  registry: {url: \"http://127.0.0.1:1\", user: u, password_file: /nonexistent/pw}
+redis: {nodes: [\"127.0.0.1:1\"]}"
+    "kafka-ca-file-missing|4|ssl.ca.location: /nonexistent/ca.pem: No such file|$kafka
+  ssl.ca.location: /nonexistent/ca.pem
+$rest"
     "unknown-key|4|unknown key 'topic' in kafka|$kafka
   topic: scores
 $rest"

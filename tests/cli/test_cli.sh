@@ -56,12 +56,14 @@ profiles:
       weekly: {ttl: 28d}
 YAML
 printf 'kafka:\n  brokers: [127.0.0.1:1\n  group: lb-cli\n' >"$tmp/bad.yaml"
+# a kafka: section lbread never uses: its secret file unreadable to lbread
+sed 's|^  group: lb-cli$|&\n  sasl.password_file: /nonexistent/kafka-password|' "$tmp/ok.yaml" >"$tmp/kafka.yaml"
 
 K=127.0.0.1:1
 unreachable="cannot reach the Kafka brokers 127\\.0\\.0\\.1:1 within"
 
 # exit | at most (s) | stream | regex one line of the stream must match | command
-# (@ok@, @bad@, @missing@: the files above; $K: brokers where nothing listens)
+# (@ok@, @bad@, @kafka@, @missing@: the files above; $K: brokers where nothing listens)
 table=$(
     cat <<TABLE
 0|3|out|^Exit status: 0 stopped cleanly, 1 fatal runtime error, 2 usage error,|projector --help
@@ -81,6 +83,8 @@ table=$(
 1|11|err|^loadgen: $unreachable 10 s|loadgen -n 1 --brokers $K
 1|5|err|^replay: cannot reach Redis: .*127\.0\.0\.1:1|replay --config @ok@ --board g1
 1|5|err|^lbread: .*cannot connect to Redis 127\.0\.0\.1:1|lbread --config @ok@ --board g1
+1|5|err|^lbread: .*cannot connect to Redis 127\.0\.0\.1:1|lbread --config @kafka@ --board g1
+3|3|err|kafka\.yaml:4: kafka property sasl\.password_file: /nonexistent/kafka-password: No such file|replay --config @kafka@ --board g1
 2|3|err|^projector: unknown option '--bogus' \(see projector --help\)$|projector --bogus
 2|3|err|^lbadmin: unknown option '--bogus' \(see lbadmin --help\)$|lbadmin --bogus
 2|3|err|^lbadmin: unknown option '-Z' \(see lbadmin --help\)$|lbadmin dump --topic t -Z
@@ -94,6 +98,7 @@ table=$(
 2|3|err|^lbadmin: unexpected argument 'extra'|lbadmin dump --topic t extra
 2|3|err|^lbadmin: -X: kafka property no.such.property: |lbadmin dump --brokers $K --topic t -X no.such.property=1
 2|3|err|^lbread: --board ID is required \(see lbread --help\)$|lbread --config @ok@
+2|3|err|^lbread: --window 'daily:9223372036854775807-01-01': daily windows are written daily:YYYY-MM-DD|lbread --config @ok@ --board g1 --window daily:9223372036854775807-01-01
 2|3|err|^lbread: --config FILE is required|lbread --board g1
 2|3|err|^lbread: unknown option '--bogus'|lbread --config @ok@ --board g1 --bogus
 2|3|err|^lbread: --top wants a number from 1 to 100000, not 'all'|lbread --config @ok@ --board g1 --top all
@@ -152,6 +157,7 @@ for n in "${!rows[@]}"; do
         case $w in
         @ok@) args+=("$tmp/ok.yaml") ;;
         @bad@) args+=("$tmp/bad.yaml") ;;
+        @kafka@) args+=("$tmp/kafka.yaml") ;;
         @missing@) args+=("$tmp/missing.yaml") ;;
         *) args+=("$w") ;;
         esac

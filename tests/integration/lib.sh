@@ -336,7 +336,7 @@ wait_caught_up() {
 
 # committed_offsets - "partition committed high" lines.
 committed_offsets() {
-    "$BIN/lbadmin" offsets --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores \
+    "$BIN/lbadmin" offsets --brokers "$BROKERS" "${KAFKA_X[@]}" --timeout 30 --topic scores \
         --group "${GROUP:-lb-test}" |
         awk '$1 == "scores" { print $2, $3, $5 }'
 }

@@ -91,7 +91,11 @@ grep -q ' 0 differing' "$T_DIR/verify.out" || fail "replay --verify found differ
 "$BIN/lbread" --config "$T_DIR/reader.yaml" --board "$lost" --top 5 >"$T_DIR/lbread.out" 2>&1 ||
     fail "lbread under its rule failed: $(tail -n 3 "$T_DIR/lbread.out")"
 grep -q "lb:{$lost}:alltime" "$T_DIR/lbread.out" || fail "lbread printed no window"
-ok "replay (a lost board, then --verify) and lbread under their rules"
+"$BIN/lbread" --config "$T_DIR/reader.yaml" --board "$lost" --window alltime --top 5 \
+    >"$T_DIR/lbread-window.out" 2>&1 ||
+    fail "lbread --window under its rule failed: $(tail -n 3 "$T_DIR/lbread-window.out")"
+grep -q "lb:{$lost}:alltime" "$T_DIR/lbread-window.out" || fail "lbread --window printed no window"
+ok "replay (a lost board, then --verify) and lbread (all windows, and --window) under their rules"
 
 # each command of the projector's rule is needed: taken away, a run fails
 # with NOPERM naming it (the events it could not write are written after)

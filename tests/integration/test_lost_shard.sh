@@ -130,7 +130,7 @@ lost_slot() { # SLOT: whether it is in the lost ranges
 # 45 s of production: the checks below, the runbook and replay must all
 # happen while it runs, also on a loaded two-core machine under ASan (30 s
 # was once not enough there)
-"$BIN/loadgen" --brokers "$BROKERS" --events-out "$T_DIR/events.part" \
+"$BIN/loadgen" --brokers "$BROKERS" --timeout 300 --events-out "$T_DIR/events.part" \
     --deliveries-out "$T_DIR/deliveries.tsv" -n 45000 --seed 124 "${gen[@]}" --rate 1000 \
     >>"$T_DIR/loadgen.log" 2>&1 &
 producer=$!

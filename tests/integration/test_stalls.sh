@@ -80,7 +80,7 @@ stale_start=$(date -u -d '14 days ago' +%Y-%m-%dT00:00:00Z)
 bad_key="lb:{sum-3}:weekly:$week"
 redis_cli "$(live_ports | first)" -c SET "$bad_key" "not a sorted set" >/dev/null
 logged=$(wc -l <"$T_DIR/projector.log")
-"$BIN/loadgen" --brokers "$BROKERS" --events-out "$T_DIR/events.part" \
+"$BIN/loadgen" --brokers "$BROKERS" --timeout 300 --events-out "$T_DIR/events.part" \
     --deliveries-out "$T_DIR/deliveries.tsv" -n 12000 --seed 142 "${gen[@]}" \
     --start "$stale_start" --days 1 --rate 1500 >>"$T_DIR/loadgen.log" 2>&1 &
 producer=$!

@@ -375,6 +375,8 @@ static void kafka_properties_are_checked_at_load(void **state)
         {"foo.bar: x", "'foo.bar' is not a librdkafka property"},
         {"session.timeout.ms: soon", "Invalid value"},
         {"linger.ms: 5", "kafka.dlq_topic is not set"},
+        {"ssl.ca.location: /nonexistent/ca.pem",
+         "ssl.ca.location: /nonexistent/ca.pem: No such file"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char text[1024];
@@ -511,6 +513,10 @@ static void the_printed_configuration_loads_back_the_same(void **state)
 static void empty_values_are_refused(void **state)
 {
     (void)state;
+    char year[1024];
+    snprintf(year, sizeof(year), "%sprofiles:\n  - name: p\n    epoch: 0000-01-01T00:30:00+01:00\n",
+             minimal);
+    expect_error(year, 11, "epoch: 0000-01-01T00:30:00+01:00 is outside the years 0000 to 9999");
     expect_error("kafka: {brokers, topics}\n", 1, "brokers is empty");
     expect_error("kafka: {brokers: b, topics: [t, ~]}\n", 1, "topics: an item is empty");
     expect_error("kafka: {brokers: b, topics: [t]}\ninput: {schemas: {1}}\n", 2,
@@ -731,15 +737,17 @@ static void kafka_clients_layer_defaults_section_and_fixed(void **state)
     rd_kafka_conf_destroy(conf);
     lb_config_free(c);
 
-    c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  security.protocol: ssl\n"
-                "  ssl.ca.location: /nonexistent/ca.pem\n"
+    /* SASL PLAIN without credentials: refused only together, as the client
+     * is made */
+    c = load_ok("kafka:\n  brokers: b\n  topics: [t]\n  security.protocol: sasl_plaintext\n"
+                "  sasl.mechanisms: PLAIN\n"
                 "input:\n  schemas: {1: s.avsc}\nredis:\n  nodes: [a:1]\n");
     options = lb_config_kafka(c);
     client = (struct lb_kafka_client){.type = RD_KAFKA_CONSUMER};
     enum lb_error_class class = LB_ERROR_NONE;
     assert_null(lb_kafka_new(&options, &client, err, sizeof(err), &class));
     assert_int_equal(class, LB_ERROR_CONFIG);
-    if (!strstr(err, "test.yaml: cannot create the Kafka consumer") || !strstr(err, "ssl"))
+    if (!strstr(err, "test.yaml: cannot create the Kafka consumer") || !strstr(err, "sasl"))
         fail_msg("unexpected error: %s", err);
     lb_config_free(c);
 
@@ -778,6 +786,15 @@ static void kafka_property_values_from_files(void **state)
     assert_int_equal(rd_kafka_conf_get(conf, "sasl.password", value, &len), RD_KAFKA_CONF_OK);
     assert_string_equal(value, "s3cret"); /* its newline dropped */
     rd_kafka_conf_destroy(conf);
+    /* --check-config prints the file's path, and that loads again */
+    char *shown = printed(c);
+    char line[160];
+    snprintf(line, sizeof(line), "  sasl.password_file: \"%s\"\n", path);
+    if (!strstr(shown, line) || strstr(shown, "s3cret"))
+        fail_msg("no \"%s\" in:\n%s", line, shown);
+    lb_config_free(load_ok(shown));
+    free(shown);
+
     unlink(path);
     rmdir(dir);
 
