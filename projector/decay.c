@@ -124,35 +124,39 @@ int lb_decay_check(const struct lb_decay *d, int64_t raw_min, int64_t raw_max, i
     return 0;
 }
 
-/* Compares one part of each: numbers by value, anything else bytewise. */
-static int part_cmp(const char *a, size_t alen, const char *b, size_t blen)
+size_t lb_version_key(const char *name, char *out, size_t cap)
 {
-    int numeric =
-        alen && blen && strspn(a, "0123456789") >= alen && strspn(b, "0123456789") >= blen;
-    if (numeric) {
-        while (alen > 1 && *a == '0')
-            a++, alen--;
-        while (blen > 1 && *b == '0')
-            b++, blen--;
-        if (alen != blen)
-            return alen < blen ? -1 : 1;
+    size_t n = 0;
+    for (const char *part = name;; part++) {
+        size_t len = strcspn(part, "."), skip = 0;
+        int number = len && strspn(part, "0123456789") >= len;
+        while (number && len - skip > 1 && part[skip] == '0')
+            skip++; /* by value: 010 is 10 */
+        number = number && len - skip <= 99;
+        if (!number)
+            skip = 0;
+        char head[24];
+        snprintf(head, sizeof(head), number ? "%sN%02zu" : "%sS", part == name ? "" : "\x01",
+                 len - skip);
+        size_t hlen = strlen(head);
+        if (n + hlen + len - skip >= cap)
+            return 0;
+        memcpy(out + n, head, hlen);
+        memcpy(out + n + hlen, part + skip, len - skip);
+        n += hlen + len - skip;
+        part += len;
+        if (!*part)
+            break;
     }
-    int c = memcmp(a, b, alen < blen ? alen : blen);
-    return c ? c : alen < blen ? -1 : alen > blen;
+    out[n] = '\0';
+    return n;
 }
 
 int lb_version_cmp(const char *a, const char *b)
 {
-    for (;;) {
-        size_t alen = strcspn(a, "."), blen = strcspn(b, ".");
-        int c = part_cmp(a, alen, b, blen);
-        if (c)
-            return c;
-        a += alen;
-        b += blen;
-        if (!*a || !*b)
-            return *a ? 1 : *b ? -1 : 0;
-        a++;
-        b++;
-    }
+    char ka[4 * LB_VERSION_MAX + 8], kb[4 * LB_VERSION_MAX + 8];
+    size_t la = lb_version_key(a, ka, sizeof(ka)), lb = lb_version_key(b, kb, sizeof(kb));
+    if (!la || !lb) /* longer than any patch name: bytewise */
+        return strcmp(a, b);
+    return strcmp(ka, kb);
 }

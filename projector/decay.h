@@ -50,9 +50,18 @@ int lb_decay_taxed(const struct lb_decay *d, int64_t raw, int age, int64_t *taxe
 int lb_decay_check(const struct lb_decay *d, int64_t raw_min, int64_t raw_max, int64_t limit,
                    char *err, size_t errlen);
 
-/* Orders patch names as versions: dot-separated parts, numeric parts by
- * value (1.9 < 1.10 < 1.29), others bytewise, a prefix first (1.2 < 1.2.1).
- * <0, 0 or >0 like strcmp. */
+/* Patch names are ordered as versions: dot-separated parts, a number
+ * (digits only) by value and before any other part, other parts bytewise,
+ * a prefix first: 1.2 < 1.2.1 < 1.9 < 1.10 < 1.29 < 1.x < 2.0 < beta.
+ *
+ * lb_version_key writes a key whose bytewise order is that order (what a
+ * sorted set of keys with equal scores keeps in order for Redis): each
+ * part as N<2-digit length><digits without leading zeros> or S<text>,
+ * parts separated by 0x01. Returns its length, 0 when it does not fit
+ * 'cap' (4 × the name's length + 8 always does). */
+#define LB_VERSION_MAX 128 /* the longest name lb_version_cmp orders as a version */
+size_t lb_version_key(const char *name, char *out, size_t cap);
+/* <0, 0 or >0 like strcmp, in that order (bytewise beyond LB_VERSION_MAX). */
 int lb_version_cmp(const char *a, const char *b);
 
 #endif

@@ -130,6 +130,14 @@ static void patches_order_as_versions(void **state)
                 fail_msg("'%s' vs '%s': %d, want %d", ordered[i], ordered[j], c, want);
         }
     assert_int_equal(lb_version_cmp("1.09", "1.9"), 0); /* numeric parts by value */
+    /* mixed parts: a number before any text, whatever its bytes */
+    assert_true(lb_version_cmp("1.10", "1.0a") < 0);
+    assert_true(lb_version_cmp("1.99", "1.-a") < 0);
+    /* the key is what a sorted set orders */
+    char key[64];
+    assert_int_equal(lb_version_key("1.010.x", key, sizeof(key)), 13);
+    assert_memory_equal(key, "N011\x01N0210\x01Sx", 13);
+    assert_int_equal(lb_version_key("1.2.3", key, 8), 0); /* does not fit */
 }
 
 int main(void)
