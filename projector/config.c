@@ -1157,8 +1157,7 @@ static int parse_one_window(struct parser *p, struct lb_profile *profile, enum l
     struct lb_window_config *w = add_window(profile, kind);
     if (!w)
         return fail(p, line_of(settings), "out of memory");
-    int null_value = settings->type == YAML_SCALAR_NODE &&
-                     (!*scalar_text(settings) || strcmp(scalar_text(settings), "~") == 0);
+    int null_value = settings->type == YAML_SCALAR_NODE && !*scalar_or_empty(settings);
     if (settings->type == YAML_SCALAR_NODE && !null_value) {
         /* shorthand: "daily: 7d" */
         struct key_def ttl = window_keys[0];
@@ -1370,8 +1369,6 @@ static int check_registry(struct parser *p, const struct lb_config *config)
         return fail(p, line,
                     config->registry_user ? "input.registry: user needs password or password_file"
                                           : "input.registry: a password needs a user");
-    if (config->registry_password && !*config->registry_password)
-        return fail(p, line, "input.registry.password is empty; remove it or set it");
     return 0;
 }
 
@@ -1388,8 +1385,6 @@ static int check_redis_tls(struct parser *p, struct lb_config *config)
     }
     if (!!config->redis_tls_cert_file != !!config->redis_tls_key_file)
         return fail(p, line, "redis.tls: cert_file and key_file go together (mutual TLS)");
-    if (config->redis_tls_server_name && !*config->redis_tls_server_name)
-        return fail(p, line, "redis.tls.server_name is empty; remove it or set it");
     char err[400];
     struct lb_tls_options options = {.ca_file = config->redis_tls_ca_file,
                                      .cert_file = config->redis_tls_cert_file,

@@ -898,19 +898,14 @@ static void log_totals(const struct daemon *d)
     lb_text_free(&line);
 }
 
-int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop)
+int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
+                  volatile sig_atomic_t *stop)
 {
-    struct daemon d = {.config = config, .stop = stop};
+    struct daemon d = {.config = config, .stop = stop, .engine = engine};
     size_t max = (size_t)config->batch_max_events;
     char err[1024];
     int status = LB_EXIT_OK;
-
     enum lb_error_class class;
-    d.engine = lb_engine_open(config, NULL, err, sizeof(err), &class);
-    if (!d.engine) {
-        LB_ERROR("daemon", "%s", err);
-        return class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
-    }
     int allocated =
         lb_flow_init(&d.flow, d.engine->pipeline, &d.batches[0].base, &d.batches[1].base, max) == 0;
     for (int b = 0; b < 2; b++) {

@@ -13,6 +13,7 @@
 #define LB_DAEMON_H
 
 #include "config.h"
+#include "engine.h"
 
 #include <signal.h>
 
@@ -29,7 +30,11 @@ enum lb_exit {
 };
 
 /* Runs until '*stop' becomes non-zero (set it from a signal handler) or a
- * fatal error. Returns an lb_exit status; 'config' is borrowed. */
-int lb_daemon_run(const struct lb_config *config, volatile sig_atomic_t *stop);
+ * fatal error, with 'engine' (lb_engine_open of 'config', which the caller
+ * opened to check the configuration before anything connects). Returns an
+ * lb_exit status; 'config' is borrowed, 'engine' is the daemon's from here
+ * on (closed before it returns). */
+int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
+                  volatile sig_atomic_t *stop);
 
 #endif

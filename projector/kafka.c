@@ -207,6 +207,31 @@ static int value_from_file(const struct lb_kv *kv, const char *path, int line, c
     return 1;
 }
 
+/* One property as librdkafka takes it: its name and value, a <property>_file
+ * read into 'value' (which the caller wipes), and its scope. 0, or -1 with
+ * 'err' (an unreadable file; the scope table lost to out of memory). */
+struct property {
+    char name[128], value[4096];
+    const char *key, *v;
+    char scope;
+};
+
+static int resolve(const struct lb_kafka_options *o, const struct lb_kv *kv, struct property *pr,
+                   char *err, size_t errlen)
+{
+    int from_file = value_from_file(kv, o->path, kv->line, pr->name, sizeof(pr->name), pr->value,
+                                    sizeof(pr->value), err, errlen);
+    if (from_file < 0)
+        return -1;
+    pr->key = from_file ? pr->name : kv->key;
+    pr->v = from_file ? pr->value : kv->value;
+    if ((pr->scope = lb_kafka_property_scope(pr->key)) == '?') {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 int lb_kafka_property_secret(const char *name)
 {
     size_t len = strlen(name);
@@ -225,25 +250,20 @@ int lb_kafka_check(const struct lb_kafka_options *o, int producer, char *err, si
         snprintf(err, errlen, "out of memory");
     for (size_t i = 0; rc == 0 && i < o->nprops; i++) {
         const struct lb_kv *kv = &o->props[i];
-        char name[128], value[4096];
-        int from_file = value_from_file(kv, o->path, kv->line, name, sizeof(name), value,
-                                        sizeof(value), err, errlen);
-        if (from_file < 0) {
+        struct property pr;
+        if (resolve(o, kv, &pr, err, errlen) != 0) {
+            memset(pr.value, 0, sizeof(pr.value));
             rc = -1;
             break;
         }
-        const char *key = from_file ? name : kv->key, *v = from_file ? value : kv->value;
-        char scope = lb_kafka_property_scope(key);
-        if (scope == '?') {
-            snprintf(err, errlen, "out of memory");
-            rc = -1;
-        } else if (!scope) {
+        const char *key = pr.key, *v = pr.v;
+        if (!pr.scope) {
             snprintf(err, errlen,
                      "%s:%d: kafka: '%s' is not a librdkafka property (dotted keys in kafka: "
                      "are passed to librdkafka; see its CONFIGURATION.md)",
                      path, kv->line, kv->key);
             rc = -1;
-        } else if (scope == 'P' && !producer) {
+        } else if (pr.scope == 'P' && !producer) {
             snprintf(err, errlen,
                      "%s:%d: kafka property %s is a producer's, and the only producer is the "
                      "dead-letter one: kafka.dlq_topic is not set (remove the property or set "
@@ -273,7 +293,7 @@ int lb_kafka_check(const struct lb_kafka_options *o, int producer, char *err, si
         } else {
             rc = conf_set(scratch, key, v, path, kv->line, err, errlen);
         }
-        memset(value, 0, sizeof(value));
+        memset(pr.value, 0, sizeof(pr.value));
     }
     if (scratch)
         rd_kafka_conf_destroy(scratch);
@@ -290,22 +310,15 @@ int lb_kafka_conf_apply(const struct lb_kafka_options *o, const struct lb_kafka_
         return -1;
     for (size_t i = 0; i < o->nprops; i++) {
         const struct lb_kv *kv = &o->props[i];
-        char name[128], value[4096];
-        int from_file = value_from_file(kv, o->path, kv->line, name, sizeof(name), value,
-                                        sizeof(value), err, errlen);
-        if (from_file < 0)
-            return -1;
-        const char *key = from_file ? name : kv->key;
-        char scope = lb_kafka_property_scope(key);
-        if (scope == '?') {
-            memset(value, 0, sizeof(value));
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        if (scope && scope != '*' && scope != mine)
+        struct property pr;
+        int rc = resolve(o, kv, &pr, err, errlen);
+        if (rc == 0 && pr.scope && pr.scope != '*' && pr.scope != mine) {
+            memset(pr.value, 0, sizeof(pr.value));
             continue; /* the other client's: e.g. session.timeout.ms is no producer's */
-        int rc = conf_set(conf, key, from_file ? value : kv->value, o->path, kv->line, err, errlen);
-        memset(value, 0, sizeof(value));
+        }
+        if (rc == 0)
+            rc = conf_set(conf, pr.key, pr.v, o->path, kv->line, err, errlen);
+        memset(pr.value, 0, sizeof(pr.value));
         if (rc != 0)
             return -1;
     }

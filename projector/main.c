@@ -108,8 +108,8 @@ int main(int argc, char **argv)
         lb_config_free(config);
         return class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
     }
-    lb_engine_close(engine);
     if (check) {
+        lb_engine_close(engine);
         lb_config_print(config, stdout);
         lb_config_free(config);
         return LB_EXIT_OK;
@@ -124,7 +124,7 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int status = lb_daemon_run(config, &stop_requested);
+    int status = lb_daemon_run(config, engine, &stop_requested); /* closes the engine */
     lb_config_free(config);
     return status;
 }

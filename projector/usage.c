@@ -1,9 +1,11 @@
 /* Command-line errors; see usage.h. */
 #include "usage.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *lb_usage_program = "projector";
@@ -27,4 +29,16 @@ int lb_bad_option(int opt, char *const *argv)
     if (optopt && strncmp(arg, "--", 2) != 0)
         return lb_usage_error("unknown option '-%c'", optopt);
     return lb_usage_error("unknown option '%s'", arg);
+}
+
+int lb_usage_number(const char *text, double min, double max, int whole, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v >= min && v <= max) ||
+        (whole && v != (double)(long long)v))
+        return -1;
+    *out = v;
+    return 0;
 }

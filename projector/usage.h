@@ -16,4 +16,8 @@ int lb_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * unknown option or one missing its value. Returns LB_USAGE_EXIT. */
 int lb_bad_option(int opt, char *const *argv);
 
+/* An option's number: 0 and '*out' when 'text' is a number in [min, max]
+ * (a whole one if 'whole'), else -1 for the caller to name the option. */
+int lb_usage_number(const char *text, double min, double max, int whole, double *out);
+
 #endif

@@ -598,15 +598,6 @@ static void usage(FILE *out)
                  "  lbadmin offsets --topic scores --group leaderboard-projector\n");
 }
 
-/* A whole number in [min, max], or -1. */
-static long number(const char *text, long min, long max)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    return errno || end == text || *end || v < min || v > max ? -1 : v;
-}
-
 int main(int argc, char **argv)
 {
     lb_usage_program = "lbadmin";
@@ -623,6 +614,7 @@ int main(int argc, char **argv)
                                            "redrive"};
     struct options o = {.brokers = "127.0.0.1:9092", .partitions = 6, .timeout_s = -1};
     int opt;
+    double v;
 
     /* the subcommand first, as usage shows it; options may come before it */
     optind = argc > 1 && argv[1][0] != '-' ? 2 : 1;
@@ -641,13 +633,15 @@ int main(int argc, char **argv)
             o.group = optarg;
             break;
         case 'p':
-            if ((o.partitions = (int)number(optarg, 1, 100000)) < 0)
+            if (lb_usage_number(optarg, 1, 100000, 1, &v) != 0)
                 return lb_usage_error("--partitions wants a number from 1 to 100000, not '%s'",
                                       optarg);
+            o.partitions = (int)v;
             break;
         case 'T':
-            if ((o.timeout_s = (int)number(optarg, 1, 86400)) < 0)
+            if (lb_usage_number(optarg, 1, 86400, 1, &v) != 0)
                 return lb_usage_error("--timeout wants seconds from 1 to 86400, not '%s'", optarg);
+            o.timeout_s = (int)v;
             break;
         case 'R':
             o.reason = optarg;

@@ -564,15 +564,6 @@ static void usage(FILE *out)
             "visible); 2 usage error; 3 invalid configuration.\n");
 }
 
-/* A number in [min, max], or -1. */
-static double number(const char *text, double min, double max)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    return errno || end == text || *end || !(v >= min && v <= max) ? -1 : v;
-}
-
 int main(int argc, char **argv)
 {
     lb_usage_program = "lbbench";
@@ -589,7 +580,7 @@ int main(int argc, char **argv)
     const char *path = NULL, *topic = NULL, *board = "fresh";
     int runs = 3, opt;
     size_t chunk = 2000;
-    double duration = 20, probe_rate = 50;
+    double duration = 20, probe_rate = 50, v;
 
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         usage(stdout);
@@ -612,21 +603,22 @@ int main(int argc, char **argv)
             path = optarg;
             break;
         case O_RUNS:
-            if ((runs = (int)number(optarg, 1, 1000)) < 0)
+            if (lb_usage_number(optarg, 1, 1000, 1, &v) != 0)
                 return lb_usage_error("--runs wants a number from 1 to 1000, not '%s'", optarg);
+            runs = (int)v;
             break;
         case O_CHUNK:
-            if (number(optarg, 1, 1e7) < 0)
+            if (lb_usage_number(optarg, 1, 1e7, 1, &v) != 0)
                 return lb_usage_error("--chunk wants a number from 1 to 10000000, not '%s'",
                                       optarg);
-            chunk = (size_t)number(optarg, 1, 1e7);
+            chunk = (size_t)v;
             break;
         case O_DURATION:
-            if ((duration = number(optarg, 0.001, 86400)) < 0)
+            if (lb_usage_number(optarg, 0.001, 86400, 0, &duration) != 0)
                 return lb_usage_error("--duration wants seconds, more than 0, not '%s'", optarg);
             break;
         case O_PROBE_RATE:
-            if ((probe_rate = number(optarg, 0.001, 1e6)) < 0)
+            if (lb_usage_number(optarg, 0.001, 1e6, 0, &probe_rate) != 0)
                 return lb_usage_error("--probe-rate wants probes per second, more than 0, not '%s'",
                                       optarg);
             break;

@@ -347,7 +347,8 @@ int main(int argc, char **argv)
     const char *path = NULL, *board = NULL, *window = NULL, *player = NULL;
     long top = 10;
     int opt, status = 0;
-    char err[1024], *end;
+    double number;
+    char err[1024];
 
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":c:b:w:n:a:h", longopts, NULL)) != -1) {
@@ -362,9 +363,9 @@ int main(int argc, char **argv)
             window = optarg;
             break;
         case 'n':
-            top = strtol(optarg, &end, 10);
-            if (*end || end == optarg || top < 1 || top > 100000)
+            if (lb_usage_number(optarg, 1, 100000, 1, &number) != 0)
                 return lb_usage_error("--top wants a number from 1 to 100000, not '%s'", optarg);
+            top = (long)number;
             break;
         case 'a':
             player = optarg;

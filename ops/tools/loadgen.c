@@ -427,18 +427,6 @@ static const char *option_name(const struct option *longopts, int opt)
     return name;
 }
 
-/* A number in [min, max], or -1. */
-static int number(const char *text, double min, double max, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text || *end || !(v >= min && v <= max))
-        return -1;
-    *out = v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     lb_usage_program = "loadgen";
@@ -520,7 +508,7 @@ int main(int argc, char **argv)
 #define NUMBER(dst, min, max)                                                                      \
     do {                                                                                           \
         double v_;                                                                                 \
-        if (number(optarg, (min), (max), &v_) != 0)                                                \
+        if (lb_usage_number(optarg, (min), (max), 0, &v_) != 0)                                    \
             return lb_usage_error("%s wants a number from %.15g to %.15g, not '%s'",               \
                                   option_name(longopts, opt), (double)(min), (double)(max),        \
                                   optarg);                                                         \

@@ -94,6 +94,7 @@ table=$(
 2|3|err|^lbadmin: wait-caught-up needs --group|lbadmin wait-caught-up --topic scores
 2|3|err|^lbadmin: option '--topic' needs a value|lbadmin dump --topic
 2|3|err|^lbadmin: --timeout wants seconds from 1 to 86400, not 'soon'|lbadmin dump --topic t --timeout soon
+2|3|err|^lbadmin: --timeout wants seconds from 1 to 86400, not '1.5'|lbadmin dump --topic t --timeout 1.5
 2|3|err|^lbadmin: --partitions wants a number from 1 to 100000, not '0'|lbadmin create-topic --topic t --partitions 0
 2|3|err|^lbadmin: unexpected argument 'extra'|lbadmin dump --topic t extra
 2|3|err|^lbadmin: -X: kafka property no.such.property: |lbadmin dump --brokers $K --topic t -X no.such.property=1
