@@ -1,5 +1,6 @@
 /* The apply protocol; see apply.h (and apply.lua for the argument layout). */
 #include "apply.h"
+#include "decay.h"
 #include "resp.h"
 #include "window.h"
 
@@ -91,6 +92,39 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
     return build_key(out, cap, prefix, board, rest, strlen(rest), NULL, 0);
 }
 
+size_t lb_patch_member(const char *name, size_t len, char *out, size_t cap)
+{
+    char text[LB_VERSION_MAX + 1];
+    size_t n = 0;
+    if (len <= LB_VERSION_MAX) {
+        memcpy(text, name, len);
+        text[len] = '\0';
+        if (!memchr(text, '\0', len))
+            n = lb_version_key(text, out, cap);
+    }
+    if (!n) { /* beyond a version's length (or holding a NUL): ordered by its bytes, last */
+        if (cap < 2)
+            return 0;
+        out[0] = 'Z';
+        n = 1;
+    }
+    if (n + 1 + len + 1 > cap)
+        return 0;
+    out[n] = '\0';
+    memcpy(out + n + 1, name, len);
+    out[n + 1 + len] = '\0';
+    return n + 1 + len;
+}
+
+const char *lb_patch_name(const char *member, size_t len, size_t *name_len)
+{
+    const char *nul = memchr(member, '\0', len);
+    if (!nul)
+        return NULL;
+    *name_len = len - (size_t)(nul + 1 - member);
+    return nul + 1;
+}
+
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s:%d", topic, partition);
@@ -135,8 +169,11 @@ int lb_key_is_window(const char *prefix, const char *key, size_t len)
 
 /* ---- requests --------------------------------------------------------------------- */
 
-#define KEY_MAX   1024
-#define STAMP_MAX 40 /* "%015lld:%020lld" */
+#define KEY_MAX 1024
+/* a patch's member in ~patches: its version key (4 bytes per byte of a
+ * name, plus 8), a NUL and the name; the custom value is at most a key */
+#define LB_PATCH_MEMBER_MAX (6 * KEY_MAX)
+#define STAMP_MAX           40 /* "%015lld:%020lld" */
 
 /* Values per plain entry: best composite, member; latest composite, stamp,
  * member; sum delta, tie, member. A special entry has its flags first. */
@@ -185,13 +222,21 @@ static size_t board_size_bound(const struct encoder *en, const struct lb_plan_bo
         size += 4 * (bulk + LB_RESP_INT_MAX) + strlen(en->v.segments[s].topic);
     for (uint32_t i = b->first_seen; i != LB_PLAN_NONE; i = en->v.seen[i].next)
         size += 3 * (bulk + LB_RESP_INT_MAX) + en->v.seen[i].event_id.len;
+    if (b->profile->decay) /* its four keys, "D", max_age, the rule, the patches */
+        size += 8 * (bulk + KEY_MAX);
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         size += 8 * bulk; /* a transaction's ZADD and expiry headers */
         size += 2 * (bulk + KEY_MAX + sizeof(LB_STAMPS_SUFFIX)) +
                 (2 + 2 * (size_t)b->nsegments) * (bulk + LB_RESP_INT_MAX);
+        const struct lb_decay_config *decay = b->profile->decay;
+        size_t per_entry = 4 * (bulk + STAMP_MAX);
+        if (decay && en->v.keys[k].window == decay->window) { /* its section too */
+            size += 2 * LB_PATCH_MEMBER_MAX + (2 + (size_t)b->nsegments) * (bulk + LB_RESP_INT_MAX);
+            per_entry += ((size_t)decay->max_age + 2) * (bulk + LB_RESP_INT_MAX);
+        }
         for (uint32_t e = en->v.keys[k].first_entry; e != LB_PLAN_NONE;
              e = en->v.entries[e].next_entry)
-            size += 4 * (bulk + STAMP_MAX) + en->v.entries[e].player.len;
+            size += per_entry + 2 * en->v.entries[e].player.len;
     }
     return size;
 }
@@ -275,11 +320,60 @@ static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_
     return 0;
 }
 
+/* A decaying board's section (apply.lua): "D", max_age, the rule (a
+ * change of it starts a rebuild), the number of patches, then per patch key its member in ~patches,
+ * its entries' count per segment and the entries, grouped by segment: the taxed composite at each
+ * age 0..max_age, the player. NULL when a score cannot be taxed (the load check rules that out) or
+ * memory runs out. */
+static char *put_decay(struct encoder *en, char *p, const struct lb_plan_board *b,
+                       uint32_t npatches)
+{
+    const struct lb_decay_config *decay = b->profile->decay;
+    unsigned bits = b->profile->scoring.tie_bits;
+    uint32_t nseg = b->nsegments;
+    const struct lb_decay *rule = &decay->rule;
+    char text[96];
+    int tlen =
+        snprintf(text, sizeof(text), "%s/%lld/%d/%lld/%s",
+                 rule->stacking == LB_DECAY_COMPOUND ? "compound" : "linear", (long long)rule->tax,
+                 rule->max_age, (long long)rule->scale, rule->desc ? "desc" : "asc");
+    p = lb_resp_bulk(p, "D", 1);
+    p = lb_resp_bulk_int(p, decay->max_age);
+    p = lb_resp_bulk(p, text, (size_t)tlen);
+    p = lb_resp_bulk_int(p, npatches);
+    for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
+        const struct lb_plan_key *key = &en->v.keys[k];
+        if (key->window != decay->window)
+            continue;
+        char member[LB_PATCH_MEMBER_MAX];
+        size_t len =
+            lb_patch_member(key->custom_value.ptr, key->custom_value.len, member, sizeof(member));
+        if (!len || group_entries(en, key, nseg) != 0)
+            return NULL;
+        p = lb_resp_bulk(p, member, len);
+        for (uint32_t s = 1; s <= nseg; s++)
+            p = lb_resp_bulk_int(p, en->counts[s]);
+        for (uint32_t i = 0; i < key->nentries; i++) {
+            const struct lb_plan_entry *e = &en->v.entries[en->order[i]];
+            int64_t raw = e->value >> bits; /* arithmetic: the floor, for negative ones too */
+            int64_t tie = e->value - raw * (INT64_C(1) << bits);
+            for (int age = 0; age <= decay->max_age; age++) {
+                int64_t taxed;
+                if (lb_decay_taxed(&decay->rule, raw, age, &taxed) != 0)
+                    return NULL;
+                p = lb_resp_bulk_int(p, taxed * (INT64_C(1) << bits) + tie);
+            }
+            p = lb_resp_bulk(p, e->player.ptr, e->player.len);
+        }
+    }
+    return p;
+}
+
 /* Whether a board's batch goes as a plain transaction (see apply.h). */
 static int is_transaction(const struct lb_profile *profile)
 {
     return profile->aggregation == LB_AGG_BEST && profile->reject_retractions &&
-           !profile->dedupe_window_ms;
+           !profile->dedupe_window_ms && !profile->decay;
 }
 
 /* A best board that takes no retractions: MULTI, EXISTS fence, per window
@@ -365,7 +459,17 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
              e = en->v.entries[e].next_entry)
             nargs += !is_plain(&en->v.entries[e]);
     }
-    uint32_t numkeys = 4 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1);
+    const struct lb_decay_config *decay = profile->decay;
+    uint32_t npatches = 0;
+    if (decay) {
+        nargs += 4;
+        for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
+            if (en->v.keys[k].window == decay->window) {
+                npatches++;
+                nargs += 1 + nseg + ((size_t)decay->max_age + 2) * en->v.keys[k].nentries;
+            }
+    }
+    uint32_t numkeys = 4 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1) + (decay ? 4 : 0);
     if (lb_buf_reserve(out, board_size_bound(en, b)) != 0 ||
         grow((void **)&en->segs, &en->segs_cap, (size_t)nseg + 1, sizeof(*en->segs)) != 0)
         return -1;
@@ -387,6 +491,11 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     if (aggregation == LB_AGG_LATEST)
         for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
             p = put_window_key(en, p, b, &en->v.keys[k], 1);
+    if (decay) {
+        const char *rest[] = {LB_PATCHES_KEY, LB_DECAY_STATE_KEY, decay->key, LB_DECAY_SHADOW};
+        for (size_t i = 0; i < 4; i++)
+            p = lb_resp_bulk(p, name, lb_board_key(en->prefix, b->id, rest[i], name, KEY_MAX));
+    }
 
     static const char mode[] = {[LB_AGG_BEST] = 'b', [LB_AGG_LATEST] = 'l', [LB_AGG_SUM] = 's'};
     p = lb_resp_bulk_int(p, LB_APPLY_VERSION);
@@ -431,6 +540,8 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
         for (uint32_t i = 0; i < key->nentries; i++)
             p = put_entry(p, &en->v.entries[en->order[i]], aggregation);
     }
+    if (decay && !(p = put_decay(en, p, b, npatches)))
+        return -1;
     out->len = (size_t)(p - out->data);
     req->len = out->len - req->offset;
     return 0;
@@ -507,8 +618,11 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
             a->status = words[i].status;
     switch (a->status) {
     case LB_APPLY_OK:
-        /* {"ok", applied, skipped}: Lua numbers arrive as integers */
-        if (reply->elements != 3 || reply->element[1]->type != REDIS_REPLY_INTEGER ||
+        /* {"ok", applied, skipped[, "rebuilding"]}: Lua numbers arrive as integers */
+        a->rebuilding =
+            reply->elements == 4 && word(reply, 3) && strcmp(word(reply, 3), "rebuilding") == 0;
+        if (reply->elements != 3 + (size_t)a->rebuilding ||
+            reply->element[1]->type != REDIS_REPLY_INTEGER ||
             reply->element[2]->type != REDIS_REPLY_INTEGER)
             a->status = LB_APPLY_UNKNOWN;
         else {

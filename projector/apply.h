@@ -21,6 +21,13 @@
  *                                              without a script); a board's
  *                                              marker is the larger of both
  *   <prefix>{B}:~fence                         replay's fence while it swaps
+ *   <prefix>{B}:<decay.key>                    decaying boards: the overall
+ *                                              board of after-tax scores
+ *   <prefix>{B}:~patches                       the patches seen (sorted set
+ *                                              of lb_patch_member, scores 0)
+ *   <prefix>{B}:~decay                         the rebuild state (hash: gen,
+ *                                              rebuilding, holder, until)
+ *   <prefix>{B}:~decay:new                     the overall board being rebuilt
  *   <prefix>{B}:~seen                          dedupe: the board's event ids
  *                                              (sorted set, scored by
  *                                              lb_dedupe_stamp), those
@@ -62,7 +69,25 @@
  *   - otherwise writes everything, moves the applied segments' markers to
  *     their last offsets, and answers {"ok", applied, skipped}.
  *
- * Best boards whose profile rejects retractions and does not dedupe need no script: ZADD GT|LT
+ * Decaying boards (decay.h; README "Decaying boards") add a section: per
+ * patch of the request its member in ~patches and, per entry of its window
+ * key, the taxed composite at every age 0..max_age and the player. The
+ * script registers the patches its applied segments name; a patch not seen
+ * before starts a rebuild (gen + 1, rebuilding set, the shadow emptied).
+ * The age of a patch is the number of patches seen after it in their order
+ * (capped at max_age); each entry goes to the overall board with ZADD GT|LT
+ * at its age, and to the shadow too while a rebuild runs, when the answer
+ * is {"ok", applied, skipped, "rebuilding"}.
+ *
+ * A rebuild (rebuild.h) steps through the same script with ARGV[2] "R":
+ * "take" (a lease in ~decay naming its holder, until an instant of Redis's
+ * clock; {"go", gen, patches...}, {"busy", holder, ms} or {"done"}), "chunk"
+ * (ZADD GT|LT of taxed composites into the shadow, the lease renewed) and
+ * "finish" (RENAME of the shadow over the overall board, the flag cleared),
+ * each answering {"stale"} when its gen or lease is no longer current.
+ *
+ * Best boards whose profile rejects retractions, does not dedupe and does
+ * not decay need no script: ZADD GT|LT
  * is idempotent, so applying a batch twice, or a zombie's stale batch
  * after a newer one, changes nothing. Their request is a transaction:
  * MULTI, EXISTS fence, per window key ZADD GT|LT and its expiry, ZADD GT of
@@ -108,6 +133,15 @@ size_t lb_dedupe_key(const char *prefix, struct lb_str board, char *out, size_t 
  * named by its label, a SCAN pattern). */
 size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, char *out,
                     size_t cap);
+/* Decaying boards' keys, and a patch's member in ~patches: its
+ * lb_version_key, a NUL, its name (so the set's order is the patches'). */
+#define LB_PATCHES_KEY     "~patches"
+#define LB_DECAY_STATE_KEY "~decay"
+#define LB_DECAY_SHADOW    "~decay:new"
+size_t lb_patch_member(const char *name, size_t len, char *out, size_t cap);
+/* The name in a member of ~patches (after its NUL), or NULL. */
+const char *lb_patch_name(const char *member, size_t len, size_t *name_len);
+
 /* The marker's field for a topic-partition: "<topic>:<partition>". */
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap);
 
@@ -177,6 +211,7 @@ enum lb_apply_status {
 struct lb_apply_answer {
     enum lb_apply_status status;
     long long applied, skipped; /* LB_APPLY_OK: segments */
+    int rebuilding;             /* LB_APPLY_OK: a decaying board's rebuild is due */
     const char *key; /* wrongtype, badarg, fenced; the command for noperm; the script's version for
                         protocol */
     const redisReply *reply; /* the pairs, from element 1 on */

@@ -17,25 +17,75 @@
 --       entries of each segment, the plain entries (segment by segment),
 --       the special entries (flags r|rv first).
 --       Entry: best composite, member; latest composite, stamp, member;
---       sum delta, tie, member.
+--       sum delta, tie, member. Decaying boards (best) add KEYS
+--       [n+5 .. n+8] (~patches, ~decay, the overall board, its shadow) and
+--       a section after the keys' (see decay_write below).
 --
 -- Nothing is written before every check has passed: Redis keeps a script's
 -- earlier writes when a later call fails. Every key is touched before the
 -- first write: markers by HMGET and ZMSCORE, sum windows by ZMSCORE, latest stamps by
 -- HMGET, the dedupe set by ZMSCORE, and the other window keys (best, latest) by TYPE.
 if ARGV[1] ~= '4' then return {'protocol', '4', ARGV[1]} end
+local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
+local function refused(r, name)
+  return r.err and string.find(r.err, "can't run this command", 1, true) and {'noperm', name}
+end
+
+-- A decaying board's rebuild, one step (rebuild.c drives it).
+-- KEYS: [1] ~decay (gen, rebuilding, holder, until), [2] the shadow, [3]
+--       the overall board, [4] ~patches.
+-- ARGV: [2] R, [3] take|chunk|finish, [4] holder, [5] lease in ms;
+--       chunk and finish: [6] gen; chunk: [7] GT|LT, then composite, member
+--       pairs for the shadow.
+if ARGV[2] == 'R' then
+  local step, holder = ARGV[3], ARGV[4]
+  local st = redis.pcall('HMGET', KEYS[1], 'gen', 'rebuilding', 'holder', 'until')
+  if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[1]} end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local till = string.format('%.0f', now + tonumber(ARGV[5]))
+  if step == 'take' then
+    if not st[2] then return {'done'} end
+    if st[3] and st[3] ~= holder and tonumber(st[4]) > now then
+      return {'busy', st[3], string.format('%.0f', tonumber(st[4]) - now)}
+    end
+    redis.call('HSET', KEYS[1], 'holder', holder, 'until', till)
+    local r = {'go', st[1]}
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do r[#r + 1] = m end
+    return r
+  end
+  if not st[2] or st[1] ~= ARGV[6] or st[3] ~= holder then return {'stale'} end
+  if step == 'chunk' then
+    for i = 8, #ARGV, CHUNK do
+      redis.call('ZADD', KEYS[2], ARGV[7], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
+    end
+    redis.call('HSET', KEYS[1], 'until', till)
+    return {'ok'}
+  end
+  if redis.acl_check_cmd and not redis.acl_check_cmd('RENAME', KEYS[2], KEYS[3]) then
+    return {'noperm', 'rename'}
+  end
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('RENAME', KEYS[2], KEYS[3])
+  else
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '+inf')
+  end
+  redis.call('HDEL', KEYS[1], 'rebuilding', 'holder', 'until')
+  return {'ok'}
+end
+
 local mode, order = ARGV[2], ARGV[3]
 local nkeys, nseg = tonumber(ARGV[8]), tonumber(ARGV[9])
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'fenced', KEYS[3]} end
+-- a decaying board (best only): KEYS[D] ~patches, [D + 1] ~decay, [D + 2]
+-- its overall board, [D + 3] the shadow a rebuild fills
+local D = (mode == 'b' and #KEYS == nkeys + 8) and nkeys + 5 or nil
 
 -- which segments were applied before: the larger of the two markers (a
 -- board's profile may have changed between the two ways of writing)
 local fields = {}
 for s = 1, nseg do fields[s] = ARGV[7 + 4 * s] end
 local marks = redis.pcall('HMGET', KEYS[1], unpack(fields))
-local function refused(r, name)
-  return r.err and string.find(r.err, "can't run this command", 1, true) and {'noperm', name}
-end
 if marks.err then return refused(marks, 'hmget') or {'wrongtype', KEYS[1]} end
 local zmarks = redis.pcall('ZMSCORE', KEYS[2], unpack(fields))
 if zmarks.err then return refused(zmarks, 'zmscore') or {'wrongtype', KEYS[2]} end
@@ -61,7 +111,13 @@ for s = 1, nseg do
   end
 end
 if #partial > 0 then return {'partial', unpack(partial)} end
-if applied == 0 then return {'ok', 0, skipped} end
+if applied == 0 then
+  if D then -- a rebuild its holder left is due: the caller takes it on
+    local r = redis.pcall('HMGET', KEYS[D + 1], 'rebuilding')
+    if not r.err and r[1] then return {'ok', 0, skipped, 'rebuilding'} end
+  end
+  return {'ok', 0, skipped}
+end
 
 -- The caller's ACL user may call every command this script calls after
 -- its first write (a refused call would leave the writes before it, and a
@@ -77,7 +133,6 @@ for _, call in ipairs({{'ZADD', w, '0', 'm'}, {'ZREM', w, 'm'}, {'HSET', KEYS[1]
 end
 
 local width = (mode == 'b') and 2 or 3
-local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
 
 -- dedupe: the ids of the applied segments' events (each once: the planner
 -- leaves a retry within the batch out); one the set holds makes the call
@@ -182,9 +237,88 @@ local function expire(name, key)
   end
 end
 
+-- a decaying board's section: "D", max_age, the rule (stacking, tax,
+-- max_age, scale, order: a change of it starts a rebuild), patches; per
+-- patch its member in ~patches, its entries' count per segment, the
+-- entries: the taxed composite at each age 0..max_age, the player
+local decay
+if D and ARGV[pos] == 'D' then
+  local A, at = tonumber(ARGV[pos + 1]), pos + 4
+  decay = {A = A, rule = ARGV[pos + 2], patches = {}, members = {}, new = {}}
+  for _ = 1, tonumber(ARGV[pos + 3]) do
+    local patch, e = {member = ARGV[at], runs = {}}, at + 1 + nseg
+    for s = 1, nseg do
+      local n = tonumber(ARGV[at + s])
+      if apply[s] and n > 0 then patch.runs[#patch.runs + 1] = {e, n} end
+      e = e + (A + 2) * n
+    end
+    if #patch.runs > 0 then
+      decay.patches[#decay.patches + 1] = patch
+      decay.members[#decay.members + 1] = patch.member
+    end
+    at = e
+  end
+end
+
+-- the patches not seen before, the rebuild state; the overall board and
+-- its shadow are sorted sets
+local function decay_check()
+  local st = redis.pcall('HMGET', KEYS[D + 1], 'gen', 'rebuilding', 'rule')
+  if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[D + 1]} end
+  decay.gen, decay.building = tonumber(st[1]) or 0, st[2] and true or false
+  decay.changed = st[3] ~= decay.rule
+  if #decay.members > 0 then
+    local known = redis.pcall('ZMSCORE', KEYS[D], unpack(decay.members))
+    if known.err then return refused(known, 'zmscore') or {'wrongtype', KEYS[D]} end
+    for i, m in ipairs(decay.members) do
+      if not known[i] then decay.new[#decay.new + 1] = m end
+    end
+  end
+  for i = 2, 3 do
+    if not check_type(KEYS[D + i]) then return {'wrongtype', KEYS[D + i]} end
+  end
+end
+
+-- registers new patches (a rebuild starts: gen + 1, its shadow emptied;
+-- the same when the rule changed), then writes each entry at its patch's
+-- age to the overall board, and to the shadow while a rebuild runs
+local function decay_write(gtlt)
+  if #decay.new > 0 or decay.changed then
+    local nx = {}
+    for i, m in ipairs(decay.new) do nx[2 * i - 1], nx[2 * i] = '0', m end
+    if #nx > 0 then redis.call('ZADD', KEYS[D], 'NX', unpack(nx)) end
+    redis.call('HSET', KEYS[D + 1], 'gen', decay.gen + 1, 'rebuilding', '1', 'rule', decay.rule)
+    redis.call('ZREMRANGEBYSCORE', KEYS[D + 3], '-inf', '+inf')
+    decay.building = true
+  end
+  if #decay.patches == 0 then return end
+  local seen = redis.call('ZRANGE', KEYS[D], 0, -1)
+  local rank = {}
+  for i, m in ipairs(seen) do rank[m] = i end
+  local A, out, n = decay.A, {}, 0
+  for _, patch in ipairs(decay.patches) do
+    local age = math.min(#seen - rank[patch.member], A)
+    for _, run in ipairs(patch.runs) do
+      for e = run[1], run[1] + (A + 2) * (run[2] - 1), A + 2 do
+        out[n + 1], out[n + 2] = ARGV[e + age], ARGV[e + A + 1]
+        n = n + 2
+      end
+    end
+  end
+  for i = 1, n, CHUNK do
+    local j = math.min(i + CHUNK - 1, n)
+    redis.call('ZADD', KEYS[D + 2], gtlt, unpack(out, i, j))
+    if decay.building then redis.call('ZADD', KEYS[D + 3], gtlt, unpack(out, i, j)) end
+  end
+end
+
 if mode == 'b' then
   for _, key in ipairs(keys) do
     if key.busy and not check_type(key.name) then return {'wrongtype', key.name} end
+  end
+  if decay then
+    local failed = decay_check()
+    if failed then return failed end
   end
   local gtlt = (order == 'd') and 'GT' or 'LT'
   for _, key in ipairs(keys) do
@@ -201,8 +335,10 @@ if mode == 'b' then
       expire(key.name, key)
     end
   end
+  if decay then decay_write(gtlt) end
   remember()
   redis.call('HSET', KEYS[1], unpack(moved))
+  if decay and decay.building then return {'ok', applied, skipped, 'rebuilding'} end
   return {'ok', applied, skipped}
 end
 

@@ -589,6 +589,9 @@ static void print_profiles(const void *obj, FILE *out, int indent);
 static void print_resolution(const void *obj, FILE *out, int indent);
 static void print_dedupe(const void *obj, FILE *out, int indent);
 static void print_windows(const void *obj, FILE *out, int indent);
+static int parse_decay(struct parser *p, yaml_node_t *node, void *obj);
+static void print_table(const struct key_def *table, const void *obj, FILE *out, int indent);
+static void print_decay(const void *obj, FILE *out, int indent);
 
 #define C(member) FIELD(struct lb_config, member)
 
@@ -953,6 +956,11 @@ static const struct key_def profile_keys[] = {
      .custom = parse_windows,
      .print = print_windows,
      .doc = "windows and their retention (default: alltime, daily, weekly, monthly)"},
+    {.name = "decay",
+     .type = KT_CUSTOM,
+     .custom = parse_decay,
+     .print = print_decay,
+     .doc = "a decaying board: {dim, tax, stacking, max_age, precision, key} (default: none)"},
     {0}};
 
 /* ---- custom keys -------------------------------------------------------------- */
@@ -1248,6 +1256,151 @@ static int parse_dedupe(struct parser *p, yaml_node_t *node, void *obj)
     return parse_mapping(p, dedupe_keys, node, line_of(node), profile, "dedupe", 0);
 }
 
+static const char *const stacking_choices[] = {"linear", "compound", NULL};
+
+#define D(member) FIELD(struct lb_decay_config, member)
+
+static const struct key_def decay_keys[] = {
+    {.name = "dim",
+     .type = KT_STRING,
+     .offset = D(dim),
+     .flags = F_REQUIRED,
+     .doc = "the dim of a custom window (without ttl) whose value names the patch"},
+    {.name = "tax",
+     .type = KT_STRING,
+     .offset = D(tax),
+     .flags = F_REQUIRED,
+     .doc = "the tax per patch behind: a decimal of at most four places (0.1: 10%)"},
+    {.name = "stacking",
+     .type = KT_CHOICE,
+     .offset = D(stacking),
+     .def = "linear",
+     .choices = stacking_choices,
+     .doc = "linear: factor 1 + tax*age; compound: (1 + tax)^age"},
+    {.name = "max_age",
+     .type = KT_INT,
+     .offset = D(max_age),
+     .def = "10",
+     .min = 0,
+     .max = LB_DECAY_MAX_AGE,
+     .doc = "patches behind after which the tax stops growing"},
+    {.name = "precision",
+     .type = KT_STRING,
+     .offset = D(precision),
+     .def = "0.01",
+     .doc = "the unit the after-tax score is rounded to (half up): 1, 0.1, 0.01, 0.001 or "
+            "0.0001 of a raw score"},
+    {.name = "key",
+     .type = KT_STRING,
+     .offset = D(key),
+     .def = "decayed",
+     .doc = "the overall board's key: <prefix>{<board>}:<key>"},
+    {0}};
+
+static void decay_free(struct lb_decay_config *decay)
+{
+    if (!decay)
+        return;
+    free(decay->dim);
+    free(decay->tax);
+    free(decay->precision);
+    free(decay->key);
+    free(decay);
+}
+
+static int parse_decay(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_profile *profile = obj;
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(p, line_of(node), "decay: expected a mapping such as {dim: patch, tax: 0.1}");
+    struct lb_decay_config *decay = calloc(1, sizeof(*decay));
+    if (!decay)
+        return fail(p, line_of(node), "out of memory");
+    decay_free(profile->decay);
+    profile->decay = decay;
+    decay->line = line_of(node);
+    return parse_mapping(p, decay_keys, node, line_of(node), decay, "decay", 0);
+}
+
+/* The precision as taxed units per raw unit: 0.01 is 100. 0, or -1. */
+static int parse_precision(const char *text, int64_t *scale)
+{
+    static const char *const known[] = {"1", "0.1", "0.01", "0.001", "0.0001"};
+    for (size_t i = 0, s = 1; i < sizeof(known) / sizeof(known[0]); i++, s *= 10)
+        if (strcmp(text, known[i]) == 0) {
+            *scale = (int64_t)s;
+            return 0;
+        }
+    return -1;
+}
+
+/* A decaying board's rules, once the rest of its profile is known. */
+static int check_decay(struct parser *p, struct lb_profile *profile)
+{
+    struct lb_decay_config *decay = profile->decay;
+    struct lb_decay *rule = &decay->rule;
+    char err[512];
+    if (profile->aggregation != LB_AGG_BEST || !profile->reject_retractions)
+        return fail(p, decay->line,
+                    "profile '%s': decay needs aggregation: best and retractions: reject (a "
+                    "retraction would have to take the player's entry out of every patch's "
+                    "after-tax score)",
+                    profile->name);
+    if (lb_decay_parse_tax(decay->tax, &rule->tax) != 0)
+        return fail(p, decay->line,
+                    "decay.tax: \"%s\" is not a decimal between 0 and 100 with at most %d "
+                    "places (0.1 is 10%% per patch)",
+                    decay->tax, LB_DECAY_TAX_PLACES);
+    if (parse_precision(decay->precision, &rule->scale) != 0)
+        return fail(p, decay->line,
+                    "decay.precision: \"%s\" is not one of 1, 0.1, 0.01, 0.001, 0.0001",
+                    decay->precision);
+    rule->stacking = (enum lb_decay_stacking)decay->stacking;
+    rule->max_age = (int)decay->max_age;
+    rule->desc = profile->scoring.order == LB_ORDER_DESC;
+    size_t w = 0;
+    while (w < profile->nwindows && !(profile->windows[w].kind == LB_WINDOW_CUSTOM &&
+                                      strcmp(profile->windows[w].dim, decay->dim) == 0))
+        w++;
+    if (w == profile->nwindows)
+        return fail(p, decay->line,
+                    "decay.dim '%s' is not the dim of one of the profile's custom windows; add "
+                    "custom: [{dim: %s}] to its windows",
+                    decay->dim, decay->dim);
+    if (profile->windows[w].ttl_ms)
+        return fail(p, decay->line,
+                    "decay.dim '%s': its window has a ttl; the overall board is computed from "
+                    "every patch's board, which must not expire: remove the ttl",
+                    decay->dim);
+    decay->window = (uint32_t)w;
+    int clash = lb_window_kind_parse(decay->key) >= 0 || strpbrk(decay->key, "{}:") ||
+                decay->key[0] == '~' || strlen(decay->key) > LB_NAME_MAX;
+    for (size_t i = 0; i < profile->nwindows && !clash; i++)
+        clash = profile->windows[i].dim && strcmp(profile->windows[i].dim, decay->key) == 0;
+    if (clash)
+        return fail(p, decay->line,
+                    "decay.key \"%s\" must be at most %d bytes, not a window's name or dim, not "
+                    "start with '~', and contain no '{', '}' or ':'",
+                    decay->key, LB_NAME_MAX);
+    unsigned bits = profile->scoring.tie_bits;
+    int64_t limit = bits >= 53 ? 0 : (INT64_C(1) << (53 - bits)) - 1;
+    if (lb_decay_check(rule, profile->scoring.score_min, profile->scoring.score_max, limit, err,
+                       sizeof(err)) != 0)
+        return fail(p, decay->line, "profile '%s': decay: %s", profile->name, err);
+    return 0;
+}
+
+static void print_decay(const void *obj, FILE *out, int indent)
+{
+    const struct lb_profile *profile = obj;
+    if (!profile->decay) {
+        fprintf(out, "%*s# decay: not set (a decaying board: {dim, tax, ...})\n", indent, "");
+        return;
+    }
+    fprintf(out, "%*sdecay:\n", indent, "");
+    print_table(decay_keys, profile->decay, out, indent + 2);
+}
+
 /* Sum boards store totals, so the 2^53 budget applies to [sum_min, sum_max]
  * rather than to one event's score range (which still bounds each event). */
 static int check_sum_budget(struct parser *p, struct lb_profile *profile, int sum_max_set)
@@ -1294,7 +1447,7 @@ static int check_profile(struct parser *p, struct lb_profile *profile, int sum_m
             if (!add_window(profile, defaults[i]))
                 return fail(p, profile->line, "out of memory");
     }
-    return 0;
+    return profile->decay ? check_decay(p, profile) : 0;
 }
 
 /* Whether the mapping 'node' sets 'name'. */
@@ -1609,6 +1762,7 @@ void lb_config_free(struct lb_config *config)
         for (size_t w = 0; w < profile->nwindows; w++)
             free(profile->windows[w].dim);
         free(profile->windows);
+        decay_free(profile->decay);
     }
     free(config->profiles);
     free(config);
@@ -1762,6 +1916,14 @@ int lb_config_check_window(const struct lb_profile *profiles, size_t nprofiles, 
                       ? label && *label
                       : label && lb_window_label_parse(w->kind, label, &id) == 0;
         }
+        /* a decaying board's overall board, named by its key alone */
+        const struct lb_decay_config *decay = profile->decay;
+        if (decay && !listed(has, decay->key) && used + 1 < sizeof(has)) {
+            int n = snprintf(has + used, sizeof(has) - used, "%s%s", used ? ", " : "", decay->key);
+            used += n > 0 ? (size_t)n : 0;
+        }
+        if (decay && strcmp(window, decay->key) == 0)
+            return 0;
     }
     if (ok)
         return 0;
@@ -1847,8 +2009,6 @@ static void print_secret(FILE *out, const char *source)
     else
         fputs(REDACTED, out);
 }
-
-static void print_table(const struct key_def *table, const void *obj, FILE *out, int indent);
 
 static void print_kafka_properties(const struct lb_config *config, FILE *out, int indent)
 {

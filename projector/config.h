@@ -13,6 +13,7 @@
 
 #include "cluster.h"
 #include "consumer.h"
+#include "decay.h"
 #include "error.h"
 
 #include "event.h"
@@ -44,6 +45,23 @@ struct lb_window_config {
     char *dim;      /* LB_WINDOW_CUSTOM: the dims key whose value names the window */
 };
 
+/* decay: a decaying board (decay.h). Each event also updates an overall
+ * board of after-tax scores across the patches that one custom window's dim
+ * names; see README "Decaying boards". */
+struct lb_decay_config {
+    char *dim;            /* the custom window whose dim names the patch */
+    char *tax;            /* as written: a decimal of at most four places */
+    int stacking;         /* enum lb_decay_stacking */
+    int64_t max_age;      /* patches behind after which the tax stops growing */
+    char *precision;      /* as written: 1, 0.1, 0.01, 0.001 or 0.0001 */
+    char *key;            /* the overall board: <prefix>{B}:<key> */
+    struct lb_decay rule; /* the above, parsed (desc from the profile's order) */
+    uint32_t window;      /* the dim's window: its index in the profile's windows */
+    int line;
+};
+
+#define LB_DECAY_MAX_AGE 64 /* the request carries a taxed score per age up to max_age */
+
 struct lb_profile {
     char *name;
     char **match; /* shell-style patterns (fnmatch) on the board id */
@@ -59,6 +77,7 @@ struct lb_profile {
     int64_t dedupe_window_ms;
     struct lb_window_config *windows;
     size_t nwindows;
+    struct lb_decay_config *decay; /* NULL: not a decaying board */
     int line;
 };
 

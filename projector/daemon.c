@@ -280,8 +280,10 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     if (b->base.n)
         deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
 
+    /* a rebuild to step: back to the loop every 10 ms while nothing comes */
+    int rebuilding = d->engine->rebuild && lb_rebuild_busy(d->engine->rebuild, lb_monotonic_ms());
     while (b->base.n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
-        int64_t timeout = 200;
+        int64_t timeout = rebuilding ? 10 : 200;
         if (!wait)
             timeout = 0;
         else if (b->base.n) {
@@ -310,6 +312,8 @@ static void collect(struct daemon *d, struct batch *b, int wait)
             ping_if_idle(d);
             if (lb_log_reload)
                 reload_log_level(d->config);
+            if (rebuilding)
+                break;
         }
     }
 }
@@ -660,6 +664,30 @@ static void publish(struct daemon *d, int now)
     gauge(&t, "lb_held_board_partitions",
           "(board, partition) pairs whose events are withheld behind a held event.");
     lb_text_printf(&t, "lb_held_board_partitions %zu\n", lb_pipeline_held(d->engine->pipeline));
+    if (d->engine->rebuild) {
+        const struct lb_rebuild_stats *rs = lb_rebuild_stats(d->engine->rebuild);
+        gauge(&t, "lb_decay_rebuilds_pending",
+              "Decaying boards whose overall board this pod has still to rebuild.");
+        lb_text_printf(&t, "lb_decay_rebuilds_pending %zu\n",
+                       lb_rebuild_pending(d->engine->rebuild));
+        counter(&t, "lb_decay_rebuilds_total",
+                "Overall-board rebuilds by this pod: started (lease taken), finished (swapped in), "
+                "restarted (a newer patch or a lost lease), failed steps, busy (another pod holds "
+                "the lease).");
+        lb_text_printf(&t,
+                       "lb_decay_rebuilds_total{state=\"started\"} %llu\n"
+                       "lb_decay_rebuilds_total{state=\"finished\"} %llu\n"
+                       "lb_decay_rebuilds_total{state=\"restarted\"} %llu\n"
+                       "lb_decay_rebuilds_total{state=\"failed\"} %llu\n"
+                       "lb_decay_rebuilds_total{state=\"busy\"} %llu\n",
+                       (unsigned long long)rs->started, (unsigned long long)rs->finished,
+                       (unsigned long long)rs->restarts, (unsigned long long)rs->failures,
+                       (unsigned long long)rs->busy);
+        counter(&t, "lb_decay_rebuild_members_total",
+                "Patch-board members taxed into a rebuilt overall board.");
+        lb_text_printf(&t, "lb_decay_rebuild_members_total %llu\n",
+                       (unsigned long long)rs->members);
+    }
     gauge(&t, "lb_last_commit_timestamp_seconds", "When offsets were last committed (0: never).");
     lb_text_printf(&t, "lb_last_commit_timestamp_seconds %.3f\n",
                    (double)ks->last_commit_ms / 1000.0);
@@ -961,6 +989,8 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
     }
     LB_INFO("daemon", "consuming %zu topic(s) as group '%s'", config->ntopics, config->group);
     d.last_commit_ms = lb_monotonic_ms();
+    if (d.engine->rebuild)
+        lb_rebuild_sweep(d.engine->rebuild);
     if (getenv("LB_FAULT_CRASH_AFTER_BATCHES"))
         d.crash_after_batches = strtoull(getenv("LB_FAULT_CRASH_AFTER_BATCHES"), NULL, 10);
 
@@ -975,6 +1005,8 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
             break;
         }
         drop_skipped(next_batch(&d));
+        if (d.engine->rebuild)
+            lb_rebuild_step(d.engine->rebuild, lb_monotonic_ms());
         if (next_batch(&d)->base.n && prepare_next(&d) != 0) {
             status = LB_EXIT_RUNTIME;
             break;

@@ -109,15 +109,16 @@ int lb_decay_check(const struct lb_decay *d, int64_t raw_min, int64_t raw_max, i
             if (lb_decay_taxed(d, raws[r], ages[a], &t) != 0) {
                 snprintf(err, errlen,
                          "a score of %lld taxed for %d patches does not fit 128-bit arithmetic; "
-                         "lower decay.max_age, decay.scale or the score range",
+                         "lower decay.max_age, the decay.precision or the score range",
                          (long long)raws[r], ages[a]);
                 return -1;
             }
             if (t > limit || t < -limit) {
-                snprintf(err, errlen,
-                         "a score of %lld taxed for %d patches is %lld, beyond the %lld the tie "
-                         "bits leave; lower decay.scale, decay.max_age or the score range",
-                         (long long)raws[r], ages[a], (long long)t, (long long)limit);
+                snprintf(
+                    err, errlen,
+                    "a score of %lld taxed for %d patches is %lld, beyond the %lld the tie "
+                    "bits leave; coarsen decay.precision, lower decay.max_age or the score range",
+                    (long long)raws[r], ages[a], (long long)t, (long long)limit);
                 return -1;
             }
         }

@@ -67,6 +67,11 @@ struct lb_cluster_options lb_engine_cluster_options(const struct lb_config *conf
     return options;
 }
 
+static void note_rebuild(void *ctx, struct lb_str board)
+{
+    lb_rebuild_note(ctx, board);
+}
+
 struct lb_engine *lb_engine_open(const struct lb_config *config,
                                  const struct lb_engine_options *options, char *err, size_t errlen,
                                  enum lb_error_class *class)
@@ -91,6 +96,16 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
         !(e->pipeline = lb_pipeline_new(&pipeline, e->decoder, e->cluster)) ||
         lb_pipeline_overlap(e->pipeline, &e->cluster_options) != 0)
         goto nomem;
+    for (size_t i = 0; i < config->nprofiles && !e->rebuild; i++) {
+        if (!config->profiles[i].decay)
+            continue;
+        struct lb_rebuild_options rebuild = {config, prefix, &e->cluster_options, 0};
+        const char *slow = getenv("LB_FAULT_REBUILD_INTERVAL_MS"); /* tests: a slow rebuild */
+        rebuild.interval_ms = slow ? strtoll(slow, NULL, 10) : 0;
+        if (!(e->rebuild = lb_rebuild_new(&rebuild)))
+            goto nomem;
+        lb_pipeline_set_rebuild_hook(e->pipeline, note_rebuild, e->rebuild);
+    }
     *class = LB_ERROR_NONE;
     return e;
 nomem:
@@ -104,6 +119,7 @@ void lb_engine_close(struct lb_engine *e)
 {
     if (!e)
         return;
+    lb_rebuild_free(e->rebuild);
     lb_pipeline_free(e->pipeline);
     lb_cluster_free(e->cluster);
     lb_registry_free(e->registry);

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "event.h"
 #include "pipeline.h"
+#include "rebuild.h"
 #include "registry.h"
 
 #include <stddef.h>
@@ -27,6 +28,10 @@ struct lb_engine {
     struct lb_registry *registry; /* NULL: no input.registry */
     struct lb_cluster *cluster; /* the pipeline's first client; tools may call it between batches */
     struct lb_pipeline *pipeline;
+    /* decaying boards' rebuilds, on a client of their own; NULL when no
+     * profile decays. The daemon steps it between batches, replay drains it
+     * before swapping. */
+    struct lb_rebuild *rebuild;
     /* what the clients were made from, for more clients of the same cluster */
     struct lb_cluster_options cluster_options;
 };

@@ -209,7 +209,31 @@ static void kafka_trouble(struct replay *r, const rd_kafka_message_t *m, int bro
 }
 
 /* Reads every partition from read_to up to end, applying as it goes. */
+/* Decaying boards: the staging overall boards are rebuilt (rebuild.h)
+ * before anything compares or swaps them. */
+static int finish_rebuilds(struct replay *r, int status)
+{
+    struct lb_rebuild *rebuild = r->engine->rebuild;
+    if (status != 0 || !rebuild || !lb_rebuild_pending(rebuild))
+        return status;
+    size_t left = lb_rebuild_drain(rebuild, lb_monotonic_ms() + 10 * 60000);
+    if (left == 0)
+        return 0;
+    fprintf(stderr,
+            "replay: %zu decaying board(s) whose overall board could not be rebuilt in 10 "
+            "minutes (see the log); nothing was swapped for them\n",
+            left);
+    return -1;
+}
+
+static int read_until_end(struct replay *r);
+
 int replay_read_until_end(struct replay *r)
+{
+    return finish_rebuilds(r, read_until_end(r));
+}
+
+static int read_until_end(struct replay *r)
 {
     rd_kafka_topic_partition_list_t *list =
         rd_kafka_topic_partition_list_new((int)r->plan.count ? (int)r->plan.count : 1);

@@ -14,6 +14,13 @@
 #                        use 1-day ticks so hot players' totals stay in range
 #   --retractions R      the profile's retractions: allow or reject (allow);
 #                        best boards that reject them go without a script
+#   --decay              decaying boards (README "Decaying boards"): best,
+#                        retractions rejected, a patch window (1.0, 1.1, 1.2)
+#                        and an overall board at 10% per patch behind; adds
+#                        the extra write's cost (the ceiling's Redis CPU
+#                        against the same boards without decay, through the
+#                        apply script) and a rebuild of every board's overall
+#                        board when patch 1.3 comes (members/s, Redis CPU)
 #   --runs N             repetitions of each measurement; medians reported (3)
 #   --fresh-seconds N    length of each freshness run (20)
 #   --brokers HOST:PORT  use this running Kafka instead of starting one
@@ -49,7 +56,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 
 events=2000000 boards=50 players=100000 zipf=1.1 days=7 replicas=0 runs=3 fresh_seconds=20
-aggregation=best retractions=allow
+aggregation=best retractions=allow decay=0
 brokers="" redis="" out=""
 while (($#)); do
     case $1 in
@@ -71,6 +78,11 @@ while (($#)); do
         shift
         continue
         ;;
+    --decay)
+        decay=1 retractions=reject
+        shift
+        continue
+        ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
@@ -89,6 +101,10 @@ best | latest | sum) ;;
     exit 2
     ;;
 esac
+if ((decay)) && [[ $aggregation != best ]]; then
+    echo "bench: --decay needs --aggregation best" >&2
+    exit 2
+fi
 case $retractions in
 allow | reject) ;;
 *)
@@ -181,7 +197,15 @@ redis_pids() {
     done
 }
 
-write_config() { # FILE TOPIC [KAFKA PROPERTY LINE]
+# --decay: the profile's windows and decay (score_max bounds the overall
+# board's budget: 100000 x 2 at max_age, in tenths, fits 2^23)
+decay_profile() { # RETRACTIONS [DECAY LINE]
+    ((decay)) || return 0
+    printf '    score_max: 100000\n'
+    printf '    windows: {alltime: {}, daily: {ttl: 7d}, weekly: {ttl: 28d}, monthly: {ttl: 93d}, custom: [{dim: patch}]}\n'
+    printf '%s\n' "${1-}"
+}
+write_config() { # FILE TOPIC [KAFKA PROPERTY LINE] [RETRACTIONS] [PROFILE LINES]
     cat >"$1" <<YAML
 # written by ops/bench/bench.sh; batch settings are the defaults
 kafka:
@@ -201,16 +225,21 @@ $([[ ${REDIS_TLS:-0} == 1 ]] &&
 profiles:
   - name: bench
     aggregation: $aggregation
-    retractions: $retractions
+    retractions: ${4:-$retractions}
     $([[ $aggregation == sum ]] && echo 'tie_resolution: d')
+${5-}
 YAML
 }
-write_config "$out/drain.yaml" "$bench_topic"
+decay_yaml=$(decay_profile '    decay: {dim: patch, tax: 0.1, max_age: 10, precision: 0.1}')
+write_config "$out/drain.yaml" "$bench_topic" "" "" "$decay_yaml"
 # each freshness run starts at the end of the topic, not at earlier runs' events
-write_config "$out/fresh.yaml" "$fresh_topic" 'auto.offset.reset: latest'
+write_config "$out/fresh.yaml" "$fresh_topic" 'auto.offset.reset: latest' "" "$decay_yaml"
+# --decay: the same boards without decay, through the apply script
+write_config "$out/baseline.yaml" "$bench_topic" "" allow "$(decay_profile '    dedupe: off')"
 
 start=$(date -u -d "$days days ago" +%Y-%m-%dT%H:%M:%SZ)
 gen=(--seed 7 --boards "$boards" --players "$players" --zipf "$zipf" --days "$days" --start "$start")
+((decay)) && gen+=(--dim patch --dim-list "1.0,1.1,1.2" --score-max 100000)
 
 log "pre-filling topic $bench_topic with $events events"
 t0=$(date +%s.%N)
@@ -259,12 +288,44 @@ for ((run = 1; run <= runs; run++)); do
     echo "run=$run events=$read_n seconds=$secs" | tee -a "$out/replay.txt" >&2
 done
 
+if ((decay)); then
+    log "decay: every board's overall board rebuilt when patch 1.3 comes"
+    mapfile -t rpids < <(redis_pids)
+    BENCH_GROUP=bench-drain-$$-$runs "$bin/projector" --config "$out/drain.yaml" \
+        >"$out/rebuild.log" 2>&1 &
+    projector_pid=$!
+    redis_cpu0=$(cpu_seconds "${rpids[@]}")
+    "$bin/loadgen" --brokers "$brokers" --topic "$bench_topic" -n $((boards * 20)) --seed 99 \
+        --boards "$boards" --players "$players" --days 1 --start "$start" --dim patch \
+        --dim-list 1.3 2>"$out/rebuild-load.log"
+    lb_wait_for 1800 bash -c "(( \$(grep -c 'rebuilt the overall board' '$out/rebuild.log') >= $boards ))"
+    redis_cpu=$(awk -v a="$redis_cpu0" -v b="$(cpu_seconds "${rpids[@]}")" 'BEGIN { printf "%.3f", b - a }')
+    kill -TERM "$projector_pid"
+    wait "$projector_pid"
+    projector_pid=""
+    # members, and the span from the first start to the last end (log times)
+    awk -v cpu="$redis_cpu" '
+        function ms(line) { match(line, /ts=[^ ]*/); t = substr(line, RSTART + 3, RLENGTH - 4)
+            split(t, a, "T"); split(a[2], b, ":"); return (b[1] * 3600 + b[2] * 60 + b[3]) * 1000 }
+        /rebuilding the overall board/ && !first { first = ms($0) }
+        /rebuilt the overall board/ { last = ms($0); match($0, /, [0-9]+ members/)
+            members += substr($0, RSTART + 2, RLENGTH - 10) }
+        END { printf "members=%d seconds=%.3f redis_cpu=%s\n", members, (last - first) / 1000, cpu }
+    ' "$out/rebuild.log" | tee "$out/rebuild.txt" >&2
+fi
+
 log "ceiling: the same transactions without Kafka in the loop"
 flush_redis
 "$bin/lbbench" ceiling --config "$out/drain.yaml" --runs "$runs" \
     2>"$out/ceiling.log" | tee "$out/ceiling-floor.txt" >&2
 grep '^ceiling ' "$out/ceiling-floor.txt" >"$out/ceiling.txt"
 grep '^floor ' "$out/ceiling-floor.txt" >"$out/floor.txt"
+if ((decay)); then
+    log "decay: the ceiling of the same boards without decay"
+    flush_redis
+    "$bin/lbbench" ceiling --config "$out/baseline.yaml" --runs "$runs" \
+        2>"$out/ceiling-baseline.log" | grep '^ceiling ' | tee "$out/ceiling-baseline.txt" >&2
+fi
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s..%s", lo, hi }'; }
@@ -359,6 +420,13 @@ ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
     row "freshness p99 ms" "$p99" "$p99_spread (target < 250)"
     row "freshness max ms" "$pmax" "$pmax_spread"
     row "replay rebuild (all boards), events/s" "$(fmt "$replay_eps")" "$(awk -v s="$replay_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }') (plan, read, apply, swap)"
+    if ((decay)); then
+        read -r b_rcpu b_rcpu_spread < <(stat_of "$out/ceiling-baseline.txt" 'f["redis_cpu_s_per_1m"]')
+        row "decay: ceiling without decay, Redis CPU s/1M" "$(fmt "$b_rcpu" 2)" "$b_rcpu_spread (the apply script, no overall board)"
+        row "decay: the overall board's write, Redis CPU" "$(awk -v a="$c_rcpu" -v b="$b_rcpu" 'BEGIN { printf "%+.2f s/1M", a - b }')" "ceiling with decay - without"
+        row "decay: rebuild, members/s (one pod)" "$(derive "$out/rebuild.txt" 'f["members"] / f["seconds"]' | xargs printf '%.0f')" "$(field "$out/rebuild.txt" members) members of $boards boards"
+        row "decay: rebuild, Redis CPU s per 1M members" "$(derive "$out/rebuild.txt" 'f["redis_cpu"] / f["members"] * 1e6' | xargs printf '%.2f')" "the masters' CPU (/proc) over the rebuild and its 20 events per board"
+    fi
 } | tee "$out/results.txt"
 
 cat >"$out/results.json" <<JSON

@@ -160,7 +160,15 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
         ev->event_id[0] = (char)0xc0; /* an overlong form's first byte, before the id */
     else if (ev->poison == GEN_POISON_TS_IN_FUTURE)
         ev->ts_ms = wall_ms() + 3600000;
-    if (o->dim_name)
+    if (o->dim_name && o->dim_list) {
+        size_t n = 1;
+        for (const char *c = o->dim_list; *c; c++)
+            n += *c == ',';
+        const char *v = o->dim_list;
+        for (size_t skip = splitmix64(&state) % n; skip > 0; skip--)
+            v = strchr(v, ',') + 1;
+        snprintf(ev->dim_value, sizeof(ev->dim_value), "%.*s", (int)strcspn(v, ","), v);
+    } else if (o->dim_name)
         snprintf(ev->dim_value, sizeof(ev->dim_value), "v%u",
                  (unsigned)(splitmix64(&state) % o->dim_values));
     ev->writer = o->evolve && !ev->poison ? (int)(index % 3) : GEN_WRITER_V1;

@@ -30,10 +30,11 @@ struct gen_options {
     const char *board_prefix; /* or several, comma-separated, taken in turn */
     const char *dim_name;     /* optional: add dims {name: value} */
     uint32_t dim_values;
-    int retract_every; /* every Nth event is a RETRACT */
-    int retry_every;   /* every Nth event is a retry of an earlier one (its event_id) */
-    int poison_every;  /* every Nth event is a poison event, of each kind in turn */
-    int bare;          /* bare Avro instead of the Confluent framing */
+    const char *dim_list; /* optional: "A,B,C": the values, instead of vK */
+    int retract_every;    /* every Nth event is a RETRACT */
+    int retry_every;      /* every Nth event is a retry of an earlier one (its event_id) */
+    int poison_every;     /* every Nth event is a poison event, of each kind in turn */
+    int bare;             /* bare Avro instead of the Confluent framing */
     int32_t schema_id;
     /* Schema evolution: when 'evolve' is set, event i is written by
      * writer i mod 3 under that id: GEN_WRITER_V1 (schemas/score_event.avsc),

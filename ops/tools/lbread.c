@@ -21,6 +21,12 @@
  * stamps "<window key>:~ts" of latest boards) are not windows and are left
  * out.
  *
+ * A decaying board's overall board (README "Decaying boards") shows each
+ * entry's after-tax score in units of the decay's precision, and the raw
+ * score and patch it came from: the patch boards are read (ZMSCORE) newest
+ * first for the page's players, and the first whose entry, taxed at that
+ * patch's age, is the overall composite is the one.
+ *
  * --window is checked against the board's profile before Redis is asked:
  * a kind that does not exist, or one the board does not have, is a usage
  * error naming the windows the board has.
@@ -32,6 +38,7 @@
 #include "apply.h"
 #include "cluster.h"
 #include "config.h"
+#include "decay.h"
 #include "log.h"
 #include "score.h"
 #include "slot.h"
@@ -162,6 +169,8 @@ struct view {
     const struct lb_profile *profile;
     uint16_t slot;
     int desc;
+    const char *prefix, *board;
+    char decayed[1024]; /* a decaying board's overall board: its key, or "" */
 };
 
 /* ZRANGE by position in the board's order (best first). */
@@ -214,6 +223,118 @@ static int count_distinct(const struct view *v, const char *key, long n, long *d
     return 0;
 }
 
+/* A decaying board's patches, oldest first: names and their boards' keys. */
+struct patches {
+    char (*names)[LB_ID_MAX_BYTES + 1];
+    char (*keys)[1024];
+    size_t n;
+};
+
+static int read_patches(const struct view *v, struct patches *pp)
+{
+    char key[1024];
+    struct lb_str id = {v->board, (uint32_t)strlen(v->board)};
+    lb_board_key(v->prefix, id, LB_PATCHES_KEY, key, sizeof(key));
+    const char *argv[] = {"ZRANGE", key, "0", "-1"};
+    redisReply *reply = command(v->cl, v->slot, 4, argv);
+    if (!reply)
+        return -1;
+    size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
+    pp->names = calloc(n ? n : 1, sizeof(*pp->names));
+    pp->keys = calloc(n ? n : 1, sizeof(*pp->keys));
+    pp->n = 0;
+    const struct lb_decay_config *decay = v->profile->decay;
+    for (size_t i = 0; pp->names && pp->keys && i < n; i++) {
+        size_t len;
+        const char *name = lb_patch_name(reply->element[i]->str, reply->element[i]->len, &len);
+        if (!name || len > LB_ID_MAX_BYTES)
+            continue;
+        memcpy(pp->names[pp->n], name, len);
+        pp->names[pp->n][len] = '\0';
+        lb_window_key(v->prefix, id, &v->profile->windows[decay->window], 0,
+                      (struct lb_str){name, (uint32_t)len}, pp->keys[pp->n], sizeof(pp->keys[0]));
+        pp->n++;
+    }
+    freeReplyObject(reply);
+    return pp->names && pp->keys ? 0 : -1;
+}
+
+/* The scores of 'members' (of a page) in 'key': ZMSCORE. */
+static redisReply *scores_of(const struct view *v, const char *key, const redisReply *page)
+{
+    size_t n = page->elements / 2, argc = 2 + n;
+    const char **argv = calloc(argc, sizeof(*argv));
+    size_t *argvlen = calloc(argc, sizeof(*argvlen));
+    redisReply *reply = NULL;
+    if (argv && argvlen) {
+        argv[0] = "ZMSCORE";
+        argv[1] = key;
+        for (size_t i = 0; i < n; i++)
+            argv[2 + i] = page->element[2 * i]->str;
+        for (size_t i = 0; i < argc; i++)
+            argvlen[i] = i >= 2 ? page->element[2 * (i - 2)]->len : strlen(argv[i]);
+        reply = lb_cluster_command(v->cl, v->slot, (int)argc, argv, argvlen);
+        if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
+            fprintf(stderr, "lbread: ZMSCORE %s: %s\n", key,
+                    !reply                             ? lb_cluster_error(v->cl)
+                    : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                       : "unexpected reply");
+            if (reply)
+                freeReplyObject(reply);
+            reply = NULL;
+        }
+    }
+    free(argv);
+    free(argvlen);
+    return reply;
+}
+
+/* Units of the decay's precision as a decimal: 13080 in hundredths is
+ * "130.80". */
+static void format_units(int64_t units, int64_t scale, char *out, size_t cap)
+{
+    int places = 0;
+    for (int64_t s = scale; s > 1 && places < 4; s /= 10)
+        places++;
+    uint64_t mag = units < 0 ? (uint64_t)0 - (uint64_t)units : (uint64_t)units;
+    if (!places)
+        snprintf(out, cap, "%s%llu", units < 0 ? "-" : "", (unsigned long long)mag);
+    else
+        snprintf(out, cap, "%s%llu.%0*llu", units < 0 ? "-" : "",
+                 (unsigned long long)(mag / (uint64_t)scale), places,
+                 (unsigned long long)(mag % (uint64_t)scale));
+}
+
+/* For each entry of a page of the overall board: the patch it came from
+ * (newest first, the one whose entry taxed at its age is the composite)
+ * and that entry's raw score. 'patch' and 'raw' have a slot per entry. */
+static int sources_of(const struct view *v, const redisReply *page, const struct patches *pp,
+                      const char **patch, int64_t *raw)
+{
+    const struct lb_decay_config *decay = v->profile->decay;
+    unsigned bits = v->profile->scoring.tie_bits;
+    for (size_t j = pp->n; j-- > 0;) {
+        redisReply *got = scores_of(v, pp->keys[j], page);
+        if (!got)
+            return -1;
+        for (size_t i = 0; i < got->elements; i++) {
+            const redisReply *r = got->element[i];
+            if (patch[i] || r->type != REDIS_REPLY_STRING)
+                continue;
+            int64_t c = (int64_t)strtod(r->str, NULL), score = c >> bits, taxed;
+            int64_t tie = c - score * (INT64_C(1) << bits);
+            int64_t want = (int64_t)strtod(page->element[2 * i + 1]->str, NULL);
+            if (lb_decay_taxed(&decay->rule, score, (int)(pp->n - 1 - j), &taxed) == 0 &&
+                taxed * (INT64_C(1) << bits) + tie == want) {
+                patch[i] = pp->names[j];
+                raw[i] = score;
+            }
+        }
+        freeReplyObject(got);
+    }
+    return 0;
+}
+
 /* Prints positions [start, start + count) of 'key', marking 'player'. */
 static int show_page(const struct view *v, const char *key, long start, long count,
                      const char *player)
@@ -233,9 +354,32 @@ static int show_page(const struct view *v, const char *key, long start, long cou
         dense = distinct + 1;
     }
     const struct lb_scoring *scoring = &v->profile->scoring;
+    const struct lb_decay_config *decay = v->profile->decay;
+    int overall = decay && strcmp(key, v->decayed) == 0;
+    struct patches pp = {0};
+    size_t n = reply->elements / 2;
+    const char **patch = overall ? calloc(n ? n : 1, sizeof(*patch)) : NULL;
+    int64_t *raw = overall ? calloc(n ? n : 1, sizeof(*raw)) : NULL;
+    if (overall &&
+        (!patch || !raw || read_patches(v, &pp) != 0 || sources_of(v, reply, &pp, patch, raw))) {
+        free(pp.names);
+        free(pp.keys);
+        free(patch);
+        free(raw);
+        freeReplyObject(reply);
+        return -1;
+    }
     printf("%s\n", key);
-    printf("  %7s %7s %7s  %-24s %16s  %s\n", "rank", "comp", "dense", "player", "score",
-           scoring->tie_bits ? "achieved" : "");
+    if (overall) {
+        printf("  after tax: %s per patch behind, %s, at most %d patches, in units of %s; "
+               "current patch %s\n",
+               decay->tax, decay->stacking == LB_DECAY_COMPOUND ? "compound" : "linear",
+               decay->rule.max_age, decay->precision, pp.n ? pp.names[pp.n - 1] : "(none)");
+        printf("  %7s %7s %7s  %-24s %16s %12s  %-12s %s\n", "rank", "comp", "dense", "player",
+               "after tax", "raw", "patch", scoring->tie_bits ? "achieved" : "");
+    } else
+        printf("  %7s %7s %7s  %-24s %16s  %s\n", "rank", "comp", "dense", "player", "score",
+               scoring->tie_bits ? "achieved" : "");
     for (size_t i = 0; i + 1 < reply->elements; i += 2) {
         const char *member = reply->element[i]->str, *text = reply->element[i + 1]->str;
         long position = start + (long)i / 2 + 1;
@@ -250,11 +394,23 @@ static int show_page(const struct view *v, const char *key, long start, long cou
         lb_composite_split(scoring, composite, &score, &tick_ms);
         if (scoring->tie_bits)
             format_time(tick_ms, when, sizeof(when));
-        printf("%c %7ld %7ld %7ld  %-24s %16lld  %s\n",
-               player && strcmp(member, player) == 0 ? '>' : ' ', position, competition, dense,
-               member, (long long)score, when);
+        char mark = player && strcmp(member, player) == 0 ? '>' : ' ';
+        if (overall) {
+            char taxed[64], source[24] = "?";
+            format_units(score, decay->rule.scale, taxed, sizeof(taxed));
+            if (patch[i / 2])
+                snprintf(source, sizeof(source), "%lld", (long long)raw[i / 2]);
+            printf("%c %7ld %7ld %7ld  %-24s %16s %12s  %-12s %s\n", mark, position, competition,
+                   dense, member, taxed, source, patch[i / 2] ? patch[i / 2] : "?", when);
+        } else
+            printf("%c %7ld %7ld %7ld  %-24s %16lld  %s\n", mark, position, competition, dense,
+                   member, (long long)score, when);
     }
     printf("\n");
+    free(pp.names);
+    free(pp.keys);
+    free(patch);
+    free(raw);
     freeReplyObject(reply);
     return 0;
 }
@@ -412,7 +568,12 @@ int main(int argc, char **argv)
     struct view v = {.cl = lb_cluster_new(&options),
                      .profile = profile,
                      .slot = lb_crc16(board, strlen(board)) & (LB_SLOTS - 1),
-                     .desc = profile->scoring.order == LB_ORDER_DESC};
+                     .desc = profile->scoring.order == LB_ORDER_DESC,
+                     .prefix = config->key_prefix,
+                     .board = board};
+    if (profile->decay)
+        lb_board_key(config->key_prefix, (struct lb_str){board, (uint32_t)strlen(board)},
+                     profile->decay->key, v.decayed, sizeof(v.decayed));
     struct keys keys = {0};
     char key[1024];
 

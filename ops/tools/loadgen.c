@@ -376,6 +376,8 @@ static void usage(FILE *out)
                  "  -r, --rate N            events per second (default: as fast as possible)\n"
                  "      --dim NAME          add dims {NAME: vK}, K uniform in [0, --dim-values)\n"
                  "      --dim-values N      (default 3)\n"
+                 "      --dim-list A,B,...  the dim's values: one of these, uniform (instead\n"
+                 "                          of vK)\n"
                  "      --retract-every N   make every Nth event a RETRACT (default never)\n"
                  "      --retry-every N     make every Nth record a producer's retry of one of\n"
                  "                          the 200 events before it (same event_id and key;\n"
@@ -444,6 +446,7 @@ int main(int argc, char **argv)
         O_BOARD_PREFIX,
         O_DIM,
         O_DIM_VALUES,
+        O_DIM_LIST,
         O_RETRACT,
         O_RETRY,
         O_POISON,
@@ -475,6 +478,7 @@ int main(int argc, char **argv)
         {"board-prefix", required_argument, NULL, O_BOARD_PREFIX},
         {"dim", required_argument, NULL, O_DIM},
         {"dim-values", required_argument, NULL, O_DIM_VALUES},
+        {"dim-list", required_argument, NULL, O_DIM_LIST},
         {"retract-every", required_argument, NULL, O_RETRACT},
         {"retry-every", required_argument, NULL, O_RETRY},
         {"poison-every", required_argument, NULL, O_POISON},
@@ -624,6 +628,12 @@ int main(int argc, char **argv)
             break;
         case O_DIM:
             o.gen.dim_name = optarg;
+            break;
+        case O_DIM_LIST:
+            if (!*optarg || strstr(optarg, ",,") || optarg[strlen(optarg) - 1] == ',' ||
+                optarg[0] == ',' || strlen(optarg) > 1000)
+                return lb_usage_error("--dim-list wants values like 1.9,1.10, not '%s'", optarg);
+            o.gen.dim_list = optarg;
             break;
         case 'X':
             if (o.nprops == 64)

@@ -21,12 +21,25 @@
  * from the formula, so a bug in the engine cannot hide by being repeated
  * here.
  *
+ * Decaying boards (--decay PREFIX=DIM/TAX/STACKING/MAX_AGE/PRECISION/KEY,
+ * e.g. top-1=patch/0.1/linear/5/0.01/decayed) also have an overall board:
+ * per player the best over the board's patches (the values of the DIM
+ * window) of the after-tax score of that patch's entry, its tie unchanged.
+ * A patch's age is the number of the board's patches after it in version
+ * order (dot-separated parts, numbers by value and before words, a prefix
+ * first; equal versions by their bytes), at most MAX_AGE; the factor is
+ * 1 + TAX*age (linear) or (1 + TAX)^age (compound), multiplying the raw
+ * score on asc boards and dividing it on desc ones; the result, in units of
+ * PRECISION, rounded half up. A rebuild still running on a board (its ~decay
+ * hash says rebuilding) makes the state unsettled: exit 3.
+ *
  * Credentials, when the cluster needs them, come from REDIS_USER and
  * REDIS_PASSWORD in the environment (as for ops/services.sh); --tls-dir DIR
  * reads a TLS-only cluster (REDIS_TLS=1) over blocking OpenSSL connections
  * with DIR's ca.crt, client.crt and client.key.
  *
- * Exit 0 when Redis matches, 1 on any difference, 2 on usage or I/O errors.
+ * Exit 0 when Redis matches, 1 on any difference, 2 on usage or I/O errors,
+ * 3 when a decaying board's rebuild is still running.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -137,7 +150,18 @@ struct profile {
     int no_retractions;
 };
 
+/* --decay: boards whose id starts with 'prefix' decay. */
+struct decay {
+    char prefix[64], dim[64], key[64];
+    __int128 tax; /* in 1/10000 */
+    int compound;
+    int max_age;
+    __int128 scale; /* units per raw unit */
+};
+
 struct rules {
+    struct decay decays[8];
+    int ndecays;
     const char *prefix;
     int64_t epoch_ms, horizon_ms, resolution_ms, score_min, score_max, now_ms;
     struct window windows[8];
@@ -186,6 +210,99 @@ static int parse_profile(const char *spec, struct rules *r)
         return -1;
     r->nprofiles++;
     return 0;
+}
+
+/* "top-1=patch/0.1/linear/5/0.01/decayed" */
+static int parse_decay(const char *spec, struct rules *r)
+{
+    char tax[32], stacking[16], precision[16];
+    int max_age;
+    if (r->ndecays == 8)
+        return -1;
+    struct decay *d = &r->decays[r->ndecays];
+    const char *eq = strchr(spec, '=');
+    if (!eq || (size_t)(eq - spec) >= sizeof(d->prefix) ||
+        sscanf(eq + 1, "%63[^/]/%31[0-9.]/%15[a-z]/%d/%15[0-9.]/%63s", d->dim, tax, stacking,
+               &max_age, precision, d->key) != 6)
+        return -1;
+    snprintf(d->prefix, sizeof(d->prefix), "%.*s", (int)(eq - spec), spec);
+    /* the tax in ten-thousandths: digits before and up to four after the point */
+    const char *dot = strchr(tax, '.');
+    size_t places = dot ? strlen(dot + 1) : 0;
+    if (places > 4)
+        return -1;
+    d->tax = (__int128)strtoll(tax, NULL, 10) * 10000;
+    if (dot) {
+        long long frac = places ? strtoll(dot + 1, NULL, 10) : 0;
+        for (size_t i = places; i < 4; i++)
+            frac *= 10;
+        d->tax += frac;
+    }
+    d->scale = 1;
+    if (strcmp(precision, "1") != 0) {
+        if (strncmp(precision, "0.", 2) != 0 || precision[strspn(precision + 2, "0") + 2] != '1' ||
+            precision[strspn(precision + 2, "0") + 3] != '\0')
+            return -1;
+        for (size_t i = 2; precision[i]; i++)
+            d->scale *= 10;
+    }
+    d->compound = strcmp(stacking, "compound") == 0;
+    d->max_age = max_age;
+    /* (20000)^age times a raw score must fit 128 bits */
+    if ((!d->compound && strcmp(stacking, "linear") != 0) || max_age < 0 ||
+        (d->compound && max_age > 4))
+        return -1;
+    r->ndecays++;
+    return 0;
+}
+
+static const struct decay *decay_of(const struct rules *r, const char *board)
+{
+    const struct decay *best = NULL;
+    for (int i = 0; i < r->ndecays; i++) {
+        size_t n = strlen(r->decays[i].prefix);
+        if (strncmp(board, r->decays[i].prefix, n) == 0 && (!best || n >= strlen(best->prefix)))
+            best = &r->decays[i];
+    }
+    return best;
+}
+
+/* Version order of patch names: see the header comment. */
+static int version_cmp(const char *a, const char *b)
+{
+    const char *sa = a, *sb = b;
+    for (;;) {
+        if (!*a || !*b) {
+            if (*a || *b)
+                return *a ? 1 : -1;
+            return strcmp(sa, sb);
+        }
+        size_t la = strcspn(a, "."), lb = strcspn(b, ".");
+        int na = la > 0 && strspn(a, "0123456789") >= la;
+        int nb = lb > 0 && strspn(b, "0123456789") >= lb;
+        int c;
+        if (na && nb) {
+            while (la > 1 && *a == '0')
+                a++, la--;
+            while (lb > 1 && *b == '0')
+                b++, lb--;
+            c = la != lb ? (la < lb ? -1 : 1) : memcmp(a, b, la);
+        } else if (na != nb) {
+            c = na ? -1 : 1;
+        } else {
+            c = memcmp(a, b, la < lb ? la : lb);
+            if (!c && la != lb)
+                c = la < lb ? -1 : 1;
+        }
+        if (c)
+            return c;
+        a += la;
+        b += lb;
+        if (*a == '.')
+            a++;
+        if (*b == '.')
+            b++;
+    }
 }
 
 static int parse_time(const char *text, int64_t *ms)
@@ -420,6 +537,123 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
     return applied;
 }
 
+/* floor(n / d) for d > 0 */
+static __int128 floor_div(__int128 n, __int128 d)
+{
+    __int128 q = n / d;
+    return (n % d != 0 && n < 0) ? q - 1 : q;
+}
+
+/* The after-tax composite of 'composite' (a patch board's) 'age' patches
+ * behind: the raw score times (asc) or over (desc) the factor, in units of
+ * the precision, rounded half up; the tie kept. */
+static int64_t taxed_of(const struct rules *r, const struct profile *p, const struct decay *d,
+                        int64_t composite, int age)
+{
+    int64_t one = INT64_C(1) << bits_of(r, p);
+    int64_t raw = (int64_t)floor_div(composite, one), tie = composite - raw * one;
+    if (age > d->max_age)
+        age = d->max_age;
+    __int128 num = 1, den = 1;
+    if (d->compound)
+        for (int i = 0; i < age; i++) {
+            num *= 10000 + d->tax;
+            den *= 10000;
+        }
+    else {
+        num = 10000 + d->tax * age;
+        den = 10000;
+    }
+    __int128 n = (__int128)raw * d->scale * (p->order == 'a' ? num : den);
+    __int128 m = p->order == 'a' ? den : num;
+    int64_t units = (int64_t)floor_div(2 * n + m, 2 * m);
+    return units * one + tie;
+}
+
+/* Adds every decaying board's overall board to the expected state, from the
+ * patch boards' expected entries. */
+struct patch_entry {
+    char board[256], patch[128], player[256];
+    int64_t composite;
+    const struct decay *decay;
+};
+
+static int by_board_patch(const void *x, const void *y)
+{
+    const struct patch_entry *a = x, *b = y;
+    int c = strcmp(a->board, b->board);
+    return c ? c : version_cmp(a->patch, b->patch);
+}
+
+static void add_decayed(const struct rules *r, struct map *members, struct map *keys)
+{
+    struct patch_entry *all = NULL;
+    size_t n = 0, cap = 0;
+    size_t plen = strlen(r->prefix);
+    for (size_t i = 0; i < members->cap; i++) {
+        const struct entry *e = &members->slots[i];
+        const struct member *m = e->key ? e->data : NULL;
+        if (!m || !m->present || strncmp(e->key, r->prefix, plen) != 0 || e->key[plen] != '{')
+            continue;
+        const char *open = e->key + plen + 1, *close = strchr(open, '}');
+        const char *nl = strchr(e->key, '\n');
+        if (!close || !nl || close[1] != ':')
+            continue;
+        char board[256];
+        snprintf(board, sizeof(board), "%.*s", (int)(close - open), open);
+        const struct decay *d = decay_of(r, board);
+        size_t dlen = d ? strlen(d->dim) : 0;
+        if (!d || strncmp(close + 2, d->dim, dlen) != 0 || close[2 + dlen] != ':')
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            all = realloc(all, cap * sizeof(*all));
+            if (!all) {
+                fprintf(stderr, "verify_state: out of memory\n");
+                exit(2);
+            }
+        }
+        struct patch_entry *pe = &all[n++];
+        snprintf(pe->board, sizeof(pe->board), "%s", board);
+        snprintf(pe->patch, sizeof(pe->patch), "%.*s", (int)(nl - (close + 3 + dlen)),
+                 close + 3 + dlen);
+        snprintf(pe->player, sizeof(pe->player), "%s", nl + 1);
+        pe->composite = m->value;
+        pe->decay = d;
+    }
+    if (n)
+        qsort(all, n, sizeof(*all), by_board_patch);
+    for (size_t from = 0; from < n;) {
+        size_t to = from, patches = 0;
+        while (to < n && strcmp(all[to].board, all[from].board) == 0) {
+            if (to == from || strcmp(all[to].patch, all[to - 1].patch) != 0)
+                patches++;
+            to++;
+        }
+        const struct profile *p = profile_of(r, all[from].board);
+        size_t index = 0;
+        for (size_t i = from; i < to; i++) {
+            if (i > from && strcmp(all[i].patch, all[i - 1].patch) != 0)
+                index++;
+            const struct decay *d = all[i].decay;
+            int64_t c = taxed_of(r, p, d, all[i].composite, (int)(patches - 1 - index));
+            char key[600], mkey[900];
+            snprintf(key, sizeof(key), "%s{%s}:%s", r->prefix, all[i].board, d->key);
+            snprintf(mkey, sizeof(mkey), "%s\n%s", key, all[i].player);
+            struct member *m = member_of(map_get(members, mkey, 1));
+            if (!m->present) {
+                map_get(keys, key, 1)->aux++;
+                m->value = c;
+                m->present = 1;
+            } else if (p->order == 'd' ? c > m->value : c < m->value) {
+                m->value = c;
+            }
+        }
+        from = to;
+    }
+    free(all);
+}
+
 /* ---- comparing with Redis ------------------------------------------------------- */
 
 /* MIGRATE carries a key's TTL as a relative time, so a key that moved to
@@ -428,7 +662,7 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
 static long long expiry_slack_ms;
 
 struct report {
-    size_t keys_found, members_checked, differences, meta_keys;
+    size_t keys_found, members_checked, differences, meta_keys, rebuilding;
 };
 
 static void difference(struct report *rep, const char *fmt, ...)
@@ -572,6 +806,14 @@ static void check_key(struct conn *c, const struct rules *r, const char *key, st
 {
     if (strstr(key, "}:~") || strstr(key, ":~ts")) {
         rep->meta_keys++; /* the projector's markers and event-time hashes */
+        size_t len = strlen(key);
+        if (len > 8 && strcmp(key + len - 8, "}:~decay") == 0) {
+            redisReply *b = command(c, "HGET %s rebuilding", key);
+            if (b && b->type == REDIS_REPLY_STRING && rep->rebuilding++ < 5)
+                printf("  rebuild running: %s\n", key);
+            if (b)
+                freeReplyObject(b);
+        }
         return;
     }
     struct entry *k = map_get(keys, key, 0);
@@ -689,6 +931,7 @@ int main(int argc, char **argv)
                                              {"now-ms", required_argument, NULL, 'N'},
                                              {"profile", required_argument, NULL, 'P'},
                                              {"tls-dir", required_argument, NULL, 'T'},
+                                             {"decay", required_argument, NULL, 'D'},
                                              {NULL, 0, NULL, 0}};
     const char *events = NULL, *nodes = NULL;
     struct rules r = {.prefix = "lb:", .resolution_ms = 1000, .score_max = 8388607};
@@ -745,6 +988,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'D':
+            if (parse_decay(optarg, &r) != 0) {
+                fprintf(stderr,
+                        "verify_state: bad --decay %s (want "
+                        "PREFIX=DIM/TAX/linear|compound/MAX_AGE/PRECISION/KEY; compound: "
+                        "MAX_AGE <= 4)\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'w':
             if (!windows_set++)
                 r.nwindows = 0;
@@ -768,6 +1021,7 @@ int main(int argc, char **argv)
 
     struct map members = {0}, keys = {0};
     size_t applied = load_events(events, &r, &members, &keys);
+    add_decayed(&r, &members, &keys);
     struct report rep = {0};
     char copy[1024];
     snprintf(copy, sizeof(copy), "%s", nodes);
@@ -807,5 +1061,10 @@ int main(int argc, char **argv)
            applied, expected, rep.keys_found, rep.members_checked, rep.differences);
     map_free(&members);
     map_free(&keys);
+    if (rep.rebuilding) {
+        printf("verify_state: %zu decaying board(s) still rebuilding: not settled\n",
+               rep.rebuilding);
+        return 3;
+    }
     return rep.differences ? 1 : 0;
 }

@@ -194,6 +194,75 @@ static void sum_boards_budget_their_totals(void **state)
 /* Dedupe: on (24 h) by default where a retry would count twice (sum boards,
  * boards that take retractions), off for best boards without retractions;
  * a window or off may be set on any profile. */
+/* A decaying profile: "%s" is the decay mapping's extra keys, 'rest' more
+ * profile keys. */
+static void decay_profile(char *text, size_t cap, const char *rest, const char *decay)
+{
+    snprintf(text, cap,
+             "%sprofiles:\n"
+             "  - name: runs\n"
+             "    order: asc\n"
+             "    score_max: 10000\n"
+             "%s"
+             "    windows: {alltime: {}, custom: [{dim: patch}, {dim: mode, ttl: 1d}]}\n"
+             "    decay: {%s}\n",
+             minimal, rest, decay);
+}
+
+static void decay_profiles_are_checked_at_load(void **state)
+{
+    (void)state;
+    char text[2048];
+    decay_profile(text, sizeof(text), "    retractions: reject\n",
+                  "dim: patch, tax: 0.125, stacking: compound, max_age: 3, precision: 0.1");
+    struct lb_config *c = load_ok(text);
+    const struct lb_decay_config *d = c->profiles[0].decay;
+    assert_non_null(d);
+    assert_int_equal(d->rule.tax, 1250);
+    assert_int_equal(d->rule.stacking, LB_DECAY_COMPOUND);
+    assert_int_equal(d->rule.max_age, 3);
+    assert_int_equal(d->rule.scale, 10);
+    assert_false(d->rule.desc);
+    assert_int_equal(d->window, 1);
+    assert_string_equal(d->key, "decayed");
+    lb_config_free(c);
+    decay_profile(text, sizeof(text), "    retractions: reject\n", "dim: patch, tax: 0.1");
+    c = load_ok(text);
+    assert_int_equal(c->profiles[0].decay->rule.stacking, LB_DECAY_LINEAR);
+    assert_int_equal(c->profiles[0].decay->rule.max_age, 10);
+    assert_int_equal(c->profiles[0].decay->rule.scale, 100);
+    lb_config_free(c);
+
+    static const struct {
+        const char *rest, *decay;
+        int line;
+        const char *error;
+    } bad[] = {
+        {"", "dim: patch, tax: 0.1", 14, "retractions: reject"},
+        {"    retractions: reject\n    aggregation: sum\n", "dim: patch, tax: 0.1", 16,
+         "aggregation: best"},
+        {"    retractions: reject\n", "dim: level, tax: 0.1", 15,
+         "not the dim of one of the profile's custom windows"},
+        {"    retractions: reject\n", "dim: mode, tax: 0.1", 15, "remove the ttl"},
+        {"    retractions: reject\n", "dim: patch, tax: 0.12345", 15, "at most 4 places"},
+        {"    retractions: reject\n", "dim: patch, tax: -1", 15, "decay.tax"},
+        {"    retractions: reject\n", "dim: patch, tax: 0.1, precision: 0.05", 15,
+         "decay.precision"},
+        {"    retractions: reject\n", "dim: patch, tax: 0.1, max_age: 65", 15, "out of range"},
+        {"    retractions: reject\n", "dim: patch, tax: 0.1, key: mode", 15, "decay.key"},
+        {"    retractions: reject\n", "dim: patch, tax: 0.1, key: daily", 15, "decay.key"},
+        {"    retractions: reject\n", "tax: 0.1", 15, "'dim' is required"},
+        /* the overall board's budget: score_max 10000 in hundredths fits the
+         * 2^23 that ties of 30 bits leave; doubled 20 times it does not */
+        {"    retractions: reject\n", "dim: patch, tax: 1, max_age: 20, stacking: compound", 15,
+         "coarsen decay.precision"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        decay_profile(text, sizeof(text), bad[i].rest, bad[i].decay);
+        expect_error(text, bad[i].line, bad[i].error);
+    }
+}
+
 static void dedupe_defaults_and_errors(void **state)
 {
     (void)state;
@@ -927,6 +996,7 @@ int main(void)
         cmocka_unit_test(durations_and_times_parse),
         cmocka_unit_test(sum_boards_budget_their_totals),
         cmocka_unit_test(dedupe_defaults_and_errors),
+        cmocka_unit_test(decay_profiles_are_checked_at_load),
         cmocka_unit_test(registry_settings_and_errors),
         cmocka_unit_test(redis_tls_settings_and_errors),
         cmocka_unit_test(kafka_property_values_from_files),

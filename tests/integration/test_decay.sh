@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Decaying boards (README "Decaying boards"): achievement boards, lower is
+# better, the earliest submission wins a tie, runs submitted again and again
+# (producer retries, equal scores in equal hours), kept per patch; the
+# overall board ranks everyone by after-tax score (20% per patch behind,
+# linear, at most 3 patches, hundredths). Patches are released in turn by
+# the stream itself (1.8, 1.9, 1.10: versions, not text; then 2.0 and a late
+# hotfix 1.9.1 that sorts between 1.9 and 1.10), projected by two pods in
+# one group; one pod is SIGKILLed while it holds a rebuild, which the other
+# finishes once the lease runs out; a lost board is rebuilt by replay beside
+# the running pods. After each step the independent oracle (verify_state
+# --decay) must find every patch board and every overall board exact.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+start_services
+export GROUP=lb-decay
+write_config "$T_DIR/projector.yaml" 'profiles:
+  - name: achievements
+    match: ["ach-*"]
+    order: asc
+    retractions: reject
+    tie_resolution: h
+    score_max: 50000
+    windows:
+      alltime: {}
+      custom: [{dim: patch}]
+    decay: {dim: patch, tax: 0.2, stacking: linear, max_age: 3, precision: 0.01}'
+oracle=(--windows "alltime,patch" --resolution-ms 3600000 --profile ach-=best/asc/earliest/noretract
+    --decay ach-=patch/0.2/linear/3/0.01/decayed)
+gen=(--boards 4 --board-prefix ach- --players 3000 --score-max 300 --start "$START" --days 1
+    --dim patch --retry-every 7)
+release() { # PATCHES SEED - events of these patches, then the state checked
+    produce -n 8000 --seed "$2" "${gen[@]}" --dim-list "$1"
+    wait_caught_up 120
+    verify "${oracle[@]}"
+}
+
+# 1. two pods; patch 1.8, then 1.9 released (the first rebuild)
+slow=LB_FAULT_REBUILD_INTERVAL_MS=150 # rebuild steps 150 ms apart: a crash can meet one
+start_projector a "$T_DIR/projector.yaml" "$slow"
+pod_a=$PROJECTOR_PID
+start_projector b "$T_DIR/projector.yaml" "$slow"
+pod_b=$PROJECTOR_PID
+release 1.8 301
+release 1.8,1.9 302
+grep -q "rebuilt the overall board of 'ach-" "$T_DIR/a.log" "$T_DIR/b.log" ||
+    fail "no rebuild was logged when 1.9 came"
+ok "patches 1.8 and 1.9: per-patch and overall boards exact"
+
+# the oracle is not blind to the overall board: one wrong score is found
+board_port=""
+for p in $(slot_masters); do
+    [[ $(redis_cli "$p" EXISTS "lb:{ach-1}:decayed") == 1 ]] && board_port=$p
+done
+[[ -n $board_port ]] || fail "no overall board for ach-1"
+entry=$(redis_cli "$board_port" ZRANGE "lb:{ach-1}:decayed" 0 0 WITHSCORES | tr '\n' ' ')
+read -r member score <<<"$entry"
+redis_cli "$board_port" ZADD "lb:{ach-1}:decayed" "$((score + 1))" "$member" >/dev/null
+status=0
+"$BIN/verify_state" --events "$T_DIR/events.tsv" --nodes "127.0.0.1:$board_port" "${oracle[@]}" \
+    >"$T_DIR/verify-mutant.out" 2>&1 || status=$?
+((status == 1)) || fail "the oracle missed a wrong after-tax score (exit $status)"
+redis_cli "$board_port" ZADD "lb:{ach-1}:decayed" "$score" "$member" >/dev/null
+ok "the oracle finds a wrong after-tax score"
+
+# lbread shows each overall entry's after-tax score, raw score and patch:
+# 1.8 is one patch behind (x 1.2), 1.9 the current one
+"$BIN/lbread" --config "$T_DIR/projector.yaml" --board ach-1 --window decayed --top 300 \
+    >"$T_DIR/lbread.out" 2>&1 || fail "lbread failed: $(tail -n 3 "$T_DIR/lbread.out")"
+grep -q "current patch 1.9" "$T_DIR/lbread.out" || fail "lbread names no current patch 1.9"
+rows=0
+while read -r _ _ _ _ taxed raw patch _; do
+    case $patch in
+    1.8) want=$((raw * 120)) ;;
+    1.9) want=$((raw * 100)) ;;
+    *) fail "lbread: an entry from patch '$patch'" ;;
+    esac
+    [[ $taxed == "$((want / 100)).$(printf '%02d' $((want % 100)))" ]] ||
+        fail "lbread: $taxed after tax for $raw from $patch"
+    rows=$((rows + 1))
+done < <(awk '$1 ~ /^[0-9]+$/ && NF >= 7' "$T_DIR/lbread.out")
+((rows == 300)) || fail "lbread showed $rows overall entries, not 300"
+ok "lbread: after-tax score, raw score and patch of each overall entry"
+
+# 2. 1.10 released; pod a is killed while it holds a rebuild; b finishes it
+mark=$(grep -c "rebuilding the overall board" "$T_DIR/a.log" || true)
+produce -n 8000 --seed 303 "${gen[@]}" --dim-list 1.8,1.9,1.10 &
+producer=$!
+T_PIDS+=("$producer")
+deadline=$((SECONDS + 60))
+until (($(grep -c "rebuilding the overall board" "$T_DIR/a.log" || true) > mark)); do
+    ((SECONDS < deadline)) || fail "pod a took no rebuild when 1.10 came"
+    sleep 0.05
+done
+held=$(grep "rebuilding the overall board" "$T_DIR/a.log" | tail -n 1 | sed "s/.*board of '\([^']*\)' (gen \([0-9]*\).*/\1 \2/")
+read -r held_board held_gen <<<"$held"
+kill -9 "$pod_a"
+wait "$pod_a" 2>/dev/null || true
+grep -q "rebuilt the overall board of '$held_board' (gen $held_gen)" "$T_DIR/a.log" &&
+    fail "pod a finished the rebuild of $held_board before the kill: nothing was proven"
+log "pod a killed while it held the rebuild of $held_board (gen $held_gen)"
+wait "$producer" || fail "producer failed"
+wait_caught_up 120
+verify "${oracle[@]}"
+grep -q "rebuilt the overall board of '$held_board' (gen $held_gen)" "$T_DIR/b.log" ||
+    fail "pod b did not finish the rebuild of $held_board (gen $held_gen) that a left"
+ok "patch 1.10: a's rebuild of $held_board finished by b; every board exact"
+
+# 3. a comes back (its sweep finds nothing left); 2.0 and a late hotfix
+#    1.9.1 (between 1.9 and 1.10: the ages of 1.8 and 1.9 move, 1.8 is
+#    capped at 3 patches behind)
+start_projector a2 "$T_DIR/projector.yaml"
+release 1.9,1.10,2.0 304
+release 1.9.1,2.0 305
+ok "patches 2.0 and a late 1.9.1: every board exact"
+
+# 4. a lost board rebuilt by replay beside the running pods, then --verify
+rebuild_board "$T_DIR/projector.yaml" ach-2 "${oracle[@]}"
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board 'ach-*' --verify >"$T_DIR/replay-verify.out" 2>&1 ||
+    fail "replay --verify failed: $(tail -n 3 "$T_DIR/replay-verify.out")"
+grep -q ' 0 differing' "$T_DIR/replay-verify.out" || fail "replay --verify found differences"
+ok "a lost decaying board rebuilt by replay (patch and overall boards), --verify clean"
+stop_projector "$pod_b"
+stop_projector "$PROJECTOR_PID"

@@ -1,0 +1,272 @@
+/* Decaying boards against a real redis-server running the apply script: the
+ * engine as the daemon opens it (decoder, pipeline, the rebuild on its own
+ * client), events with a patch dim, the overall board read back.
+ *
+ * The expected after-tax scores are worked out by hand from README
+ * "Decaying boards" (10% per patch behind, linear, hundredths): 109 one
+ * patch behind is 119.90, two behind 130.80. The tie of each entry is the
+ * one its patch board holds: never scaled. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "clock.h"
+#include "engine.h"
+#include "eventgen.h"
+#include "redis_server.h"
+
+#define MAY1 INT64_C(1777593600000) /* 2026-05-01 */
+
+struct fixture {
+    struct redis_server *redis;
+    struct lb_config *config;
+    struct lb_engine *engine;
+    int64_t offset;
+};
+
+static void open_engine(struct fixture *f, const char *tax)
+{
+    char text[2048], err[512];
+    snprintf(text, sizeof(text),
+             "kafka: {brokers: b, topics: [t]}\n"
+             "input: {format: bare, writer_schema: %s/schemas/score_event.avsc}\n"
+             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0}\n"
+             "profiles:\n"
+             "  - name: runs\n"
+             "    order: asc\n"
+             "    retractions: reject\n"
+             "    score_max: 40000\n"
+             "    windows: {alltime: {}, custom: [{dim: patch}]}\n"
+             "    decay: {dim: patch, tax: %s, max_age: 5, precision: 0.01}\n",
+             getenv("LB_SOURCE_DIR"), redis_server_port(f->redis), tax);
+    assert_int_equal(
+        lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
+    f->engine = lb_engine_open(f->config, NULL, err, sizeof(err), NULL);
+    assert_non_null(f->engine);
+    assert_non_null(f->engine->rebuild);
+}
+
+static void close_engine(struct fixture *f)
+{
+    lb_engine_close(f->engine);
+    lb_config_free(f->config);
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    f->redis = redis_server_start(1);
+    open_engine(f, "0.1");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    close_engine(f);
+    redis_server_stop(f->redis);
+    free(f);
+    return 0;
+}
+
+static int give_up(void *ctx, int64_t backoff_ms)
+{
+    (void)ctx;
+    (void)backoff_ms;
+    return 1;
+}
+
+/* Projects one submission of 'player' on board "ach" in 'patch'. */
+static void submit(struct fixture *f, const char *player, int64_t score, const char *patch,
+                   int64_t ts_ms)
+{
+    static struct generator *gen;
+    struct gen_options bare = {.seed = 1,
+                               .boards = 1,
+                               .players = 1,
+                               .zipf = 1.0,
+                               .days = 1,
+                               .bare = 1,
+                               .dim_name = "patch",
+                               .dim_values = 1};
+    if (!gen)
+        gen = gen_new(&bare); /* kept for the whole run */
+    struct gen_event ev = {.score = score, .ts_ms = ts_ms};
+    snprintf(ev.event_id, sizeof(ev.event_id), "e%lld", (long long)f->offset);
+    snprintf(ev.board, sizeof(ev.board), "ach");
+    snprintf(ev.player, sizeof(ev.player), "%s", player);
+    snprintf(ev.dim_value, sizeof(ev.dim_value), "%s", patch);
+    uint8_t bytes[GEN_PAYLOAD_MAX];
+    size_t len = gen_encode(gen, &ev, bytes);
+    struct lb_record record = {bytes, len, "t", 0, f->offset++, 0};
+    uint8_t done;
+    assert_int_equal(lb_pipeline_run(f->engine->pipeline, &record, 1, MAY1, &done, give_up, NULL),
+                     0);
+}
+
+static int64_t zscore(struct fixture *f, const char *key, const char *member)
+{
+    redisReply *r = redis_server_command(f->redis, "ZSCORE %s %s", key, member);
+    int64_t v = r->type == REDIS_REPLY_STRING ? (int64_t)strtod(r->str, NULL) : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* The composite the overall board must hold for 'player': 'units' (the
+ * after-tax score in hundredths) with the tie of its entry in 'patch'. */
+static int64_t expected(struct fixture *f, const char *player, const char *patch, int64_t raw,
+                        int64_t units)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "lb:{ach}:patch:%s", patch);
+    int64_t composite = zscore(f, key, player);
+    int64_t one = INT64_C(1) << f->config->profiles[0].scoring.tie_bits;
+    assert_true(composite >= raw * one && composite < (raw + 1) * one);
+    return units * one + (composite - raw * one);
+}
+
+static int64_t overall(struct fixture *f, const char *player)
+{
+    return zscore(f, "lb:{ach}:decayed", player);
+}
+
+static void drain(struct fixture *f);
+
+/* ann's 109 in 1.9, rebuilt; then bob's 150 in 2.0, which starts a rebuild
+ * that nobody steps yet. */
+static void ann_then_bob_in_2_0(struct fixture *f)
+{
+    submit(f, "ann", 109, "1.9", MAY1);
+    drain(f);
+    submit(f, "bob", 150, "2.0", MAY1 + 1000);
+}
+
+static void drain(struct fixture *f)
+{
+    assert_int_equal(lb_rebuild_drain(f->engine->rebuild, lb_monotonic_ms() + 10000), 0);
+}
+
+static int exists(struct fixture *f, const char *key)
+{
+    redisReply *r = redis_server_command(f->redis, "EXISTS %s", key);
+    int n = (int)r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+static void a_new_patch_retaxes_every_older_entry(void **state)
+{
+    struct fixture *f = *state;
+    submit(f, "ann", 109, "1.9", MAY1);
+    submit(f, "bob", 125, "1.9", MAY1 + 1000);
+    drain(f);
+    /* one patch: no tax */
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 10900));
+    /* 1.10 comes after 1.9 (versions, not text) */
+    submit(f, "bob", 121, "1.10", MAY1 + 2000);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
+    /* bob: 125 one behind is 137.50, 121 in the current patch wins */
+    assert_int_equal(overall(f, "bob"), expected(f, "bob", "1.10", 121, 12100));
+    submit(f, "cat", 200, "1.29", MAY1 + 3000);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080));
+    /* bob: 121 one behind is 133.10; 125 two behind 150.00 */
+    assert_int_equal(overall(f, "bob"), expected(f, "bob", "1.10", 121, 13310));
+    /* an event of an older patch is taxed at that patch's age at once */
+    submit(f, "dan", 100, "1.9", MAY1 + 4000);
+    assert_int_equal(overall(f, "dan"), expected(f, "dan", "1.9", 100, 12000));
+    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 0);
+    assert_false(exists(f, "lb:{ach}:~decay:new"));
+    assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->finished, 3);
+}
+
+static void events_during_a_rebuild_reach_both_boards(void **state)
+{
+    struct fixture *f = *state;
+    ann_then_bob_in_2_0(f);
+    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 1);
+    /* the live board still shows ann untaxed (the old board), bob already */
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 10900));
+    submit(f, "cat", 140, "2.0", MAY1 + 2000);
+    assert_int_equal(zscore(f, "lb:{ach}:~decay:new", "cat"),
+                     expected(f, "cat", "2.0", 140, 14000));
+    assert_int_equal(overall(f, "cat"), expected(f, "cat", "2.0", 140, 14000));
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
+    assert_int_equal(overall(f, "cat"), expected(f, "cat", "2.0", 140, 14000));
+    assert_int_equal(overall(f, "bob"), expected(f, "bob", "2.0", 150, 15000));
+}
+
+/* A newer patch while a rebuild runs: the running one finds its gen gone
+ * and starts over for the new set of patches. */
+static void a_patch_arriving_mid_rebuild_restarts_it(void **state)
+{
+    struct fixture *f = *state;
+    ann_then_bob_in_2_0(f);
+    usleep(20000);                                          /* past the interval between steps */
+    lb_rebuild_step(f->engine->rebuild, lb_monotonic_ms()); /* take */
+    submit(f, "cat", 150, "3.0", MAY1 + 2000);
+    drain(f);
+    assert_true(lb_rebuild_stats(f->engine->rebuild)->restarts >= 1);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080));
+    assert_int_equal(overall(f, "bob"), expected(f, "bob", "2.0", 150, 16500));
+    assert_int_equal(overall(f, "cat"), expected(f, "cat", "3.0", 150, 15000));
+}
+
+/* Another pod's lease: this one waits until it runs out, then finishes. */
+static void a_lease_held_elsewhere_is_waited_for(void **state)
+{
+    struct fixture *f = *state;
+    ann_then_bob_in_2_0(f);
+    redisReply *r = redis_server_command(f->redis, "TIME");
+    long long until = atoll(r->element[0]->str) * 1000 + 1500;
+    freeReplyObject(r);
+    freeReplyObject(
+        redis_server_command(f->redis, "HSET lb:{ach}:~decay holder gone until %lld", until));
+    usleep(20000);
+    lb_rebuild_step(f->engine->rebuild, lb_monotonic_ms());
+    assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->busy, 1);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
+}
+
+/* The tax changed in the configuration: the next event of the board starts
+ * a rebuild at the new rate, though it brings no new patch. */
+static void a_changed_tax_retaxes_the_board(void **state)
+{
+    struct fixture *f = *state;
+    submit(f, "ann", 109, "1.9", MAY1);
+    submit(f, "bob", 150, "2.0", MAY1 + 1000);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
+    close_engine(f);
+    open_engine(f, "0.2");
+    submit(f, "cat", 160, "2.0", MAY1 + 2000);
+    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 1);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080));
+    submit(f, "dan", 100, "1.9", MAY1 + 3000); /* the same rule: no rebuild */
+    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 0);
+    assert_int_equal(overall(f, "dan"), expected(f, "dan", "1.9", 100, 12000));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(a_new_patch_retaxes_every_older_entry, setup, teardown),
+        cmocka_unit_test_setup_teardown(events_during_a_rebuild_reach_both_boards, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_patch_arriving_mid_rebuild_restarts_it, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_lease_held_elsewhere_is_waited_for, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_changed_tax_retaxes_the_board, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
