@@ -393,7 +393,7 @@ ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
 {
     echo "leaderboard projector benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $cores cores ($cpu_model); Redis Cluster 3 masters + $replicas replica(s) each; Kafka 1 broker; all on this machine"
-    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly, aggregation $aggregation, retractions $retractions (each board's batch $([[ $aggregation/$retractions == best/reject ]] && echo "one MULTI/EXEC, no script" || echo "one EVALSHA of the apply script")), batch 5000 events / 20 ms (defaults), runs $runs, pre-fill ${prefill_s}s"
+    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly$( ((decay)) && echo "+patch (1.0, 1.1, 1.2) and an overall board (decay: 10% per patch, linear, max_age 10, in 0.1)"), aggregation $aggregation, retractions $retractions (each board's batch $([[ $aggregation/$retractions/$decay == best/reject/0 ]] && echo "one MULTI/EXEC, no script" || echo "one EVALSHA of the apply script")), batch 5000 events / 20 ms (defaults), runs $runs, pre-fill ${prefill_s}s"
     echo
     row "metric" "median" "spread (min..max over $runs runs)"
     row "drain throughput, events/s" "$(fmt "$d_eps")" "$(awk -v s="$d_eps_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }')"
