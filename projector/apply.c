@@ -125,6 +125,16 @@ const char *lb_patch_name(const char *member, size_t len, size_t *name_len)
     return nul + 1;
 }
 
+size_t lb_decay_rule(const struct lb_decay_config *decay, char *out, size_t cap)
+{
+    const struct lb_decay *rule = &decay->rule;
+    int n =
+        snprintf(out, cap, "%s/%lld/%d/%lld/%s/%s",
+                 rule->stacking == LB_DECAY_COMPOUND ? "compound" : "linear", (long long)rule->tax,
+                 rule->max_age, (long long)rule->scale, rule->desc ? "desc" : "asc", decay->key);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s:%d", topic, partition);
@@ -173,6 +183,7 @@ int lb_key_is_window(const char *prefix, const char *key, size_t len)
 /* a patch's member in ~patches: its version key (4 bytes per byte of a
  * name, plus 8), a NUL and the name; the custom value is at most a key */
 #define LB_PATCH_MEMBER_MAX (6 * KEY_MAX)
+#define LB_DECAY_WIDTH      16 /* digits of a packed taxed composite (< 2^53) */
 #define STAMP_MAX           40 /* "%015lld:%020lld" */
 
 /* Values per plain entry: best composite, member; latest composite, stamp,
@@ -223,7 +234,7 @@ static size_t board_size_bound(const struct encoder *en, const struct lb_plan_bo
     for (uint32_t i = b->first_seen; i != LB_PLAN_NONE; i = en->v.seen[i].next)
         size += 3 * (bulk + LB_RESP_INT_MAX) + en->v.seen[i].event_id.len;
     if (b->profile->decay) /* its four keys, "D", max_age, the rule, the patches */
-        size += 8 * (bulk + KEY_MAX);
+        size += 8 * (bulk + KEY_MAX) + LB_DECAY_RULE_MAX;
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         size += 8 * bulk; /* a transaction's ZADD and expiry headers */
         size += 2 * (bulk + KEY_MAX + sizeof(LB_STAMPS_SUFFIX)) +
@@ -232,7 +243,7 @@ static size_t board_size_bound(const struct encoder *en, const struct lb_plan_bo
         size_t per_entry = 4 * (bulk + STAMP_MAX);
         if (decay && en->v.keys[k].window == decay->window) { /* its section too */
             size += 2 * LB_PATCH_MEMBER_MAX + (2 + (size_t)b->nsegments) * (bulk + LB_RESP_INT_MAX);
-            per_entry += ((size_t)decay->max_age + 2) * (bulk + LB_RESP_INT_MAX);
+            per_entry += bulk + LB_DECAY_WIDTH * ((size_t)decay->max_age + 1);
         }
         for (uint32_t e = en->v.keys[k].first_entry; e != LB_PLAN_NONE;
              e = en->v.entries[e].next_entry)
@@ -321,25 +332,23 @@ static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_
 }
 
 /* A decaying board's section (apply.lua): "D", max_age, the rule (a
- * change of it starts a rebuild), the number of patches, then per patch key its member in ~patches,
- * its entries' count per segment and the entries, grouped by segment: the taxed composite at each
- * age 0..max_age, the player. NULL when a score cannot be taxed (the load check rules that out) or
- * memory runs out. */
+ * change of it starts a rebuild), the number of patches, then per patch key
+ * its member in ~patches, its entries' count per segment and the entries,
+ * grouped by segment: the taxed composites at ages 0..max_age packed in one
+ * argument (LB_DECAY_WIDTH zero-padded digits each: Redis parses one
+ * argument, the script cuts out the one it needs), the player. NULL when a
+ * score cannot be taxed (the load check rules that out) or memory runs out. */
 static char *put_decay(struct encoder *en, char *p, const struct lb_plan_board *b,
                        uint32_t npatches)
 {
     const struct lb_decay_config *decay = b->profile->decay;
     unsigned bits = b->profile->scoring.tie_bits;
     uint32_t nseg = b->nsegments;
-    const struct lb_decay *rule = &decay->rule;
-    char text[96];
-    int tlen =
-        snprintf(text, sizeof(text), "%s/%lld/%d/%lld/%s",
-                 rule->stacking == LB_DECAY_COMPOUND ? "compound" : "linear", (long long)rule->tax,
-                 rule->max_age, (long long)rule->scale, rule->desc ? "desc" : "asc");
+    char text[LB_DECAY_RULE_MAX];
+    size_t tlen = lb_decay_rule(decay, text, sizeof(text));
     p = lb_resp_bulk(p, "D", 1);
     p = lb_resp_bulk_int(p, decay->max_age);
-    p = lb_resp_bulk(p, text, (size_t)tlen);
+    p = lb_resp_bulk(p, text, tlen);
     p = lb_resp_bulk_int(p, npatches);
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         const struct lb_plan_key *key = &en->v.keys[k];
@@ -357,12 +366,16 @@ static char *put_decay(struct encoder *en, char *p, const struct lb_plan_board *
             const struct lb_plan_entry *e = &en->v.entries[en->order[i]];
             int64_t raw = e->value >> bits; /* arithmetic: the floor, for negative ones too */
             int64_t tie = e->value - raw * (INT64_C(1) << bits);
+            char packed[LB_DECAY_WIDTH * (LB_DECAY_MAX_AGE + 1) + 1];
             for (int age = 0; age <= decay->max_age; age++) {
                 int64_t taxed;
                 if (lb_decay_taxed(&decay->rule, raw, age, &taxed) != 0)
                     return NULL;
-                p = lb_resp_bulk_int(p, taxed * (INT64_C(1) << bits) + tie);
+                /* >= 0 (score_min >= 0) and < 2^53: 16 digits */
+                snprintf(packed + LB_DECAY_WIDTH * age, LB_DECAY_WIDTH + 1, "%016lld",
+                         (long long)(taxed * (INT64_C(1) << bits) + tie));
             }
+            p = lb_resp_bulk(p, packed, LB_DECAY_WIDTH * ((size_t)decay->max_age + 1));
             p = lb_resp_bulk(p, e->player.ptr, e->player.len);
         }
     }
@@ -466,7 +479,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
         for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
             if (en->v.keys[k].window == decay->window) {
                 npatches++;
-                nargs += 1 + nseg + ((size_t)decay->max_age + 2) * en->v.keys[k].nentries;
+                nargs += 1 + nseg + 2 * (size_t)en->v.keys[k].nentries;
             }
     }
     uint32_t numkeys = 4 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1) + (decay ? 4 : 0);

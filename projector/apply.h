@@ -71,7 +71,8 @@
  *
  * Decaying boards (decay.h; README "Decaying boards") add a section: per
  * patch of the request its member in ~patches and, per entry of its window
- * key, the taxed composite at every age 0..max_age and the player. The
+ * key, the taxed composites at ages 0..max_age (packed in one argument, 16
+ * digits each) and the player. The
  * script registers the patches its applied segments name; a patch not seen
  * before starts a rebuild (gen + 1, rebuilding set, the shadow emptied).
  * The age of a patch is the number of patches seen after it in their order
@@ -81,7 +82,8 @@
  *
  * A rebuild (rebuild.h) steps through the same script with ARGV[2] "R":
  * "take" (a lease in ~decay naming its holder, until an instant of Redis's
- * clock; {"go", gen, patches...}, {"busy", holder, ms} or {"done"}), "chunk"
+ * clock; {"go", gen, patches...}, {"busy", holder, ms} or {"done"}; a rule
+ * other than the caller's starts a rebuild first, as a request would), "chunk"
  * (ZADD GT|LT of taxed composites into the shadow, the lease renewed) and
  * "finish" (RENAME of the shadow over the overall board, the flag cleared),
  * each answering {"stale"} when its gen or lease is no longer current.
@@ -139,6 +141,11 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
 #define LB_DECAY_STATE_KEY "~decay"
 #define LB_DECAY_SHADOW    "~decay:new"
 size_t lb_patch_member(const char *name, size_t len, char *out, size_t cap);
+/* A decaying board's rule as the script keeps it in ~decay ("rule"):
+ * stacking, tax, max_age, scale, order and key; a request or a sweep that
+ * finds another one starts a rebuild. Returns its length. */
+#define LB_DECAY_RULE_MAX (LB_NAME_MAX + 96)
+size_t lb_decay_rule(const struct lb_decay_config *decay, char *out, size_t cap);
 /* The name in a member of ~patches (after its NUL), or NULL. */
 const char *lb_patch_name(const char *member, size_t len, size_t *name_len);
 

@@ -35,16 +35,24 @@ end
 -- KEYS: [1] ~decay (gen, rebuilding, holder, until), [2] the shadow, [3]
 --       the overall board, [4] ~patches.
 -- ARGV: [2] R, [3] take|chunk|finish, [4] holder, [5] lease in ms;
+--       take: [6] the caller's rule (another one starts a rebuild: an idle
+--       board found by the sweep after a settings change);
 --       chunk and finish: [6] gen; chunk: [7] GT|LT, then composite, member
 --       pairs for the shadow.
 if ARGV[2] == 'R' then
   local step, holder = ARGV[3], ARGV[4]
-  local st = redis.pcall('HMGET', KEYS[1], 'gen', 'rebuilding', 'holder', 'until')
+  local st = redis.pcall('HMGET', KEYS[1], 'gen', 'rebuilding', 'holder', 'until', 'rule')
   if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[1]} end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local till = string.format('%.0f', now + tonumber(ARGV[5]))
   if step == 'take' then
+    if st[5] ~= ARGV[6] then
+      st[1] = tostring((tonumber(st[1]) or 0) + 1)
+      st[2] = '1'
+      redis.call('HSET', KEYS[1], 'gen', st[1], 'rebuilding', '1', 'rule', ARGV[6])
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '+inf')
+    end
     if not st[2] then return {'done'} end
     if st[3] and st[3] ~= holder and tonumber(st[4]) > now then
       return {'busy', st[3], string.format('%.0f', tonumber(st[4]) - now)}
@@ -238,9 +246,10 @@ local function expire(name, key)
 end
 
 -- a decaying board's section: "D", max_age, the rule (stacking, tax,
--- max_age, scale, order: a change of it starts a rebuild), patches; per
--- patch its member in ~patches, its entries' count per segment, the
--- entries: the taxed composite at each age 0..max_age, the player
+-- max_age, scale, order, key: a change of it starts a rebuild), patches;
+-- per patch its member in ~patches, its entries' count per segment, the
+-- entries: the taxed composites at ages 0..max_age packed in one argument
+-- (16 digits each), the player
 local decay
 if D and ARGV[pos] == 'D' then
   local A, at = tonumber(ARGV[pos + 1]), pos + 4
@@ -250,7 +259,7 @@ if D and ARGV[pos] == 'D' then
     for s = 1, nseg do
       local n = tonumber(ARGV[at + s])
       if apply[s] and n > 0 then patch.runs[#patch.runs + 1] = {e, n} end
-      e = e + (A + 2) * n
+      e = e + 2 * n
     end
     if #patch.runs > 0 then
       decay.patches[#decay.patches + 1] = patch
@@ -295,12 +304,12 @@ local function decay_write(gtlt)
   local seen = redis.call('ZRANGE', KEYS[D], 0, -1)
   local rank = {}
   for i, m in ipairs(seen) do rank[m] = i end
-  local A, out, n = decay.A, {}, 0
+  local out, n = {}, 0
   for _, patch in ipairs(decay.patches) do
-    local age = math.min(#seen - rank[patch.member], A)
+    local from = 16 * math.min(#seen - rank[patch.member], decay.A) + 1
     for _, run in ipairs(patch.runs) do
-      for e = run[1], run[1] + (A + 2) * (run[2] - 1), A + 2 do
-        out[n + 1], out[n + 2] = ARGV[e + age], ARGV[e + A + 1]
+      for e = run[1], run[1] + 2 * (run[2] - 1), 2 do
+        out[n + 1], out[n + 2] = string.sub(ARGV[e], from, from + 15), ARGV[e + 1]
         n = n + 2
       end
     end

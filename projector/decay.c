@@ -101,6 +101,25 @@ int lb_decay_check(const struct lb_decay *d, int64_t raw_min, int64_t raw_max, i
     /* |taxed| grows with |raw| and, for asc boards, with the age; for desc
      * boards the untaxed score is the largest: the bounds at both ends of
      * both ranges decide */
+    if (raw_min < 0) {
+        snprintf(err, errlen,
+                 "decay needs score_min >= 0, not %lld: a negative score taxed would move "
+                 "away from zero and rank better the older its patch",
+                 (long long)raw_min);
+        return -1;
+    }
+    /* desc boards divide: two raw scores one apart must stay apart once
+     * rounded (factor <= scale), or the best run of a patch and a worse one
+     * could tax to the same value and the tie, not the score, would decide */
+    i128 num, den;
+    if (d->desc && (factor(d, d->max_age, &num, &den) != 0 || (i128)d->scale * den < num)) {
+        snprintf(err, errlen,
+                 "on a desc board the tax at decay.max_age (%d patches) exceeds 1/decay.precision, "
+                 "so different scores would tax to one value: use a finer decay.precision, or "
+                 "lower decay.max_age or decay.tax",
+                 d->max_age);
+        return -1;
+    }
     const int64_t raws[] = {raw_min, raw_max};
     const int ages[] = {0, d->max_age};
     for (size_t r = 0; r < 2; r++)

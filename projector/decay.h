@@ -45,8 +45,10 @@ int lb_decay_taxed(const struct lb_decay *d, int64_t raw, int age, int64_t *taxe
 
 /* Checks at load that every raw score in [raw_min, raw_max] at every age
  * is computed exactly and its taxed score lies within [-limit, limit] (the
- * board's budget: 2^53 over the tie bits). 0, or -1 with one line in 'err'
- * saying what to lower. */
+ * board's budget: 2^53 over the tie bits), that raw_min >= 0 (a negative
+ * score would gain from the tax), and, on desc boards, that the factor at
+ * max_age is at most the scale (distinct raw scores keep distinct taxed
+ * ones). 0, or -1 with one line in 'err' saying what to change. */
 int lb_decay_check(const struct lb_decay *d, int64_t raw_min, int64_t raw_max, int64_t limit,
                    char *err, size_t errlen);
 

@@ -117,6 +117,29 @@ static int swept(const struct sweep *w, const char *owner)
     return 0;
 }
 
+/* Whether the board of a ~decay hash the sweep found has work: a rebuild
+ * flagged (its holder may be gone), or a rule other than this pod's (the
+ * settings changed; the board may get no event to notice). */
+static int sweep_finds(struct lb_rebuild *r, const redisReply *key, struct lb_str board)
+{
+    const struct lb_profile *profile = lb_config_profile_for(r->o.config, board.ptr, board.len);
+    if (!profile || !profile->decay)
+        return 0;
+    char rule[LB_DECAY_RULE_MAX];
+    size_t rlen = lb_decay_rule(profile->decay, rule, sizeof(rule));
+    const char *argv[] = {"HMGET", key->str, "rebuilding", "rule"};
+    size_t argvlen[] = {5, key->len, 10, 4};
+    redisReply *got =
+        lb_cluster_command(r->cluster, lb_key_slot(key->str, key->len), 4, argv, argvlen);
+    int finds = got && got->type == REDIS_REPLY_ARRAY && got->elements == 2 &&
+                (got->element[0]->type == REDIS_REPLY_STRING ||
+                 got->element[1]->type != REDIS_REPLY_STRING || got->element[1]->len != rlen ||
+                 memcmp(got->element[1]->str, rule, rlen) != 0);
+    if (got)
+        freeReplyObject(got);
+    return finds;
+}
+
 /* One page of the sweep. */
 static void sweep_step(struct lb_rebuild *r, int64_t now_ms)
 {
@@ -129,7 +152,8 @@ static void sweep_step(struct lb_rebuild *r, int64_t now_ms)
     }
     char pattern[256];
     snprintf(pattern, sizeof(pattern), "%s{*}:%s", r->o.key_prefix, LB_DECAY_STATE_KEY);
-    const char *argv[] = {"SCAN", w->cursor, "MATCH", pattern, "COUNT", "1000", "TYPE", "hash"};
+    /* a page of 200 keys: each found costs an HMGET, within one step */
+    const char *argv[] = {"SCAN", w->cursor, "MATCH", pattern, "COUNT", "200", "TYPE", "hash"};
     size_t argvlen[8];
     for (size_t i = 0; i < 8; i++)
         argvlen[i] = strlen(argv[i]);
@@ -153,7 +177,8 @@ static void sweep_step(struct lb_rebuild *r, int64_t now_ms)
         const redisReply *key = reply->element[1]->element[i];
         struct lb_key_parts parts;
         if (key->type == REDIS_REPLY_STRING &&
-            lb_key_parse(r->o.key_prefix, key->str, key->len, &parts) == 0)
+            lb_key_parse(r->o.key_prefix, key->str, key->len, &parts) == 0 &&
+            sweep_finds(r, key, parts.board))
             lb_rebuild_note(r, parts.board);
     }
     snprintf(w->cursor, sizeof(w->cursor), "%s", reply->element[0]->str);
@@ -285,7 +310,10 @@ static void refused(struct lb_rebuild *r, struct job *j, const redisReply *reply
 
 static int take(struct lb_rebuild *r, struct job *j, int64_t now_ms)
 {
-    redisReply *reply = script_step(r, j, "take", 0, NULL, NULL);
+    char rule[LB_DECAY_RULE_MAX];
+    const char *extra[] = {rule};
+    size_t extralen[] = {lb_decay_rule(j->profile->decay, rule, sizeof(rule))};
+    redisReply *reply = script_step(r, j, "take", 1, extra, extralen);
     if (!reply)
         return -1;
     int rc = 0;

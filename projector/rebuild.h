@@ -69,8 +69,9 @@ void lb_rebuild_note(struct lb_rebuild *rebuild, struct lb_str board);
 /* Also finds rebuilds nobody is doing (their holder died and no event of
  * the board came since): a sweep of every master's keys for the boards'
  * ~decay hashes (SCAN, a page per step), at the first step and every
- * LB_REBUILD_SWEEP_MS after; each board found is noted (one whose rebuild
- * is over costs one "take" that answers done). The daemon turns it on. */
+ * LB_REBUILD_SWEEP_MS after; a board found is noted when its rebuild is
+ * flagged or its rule is not this pod's (settings changed while it got no
+ * event: its "take" starts the rebuild). The daemon turns it on. */
 #define LB_REBUILD_SWEEP_MS (10 * 60000)
 void lb_rebuild_sweep(struct lb_rebuild *rebuild);
 

@@ -41,6 +41,16 @@ redis:
   nodes: ["127.0.0.1:1"]
   command_timeout: 1s
 profiles:
+  - name: runs
+    match: ["run:*"]
+    order: asc
+    retractions: reject
+    score_max: 10000
+    windows:
+      alltime: {}
+      custom:
+        - {dim: patch}
+    decay: {dim: patch, tax: 0.1}
   - name: points
     match: ["ach:*"]
     aggregation: sum
@@ -121,7 +131,11 @@ table=$(
 2|3|err|^replay: --node wants the HOST:PORT of a master, .*not 'nohost'|replay --config @ok@ --node nohost
 2|3|err|^replay: --node wants the HOST:PORT of a master, .*not 'nohost'|replay --config @missing@ --node nohost
 2|3|err|^replay: --slots wants slots 0\.\.16383 .*not '0-99999'|replay --config @ok@ --slots 0-99999
-2|3|err|^replay: --window 'hourly': there is no window kind 'hourly'; the kinds are alltime, daily, weekly, monthly and custom .* are alltime, season:VALUE, daily:YYYY-MM-DD, weekly:YYYY-Www|replay --config @ok@ --board g1 --window hourly
+2|3|err|^replay: --window 'hourly': there is no window kind 'hourly'; the kinds are alltime, daily, weekly, monthly and custom .* are alltime, patch:VALUE, decayed, season:VALUE, daily:YYYY-MM-DD, weekly:YYYY-Www|replay --config @ok@ --board g1 --window hourly
+2|3|err|^replay: --window patch:1.9: profile 'runs' decays; its patch windows and overall board 'decayed' are replayed with the whole board|replay --config @ok@ --board run:1 --window patch:1.9
+2|3|err|^replay: --window decayed: profile 'runs' decays|replay --config @ok@ --window decayed --slots 0-100
+1|5|err|^lbread: .*cannot connect to Redis 127\.0\.0\.1:1|lbread --config @ok@ --board run:1 --window decayed
+2|3|err|^lbread: --window 'decayed': .*|lbread --config @ok@ --board g1 --window decayed
 2|3|err|^replay: --window 'monthly:2026-05': .*ok.yaml has no monthly windows; it has alltime|replay --config @ok@ --board g1 --window monthly:2026-05
 2|3|err|^replay: --max-rate wants events per second, not 'fast'|replay --config @ok@ --board g1 --max-rate fast
 2|3|err|^lbbench: unknown option '--bogus'|lbbench ceiling --config @ok@ --bogus

@@ -104,8 +104,23 @@ static void the_load_check_bounds_arithmetic_and_budget(void **state)
      * 12968712300.5, rounded up */
     assert_int_equal(lb_decay_check(&d, 0, 5000000, limit, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "is 12968712301, beyond the 8589934592 the tie bits leave"));
-    /* negative scores count by magnitude */
-    assert_int_equal(lb_decay_check(&d, -5000000, 0, limit, err, sizeof(err)), -1);
+    /* negative scores would gain from the tax */
+    assert_int_equal(lb_decay_check(&d, -1, 0, limit, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "decay needs score_min >= 0, not -1"));
+    /* desc boards divide: at most a factor of 1/precision, or two scores one
+     * apart could tax to one value (1.1^10 = 2.59 > 1 at whole units) */
+    struct lb_decay desc = {
+        .stacking = LB_DECAY_COMPOUND, .tax = 1000, .max_age = 10, .scale = 1, .desc = 1};
+    assert_int_equal(lb_decay_check(&desc, 0, 1000, limit, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "different scores would tax to one value"));
+    desc.scale = 10; /* tenths: 2.59 <= 10 */
+    assert_int_equal(lb_decay_check(&desc, 0, 1000, limit, err, sizeof(err)), 0);
+    int64_t a, b;
+    for (int64_t raw = 0; raw < 1000; raw++) { /* strictly monotone, every score */
+        assert_int_equal(lb_decay_taxed(&desc, raw, 10, &a), 0);
+        assert_int_equal(lb_decay_taxed(&desc, raw + 1, 10, &b), 0);
+        assert_true(b > a);
+    }
     /* 0.1234 a patch: 11234/10000 = 5617/5000, whose 60th power overflows 128 bits */
     d.tax = 1234;
     d.max_age = 60;

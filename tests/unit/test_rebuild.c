@@ -259,6 +259,60 @@ static void a_changed_tax_retaxes_the_board(void **state)
     assert_int_equal(overall(f, "dan"), expected(f, "dan", "1.9", 100, 12000));
 }
 
+/* The same change on a board that gets no event: the sweep of a pod with
+ * the new settings finds its rule stale and rebuilds it. */
+static void a_changed_tax_reaches_an_idle_board_through_the_sweep(void **state)
+{
+    struct fixture *f = *state;
+    submit(f, "ann", 109, "1.9", MAY1);
+    submit(f, "bob", 150, "2.0", MAY1 + 1000);
+    drain(f);
+    close_engine(f);
+    open_engine(f, "0.2");
+    lb_rebuild_sweep(f->engine->rebuild);
+    for (int i = 0; i < 20 && lb_rebuild_pending(f->engine->rebuild) == 0; i++) {
+        usleep(10000);
+        lb_rebuild_step(f->engine->rebuild, lb_monotonic_ms());
+    }
+    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 1);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080));
+    /* swept again: nothing left to do */
+    close_engine(f);
+    open_engine(f, "0.2");
+    lb_rebuild_sweep(f->engine->rebuild);
+    for (int i = 0; i < 20; i++) {
+        usleep(10000);
+        lb_rebuild_step(f->engine->rebuild, lb_monotonic_ms());
+    }
+    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 0);
+    assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->started, 0);
+}
+
+/* ops/runbooks/decaying-boards.md, "A patch that should not exist": the
+ * same commands take a mistyped patch out, and the next event rebuilds. */
+static void a_mistyped_patch_is_taken_out_as_the_runbook_says(void **state)
+{
+    struct fixture *f = *state;
+    submit(f, "ann", 109, "1.9", MAY1);
+    submit(f, "bob", 150, "1.10", MAY1 + 1000);
+    submit(f, "eve", 300, "1.100", MAY1 + 2000);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080)); /* two behind */
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:{ach}:patch:1.100"));
+    freeReplyObject(redis_server_command(
+        f->redis, "EVAL %s 2 lb:{ach}:~patches lb:{ach}:~decay 1.100",
+        "for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do\n"
+        "  if m:sub(-#ARGV[1] - 1) == '\\0' .. ARGV[1] then redis.call('ZREM', KEYS[1], m) end\n"
+        "end\n"
+        "return redis.call('HSET', KEYS[2], 'rule', 'changed')"));
+    submit(f, "cat", 120, "1.10", MAY1 + 3000);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990)); /* one behind */
+    assert_int_equal(overall(f, "bob"), expected(f, "bob", "1.10", 150, 15000));
+    assert_int_equal(overall(f, "eve"), -1); /* gone with its patch */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +321,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_patch_arriving_mid_rebuild_restarts_it, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lease_held_elsewhere_is_waited_for, setup, teardown),
         cmocka_unit_test_setup_teardown(a_changed_tax_retaxes_the_board, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_mistyped_patch_is_taken_out_as_the_runbook_says, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_changed_tax_reaches_an_idle_board_through_the_sweep,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
