@@ -119,19 +119,53 @@ size_t lb_patch_member(const char *name, size_t len, char *out, size_t cap)
 const char *lb_patch_name(const char *member, size_t len, size_t *name_len)
 {
     const char *nul = memchr(member, '\0', len);
-    if (!nul)
-        return NULL;
+    if (!nul) { /* a listed patch: the member is its name */
+        *name_len = len;
+        return member;
+    }
     *name_len = len - (size_t)(nul + 1 - member);
     return nul + 1;
+}
+
+size_t lb_decay_patch_member(const struct lb_decay_config *decay, const char *name, size_t len,
+                             char *out, size_t cap, int64_t *score)
+{
+    *score = 0;
+    if (!decay->npatches)
+        return lb_patch_member(name, len, out, cap);
+    int index = lb_decay_patch_index(decay, name, len);
+    if (index < 0 || len + 1 > cap)
+        return 0;
+    memcpy(out, name, len);
+    out[len] = '\0';
+    *score = index;
+    return len;
+}
+
+void lb_decay_ages(const struct lb_decay_config *decay, const int64_t *scores, size_t n, int *ages)
+{
+    for (size_t i = 0; i < n; i++)
+        ages[i] = decay->npatches ? (int)(scores[n - 1] - scores[i]) : (int)(n - 1 - i);
 }
 
 size_t lb_decay_rule(const struct lb_decay_config *decay, char *out, size_t cap)
 {
     const struct lb_decay *rule = &decay->rule;
-    int n =
-        snprintf(out, cap, "%s/%lld/%d/%lld/%s/%s",
-                 rule->stacking == LB_DECAY_COMPOUND ? "compound" : "linear", (long long)rule->tax,
-                 rule->max_age, (long long)rule->scale, rule->desc ? "desc" : "asc", decay->key);
+    /* the list, by a hash of its names in order (FNV-1a) */
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < decay->npatches; i++)
+        for (const char *c = decay->patches[i];; c++) {
+            h = (h ^ (unsigned char)*c) * 1099511628211u;
+            if (!*c)
+                break;
+        }
+    char order[40] = "versions";
+    if (decay->npatches)
+        snprintf(order, sizeof(order), "list-%016llx", (unsigned long long)h);
+    int n = snprintf(out, cap, "%s/%lld/%d/%lld/%s/%s/%s",
+                     rule->stacking == LB_DECAY_COMPOUND ? "compound" : "linear",
+                     (long long)rule->tax, rule->max_age, (long long)rule->scale,
+                     rule->desc ? "desc" : "asc", decay->key, order);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
@@ -348,6 +382,7 @@ static char *put_decay(struct encoder *en, char *p, const struct lb_plan_board *
     size_t tlen = lb_decay_rule(decay, text, sizeof(text));
     p = lb_resp_bulk(p, "D", 1);
     p = lb_resp_bulk_int(p, decay->max_age);
+    p = lb_resp_bulk(p, decay->npatches ? "l" : "v", 1);
     p = lb_resp_bulk(p, text, tlen);
     p = lb_resp_bulk_int(p, npatches);
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
@@ -355,11 +390,13 @@ static char *put_decay(struct encoder *en, char *p, const struct lb_plan_board *
         if (key->window != decay->window)
             continue;
         char member[LB_PATCH_MEMBER_MAX];
-        size_t len =
-            lb_patch_member(key->custom_value.ptr, key->custom_value.len, member, sizeof(member));
+        int64_t score;
+        size_t len = lb_decay_patch_member(decay, key->custom_value.ptr, key->custom_value.len,
+                                           member, sizeof(member), &score);
         if (!len || group_entries(en, key, nseg) != 0)
             return NULL;
         p = lb_resp_bulk(p, member, len);
+        p = lb_resp_bulk_int(p, score);
         for (uint32_t s = 1; s <= nseg; s++)
             p = lb_resp_bulk_int(p, en->counts[s]);
         for (uint32_t i = 0; i < key->nentries; i++) {
@@ -475,11 +512,11 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     const struct lb_decay_config *decay = profile->decay;
     uint32_t npatches = 0;
     if (decay) {
-        nargs += 4;
+        nargs += 5;
         for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
             if (en->v.keys[k].window == decay->window) {
                 npatches++;
-                nargs += 1 + nseg + 2 * (size_t)en->v.keys[k].nentries;
+                nargs += 2 + nseg + 2 * (size_t)en->v.keys[k].nentries;
             }
     }
     uint32_t numkeys = 4 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1) + (decay ? 4 : 0);

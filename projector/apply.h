@@ -24,7 +24,9 @@
  *   <prefix>{B}:<decay.key>                    decaying boards: the overall
  *                                              board of after-tax scores
  *   <prefix>{B}:~patches                       the patches seen (sorted set
- *                                              of lb_patch_member, scores 0)
+ *                                              of lb_decay_patch_member:
+ *                                              scores 0, or places in the
+ *                                              list of decay.patches)
  *   <prefix>{B}:~decay                         the rebuild state (hash: gen,
  *                                              rebuilding, holder, until)
  *   <prefix>{B}:~decay:new                     the overall board being rebuilt
@@ -69,24 +71,28 @@
  *   - otherwise writes everything, moves the applied segments' markers to
  *     their last offsets, and answers {"ok", applied, skipped}.
  *
- * Decaying boards (decay.h; README "Decaying boards") add a section: per
- * patch of the request its member in ~patches and, per entry of its window
- * key, the taxed composites at ages 0..max_age (packed in one argument, 16
- * digits each) and the player. The
- * script registers the patches its applied segments name; a patch not seen
- * before starts a rebuild (gen + 1, rebuilding set, the shadow emptied).
- * The age of a patch is the number of patches seen after it in their order
- * (capped at max_age); each entry goes to the overall board with ZADD GT|LT
- * at its age, and to the shadow too while a rebuild runs, when the answer
- * is {"ok", applied, skipped, "rebuilding"}.
+ * Decaying boards (decay.h; README "Decaying boards") add a section: the
+ * order (versions, or a list), the rule, then per patch of the request its
+ * member in ~patches with its score and, per entry of its window key, the
+ * taxed composites at ages 0..max_age (packed in one argument, 16 digits
+ * each) and the player. The script registers the patches its applied
+ * segments name; a patch not seen before, or another rule, starts a rebuild
+ * (gen + 1, rebuilding set, the shadow emptied). The age of a patch is the
+ * number of patches seen after it in their order, or with a list the
+ * newest one's place minus its own (capped at max_age); each entry goes to
+ * the overall board with ZADD GT|LT at its age, and to the shadow too
+ * while a rebuild runs, when the answer is {"ok", applied, skipped,
+ * "rebuilding"}.
  *
  * A rebuild (rebuild.h) steps through the same script with ARGV[2] "R":
  * "take" (a lease in ~decay naming its holder, until an instant of Redis's
- * clock; {"go", gen, patches...}, {"busy", holder, ms} or {"done"}; a rule
- * other than the caller's starts a rebuild first, as a request would), "chunk"
- * (ZADD GT|LT of taxed composites into the shadow, the lease renewed) and
- * "finish" (RENAME of the shadow over the overall board, the flag cleared),
- * each answering {"stale"} when its gen or lease is no longer current.
+ * clock; {"go", gen, member, score, ...}, {"busy", holder, ms} or
+ * {"done"}; a rule other than the caller's starts a rebuild first, as a
+ * request would), "chunk" (ZADD GT|LT of taxed composites into the shadow,
+ * the lease renewed), "rekey" (~patches written anew as the caller's
+ * configuration orders them: a new gen) and "finish" (RENAME of the shadow
+ * over the overall board, the flag cleared), each answering {"stale"} when
+ * its gen or lease is no longer current.
  *
  * Best boards whose profile rejects retractions, does not dedupe and does
  * not decay need no script: ZADD GT|LT
@@ -146,7 +152,18 @@ size_t lb_patch_member(const char *name, size_t len, char *out, size_t cap);
  * finds another one starts a rebuild. Returns its length. */
 #define LB_DECAY_RULE_MAX (LB_NAME_MAX + 96)
 size_t lb_decay_rule(const struct lb_decay_config *decay, char *out, size_t cap);
-/* The name in a member of ~patches (after its NUL), or NULL. */
+/* A patch's member in ~patches and its score there: with decay.patches
+ * its name and its place in the list, else lb_patch_member and 0. Returns
+ * the member's length, 0 when it does not fit or the list does not name
+ * it (the planner refuses such events). */
+size_t lb_decay_patch_member(const struct lb_decay_config *decay, const char *name, size_t len,
+                             char *out, size_t cap, int64_t *score);
+/* The ages of a board's patches, given their scores in ~patches in its
+ * order: with decay.patches the newest one's place minus each one's, else
+ * the number of patches after each (capped at max_age by the tax). */
+void lb_decay_ages(const struct lb_decay_config *decay, const int64_t *scores, size_t n, int *ages);
+/* The name in a member of ~patches: after its NUL, or all of it (a listed
+ * patch). */
 const char *lb_patch_name(const char *member, size_t len, size_t *name_len);
 
 /* The marker's field for a topic-partition: "<topic>:<partition>". */

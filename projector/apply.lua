@@ -34,11 +34,13 @@ end
 -- A decaying board's rebuild, one step (rebuild.c drives it).
 -- KEYS: [1] ~decay (gen, rebuilding, holder, until), [2] the shadow, [3]
 --       the overall board, [4] ~patches.
--- ARGV: [2] R, [3] take|chunk|finish, [4] holder, [5] lease in ms;
+-- ARGV: [2] R, [3] take|chunk|rekey|finish, [4] holder, [5] lease in ms;
 --       take: [6] the caller's rule (another one starts a rebuild: an idle
---       board found by the sweep after a settings change);
---       chunk and finish: [6] gen; chunk: [7] GT|LT, then composite, member
---       pairs for the shadow.
+--       board found by the sweep after a settings change); it answers the
+--       patches with their scores;
+--       chunk, rekey and finish: [6] gen; chunk: [7] GT|LT, then composite,
+--       member pairs for the shadow; rekey: score, member pairs, the whole
+--       of ~patches as the caller's configuration orders it (a new gen).
 if ARGV[2] == 'R' then
   local step, holder = ARGV[3], ARGV[4]
   local st = redis.pcall('HMGET', KEYS[1], 'gen', 'rebuilding', 'holder', 'until', 'rule')
@@ -59,7 +61,7 @@ if ARGV[2] == 'R' then
     end
     redis.call('HSET', KEYS[1], 'holder', holder, 'until', till)
     local r = {'go', st[1]}
-    for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do r[#r + 1] = m end
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')) do r[#r + 1] = m end
     return r
   end
   if not st[2] or st[1] ~= ARGV[6] or st[3] ~= holder then return {'stale'} end
@@ -68,6 +70,15 @@ if ARGV[2] == 'R' then
       redis.call('ZADD', KEYS[2], ARGV[7], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
     end
     redis.call('HSET', KEYS[1], 'until', till)
+    return {'ok'}
+  end
+  if step == 'rekey' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '+inf')
+    for i = 7, #ARGV, CHUNK do
+      redis.call('ZADD', KEYS[4], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
+    end
+    redis.call('HSET', KEYS[1], 'gen', tostring(tonumber(st[1]) + 1))
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '+inf')
     return {'ok'}
   end
   if redis.acl_check_cmd and not redis.acl_check_cmd('RENAME', KEYS[2], KEYS[3]) then
@@ -245,19 +256,22 @@ local function expire(name, key)
   end
 end
 
--- a decaying board's section: "D", max_age, the rule (stacking, tax,
--- max_age, scale, order, key: a change of it starts a rebuild), patches;
--- per patch its member in ~patches, its entries' count per segment, the
+-- a decaying board's section: "D", max_age, the order (v: versions, the
+-- age counting the patches after; l: a configured list, the age the
+-- distance in it), the rule (stacking, tax, max_age, scale, order, key, the
+-- list: a change of it starts a rebuild), patches; per patch its member in
+-- ~patches and its score there, its entries' count per segment, the
 -- entries: the taxed composites at ages 0..max_age packed in one argument
 -- (16 digits each), the player
 local decay
 if D and ARGV[pos] == 'D' then
-  local A, at = tonumber(ARGV[pos + 1]), pos + 4
-  decay = {A = A, rule = ARGV[pos + 2], patches = {}, members = {}, new = {}}
-  for _ = 1, tonumber(ARGV[pos + 3]) do
-    local patch, e = {member = ARGV[at], runs = {}}, at + 1 + nseg
+  local A, at = tonumber(ARGV[pos + 1]), pos + 5
+  decay = {A = A, list = ARGV[pos + 2] == 'l', rule = ARGV[pos + 3], patches = {}, members = {},
+           new = {}}
+  for _ = 1, tonumber(ARGV[pos + 4]) do
+    local patch, e = {member = ARGV[at], score = ARGV[at + 1], runs = {}}, at + 2 + nseg
     for s = 1, nseg do
-      local n = tonumber(ARGV[at + s])
+      local n = tonumber(ARGV[at + 1 + s])
       if apply[s] and n > 0 then patch.runs[#patch.runs + 1] = {e, n} end
       e = e + 2 * n
     end
@@ -279,8 +293,8 @@ local function decay_check()
   if #decay.members > 0 then
     local known = redis.pcall('ZMSCORE', KEYS[D], unpack(decay.members))
     if known.err then return refused(known, 'zmscore') or {'wrongtype', KEYS[D]} end
-    for i, m in ipairs(decay.members) do
-      if not known[i] then decay.new[#decay.new + 1] = m end
+    for i, patch in ipairs(decay.patches) do
+      if not known[i] then decay.new[#decay.new + 1] = patch end
     end
   end
   for i = 2, 3 do
@@ -294,19 +308,22 @@ end
 local function decay_write(gtlt)
   if #decay.new > 0 or decay.changed then
     local nx = {}
-    for i, m in ipairs(decay.new) do nx[2 * i - 1], nx[2 * i] = '0', m end
+    for i, patch in ipairs(decay.new) do nx[2 * i - 1], nx[2 * i] = patch.score, patch.member end
     if #nx > 0 then redis.call('ZADD', KEYS[D], 'NX', unpack(nx)) end
     redis.call('HSET', KEYS[D + 1], 'gen', decay.gen + 1, 'rebuilding', '1', 'rule', decay.rule)
     redis.call('ZREMRANGEBYSCORE', KEYS[D + 3], '-inf', '+inf')
     decay.building = true
   end
   if #decay.patches == 0 then return end
-  local seen = redis.call('ZRANGE', KEYS[D], 0, -1)
-  local rank = {}
-  for i, m in ipairs(seen) do rank[m] = i end
+  local seen = redis.call('ZRANGE', KEYS[D], 0, -1, 'WITHSCORES')
+  local count, age = #seen / 2, {}
+  local top = tonumber(seen[2 * count])
+  for i = 1, count do
+    age[seen[2 * i - 1]] = decay.list and top - tonumber(seen[2 * i]) or count - i
+  end
   local out, n = {}, 0
   for _, patch in ipairs(decay.patches) do
-    local from = 16 * math.min(#seen - rank[patch.member], decay.A) + 1
+    local from = 16 * math.min(age[patch.member], decay.A) + 1
     for _, run in ipairs(patch.runs) do
       for e = run[1], run[1] + 2 * (run[2] - 1), 2 do
         out[n + 1], out[n + 2] = string.sub(ARGV[e], from, from + 15), ARGV[e + 1]

@@ -1295,7 +1295,23 @@ static const struct key_def decay_keys[] = {
      .offset = D(key),
      .def = "decayed",
      .doc = "the overall board's key: <prefix>{<board>}:<key>"},
+    {.name = "patches",
+     .type = KT_STRINGS,
+     .offset = D(patches),
+     .doc = "the patches in order, oldest first: a patch's age is its distance to the newest "
+            "one written; events naming another are dead-lettered (default: every value seen, "
+            "in version order, the age counting the patches seen after it)"},
     {0}};
+
+int lb_decay_patch_index(const struct lb_decay_config *decay, const char *name, size_t len)
+{
+    for (size_t i = 0; i < decay->npatches; i++)
+        if (strlen(decay->patches[i]) == len && memcmp(decay->patches[i], name, len) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void free_strings(char **list, size_t n);
 
 static void decay_free(struct lb_decay_config *decay)
 {
@@ -1305,6 +1321,7 @@ static void decay_free(struct lb_decay_config *decay)
     free(decay->tax);
     free(decay->precision);
     free(decay->key);
+    free_strings(decay->patches, decay->npatches);
     free(decay);
 }
 
@@ -1382,6 +1399,19 @@ static int check_decay(struct parser *p, struct lb_profile *profile)
                     "decay.key \"%s\" must be at most %d bytes, not a window's name or dim, not "
                     "start with '~', and contain no '{', '}' or ':'",
                     decay->key, LB_NAME_MAX);
+    if (decay->npatches > LB_DECAY_PATCHES)
+        return fail(p, decay->line, "decay.patches: %zu patches; at most %d", decay->npatches,
+                    LB_DECAY_PATCHES);
+    for (size_t i = 0; i < decay->npatches; i++) {
+        const char *name = decay->patches[i];
+        if (!lb_id_is_valid((struct lb_str){name, (uint32_t)strlen(name)}))
+            return fail(p, decay->line,
+                        "decay.patches: \"%s\" is not a patch name (1..%d bytes of UTF-8 "
+                        "without control bytes)",
+                        name, LB_ID_MAX_BYTES);
+        if (lb_decay_patch_index(decay, name, strlen(name)) != (int)i)
+            return fail(p, decay->line, "decay.patches: \"%s\" is listed twice", name);
+    }
     unsigned bits = profile->scoring.tie_bits;
     int64_t limit = bits >= 53 ? 0 : (INT64_C(1) << (53 - bits)) - 1;
     if (lb_decay_check(rule, profile->scoring.score_min, profile->scoring.score_max, limit, err,

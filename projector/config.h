@@ -49,18 +49,25 @@ struct lb_window_config {
  * board of after-tax scores across the patches that one custom window's dim
  * names; see README "Decaying boards". */
 struct lb_decay_config {
-    char *dim;            /* the custom window whose dim names the patch */
-    char *tax;            /* as written: a decimal of at most four places */
-    int stacking;         /* enum lb_decay_stacking */
-    int64_t max_age;      /* patches behind after which the tax stops growing */
-    char *precision;      /* as written: 1, 0.1, 0.01, 0.001 or 0.0001 */
-    char *key;            /* the overall board: <prefix>{B}:<key> */
+    char *dim;       /* the custom window whose dim names the patch */
+    char *tax;       /* as written: a decimal of at most four places */
+    int stacking;    /* enum lb_decay_stacking */
+    int64_t max_age; /* patches behind after which the tax stops growing */
+    char *precision; /* as written: 1, 0.1, 0.01, 0.001 or 0.0001 */
+    char *key;       /* the overall board: <prefix>{B}:<key> */
+    char **patches;  /* the patches in order, oldest first; none: version order */
+    size_t npatches;
     struct lb_decay rule; /* the above, parsed (desc from the profile's order) */
     uint32_t window;      /* the dim's window: its index in the profile's windows */
     int line;
 };
 
-#define LB_DECAY_MAX_AGE 64 /* the request carries a taxed score per age up to max_age */
+#define LB_DECAY_MAX_AGE 64   /* the request carries a taxed score per age up to max_age */
+#define LB_DECAY_PATCHES 1000 /* the longest decay.patches list */
+
+/* A patch's place in decay.patches (0 oldest), or -1 when the list does
+ * not name it (or there is no list). */
+int lb_decay_patch_index(const struct lb_decay_config *decay, const char *name, size_t len);
 
 struct lb_profile {
     char *name;

@@ -414,7 +414,8 @@ static void describe_plan_reject(const struct lb_event *ev, enum lb_reject reaso
     case LB_REJECT_INVALID_DIMS:
         snprintf(detail, len,
                  "a dims value naming a custom window must be 1..%d bytes of UTF-8 "
-                 "without control bytes",
+                 "without control bytes (and a decaying board's patch one of its "
+                 "decay.patches, when it lists them)",
                  LB_ID_MAX_BYTES);
         break;
     case LB_REJECT_INVALID_BOARD:

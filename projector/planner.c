@@ -514,6 +514,11 @@ static enum lb_reject evaluate(const struct lb_profile *profile, const struct lb
         const struct lb_str *value = lb_event_dim(ev, window->dim, strlen(window->dim));
         if (value && !lb_id_is_valid(*value))
             return LB_REJECT_INVALID_DIMS;
+        /* a decaying board with a list of patches takes those only */
+        const struct lb_decay_config *decay = profile->decay;
+        if (value && decay && decay->npatches && decay->window == w &&
+            lb_decay_patch_index(decay, value->ptr, value->len) < 0)
+            return LB_REJECT_INVALID_DIMS;
     }
     if (ev->op == LB_OP_RETRACT && profile->reject_retractions)
         return LB_REJECT_RETRACTION;

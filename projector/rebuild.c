@@ -24,6 +24,7 @@ struct job {
     enum phase phase;
     char gen[32];
     char **patches; /* names, in their order */
+    int *ages;      /* each one's age */
     size_t npatches;
     size_t patch;   /* the patch being read */
     int64_t offset; /* the next rank to read in its board */
@@ -81,7 +82,9 @@ static void job_forget_patches(struct job *j)
     for (size_t i = 0; i < j->npatches; i++)
         free(j->patches[i]);
     free(j->patches);
+    free(j->ages);
     j->patches = NULL;
+    j->ages = NULL;
     j->npatches = 0;
 }
 
@@ -308,6 +311,99 @@ static void refused(struct lb_rebuild *r, struct job *j, const redisReply *reply
                      j->board, step, reply->element[0]->str, what);
 }
 
+/* Writes ~patches as this pod's configuration orders them: the patches
+ * 'names', each with its member and score (lb_decay_patch_member); with a
+ * list, those it does not name are left out. A new gen: 0, or -1. */
+static int rekey(struct lb_rebuild *r, struct job *j, char **names, size_t n)
+{
+    const struct lb_decay_config *decay = j->profile->decay;
+    const char **extra = calloc(1 + 2 * n, sizeof(*extra));
+    size_t *extralen = calloc(1 + 2 * n, sizeof(*extralen));
+    char(*members)[LB_ID_MAX_BYTES * 6 + 16] = calloc(n ? n : 1, sizeof(*members));
+    char(*scores)[24] = calloc(n ? n : 1, sizeof(*scores));
+    int rc = extra && extralen && members && scores ? 0 : -1;
+    size_t k = 1;
+    if (rc == 0) {
+        extra[0] = j->gen;
+        extralen[0] = strlen(j->gen);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        int64_t score;
+        size_t len = lb_decay_patch_member(decay, names[i], strlen(names[i]), members[i],
+                                           sizeof(members[i]), &score);
+        if (!len)
+            continue; /* not in the list any more: out of the board's patches */
+        extra[k] = scores[i];
+        extralen[k++] = (size_t)snprintf(scores[i], sizeof(scores[i]), "%lld", (long long)score);
+        extra[k] = members[i];
+        extralen[k++] = len;
+    }
+    redisReply *reply = rc == 0 ? script_step(r, j, "rekey", k, extra, extralen) : NULL;
+    free(extra);
+    free(extralen);
+    free(members);
+    free(scores);
+    if (!reply)
+        return -1;
+    rc = is_word(reply, "ok") || is_word(reply, "stale") ? 0 : -1;
+    if (rc == 0 && is_word(reply, "ok"))
+        LB_INFO("decay", "ordered the patches of '%s' as the configuration says (decay.patches)",
+                j->board);
+    else if (rc != 0)
+        refused(r, j, reply, "rekey");
+    freeReplyObject(reply);
+    return rc;
+}
+
+/* Reads the patches of a "go" answer (member, score pairs in order) into
+ * the job with their ages. 0; 1 when they were not ordered as this pod's
+ * configuration says and were written anew (take again); -1. */
+static int take_patches(struct lb_rebuild *r, struct job *j, const redisReply *reply)
+{
+    const struct lb_decay_config *decay = j->profile->decay;
+    size_t n = (reply->elements - 2) / 2;
+    int64_t *scores = calloc(n ? n : 1, sizeof(*scores));
+    int stale = 0;
+    job_forget_patches(j);
+    j->patches = calloc(n ? n : 1, sizeof(char *));
+    j->ages = calloc(n ? n : 1, sizeof(int));
+    if (!scores || !j->patches || !j->ages) {
+        free(scores);
+        job_forget_patches(j);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *m = reply->element[2 + 2 * i], *sc = reply->element[3 + 2 * i];
+        size_t len = 0;
+        const char *name = m->type == REDIS_REPLY_STRING && sc->type == REDIS_REPLY_STRING
+                               ? lb_patch_name(m->str, m->len, &len)
+                               : NULL;
+        if (!name || !(j->patches[i] = malloc(len + 1))) {
+            free(scores);
+            job_forget_patches(j);
+            return -1;
+        }
+        j->npatches = i + 1;
+        memcpy(j->patches[i], name, len);
+        j->patches[i][len] = '\0';
+        scores[i] = (int64_t)strtod(sc->str, NULL);
+        char want[LB_ID_MAX_BYTES * 6 + 16];
+        int64_t want_score;
+        size_t wlen = lb_decay_patch_member(decay, name, len, want, sizeof(want), &want_score);
+        stale |=
+            !wlen || wlen != m->len || memcmp(want, m->str, wlen) != 0 || want_score != scores[i];
+    }
+    int rc = 0;
+    if (stale)
+        rc = rekey(r, j, j->patches, j->npatches) == 0 ? 1 : -1;
+    else
+        lb_decay_ages(decay, scores, n, j->ages);
+    free(scores);
+    if (rc != 0)
+        job_forget_patches(j);
+    return rc;
+}
+
 static int take(struct lb_rebuild *r, struct job *j, int64_t now_ms)
 {
     char rule[LB_DECAY_RULE_MAX];
@@ -323,39 +419,24 @@ static int take(struct lb_rebuild *r, struct job *j, int64_t now_ms)
         int64_t wait = strtoll(reply->element[2]->str, NULL, 10);
         j->next_ms = now_ms + (wait < 1000 ? wait + 10 : 1000);
         r->stats.busy++;
-    } else if (is_word(reply, "go") && reply->elements >= 2 &&
+    } else if (is_word(reply, "go") && reply->elements >= 2 && reply->elements % 2 == 0 &&
                reply->element[1]->type == REDIS_REPLY_STRING) {
-        job_forget_patches(j);
         snprintf(j->gen, sizeof(j->gen), "%s", reply->element[1]->str);
-        size_t n = reply->elements - 2;
-        j->patches = calloc(n ? n : 1, sizeof(char *));
-        for (size_t i = 0; j->patches && i < n; i++) {
-            const redisReply *m = reply->element[2 + i];
-            size_t len;
-            const char *name =
-                m->type == REDIS_REPLY_STRING ? lb_patch_name(m->str, m->len, &len) : NULL;
-            if (name && (j->patches[i] = malloc(len + 1))) {
-                memcpy(j->patches[i], name, len);
-                j->patches[i][len] = '\0';
-            }
-            j->npatches = i + 1;
-            if (!j->patches[i])
-                rc = -1;
+        rc = take_patches(r, j, reply);
+        if (rc == 0) {
+            j->phase = PAGE;
+            j->patch = 0;
+            j->offset = 0;
+            j->members = 0;
+            j->started_ms = now_ms;
+            if (!j->taken)
+                r->stats.started++;
+            j->taken = 1;
+            LB_INFO("decay", "rebuilding the overall board of '%s' (gen %s, %zu patches)", j->board,
+                    j->gen, j->npatches);
+        } else if (rc == 1) { /* ~patches ordered anew: a new gen, taken again at once */
+            rc = 0;
         }
-        if (!j->patches)
-            rc = -1;
-        j->phase = PAGE;
-        j->patch = 0;
-        j->offset = 0;
-        j->members = 0;
-        j->started_ms = now_ms;
-        if (!j->taken)
-            r->stats.started++;
-        j->taken = 1;
-        LB_INFO("decay", "rebuilding the overall board of '%s' (gen %s, %zu patches)", j->board,
-                j->gen, j->npatches);
-        if (rc != 0)
-            job_forget_patches(j), j->phase = TAKE;
     } else {
         refused(r, j, reply, "take");
         rc = -1;
@@ -405,7 +486,7 @@ static int page(struct lb_rebuild *r, struct job *j)
         return 0;
     }
     unsigned bits = profile->scoring.tie_bits;
-    int age = (int)(j->npatches - 1 - j->patch);
+    int age = j->ages[j->patch];
     size_t nextra = 2 + 2 * m;
     const char **extra = malloc(nextra * sizeof(*extra));
     size_t *extralen = malloc(nextra * sizeof(*extralen));

@@ -227,6 +227,7 @@ static int count_distinct(const struct view *v, const char *key, long n, long *d
 struct patches {
     char (*names)[LB_ID_MAX_BYTES + 1];
     char (*keys)[1024];
+    int *ages;
     size_t n;
 };
 
@@ -235,20 +236,24 @@ static int read_patches(const struct view *v, struct patches *pp)
     char key[1024];
     struct lb_str id = {v->board, (uint32_t)strlen(v->board)};
     lb_board_key(v->prefix, id, LB_PATCHES_KEY, key, sizeof(key));
-    const char *argv[] = {"ZRANGE", key, "0", "-1"};
-    redisReply *reply = command(v->cl, v->slot, 4, argv);
+    const char *argv[] = {"ZRANGE", key, "0", "-1", "WITHSCORES"};
+    redisReply *reply = command(v->cl, v->slot, 5, argv);
     if (!reply)
         return -1;
-    size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
+    size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements / 2 : 0;
     pp->names = calloc(n ? n : 1, sizeof(*pp->names));
     pp->keys = calloc(n ? n : 1, sizeof(*pp->keys));
+    pp->ages = calloc(n ? n : 1, sizeof(*pp->ages));
+    int64_t *scores = calloc(n ? n : 1, sizeof(*scores));
     pp->n = 0;
     const struct lb_decay_config *decay = v->profile->decay;
-    for (size_t i = 0; pp->names && pp->keys && i < n; i++) {
+    for (size_t i = 0; pp->names && pp->keys && pp->ages && scores && i < n; i++) {
         size_t len;
-        const char *name = lb_patch_name(reply->element[i]->str, reply->element[i]->len, &len);
+        const redisReply *m = reply->element[2 * i];
+        const char *name = lb_patch_name(m->str, m->len, &len);
         if (!name || len > LB_ID_MAX_BYTES)
             continue;
+        scores[pp->n] = (int64_t)strtod(reply->element[2 * i + 1]->str, NULL);
         memcpy(pp->names[pp->n], name, len);
         pp->names[pp->n][len] = '\0';
         lb_window_key(v->prefix, id, &v->profile->windows[decay->window], 0,
@@ -256,7 +261,11 @@ static int read_patches(const struct view *v, struct patches *pp)
         pp->n++;
     }
     freeReplyObject(reply);
-    return pp->names && pp->keys ? 0 : -1;
+    int ok = pp->names && pp->keys && pp->ages && scores;
+    if (ok)
+        lb_decay_ages(decay, scores, pp->n, pp->ages);
+    free(scores);
+    return ok ? 0 : -1;
 }
 
 /* The scores of 'members' (of a page) in 'key': ZMSCORE. */
@@ -324,7 +333,7 @@ static int sources_of(const struct view *v, const redisReply *page, const struct
             int64_t c = (int64_t)strtod(r->str, NULL), score = c >> bits, taxed;
             int64_t tie = c - score * (INT64_C(1) << bits);
             int64_t want = (int64_t)strtod(page->element[2 * i + 1]->str, NULL);
-            if (lb_decay_taxed(&decay->rule, score, (int)(pp->n - 1 - j), &taxed) == 0 &&
+            if (lb_decay_taxed(&decay->rule, score, pp->ages[j], &taxed) == 0 &&
                 taxed * (INT64_C(1) << bits) + tie == want) {
                 patch[i] = pp->names[j];
                 raw[i] = score;
@@ -364,6 +373,7 @@ static int show_page(const struct view *v, const char *key, long start, long cou
         (!patch || !raw || read_patches(v, &pp) != 0 || sources_of(v, reply, &pp, patch, raw))) {
         free(pp.names);
         free(pp.keys);
+        free(pp.ages);
         free(patch);
         free(raw);
         freeReplyObject(reply);
@@ -409,6 +419,7 @@ static int show_page(const struct view *v, const char *key, long start, long cou
     printf("\n");
     free(pp.names);
     free(pp.keys);
+    free(pp.ages);
     free(patch);
     free(raw);
     freeReplyObject(reply);

@@ -282,15 +282,19 @@ lose_board() {
     done
 }
 
-# hang_up_on_clients PERIOD PORT... - in the background, CLIENT KILL TYPE
-# normal on every PORT each PERIOD seconds (the nodes close whatever
-# connection a tool has, mid-write or not); its pid in HANGUP_PID, for
-# stop_hanging_up.
+# hang_up_on_clients PERIOD PORT... - in the background, every PERIOD
+# seconds, the nodes of every PORT hold writes for a moment (CLIENT PAUSE
+# WRITE) and then close every client connection (CLIENT KILL TYPE normal):
+# a tool that was writing loses requests it sent and never got an answer
+# to, each time (a kill alone mostly meets idle connections, which a client
+# reopens without a word); its pid in HANGUP_PID, for stop_hanging_up.
 hang_up_on_clients() {
     local period=$1
     shift
     (
         while :; do
+            for m in "$@"; do redis_cli "$m" CLIENT PAUSE 150 WRITE >/dev/null 2>&1; done
+            sleep 0.1
             for m in "$@"; do redis_cli "$m" CLIENT KILL TYPE normal >/dev/null 2>&1; done
             sleep "$period"
         done

@@ -8,26 +8,25 @@
 # hotfix 1.9.1 that sorts between 1.9 and 1.10), projected by two pods in
 # one group; one pod is SIGKILLed while it holds a rebuild, which the other
 # finishes once the lease runs out; a lost board is rebuilt by replay beside
-# the running pods. After each step the independent oracle (verify_state
+# the running pods; boards whose profile lists the patches take those only,
+# aged by the list. After each step the independent oracle (verify_state
 # --decay) must find every patch board and every overall board exact.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 start_services
 export GROUP=lb-decay
-write_config "$T_DIR/projector.yaml" 'profiles:
-  - name: achievements
-    match: ["ach-*"]
-    order: asc
-    retractions: reject
-    tie_resolution: h
-    score_max: 50000
-    windows:
-      alltime: {}
-      custom: [{dim: patch}]
-    decay: {dim: patch, tax: 0.2, stacking: linear, max_age: 3, precision: 0.01}'
+decaying() { # NAME MATCH DECAY: an achievement profile, lower is better
+    printf '  - name: %s\n    match: ["%s"]\n    order: asc\n    retractions: reject\n' "$1" "$2"
+    printf '    tie_resolution: h\n    score_max: 50000\n'
+    printf '    windows: {alltime: {}, custom: [{dim: patch}]}\n    decay: {%s}\n' "$3"
+}
+write_config "$T_DIR/projector.yaml" "profiles:
+$(decaying achievements 'ach-*' 'dim: patch, tax: 0.2, stacking: linear, max_age: 3, precision: 0.01')
+$(decaying listed 'lst-*' 'dim: patch, tax: 0.1, stacking: compound, max_age: 4, patches: ["1.8", "1.9", "1.10", "2.0"]')"
 oracle=(--windows "alltime,patch" --resolution-ms 3600000 --profile ach-=best/asc/earliest/noretract
-    --decay ach-=patch/0.2/linear/3/0.01/decayed)
+    --decay ach-=patch/0.2/linear/3/0.01/decayed --profile lst-=best/asc/earliest/noretract
+    --decay "lst-=patch/0.1/compound/4/0.01/decayed/1.8,1.9,1.10,2.0")
 gen=(--boards 4 --board-prefix ach- --players 3000 --score-max 300 --start "$START" --days 1
     --dim patch --retry-every 7)
 release() { # PATCHES SEED - events of these patches, then the state checked
@@ -115,9 +114,19 @@ release 1.9,1.10,2.0 304
 release 1.9.1,2.0 305
 ok "patches 2.0 and a late 1.9.1: every board exact"
 
-# 4. a lost board rebuilt by replay beside the running pods, then --verify
+# 4. boards whose profile lists its patches: 1.8 is three behind 2.0 though
+#    nobody wrote 1.9 or 1.10, and 9.9, not listed, is refused (invalid_dims)
+produce -n 4000 --seed 306 --boards 2 --board-prefix lst- --players 500 --score-max 300 \
+    --start "$START" --days 1 --dim patch --dim-list "1.8,2.0,9.9"
+wait_caught_up 120
+verify "${oracle[@]}"
+grep -q "invalid_dims" "$T_DIR/b.log" "$T_DIR/a2.log" || fail "no event of patch 9.9 was refused"
+ok "a listed order: ages by the list, an unlisted patch refused; every board exact"
+
+# 5. a lost board rebuilt by replay beside the running pods, then --verify
 rebuild_board "$T_DIR/projector.yaml" ach-2 "${oracle[@]}"
-"$BIN/replay" --config "$T_DIR/projector.yaml" --board 'ach-*' --verify >"$T_DIR/replay-verify.out" 2>&1 ||
+rebuild_board "$T_DIR/projector.yaml" lst-1 "${oracle[@]}"
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board '*' --verify >"$T_DIR/replay-verify.out" 2>&1 ||
     fail "replay --verify failed: $(tail -n 3 "$T_DIR/replay-verify.out")"
 grep -q ' 0 differing' "$T_DIR/replay-verify.out" || fail "replay --verify found differences"
 ok "a lost decaying board rebuilt by replay (patch and overall boards), --verify clean"

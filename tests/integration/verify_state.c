@@ -22,12 +22,15 @@
  * here.
  *
  * Decaying boards (--decay PREFIX=DIM/TAX/STACKING/MAX_AGE/PRECISION/KEY,
- * e.g. top-1=patch/0.1/linear/5/0.01/decayed) also have an overall board:
+ * e.g. top-1=patch/0.1/linear/5/0.01/decayed, and an optional /A,B,C: the
+ * configured patches in order) also have an overall board:
  * per player the best over the board's patches (the values of the DIM
  * window) of the after-tax score of that patch's entry, its tie unchanged.
  * A patch's age is the number of the board's patches after it in version
  * order (dot-separated parts, numbers by value and before words, a prefix
- * first; equal versions by their bytes), at most MAX_AGE; the factor is
+ * first; equal versions by their bytes), or with a list the distance from
+ * the newest listed patch written (events naming an unlisted patch are
+ * refused whole), at most MAX_AGE; the factor is
  * 1 + TAX*age (linear) or (1 + TAX)^age (compound), multiplying the raw
  * score on asc boards and dividing it on desc ones; the result, in units of
  * PRECISION, rounded half up. A rebuild still running on a board (its ~decay
@@ -153,7 +156,8 @@ struct profile {
 /* --decay: boards whose id starts with 'prefix' decay. */
 struct decay {
     char prefix[64], dim[64], key[64];
-    __int128 tax; /* in 1/10000 */
+    char list[1024]; /* ",a,b,c,": the configured patches in order; "": version order */
+    __int128 tax;    /* in 1/10000 */
     int compound;
     int max_age;
     __int128 scale; /* units per raw unit */
@@ -222,9 +226,16 @@ static int parse_decay(const char *spec, struct rules *r)
     struct decay *d = &r->decays[r->ndecays];
     const char *eq = strchr(spec, '=');
     if (!eq || (size_t)(eq - spec) >= sizeof(d->prefix) ||
-        sscanf(eq + 1, "%63[^/]/%31[0-9.]/%15[a-z]/%d/%15[0-9.]/%63s", d->dim, tax, stacking,
+        sscanf(eq + 1, "%63[^/]/%31[0-9.]/%15[a-z]/%d/%15[0-9.]/%63[^/]", d->dim, tax, stacking,
                &max_age, precision, d->key) != 6)
         return -1;
+    /* an optional list: /a,b,c */
+    const char *list = eq + 1;
+    for (int slashes = 0; *list && slashes < 6; list++)
+        slashes += *list == '/';
+    d->list[0] = '\0';
+    if (*list)
+        snprintf(d->list, sizeof(d->list), ",%s,", list);
     snprintf(d->prefix, sizeof(d->prefix), "%.*s", (int)(eq - spec), spec);
     /* the tax in ten-thousandths: digits before and up to four after the point */
     const char *dot = strchr(tax, '.');
@@ -254,6 +265,20 @@ static int parse_decay(const char *spec, struct rules *r)
         return -1;
     r->ndecays++;
     return 0;
+}
+
+/* The place of 'patch' in a decay's list (0 oldest), or -1. */
+static int list_index(const struct decay *d, const char *patch)
+{
+    char needle[256];
+    snprintf(needle, sizeof(needle), ",%s,", patch);
+    const char *at = strstr(d->list, needle);
+    if (!at)
+        return -1;
+    int index = 0;
+    for (const char *c = d->list + 1; c < at + 1; c++)
+        index += *c == ',';
+    return index;
 }
 
 static const struct decay *decay_of(const struct rules *r, const char *board)
@@ -458,6 +483,9 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
         const struct profile *p = profile_of(r, board);
         if (retract && p->no_retractions)
             continue; /* dead-lettered (retraction_refused) */
+        const struct decay *listed = decay_of(r, board);
+        if (listed && listed->list[0] && strcmp(dim, "-") != 0 && list_index(listed, dim) < 0)
+            continue; /* a patch its decay.patches does not name: invalid_dims */
         struct member *targets[8];
         int64_t expires[8];
         char mkeys[8][900];
@@ -582,7 +610,9 @@ static int by_board_patch(const void *x, const void *y)
 {
     const struct patch_entry *a = x, *b = y;
     int c = strcmp(a->board, b->board);
-    return c ? c : version_cmp(a->patch, b->patch);
+    if (c || !a->decay->list[0])
+        return c ? c : version_cmp(a->patch, b->patch);
+    return list_index(a->decay, a->patch) - list_index(b->decay, b->patch);
 }
 
 static void add_decayed(const struct rules *r, struct map *members, struct map *keys)
@@ -632,11 +662,15 @@ static void add_decayed(const struct rules *r, struct map *members, struct map *
         }
         const struct profile *p = profile_of(r, all[from].board);
         size_t index = 0;
+        /* with a list: the distance to the newest patch written, in the list */
+        int newest = all[from].decay->list[0] ? list_index(all[from].decay, all[to - 1].patch) : 0;
         for (size_t i = from; i < to; i++) {
             if (i > from && strcmp(all[i].patch, all[i - 1].patch) != 0)
                 index++;
             const struct decay *d = all[i].decay;
-            int64_t c = taxed_of(r, p, d, all[i].composite, (int)(patches - 1 - index));
+            int age =
+                d->list[0] ? newest - list_index(d, all[i].patch) : (int)(patches - 1 - index);
+            int64_t c = taxed_of(r, p, d, all[i].composite, age);
             char key[600], mkey[900];
             snprintf(key, sizeof(key), "%s{%s}:%s", r->prefix, all[i].board, d->key);
             snprintf(mkey, sizeof(mkey), "%s\n%s", key, all[i].player);

@@ -231,6 +231,14 @@ static void decay_profiles_are_checked_at_load(void **state)
     assert_int_equal(c->profiles[0].decay->rule.stacking, LB_DECAY_LINEAR);
     assert_int_equal(c->profiles[0].decay->rule.max_age, 10);
     assert_int_equal(c->profiles[0].decay->rule.scale, 100);
+    assert_int_equal(c->profiles[0].decay->npatches, 0); /* version order */
+    lb_config_free(c);
+    decay_profile(text, sizeof(text), "    retractions: reject\n",
+                  "dim: patch, tax: 0.1, patches: [\"1.8\", \"1.9\", \"1.10\"]");
+    c = load_ok(text);
+    assert_int_equal(c->profiles[0].decay->npatches, 3);
+    assert_int_equal(lb_decay_patch_index(c->profiles[0].decay, "1.10", 4), 2);
+    assert_int_equal(lb_decay_patch_index(c->profiles[0].decay, "2.0", 3), -1);
     lb_config_free(c);
 
     static const struct {
@@ -252,6 +260,8 @@ static void decay_profiles_are_checked_at_load(void **state)
         {"    retractions: reject\n", "dim: patch, tax: 0.1, key: mode", 15, "decay.key"},
         {"    retractions: reject\n", "dim: patch, tax: 0.1, key: daily", 15, "decay.key"},
         {"    retractions: reject\n", "tax: 0.1", 15, "'dim' is required"},
+        {"    retractions: reject\n", "dim: patch, tax: 0.1, patches: [\"1.0\", \"1.1\", \"1.0\"]",
+         15, "decay.patches: \"1.0\" is listed twice"},
         /* the overall board's budget: score_max 10000 in hundredths fits the
          * 2^23 that ties of 30 bits leave; doubled 20 times it does not */
         {"    retractions: reject\n", "dim: patch, tax: 1, max_age: 20, stacking: compound", 15,

@@ -19,6 +19,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "event.h"
 #include "eventgen.h"
 #include "redis_server.h"
 
@@ -31,7 +32,7 @@ struct fixture {
     int64_t offset;
 };
 
-static void open_engine(struct fixture *f, const char *tax)
+static void open_engine(struct fixture *f, const char *decay)
 {
     char text[2048], err[512];
     snprintf(text, sizeof(text),
@@ -44,8 +45,8 @@ static void open_engine(struct fixture *f, const char *tax)
              "    retractions: reject\n"
              "    score_max: 40000\n"
              "    windows: {alltime: {}, custom: [{dim: patch}]}\n"
-             "    decay: {dim: patch, tax: %s, max_age: 5, precision: 0.01}\n",
-             getenv("LB_SOURCE_DIR"), redis_server_port(f->redis), tax);
+             "    decay: {dim: patch, max_age: 5, precision: 0.01, %s}\n",
+             getenv("LB_SOURCE_DIR"), redis_server_port(f->redis), decay);
     assert_int_equal(
         lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
     f->engine = lb_engine_open(f->config, NULL, err, sizeof(err), NULL);
@@ -63,7 +64,7 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     f->redis = redis_server_start(1);
-    open_engine(f, "0.1");
+    open_engine(f, "tax: 0.1");
     *state = f;
     return 0;
 }
@@ -249,7 +250,7 @@ static void a_changed_tax_retaxes_the_board(void **state)
     drain(f);
     assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
     close_engine(f);
-    open_engine(f, "0.2");
+    open_engine(f, "tax: 0.2");
     submit(f, "cat", 160, "2.0", MAY1 + 2000);
     assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 1);
     drain(f);
@@ -268,7 +269,7 @@ static void a_changed_tax_reaches_an_idle_board_through_the_sweep(void **state)
     submit(f, "bob", 150, "2.0", MAY1 + 1000);
     drain(f);
     close_engine(f);
-    open_engine(f, "0.2");
+    open_engine(f, "tax: 0.2");
     lb_rebuild_sweep(f->engine->rebuild);
     for (int i = 0; i < 20 && lb_rebuild_pending(f->engine->rebuild) == 0; i++) {
         usleep(10000);
@@ -279,7 +280,7 @@ static void a_changed_tax_reaches_an_idle_board_through_the_sweep(void **state)
     assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080));
     /* swept again: nothing left to do */
     close_engine(f);
-    open_engine(f, "0.2");
+    open_engine(f, "tax: 0.2");
     lb_rebuild_sweep(f->engine->rebuild);
     for (int i = 0; i < 20; i++) {
         usleep(10000);
@@ -313,6 +314,38 @@ static void a_mistyped_patch_is_taken_out_as_the_runbook_says(void **state)
     assert_int_equal(overall(f, "eve"), -1); /* gone with its patch */
 }
 
+/* decay.patches: the list orders the patches, a patch's age is its
+ * distance in the list (patches nobody wrote count), others are refused;
+ * a changed list orders ~patches anew and rebuilds. */
+static void a_configured_list_orders_and_limits_the_patches(void **state)
+{
+    struct fixture *f = *state;
+    close_engine(f);
+    open_engine(f, "tax: 0.1, patches: [\"1.0\", \"1.1\", \"1.2\", \"2.0\"]");
+    submit(f, "ann", 109, "1.0", MAY1);
+    submit(f, "bob", 150, "1.2", MAY1 + 1000);
+    drain(f);
+    /* 1.0 is two behind 1.2, though nobody wrote 1.1 */
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.0", 109, 13080));
+    submit(f, "eve", 100, "1.05", MAY1 + 2000); /* not listed: refused whole */
+    assert_int_equal(lb_pipeline_stats(f->engine->pipeline)->rejected[LB_REJECT_INVALID_DIMS], 1);
+    assert_int_equal(overall(f, "eve"), -1);
+    assert_false(exists(f, "lb:{ach}:patch:1.05"));
+    /* 1.1 taken out of the list: 1.0 is one behind 1.2 now */
+    close_engine(f);
+    open_engine(f, "tax: 0.1, patches: [\"1.0\", \"1.2\", \"2.0\"]");
+    submit(f, "cat", 120, "1.2", MAY1 + 3000);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.0", 109, 11990));
+    assert_int_equal(overall(f, "cat"), expected(f, "cat", "1.2", 120, 12000));
+    /* back to version order: the same patches, seen ones counted */
+    close_engine(f);
+    open_engine(f, "tax: 0.1");
+    submit(f, "dan", 130, "2.0", MAY1 + 4000);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.0", 109, 13080)); /* two behind */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +354,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_patch_arriving_mid_rebuild_restarts_it, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lease_held_elsewhere_is_waited_for, setup, teardown),
         cmocka_unit_test_setup_teardown(a_changed_tax_retaxes_the_board, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_configured_list_orders_and_limits_the_patches, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_mistyped_patch_is_taken_out_as_the_runbook_says, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_changed_tax_reaches_an_idle_board_through_the_sweep,
