@@ -49,6 +49,10 @@ if ARGV[2] == 'R' then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local till = string.format('%.0f', now + tonumber(ARGV[5]))
   if step == 'take' then
+    -- another's lease first: a pod of other settings must not undo its work
+    if st[2] and st[3] and st[3] ~= holder and tonumber(st[4]) > now then
+      return {'busy', st[3], string.format('%.0f', tonumber(st[4]) - now)}
+    end
     if st[5] ~= ARGV[6] then
       st[1] = tostring((tonumber(st[1]) or 0) + 1)
       st[2] = '1'
@@ -56,9 +60,6 @@ if ARGV[2] == 'R' then
       redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '+inf')
     end
     if not st[2] then return {'done'} end
-    if st[3] and st[3] ~= holder and tonumber(st[4]) > now then
-      return {'busy', st[3], string.format('%.0f', tonumber(st[4]) - now)}
-    end
     redis.call('HSET', KEYS[1], 'holder', holder, 'until', till)
     local r = {'go', st[1]}
     for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')) do r[#r + 1] = m end
@@ -306,7 +307,21 @@ end
 -- the same when the rule changed), then writes each entry at its patch's
 -- age to the overall board, and to the shadow while a rebuild runs
 local function decay_write(gtlt)
-  if #decay.new > 0 or decay.changed then
+  -- a new patch moves ages: in version order always; with a list only a
+  -- newer one than the newest written (the ages count from it)
+  local moves = decay.changed or (#decay.new > 0 and not decay.list)
+  if decay.list and #decay.new > 0 and not moves then
+    local last = redis.call('ZRANGE', KEYS[D], -1, -1, 'WITHSCORES')
+    for _, patch in ipairs(decay.new) do
+      moves = moves or not last[2] or tonumber(patch.score) > tonumber(last[2])
+    end
+  end
+  if #decay.new > 0 and not moves then
+    local nx = {}
+    for i, patch in ipairs(decay.new) do nx[2 * i - 1], nx[2 * i] = patch.score, patch.member end
+    redis.call('ZADD', KEYS[D], 'NX', unpack(nx))
+  end
+  if moves then
     local nx = {}
     for i, patch in ipairs(decay.new) do nx[2 * i - 1], nx[2 * i] = patch.score, patch.member end
     if #nx > 0 then redis.call('ZADD', KEYS[D], 'NX', unpack(nx)) end

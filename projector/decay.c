@@ -112,7 +112,14 @@ int lb_decay_check(const struct lb_decay *d, int64_t raw_min, int64_t raw_max, i
      * rounded (factor <= scale), or the best run of a patch and a worse one
      * could tax to the same value and the tie, not the score, would decide */
     i128 num, den;
-    if (d->desc && (factor(d, d->max_age, &num, &den) != 0 || (i128)d->scale * den < num)) {
+    if (d->desc && factor(d, d->max_age, &num, &den) != 0) {
+        snprintf(err, errlen,
+                 "the tax at decay.max_age (%d patches) does not fit 128-bit arithmetic; lower "
+                 "decay.max_age or decay.tax",
+                 d->max_age);
+        return -1;
+    }
+    if (d->desc && (i128)d->scale * den < num) {
         snprintf(err, errlen,
                  "on a desc board the tax at decay.max_age (%d patches) exceeds 1/decay.precision, "
                  "so different scores would tax to one value: use a finer decay.precision, or "

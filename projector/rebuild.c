@@ -155,8 +155,8 @@ static void sweep_step(struct lb_rebuild *r, int64_t now_ms)
     }
     char pattern[256];
     snprintf(pattern, sizeof(pattern), "%s{*}:%s", r->o.key_prefix, LB_DECAY_STATE_KEY);
-    /* a page of 200 keys: each found costs an HMGET, within one step */
-    const char *argv[] = {"SCAN", w->cursor, "MATCH", pattern, "COUNT", "200", "TYPE", "hash"};
+    /* a page of 50 keys: each found costs an HMGET, within one step */
+    const char *argv[] = {"SCAN", w->cursor, "MATCH", pattern, "COUNT", "50", "TYPE", "hash"};
     size_t argvlen[8];
     for (size_t i = 0; i < 8; i++)
         argvlen[i] = strlen(argv[i]);

@@ -193,15 +193,17 @@ static int node_slots(struct replay *r, const char *node)
 }
 
 /* Whether a profile's boards can be among the selection: every board when
- * no --board was given, else those a --board names (or a pattern that the
- * profile's patterns match as text). */
+ * no --board was given, else when a --board pattern and one of the
+ * profile's patterns match each other as text. */
 static int profile_selected(const struct lb_profile *profile, const struct strings *boards)
 {
     if (!boards->count)
         return 1;
+    /* either pattern may be the broader one: "run:*" and "*" meet */
     for (size_t b = 0; b < boards->count; b++)
         for (size_t m = 0; m < profile->nmatch; m++)
-            if (fnmatch(profile->match[m], boards->items[b], 0) == 0)
+            if (fnmatch(profile->match[m], boards->items[b], 0) == 0 ||
+                fnmatch(boards->items[b], profile->match[m], 0) == 0)
                 return 1;
     return 0;
 }

@@ -126,7 +126,7 @@ for cmd in "${commands[@]}"; do
     acl_produce -n 400 --seed "$seed" "${more[@]}"
     start_projector "acl-$seed" "$T_DIR/acl.yaml"
     deadline=$((SECONDS + 30))
-    until grep -i noperm "$T_DIR/acl-$seed.log" | grep -qiF "'$cmd'"; do
+    until grep -i noperm "$T_DIR/acl-$seed.log" 2>/dev/null | grep -iF "'$cmd'" >/dev/null; do
         ((SECONDS < deadline)) ||
             fail "without +$cmd no NOPERM naming it: $(grep -i -m 2 'noperm\|error' "$T_DIR/acl-$seed.log")"
         sleep 0.2

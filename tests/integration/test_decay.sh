@@ -132,10 +132,13 @@ grep -q ' 0 differing' "$T_DIR/replay-verify.out" || fail "replay --verify found
 ok "a lost decaying board rebuilt by replay (patch and overall boards), --verify clean"
 
 # --verify does not compare an overall board the projector is rebuilding
-# (it holds old values until the RENAME): it says so, and does not fail
+# (it holds old values until the RENAME): it says so, and does not fail.
+# The rebuild is another pod's, its lease running for minutes: no pod here
+# can take it over and end it before replay looks.
 for p in $(slot_masters); do
     [[ $(redis_cli "$p" EXISTS "lb:{ach-3}:~decay") == 1 ]] &&
-        redis_cli "$p" HSET "lb:{ach-3}:~decay" rebuilding 1 >/dev/null
+        redis_cli "$p" HSET "lb:{ach-3}:~decay" rebuilding 1 holder elsewhere \
+            until $(($(date +%s) * 1000 + 600000)) >/dev/null
 done
 "$BIN/replay" --config "$T_DIR/projector.yaml" --board 'ach-*' --verify >"$T_DIR/replay-verify2.out" 2>&1 ||
     fail "replay --verify failed on a board being rebuilt: $(tail -n 3 "$T_DIR/replay-verify2.out")"
@@ -143,7 +146,7 @@ grep -q '1 overall board(s) of decaying boards not compared' "$T_DIR/replay-veri
     fail "replay --verify did not say it left a rebuilding overall board out"
 for p in $(slot_masters); do
     [[ $(redis_cli "$p" EXISTS "lb:{ach-3}:~decay") == 1 ]] &&
-        redis_cli "$p" HDEL "lb:{ach-3}:~decay" rebuilding >/dev/null
+        redis_cli "$p" HDEL "lb:{ach-3}:~decay" rebuilding holder until >/dev/null
 done
 ok "replay --verify leaves out an overall board being rebuilt, and says so"
 stop_projector "$pod_b"

@@ -15,7 +15,7 @@ replica_of() { # MASTER_PORT -> the port of its replica
     redis_cli "$1" info replication | awk -F'[=,]' '/^slave0:/ { print $4 }' | tr -d '\r'
 }
 is_master() { [[ $(redis_cli "$1" role 2>/dev/null | head -n 1) == master ]]; }
-cluster_ok() { redis_cli "$1" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
+cluster_ok() { redis_cli "$1" cluster info 2>/dev/null | grep 'cluster_state:ok' >/dev/null; }
 
 # kill_master_under_load PORT [FREEZE_REPLICA]
 kill_master_under_load() {

@@ -102,7 +102,7 @@ while read -r p c h; do
 done <<<"$c2"
 metrics_scrape "$url" "$T_DIR/m"
 (($(held_by board) > 0)) || fail "no partition held with reason board"
-tail -n +$((logged + 1)) "$T_DIR/projector.log" | grep -q "board 'sum-3'.*WRONGTYPE: key $bad_key" ||
+tail -n +$((logged + 1)) "$T_DIR/projector.log" | grep "board 'sum-3'.*WRONGTYPE: key $bad_key" >/dev/null ||
     fail "the log does not name the board, the key and WRONGTYPE"
 ok "a wrong-type key holds board sum-3 only: other boards change, each partition stops at its first sum-3 event"
 alerts_scrape board 3
@@ -212,7 +212,7 @@ wait_caught_up 60
 resumed=$(($(_lb_now_ms) - sent))
 # the return is seen in librdkafka's next statistics (every second), which
 # can come after the catch-up
-returned() { tail -n +$((logged + 1)) "$T_DIR/late.log" | grep -q 'Kafka brokers reachable again'; }
+returned() { tail -n +$((logged + 1)) "$T_DIR/late.log" | grep 'Kafka brokers reachable again' >/dev/null; }
 lb_wait_for 5 returned || fail "the broker's return is not logged"
 since=$(tail -n +$((logged + 1)) "$T_DIR/late.log")
 [[ $(grep -c 'no Kafka broker reachable' <<<"$since") == 1 ]] ||

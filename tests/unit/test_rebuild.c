@@ -233,11 +233,19 @@ static void a_lease_held_elsewhere_is_waited_for(void **state)
     freeReplyObject(r);
     freeReplyObject(
         redis_server_command(f->redis, "HSET lb:{ach}:~decay holder gone until %lld", until));
+    /* this pod has other settings (20%): it waits all the same, and the
+     * holder's gen stays until the lease runs out */
+    close_engine(f);
+    open_engine(f, "tax: 0.2");
+    lb_rebuild_note(f->engine->rebuild, (struct lb_str){"ach", 3});
     usleep(20000);
     lb_rebuild_step(f->engine->rebuild, lb_monotonic_ms());
     assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->busy, 1);
+    redisReply *gen = redis_server_command(f->redis, "HGET lb:{ach}:~decay gen");
+    assert_string_equal(gen->str, "2");
+    freeReplyObject(gen);
     drain(f);
-    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080));
 }
 
 /* The tax changed in the configuration: the next event of the board starts
@@ -331,6 +339,10 @@ static void a_configured_list_orders_and_limits_the_patches(void **state)
     assert_int_equal(lb_pipeline_stats(f->engine->pipeline)->rejected[LB_REJECT_INVALID_DIMS], 1);
     assert_int_equal(overall(f, "eve"), -1);
     assert_false(exists(f, "lb:{ach}:patch:1.05"));
+    /* 1.1, between the two written: no age moves, no rebuild */
+    submit(f, "fay", 100, "1.1", MAY1 + 2500);
+    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 0);
+    assert_int_equal(overall(f, "fay"), expected(f, "fay", "1.1", 100, 11000));
     /* 1.1 taken out of the list: 1.0 is one behind 1.2 now */
     close_engine(f);
     open_engine(f, "tax: 0.1, patches: [\"1.0\", \"1.2\", \"2.0\"]");
@@ -338,6 +350,7 @@ static void a_configured_list_orders_and_limits_the_patches(void **state)
     drain(f);
     assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.0", 109, 11990));
     assert_int_equal(overall(f, "cat"), expected(f, "cat", "1.2", 120, 12000));
+    assert_int_equal(overall(f, "fay"), -1); /* 1.1 is no patch any more */
     /* back to version order: the same patches, seen ones counted */
     close_engine(f);
     open_engine(f, "tax: 0.1");
