@@ -92,7 +92,8 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
     return build_key(out, cap, prefix, board, rest, strlen(rest), NULL, 0);
 }
 
-size_t lb_patch_member(const char *name, size_t len, char *out, size_t cap)
+/* A patch's member in version order: its lb_version_key, a NUL, its name. */
+static size_t version_member(const char *name, size_t len, char *out, size_t cap)
 {
     char text[LB_VERSION_MAX + 1];
     size_t n = 0;
@@ -132,7 +133,7 @@ size_t lb_decay_patch_member(const struct lb_decay_config *decay, const char *na
 {
     *score = 0;
     if (!decay->npatches)
-        return lb_patch_member(name, len, out, cap);
+        return version_member(name, len, out, cap);
     int index = lb_decay_patch_index(decay, name, len);
     if (index < 0 || len + 1 > cap)
         return 0;

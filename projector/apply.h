@@ -141,19 +141,18 @@ size_t lb_dedupe_key(const char *prefix, struct lb_str board, char *out, size_t 
  * named by its label, a SCAN pattern). */
 size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, char *out,
                     size_t cap);
-/* Decaying boards' keys, and a patch's member in ~patches: its
- * lb_version_key, a NUL, its name (so the set's order is the patches'). */
+/* Decaying boards' keys. */
 #define LB_PATCHES_KEY     "~patches"
 #define LB_DECAY_STATE_KEY "~decay"
 #define LB_DECAY_SHADOW    "~decay:new"
-size_t lb_patch_member(const char *name, size_t len, char *out, size_t cap);
 /* A decaying board's rule as the script keeps it in ~decay ("rule"):
  * stacking, tax, max_age, scale, order and key; a request or a sweep that
  * finds another one starts a rebuild. Returns its length. */
 #define LB_DECAY_RULE_MAX (LB_NAME_MAX + 96)
 size_t lb_decay_rule(const struct lb_decay_config *decay, char *out, size_t cap);
 /* A patch's member in ~patches and its score there: with decay.patches
- * its name and its place in the list, else lb_patch_member and 0. Returns
+ * its name and its place in the list, else its lb_version_key, a NUL and
+ * its name (so the set's order is the patches') and 0. Returns
  * the member's length, 0 when it does not fit or the list does not name
  * it (the planner refuses such events). */
 size_t lb_decay_patch_member(const struct lb_decay_config *decay, const char *name, size_t len,

@@ -42,6 +42,8 @@
 struct lb_rebuild_options {
     const struct lb_config *config; /* the profiles (borrowed) */
     const char *key_prefix;         /* the keyspace (borrowed) */
+    /* the client's options (borrowed): lb_rebuild_new opens a client of its
+     * own from them, which the rebuild owns and closes */
     const struct lb_cluster_options *cluster;
     /* between steps, ms; 0: LB_REBUILD_INTERVAL_MS (tests slow it down) */
     int64_t interval_ms;

@@ -369,15 +369,11 @@ static int show_page(const struct view *v, const char *key, long start, long cou
     size_t n = reply->elements / 2;
     const char **patch = overall ? calloc(n ? n : 1, sizeof(*patch)) : NULL;
     int64_t *raw = overall ? calloc(n ? n : 1, sizeof(*raw)) : NULL;
+    int status = 0;
     if (overall &&
         (!patch || !raw || read_patches(v, &pp) != 0 || sources_of(v, reply, &pp, patch, raw))) {
-        free(pp.names);
-        free(pp.keys);
-        free(pp.ages);
-        free(patch);
-        free(raw);
-        freeReplyObject(reply);
-        return -1;
+        status = -1;
+        goto done;
     }
     printf("%s\n", key);
     if (overall) {
@@ -417,13 +413,14 @@ static int show_page(const struct view *v, const char *key, long start, long cou
                    member, (long long)score, when);
     }
     printf("\n");
+done:
     free(pp.names);
     free(pp.keys);
     free(pp.ages);
     free(patch);
     free(raw);
     freeReplyObject(reply);
-    return 0;
+    return status;
 }
 
 /* The page of 'top' positions centred on 'player'; *shown = 0 when the

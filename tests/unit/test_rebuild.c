@@ -38,7 +38,7 @@ static void open_engine(struct fixture *f, const char *decay)
     snprintf(text, sizeof(text),
              "kafka: {brokers: b, topics: [t]}\n"
              "input: {format: bare, writer_schema: %s/schemas/score_event.avsc}\n"
-             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0}\n"
+             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0, command_timeout: 500ms}\n"
              "profiles:\n"
              "  - name: runs\n"
              "    order: asc\n"
@@ -359,6 +359,25 @@ static void a_configured_list_orders_and_limits_the_patches(void **state)
     assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.0", 109, 13080)); /* two behind */
 }
 
+/* Redis stops answering while a rebuild is due: the step fails, is
+ * counted and tried again later (nothing swapped half-way); once Redis
+ * answers again the rebuild ends exact. */
+static void a_stalled_redis_holds_the_rebuild_until_it_answers(void **state)
+{
+    struct fixture *f = *state;
+    ann_then_bob_in_2_0(f);
+    redis_server_pause(f->redis, 1);
+    usleep(20000);
+    lb_rebuild_step(f->engine->rebuild, lb_monotonic_ms());
+    assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->failures, 1);
+    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 1);
+    redis_server_pause(f->redis, 0);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 10900)); /* the old board */
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
+    assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->finished, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +385,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(events_during_a_rebuild_reach_both_boards, setup, teardown),
         cmocka_unit_test_setup_teardown(a_patch_arriving_mid_rebuild_restarts_it, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lease_held_elsewhere_is_waited_for, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_stalled_redis_holds_the_rebuild_until_it_answers, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_changed_tax_retaxes_the_board, setup, teardown),
         cmocka_unit_test_setup_teardown(a_configured_list_orders_and_limits_the_patches, setup,
                                         teardown),
