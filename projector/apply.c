@@ -66,6 +66,26 @@ size_t lb_window_key(const char *prefix, struct lb_str board, const struct lb_wi
     return build_key(out, cap, prefix, board, kind, strlen(kind), label, label_len);
 }
 
+size_t lb_window_name(const struct lb_window_config *window, int64_t window_id,
+                      struct lb_str custom_value, char *out, size_t cap)
+{
+    /* the key without "<prefix>{}:" */
+    size_t n = lb_window_key("", (struct lb_str){"", 0}, window, window_id, custom_value, out, cap);
+    if (n < 3)
+        return 0;
+    memmove(out, out + 3, n - 2);
+    return n - 3;
+}
+
+/* ---- split boards ------------------------------------------------------------------ */
+
+size_t lb_top_key(const char *prefix, struct lb_str board, struct lb_str window, char *out,
+                  size_t cap)
+{
+    return build_key(out, cap, prefix, board, LB_TOP_PREFIX, sizeof(LB_TOP_PREFIX) - 1, window.ptr,
+                     window.len);
+}
+
 size_t lb_marker_key(const char *prefix, struct lb_str board, char *out, size_t cap)
 {
     return build_key(out, cap, prefix, board, "~applied", 8, NULL, 0);
@@ -196,7 +216,12 @@ int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_
         parts->kind = LB_KEY_FENCE;
     else if (rlen == 5 && memcmp(rest, "~seen", 5) == 0)
         parts->kind = LB_KEY_SEEN;
-    else if (rlen > slen && memcmp(rest + rlen - slen, LB_STAMPS_SUFFIX, slen) == 0) {
+    else if (rlen > sizeof(LB_TOP_PREFIX) &&
+             memcmp(rest, LB_TOP_PREFIX ":", sizeof(LB_TOP_PREFIX)) == 0) {
+        parts->kind = LB_KEY_TOP;
+        parts->window =
+            (struct lb_str){rest + sizeof(LB_TOP_PREFIX), (uint32_t)(rlen - sizeof(LB_TOP_PREFIX))};
+    } else if (rlen > slen && memcmp(rest + rlen - slen, LB_STAMPS_SUFFIX, slen) == 0) {
         parts->kind = LB_KEY_STAMPS;
         parts->window.len -= (uint32_t)slen;
     } else if (rlen == 0 || rest[0] == '~')

@@ -165,6 +165,27 @@ void lb_decay_ages(const struct lb_decay_config *decay, const int64_t *scores, s
  * patch). */
 const char *lb_patch_name(const char *member, size_t len, size_t *name_len);
 
+/* A window's name in its keys: "alltime", "daily:2026-05-04", "<dim>:<value>". */
+#define LB_WINDOW_NAME_MAX 512
+size_t lb_window_name(const struct lb_window_config *window, int64_t window_id,
+                      struct lb_str custom_value, char *out, size_t cap);
+
+/* Split boards (profile split: shards N > 1; README "Split boards"): board
+ * B's keys live under N tags, lb_shard_tag's "B#<i>.<k>" (a pure function
+ * of B, N and i), a player in shard lb_player_shard; each shard is a board
+ * of its own for the write protocol (markers, dedupe, fence, expiry), and
+ * lb_shard_parse tells a shard's tag from a board's. Under B's own tag:
+ *
+ *   <prefix>{B}:~top:<window>   the merged top of the window's shards
+ *                               (sorted set; tops.h)
+ *   <prefix>{B}:~tops           its state (hash: per window its generation,
+ *                               and the refresher's lease) */
+#define LB_TAG_MAX    (LB_ID_MAX_BYTES + 24) /* a board's tag, a shard's suffix, NUL */
+#define LB_TOP_PREFIX "~top"
+#define LB_TOPS_KEY   "~tops"
+size_t lb_top_key(const char *prefix, struct lb_str board, struct lb_str window, char *out,
+                  size_t cap);
+
 /* The marker's field for a topic-partition: "<topic>:<partition>". */
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap);
 
@@ -176,6 +197,7 @@ enum lb_key_kind {
     LB_KEY_MARKER,
     LB_KEY_FENCE,
     LB_KEY_SEEN,  /* the board's dedupe set */
+    LB_KEY_TOP,   /* a split board's merged top of a window (window: its name) */
     LB_KEY_OTHER, /* under the board's tag, but none of ours */
 };
 

@@ -94,6 +94,40 @@ if ARGV[2] == 'R' then
   return {'ok'}
 end
 
+-- A split board's merged top of one window, one step (tops.c drives it).
+-- KEYS: [1] ~tops (per window: g:<window> its generation, h: and u: the
+--       refresher's lease), [2] the merged top.
+-- ARGV: [2] T, [3] take|write, [4] holder, [5] lease in ms, [6] window;
+--       write: [7] the generation taken, [8] PTTL to give the top (-1
+--       none, -2 no shard has the window: the top is deleted), then
+--       composite, member pairs, the merged top.
+if ARGV[2] == 'T' then
+  local g, h, u = 'g:' .. ARGV[6], 'h:' .. ARGV[6], 'u:' .. ARGV[6]
+  local st = redis.pcall('HMGET', KEYS[1], g, h, u)
+  if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[1]} end
+  if ARGV[3] == 'take' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if st[2] and st[2] ~= ARGV[4] and tonumber(st[3]) > now then
+      return {'busy', st[2], string.format('%.0f', tonumber(st[3]) - now)}
+    end
+    redis.call('HSET', KEYS[1], h, ARGV[4], u, string.format('%.0f', now + tonumber(ARGV[5])))
+    return {'go', st[1] or '0'}
+  end
+  if st[2] ~= ARGV[4] or (st[1] or '0') ~= ARGV[7] then return {'stale'} end
+  local ty = redis.call('TYPE', KEYS[2]).ok
+  if ty ~= 'none' and ty ~= 'zset' then return {'wrongtype', KEYS[2]} end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '+inf')
+  for i = 9, #ARGV, CHUNK do
+    redis.call('ZADD', KEYS[2], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
+  end
+  if tonumber(ARGV[8]) > 0 and #ARGV > 8 then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
+  local gen = tostring(tonumber(ARGV[7]) + 1)
+  redis.call('HSET', KEYS[1], g, gen)
+  redis.call('HDEL', KEYS[1], h, u)
+  return {'ok', gen}
+end
+
 local mode, order = ARGV[2], ARGV[3]
 local nkeys, nseg = tonumber(ARGV[8]), tonumber(ARGV[9])
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'fenced', KEYS[3]} end

@@ -14,6 +14,7 @@
  */
 #include "config.h"
 #include "log.h"
+#include "slot.h"
 #include "tls.h"
 
 #include <arpa/inet.h>
@@ -868,6 +869,31 @@ static const struct key_def top_keys[] = {
 
 #define P(member) FIELD(struct lb_profile, member)
 
+static const struct key_def split_keys[] = {
+    {.name = "shards",
+     .type = KT_INT,
+     .offset = P(shards),
+     .def = "1",
+     .min = 1,
+     .max = LB_SHARDS_MAX,
+     .doc = "hash tags the board is split over by player (1: one tag, not split)"},
+    {.name = "top",
+     .type = KT_INT,
+     .offset = P(top),
+     .def = "100",
+     .min = 1,
+     .max = LB_TOP_MAX,
+     .doc = "entries of each window's merged top, <prefix>{<board>}:top:<window>"},
+    {.name = "staleness",
+     .type = KT_DURATION,
+     .offset = P(staleness_ms),
+     .def = "1s",
+     .min = 40,
+     .max = 600000,
+     .doc = "a change shows in the merged top within this (a refresh waits a quarter of it to "
+            "gather changes)"},
+    {0}};
+
 static const struct key_def profile_keys[] = {
     {.name = "name",
      .type = KT_STRING,
@@ -956,6 +982,12 @@ static const struct key_def profile_keys[] = {
      .custom = parse_windows,
      .print = print_windows,
      .doc = "windows and their retention (default: alltime, daily, weekly, monthly)"},
+    {.name = "split",
+     .type = KT_SECTION,
+     .section = split_keys,
+     .flags = F_LINE,
+     .line_offset = P(split_line),
+     .doc = "a hot board over several hash tags (README \"Split boards\")"},
     {.name = "decay",
      .type = KT_CUSTOM,
      .custom = parse_decay,
@@ -1477,6 +1509,11 @@ static int check_profile(struct parser *p, struct lb_profile *profile, int sum_m
             if (!add_window(profile, defaults[i]))
                 return fail(p, profile->line, "out of memory");
     }
+    if (profile->shards > 1 && profile->decay)
+        return fail(p, profile->split_line,
+                    "profile '%s': a split board cannot decay (its overall board would need every "
+                    "shard's patches); use split.shards: 1 or drop decay",
+                    profile->name);
     return profile->decay ? check_decay(p, profile) : 0;
 }
 
@@ -1841,6 +1878,34 @@ const struct lb_profile *lb_profile_for(const struct lb_profile *profiles, size_
             if (fnmatch(profiles[i].match[k], id, 0) == 0)
                 return &profiles[i];
     return NULL;
+}
+
+int lb_shard_parse(const struct lb_profile *profiles, size_t nprofiles, struct lb_str tag,
+                   struct lb_str *board, uint32_t *shard)
+{
+    *board = tag;
+    *shard = 0;
+    const char *hash = NULL;
+    for (uint32_t i = tag.len; i > 0 && !hash; i--)
+        if (tag.ptr[i - 1] == '#')
+            hash = tag.ptr + i - 1;
+    if (!hash || hash == tag.ptr)
+        return 0;
+    struct lb_str base = {tag.ptr, (uint32_t)(hash - tag.ptr)};
+    const struct lb_profile *profile = lb_profile_for(profiles, nprofiles, base.ptr, base.len);
+    char *end;
+    unsigned long i = strtoul(hash + 1, &end, 10);
+    if (!profile || profile->shards <= 1 || end == hash + 1 || *end != '.' ||
+        i >= (unsigned long)profile->shards)
+        return 0;
+    char again[LB_ID_MAX_BYTES + 24];
+    size_t n = lb_shard_tag(base.ptr, base.len, (uint32_t)profile->shards, (uint32_t)i, again,
+                            sizeof(again));
+    if (n != tag.len || memcmp(again, tag.ptr, n) != 0)
+        return 0;
+    *board = base;
+    *shard = (uint32_t)i;
+    return 1;
 }
 
 const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,

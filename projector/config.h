@@ -85,8 +85,18 @@ struct lb_profile {
     struct lb_window_config *windows;
     size_t nwindows;
     struct lb_decay_config *decay; /* NULL: not a decaying board */
+    /* split: a hot board over 'shards' hash tags by player (1: not split),
+     * with a merged top of 'top' entries per window refreshed within
+     * 'staleness' of a change (apply.h: lb_shard_tag, lb_top_key). */
+    int64_t shards;
+    int64_t top;
+    int64_t staleness_ms;
+    int split_line;
     int line;
 };
+
+#define LB_SHARDS_MAX 64    /* split.shards */
+#define LB_TOP_MAX    10000 /* split.top */
 
 struct lb_schema_ref {
     int32_t id;
@@ -192,6 +202,12 @@ const struct lb_profile *lb_profile_for(const struct lb_profile *profiles, size_
                                         const char *board, size_t len);
 const struct lb_profile *lb_config_profile_for(const struct lb_config *config, const char *board,
                                                size_t len);
+/* 1 when 'tag' is a shard of a split board (the first profile matching the
+ * name before its last '#' splits it, and the tag is exactly that shard's
+ * tag: slot.h), with the board and the shard; else 0, the board being
+ * 'tag' itself. */
+int lb_shard_parse(const struct lb_profile *profiles, size_t nprofiles, struct lb_str tag,
+                   struct lb_str *board, uint32_t *shard);
 
 /* Checks a window as the tools take it (--window) against the windows of
  * 'profiles': "alltime", "daily:2026-05-04", "weekly:2026-W18",

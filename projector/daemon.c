@@ -280,8 +280,11 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     if (b->base.n)
         deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
 
-    /* a rebuild to step: back to the loop every 10 ms while nothing comes */
+    /* a rebuild to step: back to the loop every 10 ms while nothing comes;
+     * a merged top due: back by then */
     int rebuilding = d->engine->rebuild && lb_rebuild_busy(d->engine->rebuild, lb_monotonic_ms());
+    int64_t top_due = d->engine->tops ? lb_tops_next_due(d->engine->tops) : INT64_MAX;
+    rebuilding |= top_due != INT64_MAX;
     while (b->base.n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
         int64_t timeout = rebuilding ? 10 : 200;
         if (!wait)
@@ -688,6 +691,25 @@ static void publish(struct daemon *d, int now)
         lb_text_printf(&t, "lb_decay_rebuild_members_total %llu\n",
                        (unsigned long long)rs->members);
     }
+    if (d->engine->tops) {
+        const struct lb_tops_stats *ts = lb_tops_stats(d->engine->tops);
+        gauge(&t, "lb_top_windows_pending",
+              "Windows of split boards changed by this pod whose merged top is not yet current.");
+        lb_text_printf(&t, "lb_top_windows_pending %zu\n", lb_tops_pending(d->engine->tops));
+        counter(&t, "lb_top_refreshes_total",
+                "Merged-top refreshes by this pod: written, busy (another refresher holds the "
+                "window's lease), stale (a newer snapshot got there first), failed.");
+        lb_text_printf(&t,
+                       "lb_top_refreshes_total{result=\"written\"} %llu\n"
+                       "lb_top_refreshes_total{result=\"busy\"} %llu\n"
+                       "lb_top_refreshes_total{result=\"stale\"} %llu\n"
+                       "lb_top_refreshes_total{result=\"failed\"} %llu\n",
+                       (unsigned long long)ts->refreshed, (unsigned long long)ts->busy,
+                       (unsigned long long)ts->stale, (unsigned long long)ts->failures);
+        lb_text_histogram(&t, "lb_top_staleness_seconds",
+                          "From a split board's write being applied to its merged top showing it.",
+                          &ts->staleness);
+    }
     gauge(&t, "lb_last_commit_timestamp_seconds", "When offsets were last committed (0: never).");
     lb_text_printf(&t, "lb_last_commit_timestamp_seconds %.3f\n",
                    (double)ks->last_commit_ms / 1000.0);
@@ -1007,6 +1029,8 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
         drop_skipped(next_batch(&d));
         if (d.engine->rebuild)
             lb_rebuild_step(d.engine->rebuild, lb_monotonic_ms());
+        if (d.engine->tops)
+            lb_tops_step(d.engine->tops, lb_monotonic_ms());
         if (next_batch(&d)->base.n && prepare_next(&d) != 0) {
             status = LB_EXIT_RUNTIME;
             break;
@@ -1040,6 +1064,12 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
                     "offset on are read again after a restart",
                     held);
     }
+    /* merged tops of what this pod wrote: no other pod knows they changed */
+    if (d.engine->tops && lb_tops_drain(d.engine->tops, lb_monotonic_ms() + 2000))
+        LB_WARN("daemon",
+                "%zu merged top(s) of split boards not refreshed at shutdown: each is "
+                "refreshed by the next write to its window",
+                lb_tops_pending(d.engine->tops));
     LB_INFO("daemon", "stopping: committing durable offsets and leaving the group");
 
 done:

@@ -1,6 +1,8 @@
 /* The engine's assembly; see engine.h. */
 #include "engine.h"
 #include "apply.h"
+#include "clock.h"
+#include "log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -67,9 +69,27 @@ struct lb_cluster_options lb_engine_cluster_options(const struct lb_config *conf
     return options;
 }
 
-static void note_rebuild(void *ctx, struct lb_str board)
+static void on_applied(void *ctx, const struct lb_plan_view *plan, uint32_t board, int rebuilding)
 {
-    lb_rebuild_note(ctx, board);
+    struct lb_engine *e = ctx;
+    const struct lb_plan_board *b = &plan->boards[board];
+    if (rebuilding && e->rebuild)
+        lb_rebuild_note(e->rebuild, b->id);
+    if (!e->tops || !b->profile || b->profile->shards <= 1)
+        return;
+    int64_t now = lb_monotonic_ms();
+    for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = plan->keys[k].next_key) {
+        const struct lb_plan_key *key = &plan->keys[k];
+        char name[LB_WINDOW_NAME_MAX];
+        size_t len = lb_window_name(&b->profile->windows[key->window], key->window_id,
+                                    key->custom_value, name, sizeof(name));
+        if (len && lb_tops_note(e->tops, b->base, b->profile, (struct lb_str){name, (uint32_t)len},
+                                now) != 0)
+            LB_WARN("tops",
+                    "out of memory: window '%s' of board '%.*s' is left out of its "
+                    "merged top until it changes again",
+                    name, (int)b->base.len, b->base.ptr);
+    }
 }
 
 struct lb_engine *lb_engine_open(const struct lb_config *config,
@@ -96,16 +116,24 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
         !(e->pipeline = lb_pipeline_new(&pipeline, e->decoder, e->cluster)) ||
         lb_pipeline_overlap(e->pipeline, &e->cluster_options) != 0)
         goto nomem;
-    for (size_t i = 0; i < config->nprofiles && !e->rebuild; i++) {
-        if (!config->profiles[i].decay)
-            continue;
-        struct lb_rebuild_options rebuild = {config, prefix, &e->cluster_options, 0};
-        const char *slow = getenv("LB_FAULT_REBUILD_INTERVAL_MS"); /* tests: a slow rebuild */
-        rebuild.interval_ms = slow ? strtoll(slow, NULL, 10) : 0;
-        if (!(e->rebuild = lb_rebuild_new(&rebuild)))
-            goto nomem;
-        lb_pipeline_set_rebuild_hook(e->pipeline, note_rebuild, e->rebuild);
+    for (size_t i = 0; i < config->nprofiles; i++) {
+        if (config->profiles[i].decay && !e->rebuild) {
+            struct lb_rebuild_options rebuild = {config, prefix, &e->cluster_options, 0};
+            const char *slow = getenv("LB_FAULT_REBUILD_INTERVAL_MS"); /* tests: a slow rebuild */
+            rebuild.interval_ms = slow ? strtoll(slow, NULL, 10) : 0;
+            if (!(e->rebuild = lb_rebuild_new(&rebuild)))
+                goto nomem;
+        }
+        /* merged tops follow the live keys only: replay refreshes them
+         * itself once it swapped its staging keys in */
+        if (config->profiles[i].shards > 1 && !e->tops && prefix == config->key_prefix) {
+            struct lb_tops_options tops = {prefix, &e->cluster_options};
+            if (!(e->tops = lb_tops_new(&tops)))
+                goto nomem;
+        }
     }
+    if (e->rebuild || e->tops)
+        lb_pipeline_set_applied_hook(e->pipeline, on_applied, e);
     *class = LB_ERROR_NONE;
     return e;
 nomem:
@@ -120,6 +148,7 @@ void lb_engine_close(struct lb_engine *e)
     if (!e)
         return;
     lb_rebuild_free(e->rebuild);
+    lb_tops_free(e->tops);
     lb_pipeline_free(e->pipeline);
     lb_cluster_free(e->cluster);
     lb_registry_free(e->registry);

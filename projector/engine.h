@@ -13,6 +13,7 @@
 #include "event.h"
 #include "pipeline.h"
 #include "rebuild.h"
+#include "tops.h"
 #include "registry.h"
 
 #include <stddef.h>
@@ -32,6 +33,10 @@ struct lb_engine {
      * profile decays. The daemon steps it between batches, replay drains it
      * before swapping. */
     struct lb_rebuild *rebuild;
+    /* split boards' merged tops, on a client of their own; NULL when no
+     * profile splits or the pipeline writes another keyspace (replay). The
+     * daemon steps it between batches. */
+    struct lb_tops *tops;
     /* what the clients were made from, for more clients of the same cluster */
     struct lb_cluster_options cluster_options;
 };

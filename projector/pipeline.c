@@ -120,14 +120,14 @@ struct lb_pipeline {
     void *filter_ctx;
     lb_pipeline_reject_fn on_reject;
     void *reject_ctx;
-    lb_pipeline_rebuild_fn on_rebuild;
-    void *rebuild_ctx;
+    lb_pipeline_applied_fn on_applied;
+    void *applied_ctx;
 };
 
-void lb_pipeline_set_rebuild_hook(struct lb_pipeline *p, lb_pipeline_rebuild_fn fn, void *ctx)
+void lb_pipeline_set_applied_hook(struct lb_pipeline *p, lb_pipeline_applied_fn fn, void *ctx)
 {
-    p->on_rebuild = fn;
-    p->rebuild_ctx = ctx;
+    p->on_applied = fn;
+    p->applied_ctx = ctx;
 }
 
 void lb_pipeline_set_reject_hook(struct lb_pipeline *p, lb_pipeline_reject_fn fn, void *ctx)
@@ -603,8 +603,12 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
     switch (lb_apply_parse(req->reply, &a)) {
     case LB_APPLY_OK:
         p->stats.skipped_segments += (uint64_t)a.skipped;
-        if (a.rebuilding && p->on_rebuild)
-            p->on_rebuild(p->rebuild_ctx, slot->encoded.requests[txn].board);
+        if (p->on_applied) {
+            /* the first plan: a board planned again holds fewer windows */
+            struct lb_plan_view view;
+            lb_plan_view(slot->plan, &view);
+            p->on_applied(p->applied_ctx, &view, txn, a.rebuilding);
+        }
         return 0;
     case LB_APPLY_PARTIAL:
     case LB_APPLY_OVERFLOW:

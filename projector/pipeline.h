@@ -72,9 +72,11 @@ struct lb_pipeline_failure {
     char reason[200]; /* a failed request's reason (one needing a fix first), naming its node */
 };
 
-/* Called with a board whose answer said its decaying overall board is being
- * rebuilt (rebuild.h). */
-typedef void (*lb_pipeline_rebuild_fn)(void *ctx, struct lb_str board);
+/* Called with each board of a batch whose request was applied: board
+ * 'board' of 'plan' (its windows), 'rebuilding' when the answer said its
+ * decaying overall board is being rebuilt (rebuild.h). */
+typedef void (*lb_pipeline_applied_fn)(void *ctx, const struct lb_plan_view *plan, uint32_t board,
+                                       int rebuilding);
 
 /* Called between retries: spend up to 'backoff_ms' (polling Kafka, say) and
  * return 0 to retry, or non-zero to give up on what is still failing. */
@@ -171,7 +173,7 @@ void lb_pipeline_set_reject_hook(struct lb_pipeline *pipeline, lb_pipeline_rejec
 /* Only events for which 'filter' returns non-zero are planned; the others
  * count as done (durable) without a write. For replay's selection. */
 typedef int (*lb_pipeline_filter_fn)(void *ctx, const struct lb_event *event);
-void lb_pipeline_set_rebuild_hook(struct lb_pipeline *pipeline, lb_pipeline_rebuild_fn fn,
+void lb_pipeline_set_applied_hook(struct lb_pipeline *pipeline, lb_pipeline_applied_fn fn,
                                   void *ctx);
 void lb_pipeline_set_filter(struct lb_pipeline *pipeline, lb_pipeline_filter_fn filter, void *ctx);
 

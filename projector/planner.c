@@ -222,10 +222,18 @@ static uint32_t find_board(struct lb_plan *plan, const struct lb_event *ev)
     struct lb_plan_board *b = ARRAY_PUSH(plan, plan->boards);
     if (!b)
         return NONE;
+    const struct lb_profile *profile = lb_profile_for(
+        plan->options.profiles, plan->options.nprofiles, ev->board.ptr, ev->board.len);
+    struct lb_str base;
+    uint32_t shard;
+    /* a board named like a shard of a split board would write its keys:
+     * refused (as a board no profile takes) */
+    if (memchr(ev->board.ptr, '#', ev->board.len) &&
+        lb_shard_parse(plan->options.profiles, plan->options.nprofiles, ev->board, &base, &shard))
+        profile = NULL;
     *b = (struct lb_plan_board){.id = ev->board,
-                                .profile =
-                                    lb_profile_for(plan->options.profiles, plan->options.nprofiles,
-                                                   ev->board.ptr, ev->board.len),
+                                .base = ev->board,
+                                .profile = profile,
                                 .slot = lb_crc16(ev->board.ptr, ev->board.len) & (LB_SLOTS - 1),
                                 .first_key = NONE,
                                 .last_key = NONE,
@@ -239,6 +247,48 @@ static uint32_t find_board(struct lb_plan *plan, const struct lb_event *ev)
     slot->hash = (uint32_t)h;
     plan->board_index.count++;
     return plan->boards.count - 1;
+}
+
+/* A split board's shard for the event's player: a board of the plan of its
+ * own, under the shard's tag. */
+static uint32_t shard_board(struct lb_plan *plan, uint32_t board, const struct lb_event *ev)
+{
+    struct lb_plan_board *b = &plan->boards.items[board];
+    uint32_t shards = (uint32_t)b->profile->shards,
+             shard = lb_player_shard(ev->player.ptr, ev->player.len, shards);
+    if (!b->shards) {
+        if (!(b->shards = lb_arena_alloc(&plan->arena, shards * sizeof(*b->shards))))
+            return NONE;
+        for (uint32_t i = 0; i < shards; i++)
+            b->shards[i] = NONE;
+    }
+    if (b->shards[shard] != NONE)
+        return b->shards[shard];
+    char tag[LB_ID_MAX_BYTES + 24];
+    size_t len = lb_shard_tag(b->id.ptr, b->id.len, shards, shard, tag, sizeof(tag));
+    char *copy = len ? lb_arena_alloc(&plan->arena, len + 1) : NULL;
+    if (!copy)
+        return NONE;
+    memcpy(copy, tag, len + 1);
+    struct lb_plan_board *sb = ARRAY_PUSH(plan, plan->boards);
+    if (!sb)
+        return NONE;
+    b = &plan->boards.items[board]; /* the push may have moved it */
+    *sb = (struct lb_plan_board){.id = {copy, (uint32_t)len},
+                                 .base = b->id,
+                                 .shard = shard,
+                                 .profile = b->profile,
+                                 .slot = lb_crc16(copy, len) & (LB_SLOTS - 1),
+                                 .first_key = NONE,
+                                 .last_key = NONE,
+                                 .first_segment = NONE,
+                                 .last_segment = NONE,
+                                 .first_seen = NONE,
+                                 .last_seen = NONE};
+    for (int i = 0; i < LB_PLAN_KEY_CACHE; i++)
+        sb->recent_key[i] = NONE;
+    b->shards[shard] = plan->boards.count - 1;
+    return b->shards[shard];
 }
 
 static int same_topic(const char *a, const char *b)
@@ -553,6 +603,8 @@ int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb
                       : LB_REJECT_INVALID_BOARD; /* no profile matches and no catch-all */
     if (*reason != LB_ACCEPT)
         return 0;
+    if (profile->shards > 1 && (board = shard_board(plan, board, ev)) == NONE)
+        return out_of_memory(plan);
 
     *txn = board;
     uint32_t segment = segment_for(plan, board, pos);

@@ -96,7 +96,10 @@ uint64_t lb_plan_chunks_made(const struct lb_plan *plan);
 
 /* Lists are singly linked by index into the view's arrays. */
 struct lb_plan_board {
-    struct lb_str id;
+    struct lb_str id;   /* its hash tag: the board, or a split board's shard (apply.h) */
+    struct lb_str base; /* the board (a split board's own id: nothing to write under it) */
+    uint32_t shard;
+    uint32_t *shards;                 /* a split board: its shards' indexes (the planner's own) */
     const struct lb_profile *profile; /* NULL: no profile matched; nothing to write */
     uint16_t slot;
     uint32_t first_key, last_key; /* its window keys, in first-use order */

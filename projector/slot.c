@@ -3,6 +3,7 @@
  * board per batch, never per event, so a table would buy nothing. */
 #include "slot.h"
 
+#include <stdio.h>
 #include <string.h>
 
 uint16_t lb_crc16(const char *bytes, size_t len)
@@ -26,4 +27,37 @@ uint16_t lb_key_slot(const char *key, size_t len)
             return lb_crc16(open + 1, (size_t)(close - open - 1)) & (LB_SLOTS - 1);
     }
     return lb_crc16(key, len) & (LB_SLOTS - 1);
+}
+
+uint32_t lb_player_shard(const char *player, size_t len, uint32_t shards)
+{
+    uint64_t h = 14695981039346656037u; /* FNV-1a, 64 bits */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)player[i]) * 1099511628211u;
+    return shards > 1 ? (uint32_t)(h % shards) : 0;
+}
+
+size_t lb_shard_tag(const char *board, size_t len, uint32_t shards, uint32_t shard, char *out,
+                    size_t cap)
+{
+    if (shards <= 1) {
+        if (len + 1 > cap)
+            return 0;
+        memcpy(out, board, len);
+        out[len] = '\0';
+        return len;
+    }
+    /* the middle half of the shard's N-th of the slots: evenly split
+     * masters own it whichever way they round their edges */
+    uint32_t lo = shard * LB_SLOTS / shards, hi = (shard + 1) * LB_SLOTS / shards;
+    uint32_t from = lo + (hi - lo) / 4, to = hi - (hi - lo) / 4;
+    for (uint32_t k = 0; k < (1u << 20); k++) {
+        int n = snprintf(out, cap, "%.*s#%u.%u", (int)len, board, shard, k);
+        if (n < 0 || (size_t)n >= cap)
+            return 0;
+        uint16_t slot = lb_crc16(out, (size_t)n) & (LB_SLOTS - 1);
+        if (slot >= from && slot < to)
+            return (size_t)n;
+    }
+    return 0; /* no CRC16 misses a range that wide so long */
 }

@@ -14,4 +14,13 @@ uint16_t lb_crc16(const char *bytes, size_t len);
 /* The slot Redis Cluster assigns to 'key' (hash-tag rules applied). */
 uint16_t lb_key_slot(const char *key, size_t len);
 
+/* Split boards (apply.h has their keys): a player's shard, FNV-1a 64 of
+ * its id modulo 'shards'; and shard 'shard''s tag, "B#<i>.<k>" with k the
+ * smallest number whose tag's slot lies in the middle half of the i-th
+ * 'shards'-th of the slots, NUL-terminated (the board itself when
+ * 'shards' is 1). Returns its length, or 0 when it does not fit. */
+uint32_t lb_player_shard(const char *player, size_t len, uint32_t shards);
+size_t lb_shard_tag(const char *board, size_t len, uint32_t shards, uint32_t shard, char *out,
+                    size_t cap);
+
 #endif

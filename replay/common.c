@@ -122,11 +122,9 @@ void replay_board_set_free(struct board_set *set)
 
 /* ---- the selection -------------------------------------------------------------------- */
 
-int replay_board_selected(const struct selection *sel, const char *board, size_t len)
+/* Whether --board selects 'board' (a board's id, not a shard's tag). */
+static int board_matches(const struct selection *sel, const char *board, size_t len)
 {
-    uint16_t slot = lb_crc16(board, len) & (LB_SLOTS - 1);
-    if (sel->any_slots && !sel->slots[slot])
-        return 0;
     if (!sel->boards.count)
         return 1;
     char id[LB_ID_MAX_BYTES + 1];
@@ -137,13 +135,70 @@ int replay_board_selected(const struct selection *sel, const char *board, size_t
     return 0;
 }
 
+int replay_board_selected(const struct selection *sel, const char *tag, size_t len)
+{
+    uint16_t slot = lb_crc16(tag, len) & (LB_SLOTS - 1);
+    if (sel->any_slots && !sel->slots[slot])
+        return 0;
+    struct lb_str board = {tag, (uint32_t)len};
+    uint32_t shard;
+    if (sel->config && memchr(tag, '#', len))
+        lb_shard_parse(sel->config->profiles, sel->config->nprofiles, board, &board, &shard);
+    return board_matches(sel, board.ptr, board.len);
+}
+
+/* A split board's event: its windows are noted for their merged tops when
+ * the selection covers its shard or the board's own tag (which holds the
+ * tops). */
+static void note_windows(struct selection *sel, const struct lb_event *ev,
+                         const struct lb_profile *profile, uint16_t shard_slot)
+{
+    uint16_t own = lb_crc16(ev->board.ptr, ev->board.len) & (LB_SLOTS - 1);
+    if (!board_matches(sel, ev->board.ptr, ev->board.len) ||
+        (sel->any_slots && !sel->slots[shard_slot] && !sel->slots[own]))
+        return;
+    for (size_t w = 0; w < profile->nwindows; w++) {
+        const struct lb_window_config *window = &profile->windows[w];
+        struct lb_str value = {"", 0};
+        struct lb_window_span span = {0, INT64_MIN, INT64_MAX};
+        if (window->kind == LB_WINDOW_CUSTOM) {
+            const struct lb_str *v = lb_event_dim(ev, window->dim, strlen(window->dim));
+            if (!v || !v->len)
+                continue;
+            value = *v;
+        } else
+            lb_window_span(window->kind, ev->ts_ms, &span);
+        char name[LB_WINDOW_NAME_MAX];
+        size_t n = lb_window_name(window, span.id, value, name, sizeof(name));
+        if (n && lb_tops_note(sel->tops, ev->board, profile, (struct lb_str){name, (uint32_t)n},
+                              lb_monotonic_ms()) != 0)
+            LB_WARN("replay",
+                    "out of memory: the merged top of window '%s' of board '%.*s' is "
+                    "not refreshed",
+                    name, (int)ev->board.len, ev->board.ptr);
+    }
+}
+
 int replay_filter_event(void *ctx, const struct lb_event *ev)
 {
     struct selection *sel = ctx;
-    if (!replay_board_selected(sel, ev->board.ptr, ev->board.len) ||
-        replay_board_set_contains(&sel->done, ev->board.ptr, ev->board.len))
+    const struct lb_profile *profile =
+        sel->config ? lb_config_profile_for(sel->config, ev->board.ptr, ev->board.len) : NULL;
+    char tag[LB_TAG_MAX];
+    struct lb_str id = ev->board;
+    if (profile && profile->shards > 1) {
+        uint32_t shards = (uint32_t)profile->shards;
+        size_t len =
+            lb_shard_tag(ev->board.ptr, ev->board.len, shards,
+                         lb_player_shard(ev->player.ptr, ev->player.len, shards), tag, sizeof(tag));
+        id = (struct lb_str){tag, (uint32_t)len};
+        if (sel->tops)
+            note_windows(sel, ev, profile, lb_crc16(tag, len) & (LB_SLOTS - 1));
+    }
+    if (!replay_board_selected(sel, id.ptr, id.len) ||
+        replay_board_set_contains(&sel->done, id.ptr, id.len))
         return 0;
-    replay_board_set_add(&sel->seen, ev->board.ptr, ev->board.len);
+    replay_board_set_add(&sel->seen, id.ptr, id.len);
     return 1;
 }
 

@@ -416,6 +416,15 @@ int main(int argc, char **argv)
     if (r.o.dry_run)
         goto out;
 
+    r.sel.config = r.config;
+    for (size_t i = 0; i < r.config->nprofiles && !r.sel.tops; i++)
+        if (r.config->profiles[i].shards > 1 && !r.o.verify) {
+            struct lb_tops_options tops = {r.config->key_prefix, &r.engine->cluster_options};
+            if (!(r.sel.tops = lb_tops_new(&tops))) {
+                status = EXIT_BROKEN;
+                goto out;
+            }
+        }
     lb_pipeline_set_filter(r.engine->pipeline, replay_filter_event, &r.sel);
     size_t leftovers = 0;
     if (replay_clear_staging(&r, &leftovers) != 0) {
@@ -455,6 +464,18 @@ int main(int argc, char **argv)
         if (replay_extend_to_latest(&r) != 0 || replay_read_until_end(&r) != 0 ||
             replay_swap_all(&r, &swapped) != 0)
             status = EXIT_BROKEN;
+        /* split boards: their merged tops from the shards as they are now */
+        size_t tops = r.sel.tops ? lb_tops_pending(r.sel.tops) : 0;
+        if (status == EXIT_OK && tops &&
+            lb_tops_drain(r.sel.tops, lb_monotonic_ms() + 60000) != 0) {
+            fprintf(stderr,
+                    "replay: %zu merged top(s) of split boards not refreshed (Redis refused or "
+                    "another refresher held them for a minute); the projector refreshes each "
+                    "at the window's next event\n",
+                    lb_tops_pending(r.sel.tops));
+            status = EXIT_BROKEN;
+        } else if (status == EXIT_OK && tops)
+            printf("replay: %zu merged top(s) of split boards refreshed\n", tops);
         if (status == EXIT_OK)
             printf("replay: %llu events read in %.1f s (%.0f/s), %llu in the selection applied, "
                    "%llu rejected; %zu of %zu board(s) rebuilt\n",
@@ -475,6 +496,7 @@ out:
         rd_kafka_destroy(r.meta);
     free(r.plan.parts);
     lb_cluster_free(r.lease_cluster);
+    lb_tops_free(r.sel.tops);
     lb_engine_close(r.engine);
     lb_config_free(r.config);
     replay_strings_free(&r.sel.boards);

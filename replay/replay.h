@@ -17,6 +17,7 @@
 #include "log.h"
 #include "apply.h"
 #include "engine.h"
+#include "tops.h"
 #include "resp.h"
 #include "slot.h"
 
@@ -60,12 +61,17 @@ struct board_set {
 
 /* What to rebuild: slots (--slots, --node), boards, windows. */
 struct selection {
-    uint8_t slots[LB_SLOTS]; /* 1: the slot is selected */
-    int any_slots;           /* --slots or --node given */
-    struct strings boards;   /* --board patterns */
-    struct strings windows;  /* --window suffixes */
-    struct board_set seen;   /* selected boards that had events */
-    struct board_set done;   /* boards already swapped: no more staging writes */
+    uint8_t slots[LB_SLOTS];        /* 1: the slot is selected */
+    int any_slots;                  /* --slots or --node given */
+    struct strings boards;          /* --board patterns */
+    struct strings windows;         /* --window suffixes */
+    struct board_set seen;          /* selected boards that had events (a split board's: its
+                                       shards' tags) */
+    struct board_set done;          /* boards already swapped: no more staging writes */
+    const struct lb_config *config; /* the profiles: split boards' shards */
+    /* split boards: the windows of theirs replay read, whose merged tops
+     * it refreshes once it swapped (NULL: no profile splits) */
+    struct lb_tops *tops;
 };
 
 /* One partition of the plan and how far reading it got. */

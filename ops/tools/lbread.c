@@ -27,6 +27,15 @@
  * first for the page's players, and the first whose entry, taxed at that
  * patch's age, is the overall composite is the one.
  *
+ * A split board (README "Split boards") shows each window's merged top,
+ * <prefix>{B}:~top:<window> (at most split.top entries), and --around gives
+ * the player's exact rank across the shards as one key of their union
+ * would order it: 1 + per other shard the members with a better composite
+ * (ZCOUNT) and those with an equal one ordered before it by member bytes
+ * (ZRANGE BYSCORE of that composite), + its place in its own shard
+ * (ZREVRANK); its competition rank counts the better composites only.
+ * Each is O(log n) per shard: no estimate is needed for the long tail.
+ *
  * --window is checked against the board's profile before Redis is asked:
  * a kind that does not exist, or one the board does not have, is a usage
  * error naming the windows the board has.
@@ -113,7 +122,7 @@ static redisReply *command(struct lb_cluster *cl, uint16_t slot, int argc, const
 }
 
 static int list_keys(struct lb_cluster *cl, const struct lb_config *config, const char *board,
-                     uint16_t slot, struct keys *keys)
+                     uint16_t slot, struct keys *keys, enum lb_key_kind kind)
 {
     char escaped[2 * LB_ID_MAX_BYTES + 8], pattern[3 * LB_ID_MAX_BYTES + 64];
     char cursor[32] = "0";
@@ -133,7 +142,8 @@ static int list_keys(struct lb_cluster *cl, const struct lb_config *config, cons
         snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
         for (size_t i = 0; i < reply->element[1]->elements; i++) {
             const redisReply *k = reply->element[1]->element[i];
-            if (lb_key_is_window(config->key_prefix, k->str, k->len) &&
+            struct lb_key_parts kp;
+            if (lb_key_parse(config->key_prefix, k->str, k->len, &kp) == 0 && kp.kind == kind &&
                 add_key(keys, k->str, k->len) != 0) {
                 freeReplyObject(reply);
                 return -1;
@@ -143,8 +153,9 @@ static int list_keys(struct lb_cluster *cl, const struct lb_config *config, cons
     } while (strcmp(cursor, "0") != 0);
     /* alltime first, then each kind with its newest window first */
     char alltime[sizeof(pattern)];
-    lb_board_key(config->key_prefix, (struct lb_str){board, (uint32_t)strlen(board)}, "alltime",
-                 alltime, sizeof(alltime));
+    lb_board_key(config->key_prefix, (struct lb_str){board, (uint32_t)strlen(board)},
+                 kind == LB_KEY_TOP ? LB_TOP_PREFIX ":alltime" : "alltime", alltime,
+                 sizeof(alltime));
     for (size_t i = 0; i < keys->count; i++)
         if (strcmp(keys->names[i], alltime) == 0) {
             char *first = keys->names[i];
@@ -441,6 +452,74 @@ static int show_around(const struct view *v, const char *key, const char *player
     return show_page(v, key, start, top, player);
 }
 
+/* Split boards: one command on the node of 'key'. */
+static redisReply *at_key(const struct view *v, int argc, const char **argv)
+{
+    return command(v->cl, lb_key_slot(argv[1], strlen(argv[1])), argc, argv);
+}
+
+/* A split board's window 'window': the player's exact rank across its
+ * shards (see the top of the file); *shown = 0 when the player is not in
+ * it. */
+static int split_rank(const struct view *v, const char *window, const char *player, int *shown)
+{
+    uint32_t n = (uint32_t)v->profile->shards;
+    uint32_t mine = lb_player_shard(player, strlen(player), n);
+    char keys[LB_SHARDS_MAX][1024], score[64] = "", bound[72];
+    for (uint32_t i = 0; i < n; i++) {
+        char tag[LB_TAG_MAX];
+        size_t len = lb_shard_tag(v->board, strlen(v->board), n, i, tag, sizeof(tag));
+        lb_board_key(v->prefix, (struct lb_str){tag, (uint32_t)len}, window, keys[i],
+                     sizeof(keys[i]));
+    }
+    const char *zs[] = {"ZSCORE", keys[mine], player};
+    redisReply *reply = at_key(v, 3, zs);
+    if (!reply)
+        return -1;
+    *shown = reply->type == REDIS_REPLY_STRING;
+    if (*shown)
+        snprintf(score, sizeof(score), "%s", reply->str);
+    freeReplyObject(reply);
+    if (!*shown)
+        return 0;
+    const char *zr[] = {v->desc ? "ZREVRANK" : "ZRANK", keys[mine], player};
+    if (!(reply = at_key(v, 3, zr)))
+        return -1;
+    long rank = reply->type == REDIS_REPLY_INTEGER ? (long)reply->integer : 0, better = 0;
+    freeReplyObject(reply);
+    snprintf(bound, sizeof(bound), "(%s", score);
+    for (uint32_t i = 0; i < n; i++) {
+        const char *zc[] = {"ZCOUNT", keys[i], v->desc ? bound : "-inf", v->desc ? "+inf" : bound};
+        if (!(reply = at_key(v, 4, zc)))
+            return -1;
+        long count = reply->type == REDIS_REPLY_INTEGER ? (long)reply->integer : 0;
+        freeReplyObject(reply);
+        better += count;
+        if (i == mine)
+            continue;
+        rank += count;
+        /* equal composites: a desc board reads them from the highest name */
+        const char *eq[] = {"ZRANGE", keys[i], score, score, "BYSCORE"};
+        if (!(reply = at_key(v, 5, eq)))
+            return -1;
+        for (size_t e = 0; e < reply->elements; e++) {
+            int c = strcmp(reply->element[e]->str, player);
+            rank += v->desc ? c > 0 : c < 0;
+        }
+        freeReplyObject(reply);
+    }
+    const struct lb_scoring *scoring = &v->profile->scoring;
+    int64_t composite = (int64_t)strtod(score, NULL), raw, tick_ms;
+    char when[32] = "";
+    lb_composite_split(scoring, composite, &raw, &tick_ms);
+    if (scoring->tie_bits)
+        format_time(tick_ms, when, sizeof(when));
+    printf("%s across %u shards\n  %7s %7s  %-24s %16s  %s\n> %7ld %7ld  %-24s %16lld  %s\n\n",
+           window, n, "rank", "comp", "player", "score", scoring->tie_bits ? "achieved" : "",
+           rank + 1, better + 1, player, (long long)raw, when);
+    return 0;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: lbread --config FILE --board ID [--window SUFFIX] [--top N] "
@@ -461,7 +540,8 @@ static void usage(FILE *out)
                  "                         patch:1.29)\n"
                  "  -n, --top N            entries per window (default 10)\n"
                  "  -a, --around PLAYER    the N positions around PLAYER (marked '>') in each\n"
-                 "                         window the player is in\n"
+                 "                         window the player is in; on a split board, its\n"
+                 "                         exact rank across the shards\n"
                  "  -h, --help             show this help\n"
                  "\n"
                  "Exit status: 0 ok; 1 failure (Redis unreachable or refusing); 2 usage error\n"
@@ -480,9 +560,12 @@ static int say_missing_window(struct lb_cluster *cl, const struct lb_config *con
                               const char *board, uint16_t slot, const char *window)
 {
     struct keys all = {0};
-    if (list_keys(cl, config, board, slot, &all) != 0)
+    const struct lb_profile *profile = lb_config_profile_for(config, board, strlen(board));
+    int split = profile && profile->shards > 1;
+    if (list_keys(cl, config, board, slot, &all, split ? LB_KEY_TOP : LB_KEY_WINDOW) != 0)
         return -1;
-    size_t skip = strlen(config->key_prefix) + strlen(board) + 3; /* "<prefix>{<board>}:" */
+    /* "<prefix>{<board>}:", and "~top:" of a merged top */
+    size_t skip = strlen(config->key_prefix) + strlen(board) + 3 + (split ? 5 : 0);
     printf("board '%s' has no window %s in Redis (expired, or never written); ", board, window);
     if (!all.count)
         printf("it has no windows at all\n");
@@ -584,14 +667,17 @@ int main(int argc, char **argv)
                      profile->decay->key, v.decayed, sizeof(v.decayed));
     struct keys keys = {0};
     char key[1024];
+    int split = profile->shards > 1;
 
     if (!v.cl || lb_cluster_refresh(v.cl) != 0) {
         fprintf(stderr, "lbread: %s\n", v.cl ? lb_cluster_error(v.cl) : "out of memory");
         status = 1;
     } else if (window) {
+        struct lb_str id = {board, (uint32_t)strlen(board)};
         size_t len =
-            lb_board_key(config->key_prefix, (struct lb_str){board, (uint32_t)strlen(board)},
-                         window, key, sizeof(key));
+            split ? lb_top_key(config->key_prefix, id,
+                               (struct lb_str){window, (uint32_t)strlen(window)}, key, sizeof(key))
+                  : lb_board_key(config->key_prefix, id, window, key, sizeof(key));
         /* ZCOUNT, not EXISTS: the reader's ACL rule has it, and a sorted set
          * is never empty, so 0 means no key */
         const char *argv_count[] = {"ZCOUNT", key, "-inf", "+inf"};
@@ -604,14 +690,21 @@ int main(int argc, char **argv)
             status = add_key(&keys, key, len);
         freeReplyObject(reply);
     } else {
-        status = list_keys(v.cl, config, board, v.slot, &keys);
+        status = list_keys(v.cl, config, board, v.slot, &keys, split ? LB_KEY_TOP : LB_KEY_WINDOW);
         if (status == 0 && keys.count == 0)
-            printf("board '%s' has no keys under %s{%s}:*\n", board, config->key_prefix, board);
+            printf("board '%s' has no %s under %s{%s}:*\n", board, split ? "merged tops" : "keys",
+                   config->key_prefix, board);
     }
     int found = 0;
     for (size_t i = 0; i < keys.count && status == 0; i++) {
         int shown = 1;
-        if (player)
+        struct lb_key_parts kp;
+        if (player && split &&
+            lb_key_parse(config->key_prefix, keys.names[i], strlen(keys.names[i]), &kp) == 0) {
+            char name[LB_WINDOW_NAME_MAX];
+            snprintf(name, sizeof(name), "%.*s", (int)kp.window.len, kp.window.ptr);
+            status = split_rank(&v, name, player, &shown);
+        } else if (player)
             status = show_around(&v, keys.names[i], player, top, &shown);
         else
             status = show_page(&v, keys.names[i], 0, top, NULL);

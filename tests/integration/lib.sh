@@ -441,13 +441,18 @@ MODE_PROFILES="$(sed 's/^    aggregation: \(best\|latest\|sum\)$/&\n    dedupe: 
   - name: top
     match: \"top-*\"
     aggregation: best
-    retractions: reject$_windows"
+    retractions: reject$_windows
+  - name: split
+    match: \"spl-*\"
+    dedupe: {window: 30d}
+    split: {shards: 3, top: 20}$_windows"
 # shellcheck disable=SC2034
 MODE_ORACLE=(--windows "alltime,daily:7d,weekly:28d,monthly:93d,patch"
     --profile best-=best/desc/earliest --profile asc-=best/asc/latest
     --profile lat-=latest/desc/none --profile sum-=sum/desc/earliest
     --profile top-=best/desc/earliest/noretract
-    --decay top-1=patch/0.15/compound/1/0.01/decayed --decay top-2=patch/0.1/linear/5/0.01/overall)
+    --decay top-1=patch/0.15/compound/1/0.01/decayed --decay top-2=patch/0.1/linear/5/0.01/overall
+    --profile spl-=best/desc/earliest --split spl-=3/20)
 # shellcheck disable=SC2034
 MODE_GEN=(--boards 30 --players 400 --board-prefix "best-,asc-,lat-,sum-,top-" --score-max 1000
     --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25 --retry-every 11)

@@ -123,6 +123,7 @@ for cmd in "${commands[@]}"; do
     fi
     more=() # RENAME: a rebuild ends with it, and a new patch starts one
     [[ $cmd == rename ]] && more=(--dim-values 5)
+    [[ $cmd == pttl ]] && more=(--board-prefix spl-) # split boards' merged tops
     acl_produce -n 400 --seed "$seed" "${more[@]}"
     start_projector "acl-$seed" "$T_DIR/acl.yaml"
     deadline=$((SECONDS + 30))

@@ -36,6 +36,18 @@
  * PRECISION, rounded half up. A rebuild still running on a board (its ~decay
  * hash says rebuilding) makes the state unsettled: exit 3.
  *
+ * Split boards (--split PREFIX=SHARDS/TOP): a board's keys live under one
+ * tag per player shard, "B#<i>.<k>" for shard i (FNV-1a 64 of the player
+ * modulo SHARDS), k the smallest whose tag's slot (CRC16 XMODEM, written
+ * here again) lies in the middle half of the i-th SHARDS-th of the slots;
+ * and each window has a merged top, <prefix>{B}:~top:<window>: the TOP
+ * best members of the window's shards together, as one key orders them
+ * (composite, then member bytes), expiring with the last shard key. Merged
+ * tops are refreshed within the profile's staleness: when they are the only
+ * difference, the state is unsettled (exit 3). --rank B/WINDOW/PLAYER
+ * prints a player's expected rank across the window's shards (1 the
+ * first) and its composite, and reads no node.
+ *
  * Credentials, when the cluster needs them, come from REDIS_USER and
  * REDIS_PASSWORD in the environment (as for ops/services.sh); --tls-dir DIR
  * reads a TLS-only cluster (REDIS_TLS=1) over blocking OpenSSL connections
@@ -163,9 +175,17 @@ struct decay {
     __int128 scale; /* units per raw unit */
 };
 
+/* --split: boards whose id starts with 'prefix' are split. */
+struct split {
+    char prefix[64];
+    int shards, top;
+};
+
 struct rules {
     struct decay decays[8];
     int ndecays;
+    struct split splits[8];
+    int nsplits;
     const char *prefix;
     int64_t epoch_ms, horizon_ms, resolution_ms, score_min, score_max, now_ms;
     struct window windows[8];
@@ -435,6 +455,83 @@ struct member {
     int present;
 };
 
+/* ---- split boards ------------------------------------------------------------------ */
+
+static const struct split *split_of(const struct rules *r, const char *board)
+{
+    const struct split *best = NULL;
+    for (int i = 0; i < r->nsplits; i++) {
+        size_t n = strlen(r->splits[i].prefix);
+        if (strncmp(board, r->splits[i].prefix, n) == 0 && (!best || n >= strlen(best->prefix)))
+            best = &r->splits[i];
+    }
+    return best;
+}
+
+static unsigned crc16_xmodem(const char *s, size_t n)
+{
+    unsigned crc = 0;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= (unsigned)(unsigned char)s[i] << 8;
+        for (int b = 0; b < 8; b++)
+            crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    }
+    return crc;
+}
+
+/* The tag of 'player''s shard of 'board' (the board itself when not split). */
+static void tag_of(const struct rules *r, const char *board, const char *player, char *out,
+                   size_t cap)
+{
+    const struct split *sp = split_of(r, board);
+    snprintf(out, cap, "%s", board);
+    if (!sp || sp->shards < 2)
+        return;
+    uint64_t h = 14695981039346656037u;
+    for (const char *c = player; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211u;
+    unsigned i = (unsigned)(h % (unsigned)sp->shards), n = (unsigned)sp->shards;
+    unsigned lo = i * 16384 / n, hi = (i + 1) * 16384 / n, q = (hi - lo) / 4;
+    for (unsigned k = 0;; k++) {
+        snprintf(out, cap, "%s#%u.%u", board, i, k);
+        unsigned slot = crc16_xmodem(out, strlen(out)) % 16384;
+        if (slot >= lo + q && slot < hi - q)
+            return;
+    }
+}
+
+/* "B#3.17" -> "B" when it is the tag of a shard of a split board B. */
+static int base_of(const struct rules *r, const char *tag, char *board, size_t cap)
+{
+    const char *hash = strrchr(tag, '#');
+    if (!hash || (size_t)(hash - tag) >= cap)
+        return 0;
+    snprintf(board, cap, "%.*s", (int)(hash - tag), tag);
+    const struct split *sp = split_of(r, board);
+    return sp && sp->shards > 1;
+}
+
+/* One member of a merged top, and the one-key order of a sorted set read
+ * low to high: composite, then member bytes. */
+struct top_item {
+    int64_t value;
+    char *member;
+};
+struct top_list {
+    struct top_item *items;
+    size_t n, cap;
+    int64_t expire; /* the latest expiry of its shard keys; 0: one never expires */
+    int shard_keys;
+};
+
+static int by_set_order(const void *x, const void *y)
+{
+    const struct top_item *a = x, *b = y;
+    if (a->value != b->value)
+        return a->value < b->value ? -1 : 1;
+    return strcmp(a->member, b->member);
+}
+
 static int64_t expected_value(const struct rules *r, const struct profile *p,
                               const struct member *m)
 {
@@ -500,7 +597,9 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
             int64_t expire = end_ms && r->windows[w].ttl_ms ? end_ms + r->windows[w].ttl_ms : 0;
             if (expire && expire <= r->now_ms)
                 continue; /* expired window: not resurrected */
-            snprintf(key, sizeof(key), "%s{%s}:%s", r->prefix, board, suffix);
+            char tag[320];
+            tag_of(r, board, player, tag, sizeof(tag));
+            snprintf(key, sizeof(key), "%s{%s}:%s", r->prefix, tag, suffix);
             snprintf(mkeys[n], sizeof(mkeys[n]), "%s\n%s", key, player);
             expires[n] = expire;
             targets[n] = member_of(map_get(members, mkeys[n], 1));
@@ -563,6 +662,130 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
         map_get(keys, key, 0)->aux++;
     }
     return applied;
+}
+
+/* Every split board's merged tops: per window key of a shard, its members
+ * join the board's top of that window; each top is then cut to its TOP
+ * best (sorted low to high, as ZRANGE reads a set). */
+static void add_tops(const struct rules *r, struct map *members, struct map *keys, struct map *tops)
+{
+    for (size_t i = 0; i < members->cap; i++) {
+        const struct entry *e = &members->slots[i];
+        const struct member *m = e->key ? e->data : NULL;
+        const char *open = e->key ? strchr(e->key, '{') : NULL;
+        const char *close = open ? strchr(open, '}') : NULL;
+        char tag[320], board[320], topkey[900];
+        if (!m || !m->present || !close || (size_t)(close - open) >= sizeof(tag))
+            continue;
+        snprintf(tag, sizeof(tag), "%.*s", (int)(close - open - 1), open + 1);
+        if (!base_of(r, tag, board, sizeof(board)))
+            continue;
+        const char *nl = strchr(close, '\n');
+        snprintf(topkey, sizeof(topkey), "%s{%s}:~top:%.*s", r->prefix, board,
+                 (int)(nl - close - 2), close + 2);
+        struct entry *t = map_get(tops, topkey, 1);
+        if (!t->data && !(t->data = calloc(1, sizeof(struct top_list))))
+            exit(2);
+        struct top_list *l = t->data;
+        if (l->n == l->cap) {
+            l->cap = l->cap ? l->cap * 2 : 64;
+            if (!(l->items = realloc(l->items, l->cap * sizeof(*l->items))))
+                exit(2);
+        }
+        l->items[l->n++] =
+            (struct top_item){expected_value(r, profile_of(r, tag), m), strdup(nl + 1)};
+    }
+    for (size_t i = 0; i < tops->cap; i++) {
+        struct top_list *l = tops->slots[i].key ? tops->slots[i].data : NULL;
+        if (!l)
+            continue;
+        char board[320];
+        const char *open = strchr(tops->slots[i].key, '{');
+        snprintf(board, sizeof(board), "%.*s", (int)(strchr(open, '}') - open - 1), open + 1);
+        const struct split *sp = split_of(r, board);
+        const struct profile *p = profile_of(r, board);
+        qsort(l->items, l->n, sizeof(*l->items), by_set_order);
+        size_t keep = l->n < (size_t)sp->top ? l->n : (size_t)sp->top;
+        size_t from = p->order == 'd' ? l->n - keep : 0; /* the best: the high end on desc */
+        for (size_t j = 0; j < l->n; j++)
+            if (j < from || j >= from + keep)
+                free(l->items[j].member);
+        memmove(l->items, l->items + from, keep * sizeof(*l->items));
+        l->n = keep;
+    }
+    /* each top expires with the last of its shard keys */
+    for (size_t i = 0; i < keys->cap; i++) {
+        const struct entry *k = &keys->slots[i];
+        const char *open = k->key ? strchr(k->key, '{') : NULL;
+        const char *close = open ? strchr(open, '}') : NULL;
+        char tag[320], board[320], topkey[900];
+        if (!close || !k->aux || (size_t)(close - open) >= sizeof(tag))
+            continue;
+        snprintf(tag, sizeof(tag), "%.*s", (int)(close - open - 1), open + 1);
+        if (!base_of(r, tag, board, sizeof(board)))
+            continue;
+        snprintf(topkey, sizeof(topkey), "%s{%s}:~top:%s", r->prefix, board, close + 2);
+        struct entry *t = map_get(tops, topkey, 0);
+        struct top_list *l = t ? t->data : NULL;
+        if (!l)
+            continue;
+        if (!l->shard_keys++ || (l->expire && (!k->value || k->value > l->expire)))
+            l->expire = k->value;
+    }
+}
+
+static void tops_free(struct map *tops)
+{
+    for (size_t i = 0; i < tops->cap; i++) {
+        struct top_list *l = tops->slots[i].key ? tops->slots[i].data : NULL;
+        for (size_t j = 0; l && j < l->n; j++)
+            free(l->items[j].member);
+        if (l)
+            free(l->items);
+    }
+    map_free(tops);
+}
+
+/* --rank B/WINDOW/PLAYER: the player's place among the members of the
+ * window's shards, in the board's order (desc: the highest composite first,
+ * equal ones by member bytes from the highest, as ZREVRANGE reads them). */
+static int print_rank(const struct rules *r, struct map *members, const char *spec)
+{
+    char board[256], window[256], player[256];
+    if (sscanf(spec, "%255[^/]/%255[^/]/%255s", board, window, player) != 3)
+        return 2;
+    char tag[320], mine[900];
+    tag_of(r, board, player, tag, sizeof(tag));
+    snprintf(mine, sizeof(mine), "%s{%s}:%s\n%s", r->prefix, tag, window, player);
+    const struct entry *me = map_get(members, mine, 0);
+    const struct member *pm = me ? me->data : NULL;
+    if (!pm || !pm->present) {
+        printf("no %s in %s of %s\n", player, window, board);
+        return 1;
+    }
+    const struct profile *p = profile_of(r, board);
+    struct top_item self = {expected_value(r, p, pm), player};
+    long long before = 0;
+    for (size_t i = 0; i < members->cap; i++) {
+        const struct entry *e = &members->slots[i];
+        const struct member *m = e->key ? e->data : NULL;
+        if (!m || !m->present)
+            continue;
+        const char *open = strchr(e->key, '{'), *close = strchr(open, '}');
+        const char *nl = strchr(close, '\n');
+        char etag[320], ebase[320];
+        snprintf(etag, sizeof(etag), "%.*s", (int)(close - open - 1), open + 1);
+        if (!base_of(r, etag, ebase, sizeof(ebase)))
+            snprintf(ebase, sizeof(ebase), "%s", etag);
+        if (strcmp(ebase, board) != 0 || strlen(window) != (size_t)(nl - close - 2) ||
+            strncmp(close + 2, window, strlen(window)) != 0)
+            continue;
+        struct top_item other = {expected_value(r, p, m), (char *)(nl + 1)};
+        int c = by_set_order(&other, &self);
+        before += p->order == 'd' ? c > 0 : c < 0;
+    }
+    printf("rank %lld composite %lld\n", before + 1, (long long)self.value);
+    return 0;
 }
 
 /* floor(n / d) for d > 0 */
@@ -697,6 +920,7 @@ static long long expiry_slack_ms;
 
 struct report {
     size_t keys_found, members_checked, differences, meta_keys, rebuilding;
+    size_t tops_checked, top_differences; /* merged tops of split boards */
 };
 
 static void difference(struct report *rep, const char *fmt, ...)
@@ -835,9 +1059,58 @@ static redisReply *command(struct conn *k, const char *format, ...)
     }
 }
 
-static void check_key(struct conn *c, const struct rules *r, const char *key, struct map *members,
-                      struct map *keys, struct report *rep)
+/* A merged top against the expected one: the same members with the same
+ * composites, expiring with the last of its shard keys. */
+static void check_top(struct conn *c, const char *key, struct map *tops, struct report *rep)
 {
+    struct entry *t = map_get(tops, key, 0);
+    const struct top_list *l = t ? t->data : NULL;
+    if (!l) {
+        rep->top_differences++;
+        difference(rep, "unexpected merged top %s", key);
+        return;
+    }
+    t->seen = 1;
+    rep->tops_checked++;
+    redisReply *z = command(c, "ZRANGE %s 0 -1 WITHSCORES", key);
+    if (!z || z->type != REDIS_REPLY_ARRAY) {
+        rep->top_differences++;
+        difference(rep, "%s: not a sorted set", key);
+    } else {
+        size_t n = z->elements / 2, bad = n != l->n;
+        for (size_t i = 0; i < n && !bad; i++) {
+            double v = strtod(z->element[2 * i + 1]->str, NULL);
+            bad = strcmp(z->element[2 * i]->str, l->items[i].member) != 0 ||
+                  (double)l->items[i].value != v;
+        }
+        if (bad) {
+            rep->top_differences++;
+            difference(rep, "%s: %zu members (first %s), expected %zu (first %s)", key, n,
+                       n ? z->element[0]->str : "-", l->n, l->n ? l->items[0].member : "-");
+        }
+    }
+    if (z)
+        freeReplyObject(z);
+    redisReply *e = command(c, "PEXPIRETIME %s", key);
+    if (e && e->type == REDIS_REPLY_INTEGER) {
+        long long want = l->expire ? (long long)l->expire : -1, off = e->integer - want;
+        long long slack = expiry_slack_ms + 2000; /* set from a PTTL read just before */
+        if ((want == -1) != (e->integer == -1) || off > slack || off < -slack) {
+            rep->top_differences++;
+            difference(rep, "%s: expires at %lld, expected %lld", key, e->integer, want);
+        }
+    }
+    if (e)
+        freeReplyObject(e);
+}
+
+static void check_key(struct conn *c, const struct rules *r, const char *key, struct map *members,
+                      struct map *keys, struct map *tops, struct report *rep)
+{
+    if (strstr(key, "}:~top:")) {
+        check_top(c, key, tops, rep);
+        return;
+    }
     if (strstr(key, "}:~") || strstr(key, ":~ts")) {
         rep->meta_keys++; /* the projector's markers and event-time hashes */
         size_t len = strlen(key);
@@ -905,7 +1178,7 @@ static void check_key(struct conn *c, const struct rules *r, const char *key, st
 }
 
 static int scan_node(const char *host, int port, const struct rules *r, struct map *members,
-                     struct map *keys, struct report *rep)
+                     struct map *keys, struct map *tops, struct report *rep)
 {
     struct conn conn, *c = &conn;
     if (conn_open(c, host, port) != 0)
@@ -943,7 +1216,7 @@ static int scan_node(const char *host, int port, const struct rules *r, struct m
         }
         snprintf(cursor, sizeof(cursor), "%s", s->element[0]->str);
         for (size_t i = 0; i < s->element[1]->elements; i++)
-            check_key(c, r, s->element[1]->element[i]->str, members, keys, rep);
+            check_key(c, r, s->element[1]->element[i]->str, members, keys, tops, rep);
         freeReplyObject(s);
     } while (strcmp(cursor, "0") != 0);
     conn_close(c);
@@ -966,8 +1239,10 @@ int main(int argc, char **argv)
                                              {"profile", required_argument, NULL, 'P'},
                                              {"tls-dir", required_argument, NULL, 'T'},
                                              {"decay", required_argument, NULL, 'D'},
+                                             {"split", required_argument, NULL, 'L'},
+                                             {"rank", required_argument, NULL, 'R'},
                                              {NULL, 0, NULL, 0}};
-    const char *events = NULL, *nodes = NULL;
+    const char *events = NULL, *nodes = NULL, *rank = NULL;
     struct rules r = {.prefix = "lb:", .resolution_ms = 1000, .score_max = 8388607};
     struct timeval now;
     int opt;
@@ -1032,6 +1307,22 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'L': {
+            struct split *sp = &r.splits[r.nsplits];
+            const char *eq = strchr(optarg, '=');
+            if (r.nsplits == 8 || !eq || (size_t)(eq - optarg) >= sizeof(sp->prefix) ||
+                sscanf(eq + 1, "%d/%d", &sp->shards, &sp->top) != 2 || sp->shards < 1 ||
+                sp->top < 1) {
+                fprintf(stderr, "verify_state: bad --split %s (want PREFIX=SHARDS/TOP)\n", optarg);
+                return 2;
+            }
+            snprintf(sp->prefix, sizeof(sp->prefix), "%.*s", (int)(eq - optarg), optarg);
+            r.nsplits++;
+            break;
+        }
+        case 'R':
+            rank = optarg;
+            break;
         case 'w':
             if (!windows_set++)
                 r.nwindows = 0;
@@ -1045,7 +1336,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!events || !nodes || r.resolution_ms <= 0) {
+    if (!events || (!nodes && !rank) || r.resolution_ms <= 0) {
         fprintf(stderr, "usage: verify_state --events FILE --nodes H:P,... [rules]\n");
         return 2;
     }
@@ -1056,6 +1347,14 @@ int main(int argc, char **argv)
     struct map members = {0}, keys = {0};
     size_t applied = load_events(events, &r, &members, &keys);
     add_decayed(&r, &members, &keys);
+    if (rank) {
+        int rc = print_rank(&r, &members, rank);
+        map_free(&members);
+        map_free(&keys);
+        return rc;
+    }
+    struct map tops = {0};
+    add_tops(&r, &members, &keys, &tops);
     struct report rep = {0};
     char copy[1024];
     snprintf(copy, sizeof(copy), "%s", nodes);
@@ -1065,7 +1364,7 @@ int main(int argc, char **argv)
         if (!colon)
             return 2;
         *colon = '\0';
-        if (scan_node(tok, atoi(colon + 1), &r, &members, &keys, &rep) != 0)
+        if (scan_node(tok, atoi(colon + 1), &r, &members, &keys, &tops, &rep) != 0)
             return 2;
     }
     size_t expected = 0;
@@ -1090,11 +1389,23 @@ int main(int argc, char **argv)
             difference(&rep, "%s: member %s missing (expected %lld)", key, nl + 1,
                        (long long)m->value);
     }
+    for (size_t i = 0; i < tops.cap; i++)
+        if (tops.slots[i].key && !tops.slots[i].seen &&
+            ((struct top_list *)tops.slots[i].data)->n) {
+            rep.top_differences++;
+            difference(&rep, "missing merged top %s", tops.slots[i].key);
+        }
     printf("verify_state: %zu events applied, %zu keys expected, %zu keys found, %zu members "
-           "checked, %zu differences\n",
-           applied, expected, rep.keys_found, rep.members_checked, rep.differences);
+           "checked, %zu merged tops checked, %zu differences\n",
+           applied, expected, rep.keys_found, rep.members_checked, rep.tops_checked,
+           rep.differences);
     map_free(&members);
     map_free(&keys);
+    tops_free(&tops);
+    if (rep.differences && rep.differences == rep.top_differences) {
+        printf("verify_state: only merged tops differ: not refreshed yet (not settled)\n");
+        return 3;
+    }
     if (rep.rebuilding) {
         printf("verify_state: %zu decaying board(s) still rebuilding: not settled\n",
                rep.rebuilding);

@@ -266,6 +266,12 @@ static void decay_profiles_are_checked_at_load(void **state)
          * 2^23 that ties of 30 bits leave; doubled 20 times it does not */
         {"    retractions: reject\n", "dim: patch, tax: 1, max_age: 20, stacking: compound", 15,
          "coarsen decay.precision"},
+        /* split boards */
+        {"    retractions: reject\n    split: {shards: 3}\n", "dim: patch, tax: 0.1", 14,
+         "a split board cannot decay"},
+        {"    split: {shards: 65}\n", "dim: patch, tax: 0.1", 13, "out of range"},
+        {"    split: {shards: 2, top: 0}\n", "dim: patch, tax: 0.1", 13, "out of range"},
+        {"    split: {shards: 2, staleness: 10ms}\n", "dim: patch, tax: 0.1", 13, "out of range"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         decay_profile(text, sizeof(text), bad[i].rest, bad[i].decay);

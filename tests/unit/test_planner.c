@@ -529,6 +529,78 @@ static void a_board_without_a_profile_is_rejected(void **state)
     lb_config_free(config);
 }
 
+/* A split board: each player's events go to its shard's tag (FNV-1a 64 of
+ * the player modulo 3: the standard test vector "a" is 0xaf63dc4c8601ec8c),
+ * each shard a request of its own under a tag whose slot lies in the middle
+ * half of its third of the slots; the board's own entry writes nothing; a
+ * board named like one of its shards is refused. */
+static void a_split_board_writes_each_player_to_its_shard(void **state)
+{
+    (void)state;
+    static const char text[] = "kafka: {brokers: b, topics: [t]}\n"
+                               "input: {schemas: {1: s.avsc}}\n"
+                               "redis: {nodes: [a:1]}\n"
+                               "profiles:\n"
+                               "  - {name: hot, match: \"h*\", split: {shards: 3}, "
+                               "windows: {alltime: {}}}\n";
+    struct lb_config *config;
+    char err[512], tags[3][64];
+    assert_int_equal(lb_config_load_string("t.yaml", text, strlen(text), &config, err, sizeof(err)),
+                     0);
+    assert_int_equal(config->profiles[0].shards, 3);
+    assert_int_equal(lb_player_shard("a", 1, 3), UINT64_C(0xaf63dc4c8601ec8c) % 3);
+    for (uint32_t i = 0; i < 3; i++) {
+        size_t n = lb_shard_tag("h1", 2, 3, i, tags[i], sizeof(tags[i]));
+        assert_true(n > 4 && strncmp(tags[i], "h1#", 3) == 0);
+        uint16_t slot = lb_crc16(tags[i], n) & (LB_SLOTS - 1);
+        uint32_t lo = i * LB_SLOTS / 3, hi = (i + 1) * LB_SLOTS / 3;
+        assert_true(slot >= lo + (hi - lo) / 4 && slot < hi - (hi - lo) / 4);
+        struct lb_str board;
+        uint32_t shard = 9;
+        assert_int_equal(lb_shard_parse(config->profiles, 1, (struct lb_str){tags[i], (uint32_t)n},
+                                        &board, &shard),
+                         1);
+        assert_int_equal(shard, i);
+        assert_int_equal(board.len, 2);
+    }
+    struct lb_str board;
+    uint32_t shard;
+    assert_int_equal(
+        lb_shard_parse(config->profiles, 1, (struct lb_str){"h1#0.999999", 11}, &board, &shard),
+        0); /* not the tag shard 0 has */
+    struct lb_plan *plan =
+        lb_plan_new(&(struct lb_plan_options){config->profiles, config->nprofiles});
+    struct lb_apply_batch batch = {0};
+    static const char *const players[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+    uint32_t txn_of[8];
+    for (int i = 0; i < 8; i++) {
+        struct lb_event ev = event("h1", players[i], 10 + i, MAY4_10H);
+        struct lb_position pos = at(0, i);
+        assert_int_equal(plan_event(plan, &ev, &pos, MAY4_10H, &txn_of[i]), LB_ACCEPT);
+    }
+    struct lb_event named = event(tags[1], "a", 1, MAY4_10H);
+    struct lb_position pos = at(0, 8);
+    uint32_t txn;
+    assert_int_equal(plan_event(plan, &named, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_BOARD);
+    assert_int_equal(lb_apply_encode(&batch, plan, "lb:"), 0);
+    struct lb_plan_view v;
+    lb_plan_view(plan, &v);
+    for (int i = 0; i < 8; i++) {
+        const struct lb_plan_board *b = &v.boards[txn_of[i]];
+        uint32_t want = lb_player_shard(players[i], 1, 3);
+        assert_int_equal(b->shard, want);
+        assert_int_equal(b->id.len, strlen(tags[want]));
+        assert_memory_equal(b->id.ptr, tags[want], b->id.len);
+        assert_int_equal(b->slot, lb_crc16(tags[want], strlen(tags[want])) & (LB_SLOTS - 1));
+        assert_true(batch.requests[txn_of[i]].len > 0);
+        assert_memory_equal(b->base.ptr, "h1", 2);
+    }
+    assert_int_equal(batch.requests[0].len, 0); /* h1 itself: nothing under its own tag */
+    lb_apply_batch_free(&batch);
+    lb_plan_free(plan);
+    lb_config_free(config);
+}
+
 /* Batches of one size settle the arena on one chunk: after the first few,
  * planning a batch takes nothing from malloc. */
 static void many_events_reuse_the_arena(void **state)
@@ -734,6 +806,7 @@ int main(void)
         cmocka_unit_test(out_of_range_events_are_rejected_and_plan_nothing),
         cmocka_unit_test(a_bad_custom_dim_rejects_the_whole_event),
         cmocka_unit_test(a_board_without_a_profile_is_rejected),
+        cmocka_unit_test(a_split_board_writes_each_player_to_its_shard),
         cmocka_unit_test(many_events_reuse_the_arena),
         cmocka_unit_test(the_script_sha_is_the_sha1_of_the_script),
         cmocka_unit_test(a_board_without_retractions_is_a_plain_transaction),

@@ -1,0 +1,457 @@
+/* Merged tops of split boards; see tops.h. */
+#include "tops.h"
+#include "apply.h"
+#include "clock.h"
+#include "log.h"
+#include "slot.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEY_MAX 1024
+
+static const double staleness_bounds[] = {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30};
+
+/* A noted (board, window); 'since' 0 once its top is current. */
+struct window {
+    char *board, *name;
+    size_t blen, nlen;
+    const struct lb_profile *profile;
+    int64_t since;   /* the oldest change not yet in the merged top */
+    int64_t due;     /* when to refresh it */
+    int64_t touched; /* the last note: windows idle long are forgotten */
+};
+
+struct lb_tops {
+    struct lb_tops_options o;
+    struct lb_cluster *cluster;
+    char holder[128];
+    struct window *windows;
+    size_t count, cap;
+    uint32_t *index; /* open addressing: 1 + a window's place, 0 empty */
+    size_t index_cap;
+    size_t pending;
+    struct lb_tops_stats stats;
+    struct lb_ratelimit failed_said;
+};
+
+struct lb_tops *lb_tops_new(const struct lb_tops_options *options)
+{
+    struct lb_tops *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->o = *options;
+    if (!(t->cluster = lb_cluster_new(options->cluster))) {
+        free(t);
+        return NULL;
+    }
+    char host[64] = "?";
+    gethostname(host, sizeof(host) - 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(t->holder, sizeof(t->holder), "%s:%ld:%lx", host, (long)getpid(),
+             (unsigned long)ts.tv_nsec);
+    lb_histogram_init(&t->stats.staleness, staleness_bounds,
+                      sizeof(staleness_bounds) / sizeof(staleness_bounds[0]));
+    return t;
+}
+
+void lb_tops_free(struct lb_tops *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->count; i++) {
+        free(t->windows[i].board);
+        free(t->windows[i].name);
+    }
+    free(t->windows);
+    free(t->index);
+    lb_cluster_free(t->cluster);
+    free(t);
+}
+
+static uint64_t hash_of(const char *board, size_t blen, const char *name, size_t nlen)
+{
+    uint64_t h = 14695981039346656037u;
+    for (size_t i = 0; i < blen; i++)
+        h = (h ^ (unsigned char)board[i]) * 1099511628211u;
+    h = (h ^ 0xff) * 1099511628211u;
+    for (size_t i = 0; i < nlen; i++)
+        h = (h ^ (unsigned char)name[i]) * 1099511628211u;
+    return h;
+}
+
+/* The index's slot for (board, name): its window's, or the empty one where
+ * it would go. */
+static uint32_t *index_slot(struct lb_tops *t, const char *board, size_t blen, const char *name,
+                            size_t nlen)
+{
+    size_t mask = t->index_cap - 1;
+    for (size_t pos = hash_of(board, blen, name, nlen) & mask;; pos = (pos + 1) & mask) {
+        uint32_t *slot = &t->index[pos];
+        if (!*slot)
+            return slot;
+        const struct window *w = &t->windows[*slot - 1];
+        if (w->blen == blen && w->nlen == nlen && memcmp(w->board, board, blen) == 0 &&
+            memcmp(w->name, name, nlen) == 0)
+            return slot;
+    }
+}
+
+/* Rebuilds the index at 'cap' slots, forgetting windows current and idle
+ * for ten minutes. */
+static int reindex(struct lb_tops *t, size_t cap, int64_t now_ms)
+{
+    uint32_t *index = calloc(cap, sizeof(*index));
+    if (!index)
+        return -1;
+    free(t->index);
+    t->index = index;
+    t->index_cap = cap;
+    size_t kept = 0;
+    for (size_t i = 0; i < t->count; i++) {
+        struct window *w = &t->windows[i];
+        if (!w->since && now_ms - w->touched > 600000) {
+            free(w->board);
+            free(w->name);
+            continue;
+        }
+        t->windows[kept] = *w;
+        *index_slot(t, w->board, w->blen, w->name, w->nlen) = (uint32_t)++kept;
+    }
+    t->count = kept;
+    return 0;
+}
+
+int lb_tops_note(struct lb_tops *t, struct lb_str board, const struct lb_profile *profile,
+                 struct lb_str name, int64_t now_ms)
+{
+    if ((t->count + 1) * 2 > t->index_cap &&
+        reindex(t, t->index_cap ? t->index_cap * 2 : 64, now_ms) != 0)
+        return -1;
+    uint32_t *slot = index_slot(t, board.ptr, board.len, name.ptr, name.len);
+    if (!*slot) {
+        if (t->count == t->cap) {
+            size_t cap = t->cap ? t->cap * 2 : 32;
+            struct window *more = realloc(t->windows, cap * sizeof(*more));
+            if (!more)
+                return -1;
+            t->windows = more;
+            t->cap = cap;
+        }
+        struct window *w = &t->windows[t->count];
+        *w = (struct window){.board = malloc(board.len + 1),
+                             .name = malloc(name.len + 1),
+                             .blen = board.len,
+                             .nlen = name.len,
+                             .profile = profile};
+        if (!w->board || !w->name) {
+            free(w->board);
+            free(w->name);
+            return -1;
+        }
+        memcpy(w->board, board.ptr, board.len);
+        w->board[board.len] = '\0';
+        memcpy(w->name, name.ptr, name.len);
+        w->name[name.len] = '\0';
+        *slot = (uint32_t)++t->count;
+    }
+    struct window *w = &t->windows[*slot - 1];
+    w->touched = now_ms;
+    if (!w->since) {
+        w->since = now_ms;
+        w->due = now_ms + profile->staleness_ms / 4;
+        t->pending++;
+    }
+    return 0;
+}
+
+/* One call of the apply script's "T" step on the board's own tag. */
+static redisReply *top_step(struct lb_tops *t, const struct window *w, const char *step,
+                            const char **extra, const size_t *extralen, size_t nextra)
+{
+    struct lb_str id = {w->board, (uint32_t)w->blen};
+    char state[KEY_MAX], top[KEY_MAX], lease[24];
+    size_t slen = lb_board_key(t->o.key_prefix, id, LB_TOPS_KEY, state, sizeof(state));
+    size_t tlen = lb_top_key(t->o.key_prefix, id, (struct lb_str){w->name, (uint32_t)w->nlen}, top,
+                             sizeof(top));
+    size_t argc = 11 + nextra;
+    const char **argv = malloc(argc * sizeof(*argv));
+    size_t *argvlen = malloc(argc * sizeof(*argvlen));
+    redisReply *reply = NULL;
+    if (argv && argvlen && slen && tlen) {
+        size_t n = 0;
+#define ARG(s, l) (argv[n] = (s), argvlen[n++] = (l))
+        ARG("EVALSHA", 7);
+        ARG(lb_apply_script_sha(), 40);
+        ARG("2", 1);
+        ARG(state, slen);
+        ARG(top, tlen);
+        ARG("4", 1); /* the protocol */
+        ARG("T", 1);
+        ARG(step, strlen(step));
+        ARG(t->holder, strlen(t->holder));
+        ARG(lease, (size_t)snprintf(lease, sizeof(lease), "%d", LB_TOPS_LEASE_MS));
+        ARG(w->name, w->nlen);
+        for (size_t i = 0; i < nextra; i++)
+            ARG(extra[i], extralen[i]);
+#undef ARG
+        reply = lb_cluster_command(t->cluster, lb_key_slot(state, slen), (int)n, argv, argvlen);
+    }
+    free(argv);
+    free(argvlen);
+    if (reply && (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
+                  reply->element[0]->type != REDIS_REPLY_STRING)) {
+        lb_log_every(&t->failed_said, 10000, LB_LOG_WARN, "tops",
+                     "merged top of board '%s' window '%s': unexpected answer to '%s'%s%s",
+                     w->board, w->name, step, reply->type == REDIS_REPLY_ERROR ? ": " : "",
+                     reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+        freeReplyObject(reply);
+        return NULL;
+    }
+    if (!reply)
+        lb_log_every(&t->failed_said, 10000, LB_LOG_WARN, "tops",
+                     "merged top of board '%s' window '%s': %s; trying again", w->board, w->name,
+                     lb_cluster_error(t->cluster));
+    return reply;
+}
+
+struct entry {
+    const char *member, *score;
+    size_t mlen, slen;
+    double value;
+};
+
+static int desc_order; /* qsort has no context: set by merge before sorting */
+
+/* One key's order: by composite, equal ones by member bytes (both reversed
+ * on a desc board, as ZREVRANGE reads it). */
+static int entry_cmp(const void *pa, const void *pb)
+{
+    const struct entry *a = pa, *b = pb;
+    int c = a->value < b->value ? -1 : a->value > b->value;
+    if (!c) {
+        size_t n = a->mlen < b->mlen ? a->mlen : b->mlen;
+        c = memcmp(a->member, b->member, n);
+        if (!c)
+            c = a->mlen < b->mlen ? -1 : a->mlen > b->mlen;
+    }
+    return desc_order ? -c : c;
+}
+
+/* A shard read that failed: Redis's error as it said it (a NOPERM names
+ * the command), or the client's. */
+static void said_refused(struct lb_tops *t, const struct window *w, const char *command,
+                         const redisReply *reply)
+{
+    lb_log_every(&t->failed_said, 10000, LB_LOG_WARN, "tops",
+                 "merged top of board '%s' window '%s': %s of a shard failed: %s; trying again",
+                 w->board, w->name, command,
+                 reply && reply->type == REDIS_REPLY_ERROR ? reply->str
+                 : reply                                   ? "an unexpected reply"
+                                                           : lb_cluster_error(t->cluster));
+}
+
+/* Reads the shards of 'w', merges them and writes the merged top under
+ * generation 'gen'. 0 written, 1 stale, -1 failed. */
+static int read_and_write(struct lb_tops *t, const struct window *w, const char *gen)
+{
+    const struct lb_profile *profile = w->profile;
+    uint32_t shards = (uint32_t)profile->shards;
+    int desc = profile->scoring.order == LB_ORDER_DESC;
+    redisReply **tops = calloc(shards, sizeof(*tops));
+    struct entry *all = NULL;
+    size_t nall = 0;
+    long long pttl = -2;
+    int rc = -1;
+    if (!tops)
+        return -1;
+    char stop[24];
+    snprintf(stop, sizeof(stop), "%lld", (long long)profile->top - 1);
+    for (uint32_t i = 0; i < shards; i++) {
+        char tag[LB_TAG_MAX], key[KEY_MAX];
+        size_t tlen = lb_shard_tag(w->board, w->blen, shards, i, tag, sizeof(tag));
+        size_t klen = lb_board_key(t->o.key_prefix, (struct lb_str){tag, (uint32_t)tlen}, w->name,
+                                   key, sizeof(key));
+        uint16_t slot = lb_key_slot(key, klen);
+        const char *zr[] = {"ZRANGE", key, "0", stop, desc ? "REV" : "WITHSCORES", "WITHSCORES"};
+        size_t zl[] = {6, klen, 1, strlen(stop), desc ? 3 : 10, 10};
+        if (!(tops[i] = lb_cluster_command(t->cluster, slot, desc ? 6 : 5, zr, zl)) ||
+            tops[i]->type != REDIS_REPLY_ARRAY) {
+            said_refused(t, w, "ZRANGE", tops[i]);
+            goto out;
+        }
+        const char *pt[] = {"PTTL", key};
+        size_t pl[] = {4, klen};
+        redisReply *r = lb_cluster_command(t->cluster, slot, 2, pt, pl);
+        if (!r || r->type != REDIS_REPLY_INTEGER) {
+            said_refused(t, w, "PTTL", r);
+            if (r)
+                freeReplyObject(r);
+            goto out;
+        }
+        if (r->integer == -1 || pttl == -1)
+            pttl = -1;
+        else if (r->integer > pttl)
+            pttl = r->integer;
+        freeReplyObject(r);
+        nall += tops[i]->elements / 2;
+    }
+    all = calloc(nall ? nall : 1, sizeof(*all));
+    if (!all)
+        goto out;
+    nall = 0;
+    for (uint32_t i = 0; i < shards; i++)
+        for (size_t e = 0; e + 1 < tops[i]->elements; e += 2) {
+            const redisReply *m = tops[i]->element[e], *s = tops[i]->element[e + 1];
+            all[nall++] = (struct entry){m->str, s->str, m->len, s->len, strtod(s->str, NULL)};
+        }
+    desc_order = desc;
+    qsort(all, nall, sizeof(*all), entry_cmp);
+    if (nall > (size_t)profile->top)
+        nall = (size_t)profile->top;
+    size_t nextra = 2 + 2 * nall;
+    const char **extra = malloc(nextra * sizeof(*extra));
+    size_t *extralen = malloc(nextra * sizeof(*extralen));
+    char ttl[24];
+    if (extra && extralen) {
+        extra[0] = gen;
+        extralen[0] = strlen(gen);
+        extra[1] = ttl;
+        extralen[1] = (size_t)snprintf(ttl, sizeof(ttl), "%lld", pttl);
+        for (size_t i = 0; i < nall; i++) {
+            extra[2 + 2 * i] = all[i].score;
+            extralen[2 + 2 * i] = all[i].slen;
+            extra[3 + 2 * i] = all[i].member;
+            extralen[3 + 2 * i] = all[i].mlen;
+        }
+        redisReply *reply = top_step(t, w, "write", extra, extralen, nextra);
+        if (reply) {
+            rc = strcmp(reply->element[0]->str, "ok") == 0 ? 0 : 1;
+            freeReplyObject(reply);
+        }
+    }
+    free(extra);
+    free(extralen);
+out:
+    if (rc < 0)
+        t->stats.failures++;
+    for (uint32_t i = 0; i < shards; i++)
+        if (tops[i])
+            freeReplyObject(tops[i]);
+    free(tops);
+    free(all);
+    return rc;
+}
+
+/* One refresh of 'w': 0 its merged top is current, 1 not yet (busy, stale
+ * or failed: tried again). */
+static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
+{
+    int64_t since = w->since;
+    redisReply *reply = top_step(t, w, "take", NULL, NULL, 0);
+    if (!reply) {
+        t->stats.failures++;
+        w->due = now_ms + LB_TOPS_RETRY_MS;
+        return 1;
+    }
+    int rc = 1;
+    if (strcmp(reply->element[0]->str, "go") == 0 && reply->elements > 1) {
+        /* changes from here on need another refresh: this one may miss them */
+        w->since = 0;
+        int written = read_and_write(t, w, reply->element[1]->str);
+        if (written == 0) {
+            t->stats.refreshed++;
+            lb_histogram_observe(&t->stats.staleness, (double)(lb_monotonic_ms() - since) / 1000.0);
+            rc = 0;
+        } else {
+            t->stats.stale += written == 1;
+            w->since = since;
+        }
+    } else if (strcmp(reply->element[0]->str, "busy") == 0) {
+        t->stats.busy++;
+    } else {
+        t->stats.failures++;
+        lb_log_every(&t->failed_said, 10000, LB_LOG_WARN, "tops",
+                     "merged top of board '%s' window '%s': the script answered '%s' (a key of "
+                     "the wrong type or a missing permission: see the runbook)",
+                     w->board, w->name, reply->element[0]->str);
+    }
+    freeReplyObject(reply);
+    if (rc == 0 && w->since) /* noted again while it was read */
+        w->due = now_ms + w->profile->staleness_ms / 4;
+    else if (rc)
+        w->due = now_ms + LB_TOPS_RETRY_MS;
+    return rc;
+}
+
+static size_t run(struct lb_tops *t, int64_t now_ms, int all)
+{
+    for (size_t i = 0; i < t->count; i++) {
+        struct window *w = &t->windows[i];
+        if (!w->since || (!all && w->due > now_ms))
+            continue;
+        if (refresh(t, w, now_ms) == 0 && !w->since)
+            t->pending--;
+    }
+    return t->pending;
+}
+
+size_t lb_tops_step(struct lb_tops *t, int64_t now_ms)
+{
+    return t->pending ? run(t, now_ms, 0) : 0;
+}
+
+size_t lb_tops_drain(struct lb_tops *t, int64_t deadline_ms)
+{
+    while (t->pending && lb_monotonic_ms() < deadline_ms)
+        if (run(t, lb_monotonic_ms(), 1))
+            usleep(LB_TOPS_RETRY_MS * 1000);
+    return t->pending;
+}
+
+int lb_tops_note_known(struct lb_tops *t, struct lb_str board, const struct lb_profile *profile,
+                       int64_t now_ms)
+{
+    char state[KEY_MAX];
+    size_t slen = lb_board_key(t->o.key_prefix, board, LB_TOPS_KEY, state, sizeof(state));
+    const char *argv[] = {"HKEYS", state};
+    size_t argvlen[] = {5, slen};
+    redisReply *reply = lb_cluster_command(t->cluster, lb_key_slot(state, slen), 2, argv, argvlen);
+    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+        if (reply)
+            freeReplyObject(reply);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < reply->elements && rc == 0; i++) {
+        const redisReply *f = reply->element[i];
+        if (f->type == REDIS_REPLY_STRING && f->len > 2 && memcmp(f->str, "g:", 2) == 0)
+            rc = lb_tops_note(t, board, profile, (struct lb_str){f->str + 2, (uint32_t)f->len - 2},
+                              now_ms);
+    }
+    freeReplyObject(reply);
+    return rc;
+}
+
+size_t lb_tops_pending(const struct lb_tops *t)
+{
+    return t->pending;
+}
+
+int64_t lb_tops_next_due(const struct lb_tops *t)
+{
+    int64_t due = INT64_MAX;
+    for (size_t i = 0; i < t->count && t->pending; i++)
+        if (t->windows[i].since && t->windows[i].due < due)
+            due = t->windows[i].due;
+    return due;
+}
+
+const struct lb_tops_stats *lb_tops_stats(const struct lb_tops *t)
+{
+    return &t->stats;
+}
