@@ -14,7 +14,7 @@
 start_services
 export GROUP=lb-duplicates
 pick_metrics_port
-grep -c 'dedupe: {window: 30d}' <<<"$MODE_PROFILES" | grep -qx 4 ||
+grep -c 'dedupe: {window: 30d}' <<<"$MODE_PROFILES" | grep -qx 5 ||
     fail "the profiles do not set their dedupe windows"
 write_config "$T_DIR/projector.yaml" "$MODE_PROFILES
 $METRICS_YAML"
