@@ -2,11 +2,14 @@
 #include "apply.h"
 #include "decay.h"
 #include "resp.h"
+#include "slot.h"
 #include "window.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* From the build (apply_lua.c, generated from apply.lua). */
 extern const char lb_apply_lua[];
@@ -172,14 +175,12 @@ void lb_decay_ages(const struct lb_decay_config *decay, const int64_t *scores, s
 size_t lb_decay_rule(const struct lb_decay_config *decay, char *out, size_t cap)
 {
     const struct lb_decay *rule = &decay->rule;
-    /* the list, by a hash of its names in order (FNV-1a) */
-    uint64_t h = 1469598103934665603u;
+    /* the list, by a hash of its names in order with their NULs (FNV-1a
+     * from another start than the standard one: rules written by earlier
+     * releases must compare equal) */
+    uint64_t h = UINT64_C(1469598103934665603);
     for (size_t i = 0; i < decay->npatches; i++)
-        for (const char *c = decay->patches[i];; c++) {
-            h = (h ^ (unsigned char)*c) * 1099511628211u;
-            if (!*c)
-                break;
-        }
+        h = lb_fnv1a(h, decay->patches[i], strlen(decay->patches[i]) + 1);
     char order[40] = "versions";
     if (decay->npatches)
         snprintf(order, sizeof(order), "list-%016llx", (unsigned long long)h);
@@ -188,6 +189,15 @@ size_t lb_decay_rule(const struct lb_decay_config *decay, char *out, size_t cap)
                      (long long)rule->tax, rule->max_age, (long long)rule->scale,
                      rule->desc ? "desc" : "asc", decay->key, order);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+void lb_lease_holder(char *out, size_t cap)
+{
+    char host[64] = "?";
+    gethostname(host, sizeof(host) - 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(out, cap, "%s:%ld:%lx", host, (long)getpid(), (unsigned long)ts.tv_nsec);
 }
 
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap)

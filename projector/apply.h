@@ -186,6 +186,10 @@ size_t lb_window_name(const struct lb_window_config *window, int64_t window_id,
 size_t lb_top_key(const char *prefix, struct lb_str board, struct lb_str window, char *out,
                   size_t cap);
 
+/* This process's name in the leases the script keeps (a rebuild's, a
+ * merged top's): "<host>:<pid>:<nanoseconds>", unique per client made. */
+void lb_lease_holder(char *out, size_t cap);
+
 /* The marker's field for a topic-partition: "<topic>:<partition>". */
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap);
 

@@ -206,6 +206,25 @@ static int index_make_room(struct lb_plan *plan, struct index *ix)
     return index_grow(ix, &plan->arena);
 }
 
+/* A new board of the plan under tag 'id', with nothing planned yet. */
+static struct lb_plan_board *new_board(struct lb_plan *plan, struct lb_str id)
+{
+    struct lb_plan_board *b = ARRAY_PUSH(plan, plan->boards);
+    if (!b)
+        return NULL;
+    *b = (struct lb_plan_board){.id = id,
+                                .slot = lb_crc16(id.ptr, id.len) & (LB_SLOTS - 1),
+                                .first_key = NONE,
+                                .last_key = NONE,
+                                .first_segment = NONE,
+                                .last_segment = NONE,
+                                .first_seen = NONE,
+                                .last_seen = NONE};
+    for (int i = 0; i < LB_PLAN_KEY_CACHE; i++)
+        b->recent_key[i] = NONE;
+    return b;
+}
+
 static uint32_t find_board(struct lb_plan *plan, const struct lb_event *ev)
 {
     uint64_t h = hash_bytes(HASH_SEED, ev->board.ptr, ev->board.len);
@@ -219,7 +238,7 @@ static uint32_t find_board(struct lb_plan *plan, const struct lb_event *ev)
     if (slot->entry)
         return slot->entry - 1;
 
-    struct lb_plan_board *b = ARRAY_PUSH(plan, plan->boards);
+    struct lb_plan_board *b = new_board(plan, ev->board);
     if (!b)
         return NONE;
     const struct lb_profile *profile = lb_profile_for(
@@ -231,18 +250,8 @@ static uint32_t find_board(struct lb_plan *plan, const struct lb_event *ev)
     if (memchr(ev->board.ptr, '#', ev->board.len) &&
         lb_shard_parse(plan->options.profiles, plan->options.nprofiles, ev->board, &base, &shard))
         profile = NULL;
-    *b = (struct lb_plan_board){.id = ev->board,
-                                .base = ev->board,
-                                .profile = profile,
-                                .slot = lb_crc16(ev->board.ptr, ev->board.len) & (LB_SLOTS - 1),
-                                .first_key = NONE,
-                                .last_key = NONE,
-                                .first_segment = NONE,
-                                .last_segment = NONE,
-                                .first_seen = NONE,
-                                .last_seen = NONE};
-    for (int i = 0; i < LB_PLAN_KEY_CACHE; i++)
-        b->recent_key[i] = NONE;
+    b->base = ev->board;
+    b->profile = profile;
     slot->entry = plan->boards.count;
     slot->hash = (uint32_t)h;
     plan->board_index.count++;
@@ -270,23 +279,13 @@ static uint32_t shard_board(struct lb_plan *plan, uint32_t board, const struct l
     if (!copy)
         return NONE;
     memcpy(copy, tag, len + 1);
-    struct lb_plan_board *sb = ARRAY_PUSH(plan, plan->boards);
+    struct lb_plan_board *sb = new_board(plan, (struct lb_str){copy, (uint32_t)len});
     if (!sb)
         return NONE;
     b = &plan->boards.items[board]; /* the push may have moved it */
-    *sb = (struct lb_plan_board){.id = {copy, (uint32_t)len},
-                                 .base = b->id,
-                                 .shard = shard,
-                                 .profile = b->profile,
-                                 .slot = lb_crc16(copy, len) & (LB_SLOTS - 1),
-                                 .first_key = NONE,
-                                 .last_key = NONE,
-                                 .first_segment = NONE,
-                                 .last_segment = NONE,
-                                 .first_seen = NONE,
-                                 .last_seen = NONE};
-    for (int i = 0; i < LB_PLAN_KEY_CACHE; i++)
-        sb->recent_key[i] = NONE;
+    sb->base = b->id;
+    sb->shard = shard;
+    sb->profile = b->profile;
     b->shards[shard] = plan->boards.count - 1;
     return b->shards[shard];
 }

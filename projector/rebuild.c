@@ -68,12 +68,7 @@ struct lb_rebuild *lb_rebuild_new(const struct lb_rebuild_options *options)
         free(r);
         return NULL;
     }
-    char host[64] = "?";
-    gethostname(host, sizeof(host) - 1);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(r->holder, sizeof(r->holder), "%s:%ld:%lx", host, (long)getpid(),
-             (unsigned long)ts.tv_nsec);
+    lb_lease_holder(r->holder, sizeof(r->holder));
     return r;
 }
 

@@ -31,10 +31,7 @@ uint16_t lb_key_slot(const char *key, size_t len)
 
 uint32_t lb_player_shard(const char *player, size_t len, uint32_t shards)
 {
-    uint64_t h = 14695981039346656037u; /* FNV-1a, 64 bits */
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)player[i]) * 1099511628211u;
-    return shards > 1 ? (uint32_t)(h % shards) : 0;
+    return shards > 1 ? (uint32_t)(lb_fnv1a(LB_FNV1A_BASIS, player, len) % shards) : 0;
 }
 
 size_t lb_shard_tag(const char *board, size_t len, uint32_t shards, uint32_t shard, char *out,

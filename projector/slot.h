@@ -14,6 +14,15 @@ uint16_t lb_crc16(const char *bytes, size_t len);
 /* The slot Redis Cluster assigns to 'key' (hash-tag rules applied). */
 uint16_t lb_key_slot(const char *key, size_t len);
 
+/* FNV-1a 64 of 'len' bytes, continuing from 'h' (LB_FNV1A_BASIS to start). */
+#define LB_FNV1A_BASIS UINT64_C(14695981039346656037)
+static inline uint64_t lb_fnv1a(uint64_t h, const void *bytes, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ ((const unsigned char *)bytes)[i]) * UINT64_C(1099511628211);
+    return h;
+}
+
 /* Split boards (apply.h has their keys): a player's shard, FNV-1a 64 of
  * its id modulo 'shards'; and shard 'shard''s tag, "B#<i>.<k>" with k the
  * smallest number whose tag's slot lies in the middle half of the i-th

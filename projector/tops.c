@@ -48,12 +48,7 @@ struct lb_tops *lb_tops_new(const struct lb_tops_options *options)
         free(t);
         return NULL;
     }
-    char host[64] = "?";
-    gethostname(host, sizeof(host) - 1);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(t->holder, sizeof(t->holder), "%s:%ld:%lx", host, (long)getpid(),
-             (unsigned long)ts.tv_nsec);
+    lb_lease_holder(t->holder, sizeof(t->holder));
     lb_histogram_init(&t->stats.staleness, staleness_bounds,
                       sizeof(staleness_bounds) / sizeof(staleness_bounds[0]));
     return t;
@@ -75,13 +70,7 @@ void lb_tops_free(struct lb_tops *t)
 
 static uint64_t hash_of(const char *board, size_t blen, const char *name, size_t nlen)
 {
-    uint64_t h = 14695981039346656037u;
-    for (size_t i = 0; i < blen; i++)
-        h = (h ^ (unsigned char)board[i]) * 1099511628211u;
-    h = (h ^ 0xff) * 1099511628211u;
-    for (size_t i = 0; i < nlen; i++)
-        h = (h ^ (unsigned char)name[i]) * 1099511628211u;
-    return h;
+    return lb_fnv1a(lb_fnv1a(LB_FNV1A_BASIS, board, blen + 1 /* its NUL */), name, nlen);
 }
 
 /* The index's slot for (board, name): its window's, or the empty one where
@@ -225,10 +214,8 @@ struct entry {
     double value;
 };
 
-static int desc_order; /* qsort has no context: set by merge before sorting */
-
-/* One key's order: by composite, equal ones by member bytes (both reversed
- * on a desc board, as ZREVRANGE reads it). */
+/* A sorted set's order, low to high: by composite, equal ones by member
+ * bytes (a desc board reads it from the high end, as ZREVRANGE does). */
 static int entry_cmp(const void *pa, const void *pb)
 {
     const struct entry *a = pa, *b = pb;
@@ -239,7 +226,26 @@ static int entry_cmp(const void *pa, const void *pb)
         if (!c)
             c = a->mlen < b->mlen ? -1 : a->mlen > b->mlen;
     }
-    return desc_order ? -c : c;
+    return c;
+}
+
+static int is_answer(const redisReply *reply, const char *word)
+{
+    return strcmp(reply->element[0]->str, word) == 0;
+}
+
+/* An answer of the script other than the step's own: a key of the wrong
+ * type ({"wrongtype", key}) or a command the ACL user may not run
+ * ({"noperm", command}), which an operator must fix. Logged; -1. */
+static int refused(struct lb_tops *t, const struct window *w, const redisReply *reply)
+{
+    const redisReply *what = reply->elements > 1 ? reply->element[1] : NULL;
+    lb_log_every(&t->failed_said, 10000, LB_LOG_WARN, "tops",
+                 "merged top of board '%s' window '%s': the script answered %s %s; trying again "
+                 "(an operator must fix the key or the ACL rule)",
+                 w->board, w->name, reply->element[0]->str,
+                 what && what->type == REDIS_REPLY_STRING ? what->str : "");
+    return -1;
 }
 
 /* A shard read that failed: Redis's error as it said it (a NOPERM names
@@ -309,10 +315,13 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
             const redisReply *m = tops[i]->element[e], *s = tops[i]->element[e + 1];
             all[nall++] = (struct entry){m->str, s->str, m->len, s->len, strtod(s->str, NULL)};
         }
-    desc_order = desc;
     qsort(all, nall, sizeof(*all), entry_cmp);
-    if (nall > (size_t)profile->top)
+    struct entry *best = all;
+    if (nall > (size_t)profile->top) {
+        if (desc)
+            best += nall - (size_t)profile->top;
         nall = (size_t)profile->top;
+    }
     size_t nextra = 2 + 2 * nall;
     const char **extra = malloc(nextra * sizeof(*extra));
     size_t *extralen = malloc(nextra * sizeof(*extralen));
@@ -323,14 +332,14 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
         extra[1] = ttl;
         extralen[1] = (size_t)snprintf(ttl, sizeof(ttl), "%lld", pttl);
         for (size_t i = 0; i < nall; i++) {
-            extra[2 + 2 * i] = all[i].score;
-            extralen[2 + 2 * i] = all[i].slen;
-            extra[3 + 2 * i] = all[i].member;
-            extralen[3 + 2 * i] = all[i].mlen;
+            extra[2 + 2 * i] = best[i].score;
+            extralen[2 + 2 * i] = best[i].slen;
+            extra[3 + 2 * i] = best[i].member;
+            extralen[3 + 2 * i] = best[i].mlen;
         }
         redisReply *reply = top_step(t, w, "write", extra, extralen, nextra);
         if (reply) {
-            rc = strcmp(reply->element[0]->str, "ok") == 0 ? 0 : 1;
+            rc = is_answer(reply, "ok") ? 0 : is_answer(reply, "stale") ? 1 : refused(t, w, reply);
             freeReplyObject(reply);
         }
     }
@@ -358,34 +367,26 @@ static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
         w->due = now_ms + LB_TOPS_RETRY_MS;
         return 1;
     }
+    /* the refresh is synchronous: no change is noted while it reads */
     int rc = 1;
-    if (strcmp(reply->element[0]->str, "go") == 0 && reply->elements > 1) {
-        /* changes from here on need another refresh: this one may miss them */
-        w->since = 0;
-        int written = read_and_write(t, w, reply->element[1]->str);
-        if (written == 0) {
+    if (is_answer(reply, "go") && reply->elements > 1) {
+        rc = read_and_write(t, w, reply->element[1]->str);
+        if (rc == 0) {
             t->stats.refreshed++;
             lb_histogram_observe(&t->stats.staleness, (double)(lb_monotonic_ms() - since) / 1000.0);
-            rc = 0;
-        } else {
-            t->stats.stale += written == 1;
-            w->since = since;
+            w->since = 0;
         }
-    } else if (strcmp(reply->element[0]->str, "busy") == 0) {
+        t->stats.stale += rc == 1;
+    } else if (is_answer(reply, "busy")) {
         t->stats.busy++;
     } else {
         t->stats.failures++;
-        lb_log_every(&t->failed_said, 10000, LB_LOG_WARN, "tops",
-                     "merged top of board '%s' window '%s': the script answered '%s' (a key of "
-                     "the wrong type or a missing permission: see the runbook)",
-                     w->board, w->name, reply->element[0]->str);
+        refused(t, w, reply);
     }
     freeReplyObject(reply);
-    if (rc == 0 && w->since) /* noted again while it was read */
-        w->due = now_ms + w->profile->staleness_ms / 4;
-    else if (rc)
+    if (rc)
         w->due = now_ms + LB_TOPS_RETRY_MS;
-    return rc;
+    return rc != 0;
 }
 
 static size_t run(struct lb_tops *t, int64_t now_ms, int all)
@@ -394,7 +395,7 @@ static size_t run(struct lb_tops *t, int64_t now_ms, int all)
         struct window *w = &t->windows[i];
         if (!w->since || (!all && w->due > now_ms))
             continue;
-        if (refresh(t, w, now_ms) == 0 && !w->since)
+        if (refresh(t, w, now_ms) == 0)
             t->pending--;
     }
     return t->pending;

@@ -69,10 +69,7 @@ void replay_strings_free(struct strings *s)
 
 static uint64_t hash_text(const char *p, size_t len)
 {
-    uint64_t h = 1469598103934665603u;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211u;
-    return h;
+    return lb_fnv1a(LB_FNV1A_BASIS, p, len);
 }
 
 void replay_board_set_add(struct board_set *set, const char *id, size_t len)

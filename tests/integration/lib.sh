@@ -157,6 +157,13 @@ shard_ports() {
     awk -v m="$id" '$4 == m { split($2, a, "[:@]"); print a[2] }' <<<"$nodes"
 }
 
+# replica_of MASTER_PORT - the port of one of its replicas (nothing: none).
+replica_of() { shard_ports "$1" | sed -n 2p; }
+
+# is_master PORT - the node says it is a master (for lb_wait_for after a
+# failover).
+is_master() { [[ $(redis_cli "$1" ROLE 2>/dev/null | first) == master ]]; }
+
 # all_failed PORTS SURVIVOR - every node in PORTS (a list) is flagged
 # "fail" (not "fail?": the cluster agreed) by SURVIVOR.
 all_failed() {

@@ -11,10 +11,6 @@
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-replica_of() { # MASTER_PORT -> the port of its replica
-    redis_cli "$1" info replication | awk -F'[=,]' '/^slave0:/ { print $4 }' | tr -d '\r'
-}
-is_master() { [[ $(redis_cli "$1" role 2>/dev/null | head -n 1) == master ]]; }
 cluster_ok() { redis_cli "$1" cluster info 2>/dev/null | grep 'cluster_state:ok' >/dev/null; }
 
 # kill_master_under_load PORT [FREEZE_REPLICA]

@@ -149,14 +149,13 @@ ok "a pod killed mid-stream: exact after its restart"
 
 # 3. a master killed under load; its replica takes over
 victim=$(key_port "lb:{hot-0}:~top:alltime")
-replica=$(redis_cli "$victim" info replication | awk -F'[=,]' '/^slave0:/ { print $4 }' | tr -d '\r')
+replica=$(replica_of "$victim")
 [[ -n $replica ]] || fail "master $victim has no replica"
 produce -n 15000 --seed 803 "${gen[@]}" --rate 7500 &
 producer=$!
 T_PIDS+=("$producer")
 sleep 1.2
 kill -9 "$(lb_redis_pid "$victim")"
-is_master() { [[ $(redis_cli "$1" role 2>/dev/null | first) == master ]]; }
 lb_wait_for 30 is_master "$replica" || fail "replica $replica was not promoted"
 wait "$producer" || fail "producer failed"
 check_all

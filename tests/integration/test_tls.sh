@@ -89,14 +89,13 @@ ok "projected over mutual TLS and SASL_SSL while $count slots moved: exact"
 
 # a failover over TLS: a master SIGKILLed while events flow
 victim=${masters[2]}
-replica=$(shard_ports "$victim" | sed -n 2p)
+replica=$(replica_of "$victim")
 [[ -n $replica ]] || fail "master $victim has no replica"
 produce -n 20000 --seed 185 "${gen[@]}" --rate 5000 &
 producer=$!
 T_PIDS+=("$producer")
 sleep 2
 kill -9 "$(lb_redis_pid "$victim")"
-is_master() { [[ $(redis_cli "$1" ROLE 2>/dev/null | first) == master ]]; }
 lb_wait_for 30 is_master "$replica" || fail "replica $replica was not promoted"
 wait "$producer" || fail "producer failed"
 wait_caught_up 120

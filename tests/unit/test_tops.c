@@ -1,0 +1,233 @@
+/* Merged tops of split boards (tops.h) against a real redis-server running
+ * the apply script: shard keys written by hand, the merged top read back.
+ * The expected tops are worked out by hand from one key's order (composite,
+ * then member bytes; a desc board read from the high end). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "apply.h"
+#include "clock.h"
+#include "config.h"
+#include "engine.h"
+#include "redis_server.h"
+#include "slot.h"
+#include "tops.h"
+
+struct fixture {
+    struct redis_server *redis;
+    struct lb_config *config;
+    struct lb_cluster_options options;
+    struct lb_tops *tops;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    char text[1024], err[512];
+    f->redis = redis_server_start(1);
+    snprintf(text, sizeof(text),
+             "kafka: {brokers: b, topics: [t]}\n"
+             "input: {schemas: {1: s.avsc}}\n"
+             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0, command_timeout: 500ms}\n"
+             "profiles:\n"
+             "  - {name: hi, match: \"hb\", split: {shards: 3, top: 3, staleness: 40ms}}\n"
+             "  - {name: lo, match: \"ha\", order: asc, split: {shards: 3, top: 2}}\n",
+             redis_server_port(f->redis));
+    assert_int_equal(
+        lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
+    f->options = lb_engine_cluster_options(f->config);
+    f->tops = lb_tops_new(&(struct lb_tops_options){"lb:", &f->options});
+    assert_non_null(f->tops);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    lb_tops_free(f->tops);
+    lb_config_free(f->config);
+    redis_server_stop(f->redis);
+    free(f);
+    return 0;
+}
+
+/* "lb:{<board>#<i>.<k>}:alltime" */
+static void shard_key(const char *board, uint32_t i, char *out, size_t cap)
+{
+    char tag[LB_TAG_MAX];
+    lb_shard_tag(board, strlen(board), 3, i, tag, sizeof(tag));
+    snprintf(out, cap, "lb:{%s}:alltime", tag);
+}
+
+static void zadd(struct fixture *f, const char *board, uint32_t i, const char *member, int score)
+{
+    char key[256];
+    shard_key(board, i, key, sizeof(key));
+    freeReplyObject(redis_server_command(f->redis, "ZADD %s %d %s", key, score, member));
+}
+
+static void note(struct fixture *f, const char *board)
+{
+    const struct lb_profile *p = lb_config_profile_for(f->config, board, strlen(board));
+    assert_int_equal(lb_tops_note(f->tops, (struct lb_str){board, (uint32_t)strlen(board)}, p,
+                                  (struct lb_str){"alltime", 7}, lb_monotonic_ms()),
+                     0);
+}
+
+/* The merged top, ZRANGE low to high, as "member=score ..." */
+static void top_of(struct fixture *f, const char *board, char *out, size_t cap)
+{
+    redisReply *r =
+        redis_server_command(f->redis, "ZRANGE lb:{%s}:~top:alltime 0 -1 WITHSCORES", board);
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        n += (size_t)snprintf(out + n, cap - n, "%s%s=%s", n ? " " : "", r->element[i]->str,
+                              r->element[i + 1]->str);
+    freeReplyObject(r);
+}
+
+static long long integer(struct fixture *f, const char *format, const char *arg)
+{
+    redisReply *r = redis_server_command(f->redis, format, arg);
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
+    freeReplyObject(r);
+    return v;
+}
+
+/* The best K of the shards together, in one key's order: equal composites
+ * in different shards by member bytes (a desc board keeps the highest
+ * names), expiring with the last shard key; an asc board keeps the lowest. */
+static void the_merged_top_is_one_keys_best(void **state)
+{
+    struct fixture *f = *state;
+    char top[512], key[256];
+    zadd(f, "hb", 0, "a", 100);
+    zadd(f, "hb", 0, "z", 50);
+    zadd(f, "hb", 1, "m", 100);
+    zadd(f, "hb", 1, "b", 10);
+    zadd(f, "hb", 2, "y", 100);
+    for (uint32_t i = 0; i < 3; i++) {
+        shard_key("hb", i, key, sizeof(key));
+        freeReplyObject(
+            redis_server_command(f->redis, "PEXPIRE %s %d", key, i == 1 ? 90000 : 30000));
+    }
+    note(f, "hb");
+    assert_int_equal(lb_tops_pending(f->tops), 1);
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
+    top_of(f, "hb", top, sizeof(top));
+    assert_string_equal(top, "a=100 m=100 y=100");
+    long long ttl = integer(f, "PTTL %s", "lb:{hb}:~top:alltime");
+    assert_true(ttl > 80000 && ttl <= 90000);
+    assert_int_equal(lb_tops_stats(f->tops)->refreshed, 1);
+
+    zadd(f, "ha", 0, "c", 7);
+    zadd(f, "ha", 1, "b", 7);
+    zadd(f, "ha", 2, "a", 9);
+    note(f, "ha");
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
+    top_of(f, "ha", top, sizeof(top));
+    assert_string_equal(top, "b=7 c=7");
+    assert_int_equal(integer(f, "PTTL %s", "lb:{ha}:~top:alltime"), -1); /* shards never expire */
+
+    /* every shard key gone: so is the merged top */
+    for (uint32_t i = 0; i < 3; i++) {
+        shard_key("ha", i, key, sizeof(key));
+        freeReplyObject(redis_server_command(f->redis, "DEL %s", key));
+    }
+    note(f, "ha");
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
+    assert_int_equal(integer(f, "EXISTS %s", "lb:{ha}:~top:alltime"), 0);
+}
+
+/* Another refresher's lease: the window stays noted (busy) and its top is
+ * left alone until the lease is gone; then it is written. */
+static void a_lease_held_elsewhere_is_waited_for(void **state)
+{
+    struct fixture *f = *state;
+    char top[512];
+    zadd(f, "hb", 0, "a", 5);
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops h:alltime other "
+                                                   "u:alltime 99999999999999"));
+    note(f, "hb");
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 300), 1);
+    assert_true(lb_tops_stats(f->tops)->busy >= 1);
+    assert_int_equal(integer(f, "EXISTS %s", "lb:{hb}:~top:alltime"), 0);
+    freeReplyObject(redis_server_command(f->redis, "HDEL lb:{hb}:~tops h:alltime u:alltime"));
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
+    top_of(f, "hb", top, sizeof(top));
+    assert_string_equal(top, "a=5");
+}
+
+/* The script's write step refuses a snapshot whose generation moved on
+ * after its take (another refresher wrote a newer one), and one whose lease
+ * another took: nothing is written. */
+static void an_older_snapshot_never_overwrites_a_newer_one(void **state)
+{
+    struct fixture *f = *state;
+    char top[512];
+    zadd(f, "hb", 0, "a", 5);
+    note(f, "hb"); /* loads the script and writes generation 1 */
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
+    const char *sha = lb_apply_script_sha();
+    redisReply *r = redis_server_command(
+        f->redis, "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T take A 5000 alltime", sha);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[0]->str, "go");
+    assert_string_equal(r->element[1]->str, "1");
+    freeReplyObject(r);
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops g:alltime 2"));
+    r = redis_server_command(f->redis,
+                             "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T write A 5000 "
+                             "alltime 1 -1 1 old",
+                             sha);
+    assert_string_equal(r->element[0]->str, "stale");
+    freeReplyObject(r);
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops h:alltime B"));
+    r = redis_server_command(f->redis,
+                             "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T write A 5000 "
+                             "alltime 2 -1 1 old",
+                             sha);
+    assert_string_equal(r->element[0]->str, "stale");
+    freeReplyObject(r);
+    top_of(f, "hb", top, sizeof(top));
+    assert_string_equal(top, "a=5");
+}
+
+/* The merged top's key holding another type: the refresh fails, is
+ * counted and tried again; once an operator removed the key, it is written. */
+static void a_top_key_of_another_type_is_counted_and_retried(void **state)
+{
+    struct fixture *f = *state;
+    char top[512];
+    zadd(f, "hb", 2, "q", 8);
+    freeReplyObject(redis_server_command(f->redis, "SET lb:{hb}:~top:alltime text"));
+    note(f, "hb");
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 300), 1);
+    assert_true(lb_tops_stats(f->tops)->failures >= 1);
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:{hb}:~top:alltime"));
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
+    top_of(f, "hb", top, sizeof(top));
+    assert_string_equal(top, "q=8");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(the_merged_top_is_one_keys_best, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_lease_held_elsewhere_is_waited_for, setup, teardown),
+        cmocka_unit_test_setup_teardown(an_older_snapshot_never_overwrites_a_newer_one, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_top_key_of_another_type_is_counted_and_retried, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
