@@ -21,7 +21,10 @@
  * revoked partitions that are not yet planned are dropped; those already
  * planned or in flight are still written (harmless: the markers make every
  * write idempotent) but not settled: the partition's new owner starts from
- * the last commit.
+ * the last commit. The revoked partitions' pairs are released, like after a
+ * rewind, before the first batch that can hold records of a new
+ * assignment: the one being collected when the revoke comes during a
+ * collect (a rejoin can assign the partitions again before it ends).
  */
 #include "daemon.h"
 #include "clock.h"
@@ -84,8 +87,8 @@ struct daemon {
     volatile sig_atomic_t *stop;
 
     struct batch batches[2];
-    struct lb_flow flow;  /* its next (collected, planned) and inflight (in Redis) */
-    int collecting_empty; /* the batch being collected has no record yet */
+    struct lb_flow flow; /* its next (collected, planned) and inflight (in Redis) */
+    int collecting;      /* inside collect(): its batch drops what was polled before a revoke */
 
     rd_kafka_message_t **carry; /* polled while retrying; start of the next batch */
     size_t ncarry, capcarry;
@@ -141,10 +144,18 @@ static void release_later(struct daemon *d, const char *topic, int32_t partition
     char *name = strdup(topic);
     if (!name)
         goto oom;
-    /* the first batch that can hold records read again: the one being
-     * collected now if it is still empty (an idle loop), else the next */
+    /* The first batch that can hold records read again (from the commit
+     * after a revoke, from the hold after a rewind): the one being collected
+     * if we are in collect(), whose records polled before are dropped
+     * (skip) before it is planned; else the next, since the one collected
+     * last is planned already and must still withhold what is held. A
+     * revoke and the new assignment can both come while one batch is
+     * collected (a rejoin after a Kafka outage): released only with the
+     * next batch, holds made by its records (read from the new
+     * assignment's commit) would be released without a rewind, and the
+     * later events of a failed board written past its failed ones. */
     d->releases[d->nreleases++] = (struct release){
-        name, partition, d->collecting_empty ? d->flow.collected : d->flow.collected + 1};
+        name, partition, d->collecting ? d->flow.collected : d->flow.collected + 1};
     return;
 oom:
     /* its events would stay withheld: stop rather than stall silently */
@@ -276,6 +287,7 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     }
     b->base.n = take;
     lb_flow_begin(&d->flow);
+    d->collecting = 1;
     memset(b->skip, 0, max);
     if (b->base.n)
         deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
@@ -308,9 +320,7 @@ static void collect(struct daemon *d, struct batch *b, int wait)
             if (d->engine->registry &&
                 lb_registry_progress(d->engine->registry, d->engine->decoder, lb_monotonic_ms()))
                 *d->stop = 1; /* out of memory: what is not committed is read again */
-            d->collecting_empty = 1;
             lb_consumer_rewind_due(d->consumer, on_rewind, d);
-            d->collecting_empty = 0;
             publish(d, 0);
             ping_if_idle(d);
             if (lb_log_reload)
@@ -319,6 +329,7 @@ static void collect(struct daemon *d, struct batch *b, int wait)
                 break;
         }
     }
+    d->collecting = 0;
 }
 
 /* Drops records whose partition was revoked or read again while the batch
