@@ -164,6 +164,23 @@ replica_of() { shard_ports "$1" | sed -n 2p; }
 # failover).
 is_master() { [[ $(redis_cli "$1" ROLE 2>/dev/null | first) == master ]]; }
 
+# kill_master_under_load MASTER DELAY PRODUCE_ARGS... - produce in the
+# background, SIGKILL MASTER after DELAY seconds, and return once its replica
+# is promoted and the producer is done.
+kill_master_under_load() {
+    local victim=$1 delay=$2 replica producer
+    shift 2
+    replica=$(replica_of "$victim")
+    [[ -n $replica ]] || fail "master $victim has no replica"
+    produce "$@" &
+    producer=$!
+    T_PIDS+=("$producer")
+    sleep "$delay"
+    kill -9 "$(lb_redis_pid "$victim")"
+    lb_wait_for 30 is_master "$replica" || fail "replica $replica was not promoted"
+    wait "$producer" || fail "producer failed"
+}
+
 # all_failed PORTS SURVIVOR - every node in PORTS (a list) is flagged
 # "fail" (not "fail?": the cluster agreed) by SURVIVOR.
 all_failed() {

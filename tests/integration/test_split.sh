@@ -149,15 +149,7 @@ ok "a pod killed mid-stream: exact after its restart"
 
 # 3. a master killed under load; its replica takes over
 victim=$(key_port "lb:{hot-0}:~top:alltime")
-replica=$(replica_of "$victim")
-[[ -n $replica ]] || fail "master $victim has no replica"
-produce -n 15000 --seed 803 "${gen[@]}" --rate 7500 &
-producer=$!
-T_PIDS+=("$producer")
-sleep 1.2
-kill -9 "$(lb_redis_pid "$victim")"
-lb_wait_for 30 is_master "$replica" || fail "replica $replica was not promoted"
-wait "$producer" || fail "producer failed"
+kill_master_under_load "$victim" 1.2 -n 15000 --seed 803 "${gen[@]}" --rate 7500
 check_all
 ranks_exact ha-2 alltime
 ok "master $victim (hot-0's tops) killed under load: exact after the failover"

@@ -89,18 +89,10 @@ ok "projected over mutual TLS and SASL_SSL while $count slots moved: exact"
 
 # a failover over TLS: a master SIGKILLed while events flow
 victim=${masters[2]}
-replica=$(replica_of "$victim")
-[[ -n $replica ]] || fail "master $victim has no replica"
-produce -n 20000 --seed 185 "${gen[@]}" --rate 5000 &
-producer=$!
-T_PIDS+=("$producer")
-sleep 2
-kill -9 "$(lb_redis_pid "$victim")"
-lb_wait_for 30 is_master "$replica" || fail "replica $replica was not promoted"
-wait "$producer" || fail "producer failed"
+kill_master_under_load "$victim" 2 -n 20000 --seed 185 "${gen[@]}" --rate 5000
 wait_caught_up 120
 verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000
-log "master $victim killed, replica $replica promoted over TLS"
+log "master $victim killed, its replica promoted over TLS"
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
 moved=$(grep -o 'totals: .*' "$T_DIR/projector.log" | tail -n 1 | grep -o ' moved=[0-9]*' | cut -d= -f2)

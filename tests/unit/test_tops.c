@@ -167,6 +167,19 @@ static void a_lease_held_elsewhere_is_waited_for(void **state)
     assert_string_equal(top, "a=5");
 }
 
+/* The script's write step for window alltime of board hb as refresher A,
+ * snapshot of generation 'gen' with one entry: its answer's first word. */
+static void t_write(struct fixture *f, int gen, const char *expect)
+{
+    redisReply *r = redis_server_command(f->redis,
+                                         "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T "
+                                         "write A 5000 alltime %d -1 1 old",
+                                         lb_apply_script_sha(), gen);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[0]->str, expect);
+    freeReplyObject(r);
+}
+
 /* The script's write step refuses a snapshot whose generation moved on
  * after its take (another refresher wrote a newer one), and one whose lease
  * another took: nothing is written. */
@@ -185,19 +198,9 @@ static void an_older_snapshot_never_overwrites_a_newer_one(void **state)
     assert_string_equal(r->element[1]->str, "1");
     freeReplyObject(r);
     freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops g:alltime 2"));
-    r = redis_server_command(f->redis,
-                             "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T write A 5000 "
-                             "alltime 1 -1 1 old",
-                             sha);
-    assert_string_equal(r->element[0]->str, "stale");
-    freeReplyObject(r);
+    t_write(f, 1, "stale"); /* the generation moved on */
     freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops h:alltime B"));
-    r = redis_server_command(f->redis,
-                             "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T write A 5000 "
-                             "alltime 2 -1 1 old",
-                             sha);
-    assert_string_equal(r->element[0]->str, "stale");
-    freeReplyObject(r);
+    t_write(f, 2, "stale"); /* the lease went to B */
     top_of(f, "hb", top, sizeof(top));
     assert_string_equal(top, "a=5");
 }
