@@ -98,8 +98,9 @@ end
 -- KEYS: [1] ~tops (per window: g:<window> its generation, h: and u: the
 --       refresher's lease), [2] the merged top.
 -- ARGV: [2] T, [3] take|write, [4] holder, [5] lease in ms, [6] window;
---       write: [7] the generation taken, [8] PTTL to give the top (-1
---       none, -2 no shard has the window: the top is deleted), then
+--       write: [7] the generation taken, [8] when the top expires (ms
+--       since the epoch, the last shard key's PEXPIRETIME; -1 never, -2 no
+--       shard has the window: the top is deleted), then
 --       composite, member pairs, the merged top.
 if ARGV[2] == 'T' then
   local g, h, u = 'g:' .. ARGV[6], 'h:' .. ARGV[6], 'u:' .. ARGV[6]
@@ -121,7 +122,7 @@ if ARGV[2] == 'T' then
   for i = 9, #ARGV, CHUNK do
     redis.call('ZADD', KEYS[2], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
   end
-  if tonumber(ARGV[8]) > 0 and #ARGV > 8 then redis.call('PEXPIRE', KEYS[2], ARGV[8]) end
+  if tonumber(ARGV[8]) > 0 and #ARGV > 8 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
   local gen = tostring(tonumber(ARGV[7]) + 1)
   redis.call('HSET', KEYS[1], g, gen)
   redis.call('HDEL', KEYS[1], h, u)

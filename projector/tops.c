@@ -271,7 +271,7 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
     redisReply **tops = calloc(shards, sizeof(*tops));
     struct entry *all = NULL;
     size_t nall = 0;
-    long long pttl = -2;
+    long long expire_at = -2; /* PEXPIRETIME: -2 no key, -1 none, else ms */
     int rc = -1;
     if (!tops)
         return -1;
@@ -290,19 +290,19 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
             said_refused(t, w, "ZRANGE", tops[i]);
             goto out;
         }
-        const char *pt[] = {"PTTL", key};
-        size_t pl[] = {4, klen};
+        const char *pt[] = {"PEXPIRETIME", key};
+        size_t pl[] = {11, klen};
         redisReply *r = lb_cluster_command(t->cluster, slot, 2, pt, pl);
         if (!r || r->type != REDIS_REPLY_INTEGER) {
-            said_refused(t, w, "PTTL", r);
+            said_refused(t, w, "PEXPIRETIME", r);
             if (r)
                 freeReplyObject(r);
             goto out;
         }
-        if (r->integer == -1 || pttl == -1)
-            pttl = -1;
-        else if (r->integer > pttl)
-            pttl = r->integer;
+        if (r->integer == -1 || expire_at == -1)
+            expire_at = -1;
+        else if (r->integer > expire_at)
+            expire_at = r->integer;
         freeReplyObject(r);
         nall += tops[i]->elements / 2;
     }
@@ -330,7 +330,7 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
         extra[0] = gen;
         extralen[0] = strlen(gen);
         extra[1] = ttl;
-        extralen[1] = (size_t)snprintf(ttl, sizeof(ttl), "%lld", pttl);
+        extralen[1] = (size_t)snprintf(ttl, sizeof(ttl), "%lld", expire_at);
         for (size_t i = 0; i < nall; i++) {
             extra[2 + 2 * i] = best[i].score;
             extralen[2 + 2 * i] = best[i].slen;

@@ -10,7 +10,7 @@
  *           refresher per (board, window) at a time, any pod; it answers
  *           the window's generation;
  *   read    each shard's first split.top entries (ZRANGE, best first) and
- *           its PTTL;
+ *           its expiry (PEXPIRETIME);
  *   write   the merged first split.top entries replace <prefix>{B}:~top:
  *           <window> (expiring with the last shard key to go), the
  *           generation + 1, the lease dropped: only if the generation is

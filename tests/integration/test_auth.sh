@@ -123,7 +123,7 @@ for cmd in "${commands[@]}"; do
     fi
     more=() # RENAME: a rebuild ends with it, and a new patch starts one
     [[ $cmd == rename ]] && more=(--dim-values 5)
-    [[ $cmd == pttl ]] && more=(--board-prefix spl-) # split boards' merged tops
+    [[ $cmd == pexpiretime ]] && more=(--board-prefix spl-) # split boards' merged tops
     acl_produce -n 400 --seed "$seed" "${more[@]}"
     start_projector "acl-$seed" "$T_DIR/acl.yaml"
     deadline=$((SECONDS + 30))
@@ -132,8 +132,8 @@ for cmd in "${commands[@]}"; do
             fail "without +$cmd no NOPERM naming it: $(grep -i -m 2 'noperm\|error' "$T_DIR/acl-$seed.log")"
         sleep 0.2
     done
-    if [[ $cmd == pttl ]]; then
-        # the merged tops it could not refresh: done once PTTL is allowed
+    if [[ $cmd == pexpiretime ]]; then
+        # the merged tops it could not refresh: done once PEXPIRETIME is allowed
         # again (tried every 100 ms, and at shutdown)
         acl_setuser "+$cmd"
         sleep 3

@@ -1094,7 +1094,7 @@ static void check_top(struct conn *c, const char *key, struct map *tops, struct 
     redisReply *e = command(c, "PEXPIRETIME %s", key);
     if (e && e->type == REDIS_REPLY_INTEGER) {
         long long want = l->expire ? (long long)l->expire : -1, off = e->integer - want;
-        long long slack = expiry_slack_ms + 2000; /* set from a PTTL read just before */
+        long long slack = expiry_slack_ms; /* set from the shards' PEXPIRETIME: exact */
         if ((want == -1) != (e->integer == -1) || off > slack || off < -slack) {
             rep->top_differences++;
             difference(rep, "%s: expires at %lld, expected %lld", key, e->integer, want);
