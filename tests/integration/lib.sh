@@ -413,10 +413,11 @@ START=$(date -u -d '3 days ago' +%Y-%m-%dT00:00:00Z)
 # Boards of every aggregation mode, by prefix: best-* (desc), asc-* (best,
 # asc, latest wins ties), lat-* (latest, no tie-break), sum-* (sum), top-*
 # (best, retractions refused; top-1* and top-2* also decay across the
-# patch window's values, compound and linear), each
-# with alltime, daily, weekly, monthly and a custom "patch" window; the
-# oracle's matching --profile options and loadgen options that spread
-# events (retractions included) over such boards.
+# patch window's values, compound and linear), spl-* (best, split over 3
+# shards by player, merged tops of 20; loadgen gives board n the n mod 6-th
+# prefix), each with alltime, daily, weekly, monthly and a custom "patch"
+# window; the oracle's matching --profile options and loadgen options that
+# spread events (retractions included) over such boards.
 _windows='
     windows:
       alltime: {}
@@ -478,7 +479,7 @@ MODE_ORACLE=(--windows "alltime,daily:7d,weekly:28d,monthly:93d,patch"
     --decay top-1=patch/0.15/compound/1/0.01/decayed --decay top-2=patch/0.1/linear/5/0.01/overall
     --profile spl-=best/desc/earliest --split spl-=3/20)
 # shellcheck disable=SC2034
-MODE_GEN=(--boards 30 --players 400 --board-prefix "best-,asc-,lat-,sum-,top-" --score-max 1000
+MODE_GEN=(--boards 30 --players 400 --board-prefix "best-,asc-,lat-,sum-,top-,spl-" --score-max 1000
     --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25 --retry-every 11)
 # shellcheck disable=SC2034
 MODE_GEN_V2=(--boards 24 --players 400 --board-prefix "best-,asc-,lat-,sum-" --score-max 1000

@@ -15,6 +15,11 @@
 #     shards keep changing, and each partition's commit stops exactly at its
 #     first event of a board on the lost shard.
 #
+# Split boards (spl-*, lib.sh) have a shard on every master: each loss takes
+# one shard of each, and replay --node rebuilds it and refreshes their merged
+# tops (in c, a partition may stop at an event of a split board whose
+# player's shard was lost).
+#
 # After each, the independent oracle is exact for best, latest and sum boards
 # and replay --verify is clean.
 # shellcheck source=tests/integration/lib.sh
@@ -143,6 +148,7 @@ sleep 6
 lost_boards=() survivor_key=
 any=$(live_ports | first)
 while read -r b; do
+    [[ $b == spl-* ]] && continue # split: a player's shard decides (event_lost)
     if lost_slot "$(redis_cli "$any" CLUSTER KEYSLOT "$b")"; then
         lost_boards+=("$b")
     elif [[ -z $survivor_key ]]; then
@@ -150,6 +156,15 @@ while read -r b; do
     fi
 done < <(cut -f 4 "$T_DIR/deliveries.tsv" | sort -u)
 ((${#lost_boards[@]} > 0)) || fail "no board on the lost shard"
+# event_lost BOARD EVENT_ID: whether the event's keys are on the lost shard
+# (a split board's: its player's shard's, by the oracle's own tag rule)
+event_lost() {
+    local player tag
+    player=$(awk -F '\t' -v id="$2" '$1 == id { print $3; exit }' "$T_DIR/events.part")
+    [[ -n $player ]] || fail "event $2 is not in the events produced"
+    tag=$("$BIN/verify_state" "${MODE_ORACLE[@]}" --tag "$1/$player") || fail "verify_state --tag failed"
+    lost_slot "$(redis_cli "$any" CLUSTER KEYSLOT "$tag")"
+}
 state_of() { # KEY: a digest of the key, read from its master (redirections followed)
     redis_cli "$(live_ports | first)" -c ZRANGE "$1" 0 -1 WITHSCORES | md5sum
 }
@@ -162,20 +177,22 @@ s2=$(state_of "$survivor_key")
 [[ $(cut -d' ' -f 1,2 <<<"$c1") == "$(cut -d' ' -f 1,2 <<<"$c2")" ]] ||
     fail "commits still moved after the held events: $c1 -> $c2"
 # each partition's commit stands on its first event of a lost board
-held_at=0
+held_at=0 held_split=0
 while read -r p c h; do
     ((c < h)) || continue
-    board=$(awk -v p="$p" -v o="$c" '$1 == p && $2 == o { print $4 }' "$T_DIR/deliveries.tsv")
+    read -r id board < <(awk -v p="$p" -v o="$c" '$1 == p && $2 == o { print $3, $4 }' "$T_DIR/deliveries.tsv") ||
+        true
     [[ -n $board ]] || fail "partition $p: no event delivered at its committed offset $c"
-    [[ " ${lost_boards[*]} " == *" $board "* ]] ||
-        fail "partition $p stopped at offset $c, an event of board $board, not of the lost shard"
+    event_lost "$board" "$id" ||
+        fail "partition $p stopped at offset $c, event $id of board $board, not of the lost shard"
+    [[ $board == spl-* ]] && held_split=$((held_split + 1))
     held_at=$((held_at + 1))
 done <<<"$c2"
 ((held_at > 0)) || fail "no partition stopped at a lost board's event"
 metrics_scrape "$url" "$T_DIR/m-c"
 held_redis=$(awk '$1 ~ /^lb_partition_held\{.*reason="redis"\}$/ { s += $2 } END { print s + 0 }' "$T_DIR/m-c")
 [[ $held_redis == "$held_at" ]] || fail "metrics say $held_redis partition(s) held for Redis, the offsets $held_at"
-ok "c: ${#lost_boards[@]} lost board(s) hold $held_at partition(s) exactly at their first event; $survivor_key kept changing"
+ok "c: ${#lost_boards[@]} lost board(s) and the lost shards of split boards hold $held_at partition(s) exactly at their first event ($held_split of a split board); $survivor_key kept changing"
 replace_shard c
 kill -0 "$producer" 2>/dev/null || fail "the producer finished before the repair: nothing ran beside it"
 wait "$producer" || fail "producer failed"

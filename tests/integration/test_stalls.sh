@@ -86,7 +86,7 @@ logged=$(wc -l <"$T_DIR/projector.log")
 producer=$!
 T_PIDS+=("$producer")
 sleep 5
-other="lb:{sum-8}:weekly:$week" # board n takes prefix n mod 5 (lib.sh MODE_GEN)
+other="lb:{sum-9}:weekly:$week" # board n takes prefix n mod 6 (lib.sh MODE_GEN)
 digest() { redis_cli "$(live_ports | first)" -c ZRANGE "$1" 0 -1 WITHSCORES | md5sum; }
 d1=$(digest "$other")
 c1=$(committed_offsets | cut -d' ' -f 1,2)

@@ -47,6 +47,8 @@
  * difference, the state is unsettled (exit 3). --rank B/WINDOW/PLAYER
  * prints a player's expected rank across the window's shards (1 the
  * first) and its composite, and reads no node.
+ * --tag B/PLAYER prints the hash tag of the keys PLAYER's events on board B
+ * go to (B itself unless B is split), and reads nothing.
  *
  * Credentials, when the cluster needs them, come from REDIS_USER and
  * REDIS_PASSWORD in the environment (as for ops/services.sh); --tls-dir DIR
@@ -1241,8 +1243,9 @@ int main(int argc, char **argv)
                                              {"decay", required_argument, NULL, 'D'},
                                              {"split", required_argument, NULL, 'L'},
                                              {"rank", required_argument, NULL, 'R'},
+                                             {"tag", required_argument, NULL, 'G'},
                                              {NULL, 0, NULL, 0}};
-    const char *events = NULL, *nodes = NULL, *rank = NULL;
+    const char *events = NULL, *nodes = NULL, *rank = NULL, *tag = NULL;
     struct rules r = {.prefix = "lb:", .resolution_ms = 1000, .score_max = 8388607};
     struct timeval now;
     int opt;
@@ -1323,6 +1326,9 @@ int main(int argc, char **argv)
         case 'R':
             rank = optarg;
             break;
+        case 'G':
+            tag = optarg;
+            break;
         case 'w':
             if (!windows_set++)
                 r.nwindows = 0;
@@ -1335,6 +1341,16 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: verify_state --events FILE --nodes H:P,... [rules]\n");
             return 2;
         }
+    }
+    if (tag) { /* the rules alone: no events, no node */
+        char board[256], player[256], out[320];
+        if (sscanf(tag, "%255[^/]/%255s", board, player) != 2) {
+            fprintf(stderr, "verify_state: bad --tag %s (want BOARD/PLAYER)\n", tag);
+            return 2;
+        }
+        tag_of(&r, board, player, out, sizeof(out));
+        printf("%s\n", out);
+        return 0;
     }
     if (!events || (!nodes && !rank) || r.resolution_ms <= 0) {
         fprintf(stderr, "usage: verify_state --events FILE --nodes H:P,... [rules]\n");
