@@ -520,10 +520,25 @@ static int split_rank(const struct view *v, const char *window, const char *play
     return 0;
 }
 
+/* --shards: each shard's hash tag, slot and master under this configuration
+ * (an unsplit board: one, its own id). */
+static void show_shards(const struct view *v)
+{
+    uint32_t n = v->profile->shards > 1 ? (uint32_t)v->profile->shards : 1;
+    printf("board '%s': %u shard(s)\n", v->board, n);
+    for (uint32_t i = 0; i < n; i++) {
+        char tag[LB_TAG_MAX];
+        size_t len = lb_shard_tag(v->board, strlen(v->board), n, i, tag, sizeof(tag));
+        uint16_t slot = lb_crc16(tag, len) & (LB_SLOTS - 1);
+        const char *node = lb_cluster_slot_owner(v->cl, slot);
+        printf("%6u  %-40s  slot %5u  %s\n", i, tag, slot, node ? node : "(no master)");
+    }
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: lbread --config FILE --board ID [--window SUFFIX] [--top N] "
-                 "[--around PLAYER]\n"
+                 "[--around PLAYER] [--shards]\n"
                  "\n"
                  "Prints the top N of each window of a board (or the N positions around one\n"
                  "player) with three ranks, the raw score and the achieved-at time decoded\n"
@@ -542,6 +557,9 @@ static void usage(FILE *out)
                  "  -a, --around PLAYER    the N positions around PLAYER (marked '>') in each\n"
                  "                         window the player is in; on a split board, its\n"
                  "                         exact rank across the shards\n"
+                 "  -s, --shards           where the board's keys live: per shard its hash tag,\n"
+                 "                         slot and master (split.shards of the configuration;\n"
+                 "                         an unsplit board has one, its own id)\n"
                  "  -h, --help             show this help\n"
                  "\n"
                  "Exit status: 0 ok; 1 failure (Redis unreachable or refusing); 2 usage error\n"
@@ -584,21 +602,19 @@ static int say_missing_window(struct lb_cluster *cl, const struct lb_config *con
 int main(int argc, char **argv)
 {
     lb_usage_program = "lbread";
-    static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
-                                             {"board", required_argument, NULL, 'b'},
-                                             {"window", required_argument, NULL, 'w'},
-                                             {"top", required_argument, NULL, 'n'},
-                                             {"around", required_argument, NULL, 'a'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'}, {"board", required_argument, NULL, 'b'},
+        {"window", required_argument, NULL, 'w'}, {"top", required_argument, NULL, 'n'},
+        {"around", required_argument, NULL, 'a'}, {"shards", no_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
     const char *path = NULL, *board = NULL, *window = NULL, *player = NULL;
     long top = 10;
-    int opt, status = 0;
+    int opt, status = 0, shards = 0;
     double number;
     char err[1024];
 
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":c:b:w:n:a:h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":c:b:w:n:a:sh", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c':
             path = optarg;
@@ -617,6 +633,9 @@ int main(int argc, char **argv)
         case 'a':
             player = optarg;
             break;
+        case 's':
+            shards = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -632,6 +651,9 @@ int main(int argc, char **argv)
                                                     : "--board ID is required");
     if (!*board)
         return lb_usage_error("--board wants a board id, not ''");
+    if (shards && (window || player))
+        return lb_usage_error("--shards lists where the board lives: it takes no %s",
+                              window ? "--window" : "--around");
     lb_log_threshold = LB_LOG_ERROR;
     struct lb_config *config;
     if (lb_config_load_flags(path, LB_CONFIG_NO_KAFKA, &config, err, sizeof(err)) != 0) {
@@ -672,6 +694,8 @@ int main(int argc, char **argv)
     if (!v.cl || lb_cluster_refresh(v.cl) != 0) {
         fprintf(stderr, "lbread: %s\n", v.cl ? lb_cluster_error(v.cl) : "out of memory");
         status = 1;
+    } else if (shards) {
+        show_shards(&v);
     } else if (window) {
         struct lb_str id = {board, (uint32_t)strlen(board)};
         size_t len =
