@@ -140,7 +140,7 @@ static void the_merged_top_is_one_keys_best(void **state)
     assert_string_equal(top, "b=7 c=7");
     assert_int_equal(integer(f, "PTTL %s", "lb:{ha}:~top:alltime"), -1); /* shards never expire */
 
-    /* every shard key gone: so is the merged top */
+    /* every shard key gone: so is the merged top, and the window's fields */
     for (uint32_t i = 0; i < 3; i++) {
         shard_key("ha", i, key, sizeof(key));
         freeReplyObject(redis_server_command(f->redis, "DEL %s", key));
@@ -148,6 +148,9 @@ static void the_merged_top_is_one_keys_best(void **state)
     note(f, "ha");
     assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
     assert_int_equal(integer(f, "EXISTS %s", "lb:{ha}:~top:alltime"), 0);
+    /* and its generation and lease: the ~tops hash keeps no field of a gone window */
+    assert_int_equal(integer(f, "HEXISTS %s g:alltime", "lb:{ha}:~tops"), 0);
+    assert_int_equal(integer(f, "HLEN %s", "lb:{ha}:~tops"), 0);
 }
 
 /* Another refresher's lease: the window stays noted (busy) and its top is
