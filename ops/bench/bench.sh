@@ -30,6 +30,12 @@
 #   --tls                the Redis Cluster it starts speaks TLS only (mutual
 #                        TLS, REDIS_TLS=1 of ops/services.sh) and every tool
 #                        reaches it through redis.tls: what TLS costs
+#   --hot                one hot board instead (README "Split boards"): every
+#                        event on one board, drained as one key (shards: 1)
+#                        and split over 3 masters (shards: 3, merged tops of
+#                        100): events/s and their ratio, each master's Redis
+#                        CPU in cores, the merged tops' staleness p99 (the
+#                        pod's histogram); only these drains are run
 #
 # What it measures (each run from an empty Redis):
 #   drain      the projector started on the full topic until its group has
@@ -56,7 +62,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 
 events=2000000 boards=50 players=100000 zipf=1.1 days=7 replicas=0 runs=3 fresh_seconds=20
-aggregation=best retractions=allow decay=0
+aggregation=best retractions=allow decay=0 hot=0
 brokers="" redis="" out=""
 while (($#)); do
     case $1 in
@@ -83,6 +89,11 @@ while (($#)); do
         shift
         continue
         ;;
+    --hot)
+        hot=1 boards=1
+        shift
+        continue
+        ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
@@ -105,6 +116,10 @@ if ((decay)) && [[ $aggregation != best ]]; then
     echo "bench: --decay needs --aggregation best" >&2
     exit 2
 fi
+if ((hot)) && [[ $decay == 1 || -n $redis ]]; then
+    echo "bench: --hot splits the board (no --decay) and measures each master's CPU (no --redis)" >&2
+    exit 2
+fi
 case $retractions in
 allow | reject) ;;
 *)
@@ -115,6 +130,21 @@ esac
 out=${out:-$repo/build/bench/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
 log() { printf 'bench: %s\n' "$*" >&2; }
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s..%s", lo, hi }'; }
+field() { # FILE KEY [EXPR]: one value per line
+    awk -v k="$2" '{ for (i = 1; i <= NF; i++) { split($i, a, "="); if (a[1] == k) print a[2] } }' "$1"
+}
+derive() { # FILE AWK-EXPR over fields: one value per line
+    awk "{ for (i = 1; i <= NF; i++) { split(\$i, a, \"=\"); f[a[1]] = a[2] } print $2 }" "$1"
+}
+row() { printf '%-44s %14s   %s\n' "$1" "$2" "$3"; }
+stat_of() { # FILE EXPR -> "median spread"
+    local values
+    values=$(derive "$1" "$2")
+    printf '%s %s\n' "$(median <<<"$values")" "$(spread <<<"$values")"
+}
+fmt() { awk -v v="$1" -v d="${2:-0}" 'BEGIN { printf "%.*f", d, v }'; }
 
 ops/install-deps.sh >&2
 cmake -S . -B build >/dev/null
@@ -196,6 +226,14 @@ redis_pids() {
         lb_redis_pid $((REDIS_PORT_BASE + i))
     done
 }
+# the masters' pids, in the order of their ports
+master_pids() {
+    ((started)) || return 0
+    local node
+    for node in $(masters | sort -t: -k2 -n); do
+        lb_redis_pid "${node##*:}"
+    done
+}
 
 # --decay: the profile's windows and decay (score_max bounds the overall
 # board's budget: 100000 x 2 at max_age, in tenths, fits 2^23)
@@ -246,34 +284,103 @@ t0=$(date +%s.%N)
 "$bin/loadgen" --brokers "$brokers" --topic "$bench_topic" -n "$events" "${gen[@]}" 2>"$out/prefill.log"
 prefill_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 
-: >"$out/drain.txt"
-for ((run = 1; run <= runs; run++)); do
-    flush_redis
-    mapfile -t rpids < <(redis_pids)
-    mapfile -t kpids < <(kafka_pids)
-    redis_cpu0=$(cpu_seconds "${rpids[@]}") kafka_cpu0=$(cpu_seconds "${kpids[@]}")
-    wall0=$(date +%s.%N)
-    BENCH_GROUP=bench-drain-$$-$run "$bin/projector" --config "$out/drain.yaml" \
-        >"$out/drain-$run.log" 2>&1 &
-    projector_pid=$!
-    "$bin/lbadmin" wait-caught-up --brokers "$brokers" --topic "$bench_topic" \
-        --group "bench-drain-$$-$run" --timeout 1800 >"$out/drain-$run.wait"
-    cpu=$(cpu_seconds "$projector_pid")
-    rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$projector_pid/status")
-    redis_cpu=$(awk -v a="$redis_cpu0" -v b="$(cpu_seconds "${rpids[@]}")" 'BEGIN { printf "%.3f", b - a }')
-    kafka_cpu=$(awk -v a="$kafka_cpu0" -v b="$(cpu_seconds "${kpids[@]}")" 'BEGIN { printf "%.3f", b - a }')
-    wall=$(awk -v a="$wall0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
-    kill -TERM "$projector_pid"
-    wait "$projector_pid"
-    projector_pid=""
-    updates=$(grep -o 'member_updates=[0-9]*' "$out/drain-$run.log" | tail -n 1 | cut -d= -f2)
-    read -r drained secs < <(awk '/^drain/ { split($2, a, "="); split($3, b, "="); print a[2], b[2] }' \
-        "$out/drain-$run.wait")
-    # member updates are counted for the whole topic; the timed part is
-    # 'drained' events of it (timing starts at the first commit seen)
-    echo "run=$run events=$drained seconds=$secs total=$events member_updates=$updates cpu=$cpu rss_kb=$rss_kb redis_cpu=$redis_cpu kafka_cpu=$kafka_cpu wall=$wall" |
-        tee -a "$out/drain.txt" >&2
-done
+# drain NAME CONFIG: --runs drains of the whole topic by CONFIG, each from an
+# empty Redis by a new group (bench-NAME-<pid>-<run>), a line per run in
+# $out/NAME.txt; m<i>_cpu is the i-th master's CPU seconds (Redis started
+# here), stale_p99 the bucket of the merged tops' staleness histogram that
+# holds its 99th percentile (a config with a metrics section)
+drain() {
+    local name=$1 config=$2 run i listen
+    listen=$(sed -n 's/^  listen: //p' "$config")
+    : >"$out/$name.txt"
+    for ((run = 1; run <= runs; run++)); do
+        flush_redis
+        mapfile -t rpids < <(redis_pids)
+        mapfile -t mpids < <(master_pids)
+        mapfile -t kpids < <(kafka_pids)
+        local -a m0=()
+        for i in "${!mpids[@]}"; do m0[i]=$(cpu_seconds "${mpids[i]}"); done
+        redis_cpu0=$(cpu_seconds "${rpids[@]}") kafka_cpu0=$(cpu_seconds "${kpids[@]}")
+        wall0=$(date +%s.%N)
+        BENCH_GROUP=bench-$name-$$-$run "$bin/projector" --config "$config" \
+            >"$out/$name-$run.log" 2>&1 &
+        projector_pid=$!
+        "$bin/lbadmin" wait-caught-up --brokers "$brokers" --topic "$bench_topic" \
+            --group "bench-$name-$$-$run" --timeout 1800 >"$out/$name-$run.wait"
+        cpu=$(cpu_seconds "$projector_pid")
+        rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$projector_pid/status")
+        redis_cpu=$(awk -v a="$redis_cpu0" -v b="$(cpu_seconds "${rpids[@]}")" 'BEGIN { printf "%.3f", b - a }')
+        kafka_cpu=$(awk -v a="$kafka_cpu0" -v b="$(cpu_seconds "${kpids[@]}")" 'BEGIN { printf "%.3f", b - a }')
+        wall=$(awk -v a="$wall0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
+        local masters_cpu="" stale=""
+        for i in "${!mpids[@]}"; do
+            masters_cpu+=$(awk -v i=$((i + 1)) -v a="${m0[i]}" -v b="$(cpu_seconds "${mpids[i]}")" \
+                'BEGIN { printf " m%d_cpu=%.3f", i, b - a }')
+        done
+        if [[ -n $listen ]]; then
+            # refreshes still due after the catch-up are part of the figure:
+            # wait for them before reading it (at most 10 s)
+            local deadline=$((SECONDS + 10))
+            while curl -sf "http://$listen/metrics" >"$out/$name-$run.metrics" &&
+                awk '$1 == "lb_top_windows_pending" && $2 > 0 { f = 1 } END { exit !f }' \
+                    "$out/$name-$run.metrics" && ((SECONDS < deadline)); do
+                sleep 0.2
+            done
+            stale=$(awk '$1 ~ /^lb_top_staleness_seconds_bucket/ { split($1, a, "\""); le[++n] = a[2]; c[n] = $2 }
+                $1 == "lb_top_staleness_seconds_count" { total = $2 }
+                END { for (i = 1; i <= n; i++) if (c[i] >= 0.99 * total) { printf " stale_p99=%s stale_n=%d", le[i], total; exit } }' \
+                "$out/$name-$run.metrics")
+        fi
+        kill -TERM "$projector_pid"
+        wait "$projector_pid"
+        projector_pid=""
+        updates=$(grep -o 'member_updates=[0-9]*' "$out/$name-$run.log" | tail -n 1 | cut -d= -f2)
+        read -r drained secs < <(awk '/^drain/ { split($2, a, "="); split($3, b, "="); print a[2], b[2] }' \
+            "$out/$name-$run.wait")
+        # member updates are counted for the whole topic; the timed part is
+        # 'drained' events of it (timing starts at the first commit seen)
+        echo "run=$run events=$drained seconds=$secs total=$events member_updates=$updates cpu=$cpu rss_kb=$rss_kb redis_cpu=$redis_cpu kafka_cpu=$kafka_cpu wall=$wall$masters_cpu$stale" |
+            tee -a "$out/$name.txt" >&2
+    done
+}
+if ((hot)); then
+    # one hot board, as one key and split over the 3 masters
+    port=$(lb_free_port_base 1 31000 32000)
+    for n in 1 3; do
+        write_config "$out/hot-$n.yaml" "$bench_topic" "" "" "    split: {shards: $n, top: 100}
+metrics:
+  listen: 127.0.0.1:$port"
+        log "one hot board, shards: $n"
+        drain "hot-$n" "$out/hot-$n.yaml"
+    done
+    eps() { stat_of "$out/hot-$1.txt" 'f["events"] / f["seconds"]' | awk '{ printf "%.0f", $1 }'; }
+    cores() { # SHARDS: each master's median cores used, "a / b / c"
+        local i s=""
+        for i in 1 2 3; do
+            s+="${s:+ / }$(stat_of "$out/hot-$1.txt" "f[\"m${i}_cpu\"] / f[\"wall\"]" | awk '{ printf "%.2f", $1 }')"
+        done
+        printf '%s' "$s"
+    }
+    {
+        echo "leaderboard projector benchmark, one hot board, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)); Redis Cluster 3 masters + $replicas replica(s) each; Kafka 1 broker; all on this machine"
+        echo "events $events on 1 board, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly, aggregation $aggregation, retractions $retractions, batch 5000 events / 20 ms, runs $runs (medians; every run in hot-1.txt and hot-3.txt)"
+        echo
+        row "metric" "shards: 1" "shards: 3"
+        row "drain throughput, events/s" "$(eps 1)" "$(eps 3)"
+        row "throughput ratio (3 / 1)" "" "$(awk -v a="$(eps 1)" -v b="$(eps 3)" 'BEGIN { printf "%.2f", b / a }')"
+        row "each master's Redis CPU, cores" "$(cores 1)" "$(cores 3)"
+        row "projector CPU, cores" "$(stat_of "$out/hot-1.txt" 'f["cpu"] / f["wall"]' | awk '{ printf "%.2f", $1 }')" \
+            "$(stat_of "$out/hot-3.txt" 'f["cpu"] / f["wall"]' | awk '{ printf "%.2f", $1 }')"
+        row "Kafka broker CPU, cores" "$(stat_of "$out/hot-1.txt" 'f["kafka_cpu"] / f["wall"]' | awk '{ printf "%.2f", $1 }')" \
+            "$(stat_of "$out/hot-3.txt" 'f["kafka_cpu"] / f["wall"]' | awk '{ printf "%.2f", $1 }')"
+        row "merged top staleness p99, s (bucket)" "-" "$(field "$out/hot-3.txt" stale_p99 | sort -g | tail -n 1) (the worst run's; $(field "$out/hot-3.txt" stale_n | awk "{ s += \$1 } END { print s }") refreshes)"
+        row "cores available" "$(nproc)" "shared by the masters, Kafka and the projector"
+    } | tee "$out/results.txt"
+    log "results in $out (results.txt, hot-1.txt, hot-3.txt, logs)"
+    exit 0
+fi
+drain drain "$out/drain.yaml"
 
 log "replay: every board rebuilt from the topic (what a lost cluster would need)"
 : >"$out/replay.txt"
@@ -327,15 +434,6 @@ if ((decay)); then
         2>"$out/ceiling-baseline.log" | grep '^ceiling ' | tee "$out/ceiling-baseline.txt" >&2
 fi
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s..%s", lo, hi }'; }
-field() { # FILE KEY [EXPR]: one value per line
-    awk -v k="$2" '{ for (i = 1; i <= NF; i++) { split($i, a, "="); if (a[1] == k) print a[2] } }' "$1"
-}
-derive() { # FILE AWK-EXPR over fields: one value per line
-    awk "{ for (i = 1; i <= NF; i++) { split(\$i, a, \"=\"); f[a[1]] = a[2] } print $2 }" "$1"
-}
-
 drain_eps=$(derive "$out/drain.txt" 'f["events"] / f["seconds"]' | median)
 fresh_rate=$(awk -v r="$drain_eps" 'BEGIN { printf "%d", r / 2 }')
 log "freshness at $fresh_rate events/s (half the median drain)"
@@ -363,13 +461,6 @@ done
 # ---- the table ----------------------------------------------------------------
 cores=$(nproc)
 cpu_model=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
-row() { printf '%-44s %14s   %s\n' "$1" "$2" "$3"; }
-stat_of() { # FILE EXPR -> "median spread"
-    local values
-    values=$(derive "$1" "$2")
-    printf '%s %s\n' "$(median <<<"$values")" "$(spread <<<"$values")"
-}
-fmt() { awk -v v="$1" -v d="${2:-0}" 'BEGIN { printf "%.*f", d, v }'; }
 
 read -r d_eps d_eps_spread < <(stat_of "$out/drain.txt" 'f["events"] / f["seconds"]')
 read -r d_ups d_ups_spread < <(stat_of "$out/drain.txt" 'f["member_updates"] * f["events"] / f["total"] / f["seconds"]')
