@@ -119,15 +119,16 @@ if ARGV[2] == 'T' then
   local ty = redis.call('TYPE', KEYS[2]).ok
   if ty ~= 'none' and ty ~= 'zset' then return {'wrongtype', KEYS[2]} end
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '+inf')
+  if ARGV[8] == '-2' then -- the window is gone: so are its top, whatever
+    -- entries came with it, and its fields (a snapshot taken before has
+    -- lost its lease, and is refused)
+    redis.call('HDEL', KEYS[1], g, h, u)
+    return {'ok', '0'}
+  end
   for i = 9, #ARGV, CHUNK do
     redis.call('ZADD', KEYS[2], unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
   end
   if tonumber(ARGV[8]) > 0 and #ARGV > 8 then redis.call('PEXPIREAT', KEYS[2], ARGV[8]) end
-  if ARGV[8] == '-2' then -- the window is gone: so are its fields (a
-    -- snapshot taken before has lost its lease, and is refused)
-    redis.call('HDEL', KEYS[1], g, h, u)
-    return {'ok', '0'}
-  end
   local gen = tostring(tonumber(ARGV[7]) + 1)
   redis.call('HSET', KEYS[1], g, gen)
   redis.call('HDEL', KEYS[1], h, u)

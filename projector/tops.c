@@ -283,18 +283,13 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
         size_t klen = lb_board_key(t->o.key_prefix, (struct lb_str){tag, (uint32_t)tlen}, w->name,
                                    key, sizeof(key));
         uint16_t slot = lb_key_slot(key, klen);
-        const char *zr[] = {"ZRANGE", key, "0", stop, desc ? "REV" : "WITHSCORES", "WITHSCORES"};
-        size_t zl[] = {6, klen, 1, strlen(stop), desc ? 3 : 10, 10};
-        if (!(tops[i] = lb_cluster_command(t->cluster, slot, desc ? 6 : 5, zr, zl)) ||
-            tops[i]->type != REDIS_REPLY_ARRAY) {
-            said_refused(t, w, "ZRANGE", tops[i]);
-            goto out;
-        }
+        /* the expiry first: a key that goes between the two reads then
+         * adds no entries, never entries without an expiry */
         const char *pt[] = {"PEXPIRETIME", key};
         size_t pl[] = {11, klen};
         redisReply *r = lb_cluster_command(t->cluster, slot, 2, pt, pl);
         if (!r || r->type != REDIS_REPLY_INTEGER) {
-            said_refused(t, w, "PEXPIRETIME", r);
+            said_refused(t, w, "PEXPIRETIME (Redis 7.0 or later)", r);
             if (r)
                 freeReplyObject(r);
             goto out;
@@ -304,6 +299,13 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
         else if (r->integer > expire_at)
             expire_at = r->integer;
         freeReplyObject(r);
+        const char *zr[] = {"ZRANGE", key, "0", stop, desc ? "REV" : "WITHSCORES", "WITHSCORES"};
+        size_t zl[] = {6, klen, 1, strlen(stop), desc ? 3 : 10, 10};
+        if (!(tops[i] = lb_cluster_command(t->cluster, slot, desc ? 6 : 5, zr, zl)) ||
+            tops[i]->type != REDIS_REPLY_ARRAY) {
+            said_refused(t, w, "ZRANGE", tops[i]);
+            goto out;
+        }
         nall += tops[i]->elements / 2;
     }
     all = calloc(nall ? nall : 1, sizeof(*all));

@@ -173,13 +173,14 @@ static void a_lease_held_elsewhere_is_waited_for(void **state)
 }
 
 /* The script's write step for window alltime of board hb as refresher A,
- * snapshot of generation 'gen' with one entry: its answer's first word. */
-static void t_write(struct fixture *f, int gen, const char *expect)
+ * snapshot of generation 'gen' expiring at 'at' (-1 never, -2 no shard
+ * has the window) with one entry: its answer's first word. */
+static void t_write(struct fixture *f, int gen, const char *at, const char *expect)
 {
     redisReply *r = redis_server_command(f->redis,
                                          "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T "
-                                         "write A 5000 alltime %d -1 1 old",
-                                         lb_apply_script_sha(), gen);
+                                         "write A 5000 alltime %d %s 1 old",
+                                         lb_apply_script_sha(), gen, at);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(r->element[0]->str, expect);
     freeReplyObject(r);
@@ -203,11 +204,32 @@ static void an_older_snapshot_never_overwrites_a_newer_one(void **state)
     assert_string_equal(r->element[1]->str, "1");
     freeReplyObject(r);
     freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops g:alltime 2"));
-    t_write(f, 1, "stale"); /* the generation moved on */
+    t_write(f, 1, "-1", "stale"); /* the generation moved on */
     freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops h:alltime B"));
-    t_write(f, 2, "stale"); /* the lease went to B */
+    t_write(f, 2, "-1", "stale"); /* the lease went to B */
     top_of(f, "hb", top, sizeof(top));
     assert_string_equal(top, "a=5");
+}
+
+/* A snapshot of a window no shard holds any more (-2), with an entry a
+ * shard held before its key went: the top and the window's fields are
+ * deleted, the entry not written. */
+static void a_gone_window_leaves_no_top(void **state)
+{
+    struct fixture *f = *state;
+    zadd(f, "hb", 0, "a", 5);
+    note(f, "hb"); /* loads the script and writes generation 1 */
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
+    redisReply *r = redis_server_command(f->redis,
+                                         "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T "
+                                         "take A 5000 alltime",
+                                         lb_apply_script_sha());
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[0]->str, "go");
+    freeReplyObject(r);
+    t_write(f, 1, "-2", "ok");
+    assert_int_equal(integer(f, "EXISTS %s", "lb:{hb}:~top:alltime"), 0);
+    assert_int_equal(integer(f, "HLEN %s", "lb:{hb}:~tops"), 0);
 }
 
 /* The merged top's key holding another type: the refresh fails, is
@@ -234,6 +256,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_lease_held_elsewhere_is_waited_for, setup, teardown),
         cmocka_unit_test_setup_teardown(an_older_snapshot_never_overwrites_a_newer_one, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_gone_window_leaves_no_top, setup, teardown),
         cmocka_unit_test_setup_teardown(a_top_key_of_another_type_is_counted_and_retried, setup,
                                         teardown),
     };
