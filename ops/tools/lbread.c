@@ -521,7 +521,8 @@ static int split_rank(const struct view *v, const char *window, const char *play
 }
 
 /* --shards: each shard's hash tag, slot and master under this configuration
- * (an unsplit board: one, its own id). */
+ * (an unsplit board: one, its own id), a tab-separated line each after a
+ * title line: a board id may hold spaces. */
 static void show_shards(const struct view *v)
 {
     uint32_t n = v->profile->shards > 1 ? (uint32_t)v->profile->shards : 1;
@@ -531,7 +532,7 @@ static void show_shards(const struct view *v)
         size_t len = lb_shard_tag(v->board, strlen(v->board), n, i, tag, sizeof(tag));
         uint16_t slot = lb_crc16(tag, len) & (LB_SLOTS - 1);
         const char *node = lb_cluster_slot_owner(v->cl, slot);
-        printf("%6u  %-40s  slot %5u  %s\n", i, tag, slot, node ? node : "(no master)");
+        printf("%u\t%s\tslot %u\t%s\n", i, tag, slot, node ? node : "(no master)");
     }
 }
 
