@@ -90,7 +90,7 @@ while (($#)); do
         continue
         ;;
     --hot)
-        hot=1 boards=1
+        hot=1
         shift
         continue
         ;;
@@ -120,6 +120,7 @@ if ((hot)) && [[ $decay == 1 || -n $redis ]]; then
     echo "bench: --hot splits the board (no --decay) and measures each master's CPU (no --redis)" >&2
     exit 2
 fi
+((hot)) && boards=1 # whatever --boards said
 case $retractions in
 allow | reject) ;;
 *)
