@@ -327,12 +327,12 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
     size_t nextra = 2 + 2 * nall;
     const char **extra = malloc(nextra * sizeof(*extra));
     size_t *extralen = malloc(nextra * sizeof(*extralen));
-    char ttl[24];
+    char at[24]; /* expire_at as the script takes it */
     if (extra && extralen) {
         extra[0] = gen;
         extralen[0] = strlen(gen);
-        extra[1] = ttl;
-        extralen[1] = (size_t)snprintf(ttl, sizeof(ttl), "%lld", expire_at);
+        extra[1] = at;
+        extralen[1] = (size_t)snprintf(at, sizeof(at), "%lld", expire_at);
         for (size_t i = 0; i < nall; i++) {
             extra[2 + 2 * i] = best[i].score;
             extralen[2 + 2 * i] = best[i].slen;
