@@ -33,8 +33,9 @@
  * refused whole), at most MAX_AGE; the factor is
  * 1 + TAX*age (linear) or (1 + TAX)^age (compound), multiplying the raw
  * score on asc boards and dividing it on desc ones; the result, in units of
- * PRECISION, rounded half up. A rebuild still running on a board (its ~decay
- * hash says rebuilding) makes the state unsettled: exit 3.
+ * PRECISION, rounded half up. A rebuild running on a board (its ~decay hash
+ * says rebuilding) before or after the keys are read, or one that ran
+ * between (its gen moved), makes the state unsettled: exit 3.
  *
  * Split boards (--split PREFIX=SHARDS/TOP): a board's keys live under one
  * tag per player shard, "B#<i>.<k>" for shard i (FNV-1a 64 of the player
@@ -1115,14 +1116,6 @@ static void check_key(struct conn *c, const struct rules *r, const char *key, st
     }
     if (strstr(key, "}:~") || strstr(key, ":~ts")) {
         rep->meta_keys++; /* the projector's markers and event-time hashes */
-        size_t len = strlen(key);
-        if (len > 8 && strcmp(key + len - 8, "}:~decay") == 0) {
-            redisReply *b = command(c, "HGET %s rebuilding", key);
-            if (b && b->type == REDIS_REPLY_STRING && rep->rebuilding++ < 5)
-                printf("  rebuild running: %s\n", key);
-            if (b)
-                freeReplyObject(b);
-        }
         return;
     }
     struct entry *k = map_get(keys, key, 0);
@@ -1179,12 +1172,12 @@ static void check_key(struct conn *c, const struct rules *r, const char *key, st
         freeReplyObject(t);
 }
 
-static int scan_node(const char *host, int port, const struct rules *r, struct map *members,
-                     struct map *keys, struct map *tops, struct report *rep)
+/* Opens a master: 1; 0 when the node is dead or a replica (it serves no
+ * slot: keys it should hold show up missing); -1 when AUTH failed. */
+static int master_open(struct conn *c, const char *host, int port)
 {
-    struct conn conn, *c = &conn;
     if (conn_open(c, host, port) != 0)
-        return 0; /* a dead node serves no slot; keys it should hold show up missing */
+        return 0;
     const char *password = getenv("REDIS_PASSWORD"), *user = getenv("REDIS_USER");
     if (password && *password) {
         redisReply *auth = user && *user ? command(c, "AUTH %s %s", user, password)
@@ -1203,12 +1196,21 @@ static int scan_node(const char *host, int port, const struct rules *r, struct m
                  strcmp(role->element[0]->str, "master") == 0;
     if (role)
         freeReplyObject(role);
-    if (!master) {
+    if (!master)
         conn_close(c);
-        return 0;
-    }
-    char cursor[32] = "0", pattern[256];
-    snprintf(pattern, sizeof(pattern), "%s*", r->prefix);
+    return master;
+}
+
+/* Calls 'each' for every key matching 'pattern' on a master: 0; 0 for a
+ * dead node or a replica; -1 when AUTH or SCAN failed. */
+static int scan_node(const char *host, int port, const char *pattern,
+                     void (*each)(struct conn *c, const char *key, void *ctx), void *ctx)
+{
+    struct conn conn, *c = &conn;
+    int open = master_open(c, host, port);
+    if (open <= 0)
+        return open;
+    char cursor[32] = "0";
     do {
         redisReply *s = command(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
         if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 2) {
@@ -1218,11 +1220,51 @@ static int scan_node(const char *host, int port, const struct rules *r, struct m
         }
         snprintf(cursor, sizeof(cursor), "%s", s->element[0]->str);
         for (size_t i = 0; i < s->element[1]->elements; i++)
-            check_key(c, r, s->element[1]->element[i]->str, members, keys, tops, rep);
+            each(c, s->element[1]->element[i]->str, ctx);
         freeReplyObject(s);
     } while (strcmp(cursor, "0") != 0);
     conn_close(c);
     return 0;
+}
+
+/* The rebuild state of the decaying boards: a sum of hashes of each ~decay
+ * key with its gen and rebuilding flag (order-free), and how many are
+ * rebuilding. The same sum before and after the keys were read, none
+ * running: no overall board was swapped while they were. */
+struct decay_state {
+    uint64_t sum;
+    size_t running;
+};
+
+static void add_decay_state(struct conn *c, const char *key, void *ctx)
+{
+    struct decay_state *ds = ctx;
+    redisReply *st = command(c, "HMGET %s gen rebuilding", key);
+    int ok = st && st->type == REDIS_REPLY_ARRAY && st->elements == 2;
+    int rebuilding = ok && st->element[1]->type == REDIS_REPLY_STRING;
+    char line[1200];
+    snprintf(line, sizeof(line), "%s\n%s\n%d", key,
+             ok && st->element[0]->type == REDIS_REPLY_STRING ? st->element[0]->str : "-",
+             rebuilding);
+    if (st)
+        freeReplyObject(st);
+    ds->running += (size_t)rebuilding;
+    uint64_t h = 14695981039346656037u;
+    for (const char *p = line; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211u;
+    ds->sum += h;
+}
+
+struct check {
+    const struct rules *r;
+    struct map *members, *keys, *tops;
+    struct report *rep;
+};
+
+static void check_one(struct conn *c, const char *key, void *ctx)
+{
+    struct check *k = ctx;
+    check_key(c, k->r, key, k->members, k->keys, k->tops, k->rep);
 }
 
 int main(int argc, char **argv)
@@ -1374,15 +1416,35 @@ int main(int argc, char **argv)
     struct report rep = {0};
     char copy[1024];
     snprintf(copy, sizeof(copy), "%s", nodes);
-    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+    char *node[64];
+    int port[64];
+    size_t nnodes = 0;
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok && nnodes < 64;
          tok = strtok_r(NULL, ",", &save)) {
         char *colon = strrchr(tok, ':');
         if (!colon)
             return 2;
         *colon = '\0';
-        if (scan_node(tok, atoi(colon + 1), &r, &members, &keys, &tops, &rep) != 0)
-            return 2;
+        node[nnodes] = tok;
+        port[nnodes++] = atoi(colon + 1);
     }
+    /* a rebuild that ran, started or ended while the keys were read
+     * leaves old and new overall boards mixed in what was read: unsettled */
+    struct decay_state before = {0}, after = {0};
+    struct check check = {&r, &members, &keys, &tops, &rep};
+    char all[256], decay[256];
+    snprintf(all, sizeof(all), "%s*", r.prefix);
+    snprintf(decay, sizeof(decay), "%s*:~decay", r.prefix);
+    for (size_t i = 0; i < nnodes; i++)
+        if (scan_node(node[i], port[i], decay, add_decay_state, &before) != 0)
+            return 2;
+    for (size_t i = 0; i < nnodes; i++)
+        if (scan_node(node[i], port[i], all, check_one, &check) != 0)
+            return 2;
+    for (size_t i = 0; i < nnodes; i++)
+        if (scan_node(node[i], port[i], decay, add_decay_state, &after) != 0)
+            return 2;
+    rep.rebuilding = before.running || after.running || before.sum != after.sum;
     size_t expected = 0;
     for (size_t i = 0; i < keys.cap; i++) {
         if (!keys.slots[i].key || keys.slots[i].aux == 0)
@@ -1423,8 +1485,8 @@ int main(int argc, char **argv)
         return 3;
     }
     if (rep.rebuilding) {
-        printf("verify_state: %zu decaying board(s) still rebuilding: not settled\n",
-               rep.rebuilding);
+        printf("verify_state: a decaying board was rebuilt while the keys were read, or is "
+               "being rebuilt: not settled\n");
         return 3;
     }
     return rep.differences ? 1 : 0;
