@@ -384,6 +384,11 @@ size_t lb_consumer_rewind_due(struct lb_consumer *c, lb_rewind_fn fn, void *ctx)
     return lb_offsets_rewind_due(c->offsets, lb_monotonic_ms(), rewind_one, &r);
 }
 
+void lb_consumer_set_floor(struct lb_consumer *c, lb_offsets_floor_fn floor, void *ctx)
+{
+    lb_offsets_set_floor(c->offsets, floor, ctx);
+}
+
 int lb_consumer_is_held(const struct lb_consumer *c, const char *topic, int32_t partition)
 {
     return lb_offsets_is_held(c->offsets, topic, partition);

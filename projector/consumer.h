@@ -67,6 +67,10 @@ int lb_consumer_fatal(const struct lb_consumer *consumer);
 int lb_consumer_settle(struct lb_consumer *consumer, const rd_kafka_message_t *msg,
                        enum lb_hold_reason reason);
 
+/* What each partition's commit must stay at or below besides its holds
+ * (offsets.h lb_offsets_set_floor). */
+void lb_consumer_set_floor(struct lb_consumer *consumer, lb_offsets_floor_fn floor, void *ctx);
+
 /* Whether the partition is held (its records polled now will be read again). */
 int lb_consumer_is_held(const struct lb_consumer *consumer, const char *topic, int32_t partition);
 

@@ -250,6 +250,11 @@ static void forget_committed(void *ctx, const struct lb_partition_progress *pp)
         lb_dlq_forget_below(ctx, pp->topic, pp->partition, pp->committed);
 }
 
+static int64_t tops_floor(void *tops, const char *topic, int32_t partition)
+{
+    return lb_tops_floor(tops, topic, partition);
+}
+
 static void count_held(void *ctx, const struct lb_partition_progress *pp)
 {
     *(size_t *)ctx += pp->hold >= 0;
@@ -498,7 +503,8 @@ static void render_partitions(struct daemon *d, struct lb_text *t)
     gauge(t, "lb_partition_held",
           "1 while the partition's commits stop at a record that is not durable yet, by reason: "
           "redis (Redis failing), board (a board needs an operator), dlq (the dead-letter topic "
-          "failing), registry (the schema registry not answering), stopping.");
+          "failing), registry (the schema registry not answering), top (a split board's merged "
+          "top does not show it yet), stopping.");
     lb_consumer_progress(d->consumer, progress_series, &pg);
     gauge(t, "lb_partitions_held", "Assigned partitions whose commits are held.");
     lb_text_printf(t, "lb_partitions_held %d\n", pg.held);
@@ -1021,6 +1027,8 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
         goto done;
     }
     LB_INFO("daemon", "consuming %zu topic(s) as group '%s'", config->ntopics, config->group);
+    if (d.engine->tops) /* a record is committed once the merged tops show it */
+        lb_consumer_set_floor(d.consumer, tops_floor, d.engine->tops);
     d.last_commit_ms = lb_monotonic_ms();
     if (d.engine->rebuild)
         lb_rebuild_sweep(d.engine->rebuild);
@@ -1060,6 +1068,12 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
     while (inflight_batch(&d) && status == LB_EXIT_OK)
         if (complete_inflight(&d, 0) != 0)
             status = LB_EXIT_RUNTIME;
+    /* merged tops of what this pod wrote: their records' commit waits */
+    if (d.engine->tops && lb_tops_drain(d.engine->tops, lb_monotonic_ms() + 2000))
+        LB_WARN("daemon",
+                "%zu merged top(s) of split boards not refreshed at shutdown: the records "
+                "that changed them are not committed, and are read again after a restart",
+                lb_tops_pending(d.engine->tops));
     size_t held = 0;
     lb_consumer_progress(d.consumer, count_held, &held);
     if (status == LB_EXIT_OK && (d.drain_cut || held)) {
@@ -1075,12 +1089,6 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
                     "offset on are read again after a restart",
                     held);
     }
-    /* merged tops of what this pod wrote: no other pod knows they changed */
-    if (d.engine->tops && lb_tops_drain(d.engine->tops, lb_monotonic_ms() + 2000))
-        LB_WARN("daemon",
-                "%zu merged top(s) of split boards not refreshed at shutdown: each is "
-                "refreshed by the next write to its window",
-                lb_tops_pending(d.engine->tops));
     LB_INFO("daemon", "stopping: committing durable offsets and leaving the group");
 
 done:

@@ -77,19 +77,27 @@ static void on_applied(void *ctx, const struct lb_plan_view *plan, uint32_t boar
         lb_rebuild_note(e->rebuild, b->id);
     if (!e->tops || !b->profile || b->profile->shards <= 1)
         return;
+    /* its records: their partitions' commits wait for the merged tops */
+    struct lb_tops_gate *gates = malloc((b->nsegments ? b->nsegments : 1) * sizeof(*gates));
+    size_t ngates = 0;
+    for (uint32_t s = b->first_segment; gates && s != LB_PLAN_NONE; s = plan->segments[s].next)
+        gates[ngates++] = (struct lb_tops_gate){
+            plan->segments[s].topic, plan->segments[s].partition, plan->segments[s].first};
     int64_t now = lb_monotonic_ms();
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = plan->keys[k].next_key) {
         const struct lb_plan_key *key = &plan->keys[k];
         char name[LB_WINDOW_NAME_MAX];
         size_t len = lb_window_name(&b->profile->windows[key->window], key->window_id,
                                     key->custom_value, name, sizeof(name));
-        if (len && lb_tops_note(e->tops, b->base, b->profile, (struct lb_str){name, (uint32_t)len},
-                                now) != 0)
+        if (len &&
+            (!gates || lb_tops_note(e->tops, b->base, b->profile,
+                                    (struct lb_str){name, (uint32_t)len}, gates, ngates, now) != 0))
             LB_WARN("tops",
                     "out of memory: window '%s' of board '%.*s' is left out of its "
                     "merged top until it changes again",
                     name, (int)b->base.len, b->base.ptr);
     }
+    free(gates);
 }
 
 struct lb_engine *lb_engine_open(const struct lb_config *config,

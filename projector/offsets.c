@@ -29,6 +29,8 @@ struct lb_offsets {
     size_t count, cap, last;
     uint64_t bound;
     int64_t min_ms, max_ms;
+    lb_offsets_floor_fn floor;
+    void *floor_ctx;
 };
 
 const char *lb_hold_reason_name(enum lb_hold_reason reason)
@@ -36,6 +38,7 @@ const char *lb_hold_reason_name(enum lb_hold_reason reason)
     static const char *const names[LB_HOLD__COUNT] = {
         [LB_HOLD_NONE] = "none", [LB_HOLD_REDIS] = "redis",       [LB_HOLD_BOARD] = "board",
         [LB_HOLD_DLQ] = "dlq",   [LB_HOLD_STOPPING] = "stopping", [LB_HOLD_REGISTRY] = "registry",
+        [LB_HOLD_TOP] = "top",
     };
     return reason >= 0 && reason < LB_HOLD__COUNT ? names[reason] : "?";
 }
@@ -185,6 +188,19 @@ size_t lb_offsets_rewind_due(struct lb_offsets *o, int64_t mono_ms,
     return due;
 }
 
+void lb_offsets_set_floor(struct lb_offsets *o, lb_offsets_floor_fn floor, void *ctx)
+{
+    o->floor = floor;
+    o->floor_ctx = ctx;
+}
+
+/* The partition's floor when it is below its next offset, else -1. */
+static int64_t floor_below(const struct lb_offsets *o, const struct part *p)
+{
+    int64_t floor = o->floor && p->next >= 0 ? o->floor(o->floor_ctx, p->topic, p->partition) : -1;
+    return floor >= 0 && floor < p->next ? floor : -1;
+}
+
 size_t lb_offsets_to_commit(struct lb_offsets *o,
                             void (*each)(void *ctx, const char *topic, int32_t partition,
                                          int64_t offset),
@@ -193,10 +209,11 @@ size_t lb_offsets_to_commit(struct lb_offsets *o,
     size_t n = 0;
     for (size_t i = 0; i < o->count; i++) {
         struct part *p = &o->parts[i];
-        if (p->next < 0 || p->next <= p->sent)
+        int64_t floor = floor_below(o, p), next = floor >= 0 ? floor : p->next;
+        if (next < 0 || next <= p->sent)
             continue;
-        p->sent = p->next;
-        each(ctx, p->topic, p->partition, p->next);
+        p->sent = next;
+        each(ctx, p->topic, p->partition, next);
         n++;
     }
     return n;
@@ -225,14 +242,19 @@ void lb_offsets_each(const struct lb_offsets *o,
 {
     for (size_t i = 0; i < o->count; i++) {
         const struct part *p = &o->parts[i];
+        /* a hold is shown first (an operator may have to act); a floor
+         * when nothing else stops the commit */
+        int64_t floor = p->stalled ? -1 : floor_below(o, p);
         struct lb_partition_progress pp = {.topic = p->topic,
                                            .partition = p->partition,
                                            .committed = p->committed,
                                            .committed_wall_ms = p->committed_wall_ms,
                                            .next = p->next,
                                            .high_at_assign = p->high_at_assign,
-                                           .hold = p->stalled ? p->last_hold : -1,
-                                           .reason = p->stalled,
+                                           .hold = floor >= 0   ? floor
+                                                   : p->stalled ? p->last_hold
+                                                                : -1,
+                                           .reason = floor >= 0 ? LB_HOLD_TOP : p->stalled,
                                            .waiting = p->waiting,
                                            .paused = p->paused};
         each(ctx, &pp);

@@ -31,6 +31,8 @@ enum lb_hold_reason {
     LB_HOLD_DLQ,      /* a rejected record is not (yet) in the dead-letter topic */
     LB_HOLD_STOPPING, /* the projector stopped before the record was done */
     LB_HOLD_REGISTRY, /* its writer schema is in the schema registry, which gave no answer */
+    LB_HOLD_TOP,      /* a split board's merged top does not show it yet (the floor below:
+                       * reported when no other hold is, never rewound) */
     LB_HOLD__COUNT
 };
 
@@ -94,8 +96,15 @@ size_t lb_offsets_rewind_due(struct lb_offsets *offsets, int64_t mono_ms,
                                             int was_paused),
                              void *ctx);
 
-/* Calls 'each' for every partition whose next offset is past what was
- * last committed (or sent for commit): what to commit now. Marks them sent. */
+/* What a partition's commit must stay at or below besides its holds, or
+ * -1: the first record a split board's merged top does not show yet
+ * (lb_tops_floor). Asked at each commit and for the progress. */
+typedef int64_t (*lb_offsets_floor_fn)(void *ctx, const char *topic, int32_t partition);
+void lb_offsets_set_floor(struct lb_offsets *offsets, lb_offsets_floor_fn floor, void *ctx);
+
+/* Calls 'each' for every partition whose next offset (at most its floor)
+ * is past what was last committed (or sent for commit): what to commit
+ * now. Marks them sent. */
 size_t lb_offsets_to_commit(struct lb_offsets *offsets,
                             void (*each)(void *ctx, const char *topic, int32_t partition,
                                          int64_t offset),

@@ -15,14 +15,23 @@
 
 static const double staleness_bounds[] = {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30};
 
+/* Records of a partition waiting for a window's merged top. */
+struct gate {
+    uint32_t topic; /* in lb_tops.topics */
+    int32_t partition;
+    int64_t offset; /* the first */
+};
+
 /* A noted (board, window); 'since' 0 once its top is current. */
 struct window {
     char *board, *name;
     size_t blen, nlen;
     const struct lb_profile *profile;
-    int64_t since;   /* the oldest change not yet in the merged top */
-    int64_t due;     /* when to refresh it */
-    int64_t touched; /* the last note: windows idle long are forgotten */
+    int64_t since;      /* the oldest change not yet in the merged top */
+    int64_t due;        /* when to refresh it */
+    int64_t touched;    /* the last note: windows idle long are forgotten */
+    struct gate *gates; /* the records the merged top does not show yet */
+    uint32_t ngates, gates_cap;
 };
 
 struct lb_tops {
@@ -34,6 +43,8 @@ struct lb_tops {
     uint32_t *index; /* open addressing: 1 + a window's place, 0 empty */
     size_t index_cap;
     size_t pending;
+    char **topics; /* the gates' topics */
+    uint32_t ntopics;
     struct lb_tops_stats stats;
     struct lb_ratelimit failed_said;
 };
@@ -61,8 +72,12 @@ void lb_tops_free(struct lb_tops *t)
     for (size_t i = 0; i < t->count; i++) {
         free(t->windows[i].board);
         free(t->windows[i].name);
+        free(t->windows[i].gates);
     }
     free(t->windows);
+    for (uint32_t i = 0; i < t->ntopics; i++)
+        free(t->topics[i]);
+    free(t->topics);
     free(t->index);
     lb_cluster_free(t->cluster);
     free(t);
@@ -106,6 +121,7 @@ static int reindex(struct lb_tops *t, size_t cap, int64_t now_ms)
         if (!w->since && now_ms - w->touched > 600000) {
             free(w->board);
             free(w->name);
+            free(w->gates);
             continue;
         }
         t->windows[kept] = *w;
@@ -115,8 +131,50 @@ static int reindex(struct lb_tops *t, size_t cap, int64_t now_ms)
     return 0;
 }
 
+/* The index of 'topic' in t->topics, added if new; -1 out of memory. */
+static int64_t topic_index(struct lb_tops *t, const char *topic)
+{
+    for (uint32_t i = 0; i < t->ntopics; i++)
+        if (strcmp(t->topics[i], topic) == 0)
+            return i;
+    char **more = realloc(t->topics, (t->ntopics + 1) * sizeof(*more));
+    if (!more)
+        return -1;
+    t->topics = more;
+    if (!(t->topics[t->ntopics] = strdup(topic)))
+        return -1;
+    return t->ntopics++;
+}
+
+/* Adds 'g' to the window's gates: a partition's lowest offset. */
+static int gate_add(struct lb_tops *t, struct window *w, const struct lb_tops_gate *g)
+{
+    int64_t topic = topic_index(t, g->topic);
+    if (topic < 0)
+        return -1;
+    for (uint32_t i = 0; i < w->ngates; i++) {
+        struct gate *have = &w->gates[i];
+        if (have->topic == topic && have->partition == g->partition) {
+            if (g->offset < have->offset)
+                have->offset = g->offset;
+            return 0;
+        }
+    }
+    if (w->ngates == w->gates_cap) {
+        uint32_t cap = w->gates_cap ? 2 * w->gates_cap : 4;
+        struct gate *more = realloc(w->gates, cap * sizeof(*more));
+        if (!more)
+            return -1;
+        w->gates = more;
+        w->gates_cap = cap;
+    }
+    w->gates[w->ngates++] = (struct gate){(uint32_t)topic, g->partition, g->offset};
+    return 0;
+}
+
 int lb_tops_note(struct lb_tops *t, struct lb_str board, const struct lb_profile *profile,
-                 struct lb_str name, int64_t now_ms)
+                 struct lb_str name, const struct lb_tops_gate *gates, size_t ngates,
+                 int64_t now_ms)
 {
     if ((t->count + 1) * 2 > t->index_cap &&
         reindex(t, t->index_cap ? t->index_cap * 2 : 64, now_ms) != 0)
@@ -155,6 +213,9 @@ int lb_tops_note(struct lb_tops *t, struct lb_str board, const struct lb_profile
         w->due = now_ms + profile->staleness_ms / 4;
         t->pending++;
     }
+    for (size_t i = 0; i < ngates; i++)
+        if (gate_add(t, w, &gates[i]) != 0)
+            return -1;
     return 0;
 }
 
@@ -377,6 +438,7 @@ static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
             t->stats.refreshed++;
             lb_histogram_observe(&t->stats.staleness, (double)(lb_monotonic_ms() - since) / 1000.0);
             w->since = 0;
+            w->ngates = 0; /* what they changed is in the merged top */
         }
         t->stats.stale += rc == 1;
     } else if (is_answer(reply, "busy")) {
@@ -434,7 +496,7 @@ int lb_tops_note_known(struct lb_tops *t, struct lb_str board, const struct lb_p
         const redisReply *f = reply->element[i];
         if (f->type == REDIS_REPLY_STRING && f->len > 2 && memcmp(f->str, "g:", 2) == 0)
             rc = lb_tops_note(t, board, profile, (struct lb_str){f->str + 2, (uint32_t)f->len - 2},
-                              now_ms);
+                              NULL, 0, now_ms);
     }
     freeReplyObject(reply);
     return rc;
@@ -443,6 +505,22 @@ int lb_tops_note_known(struct lb_tops *t, struct lb_str board, const struct lb_p
 size_t lb_tops_pending(const struct lb_tops *t)
 {
     return t->pending;
+}
+
+int64_t lb_tops_floor(const struct lb_tops *t, const char *topic, int32_t partition)
+{
+    uint32_t k = 0;
+    while (k < t->ntopics && strcmp(t->topics[k], topic) != 0)
+        k++;
+    int64_t floor = -1;
+    for (size_t i = 0; i < t->count && k < t->ntopics; i++) {
+        const struct window *w = &t->windows[i];
+        for (uint32_t g = 0; g < w->ngates; g++)
+            if (w->gates[g].topic == k && w->gates[g].partition == partition &&
+                (floor < 0 || w->gates[g].offset < floor))
+                floor = w->gates[g].offset;
+    }
+    return floor;
 }
 
 int64_t lb_tops_next_due(const struct lb_tops *t)

@@ -24,6 +24,12 @@
  * window whose lease another refresher holds, or whose refresh failed,
  * stays noted and is tried again: a refresh that started after a change
  * always shows it.
+ *
+ * A note carries the records that made the change (per partition, the
+ * first offset): until the window's merged top shows them, their
+ * partitions' commits stay below them (lb_tops_floor). A pod killed
+ * between an apply and the refresh thus leaves the records uncommitted,
+ * and whoever reads them again notes the window again.
  */
 #ifndef LB_TOPS_H
 #define LB_TOPS_H
@@ -60,10 +66,25 @@ struct lb_tops;
 struct lb_tops *lb_tops_new(const struct lb_tops_options *options);
 void lb_tops_free(struct lb_tops *tops);
 
+/* Records that changed a window: their partition's commit waits for the
+ * merged top (lb_tops_floor). */
+struct lb_tops_gate {
+    const char *topic; /* copied */
+    int32_t partition;
+    int64_t offset; /* the first of them */
+};
+
 /* Window 'window' ("daily:2026-05-04") of split board 'board' changed at
- * 'now_ms' (monotonic). Returns 0, or -1 when out of memory. */
+ * 'now_ms' (monotonic) by the records 'gates' (none: replay, which commits
+ * nothing). Returns 0, or -1 when out of memory. */
 int lb_tops_note(struct lb_tops *tops, struct lb_str board, const struct lb_profile *profile,
-                 struct lb_str window, int64_t now_ms);
+                 struct lb_str window, const struct lb_tops_gate *gates, size_t ngates,
+                 int64_t now_ms);
+
+/* The lowest offset of the partition that changed a window whose merged
+ * top does not show it yet: what its commit must stay at or below; -1
+ * when none waits. */
+int64_t lb_tops_floor(const struct lb_tops *tops, const char *topic, int32_t partition);
 
 /* Refreshes the noted windows that are due at 'now_ms'; returns the
  * windows still noted. */

@@ -168,7 +168,7 @@ static void note_windows(struct selection *sel, const struct lb_event *ev,
         char name[LB_WINDOW_NAME_MAX];
         size_t n = lb_window_name(window, span.id, value, name, sizeof(name));
         if (n && lb_tops_note(sel->tops, ev->board, profile, (struct lb_str){name, (uint32_t)n},
-                              lb_monotonic_ms()) != 0)
+                              NULL, 0, lb_monotonic_ms()) != 0)
             LB_WARN("replay",
                     "out of memory: the merged top of window '%s' of board '%.*s' is "
                     "not refreshed",

@@ -114,6 +114,7 @@ table=$(
 2|3|err|^lbread: unknown option '--bogus'|lbread --config @ok@ --board g1 --bogus
 2|3|err|^lbread: --top wants a number from 1 to 100000, not 'all'|lbread --config @ok@ --board g1 --top all
 2|3|err|^lbread: --shards lists where the board lives: it takes no --around \(see lbread --help\)$|lbread --config @ok@ --board g1 --shards --around p1
+2|3|err|^lbread: --shards lists where the board lives: it takes no --window \(see lbread --help\)$|lbread --config @ok@ --board g1 --window alltime --shards
 2|3|err|^lbread: --window 'hourly': there is no window kind 'hourly'; the kinds are alltime, daily, weekly, monthly and custom .*windows of board 'g1' \(profile 'default'\) are alltime, daily:YYYY-MM-DD, weekly:YYYY-Www$|lbread --config @ok@ --board g1 --window hourly
 2|3|err|^lbread: --window 'daily:2026-05-04': board 'ach:1' \(profile 'points'\) has no daily windows; it has alltime, season:VALUE$|lbread --config @ok@ --board ach:1 --window daily:2026-05-04
 2|3|err|^lbread: --window 'weekly:2025-W53': weekly windows are written weekly:YYYY-Www|lbread --config @ok@ --board g1 --window weekly:2025-W53

@@ -13,7 +13,8 @@
 #   - a board's shards are spread over the 3 masters.
 # Steps: a first stream; a pod SIGKILLed mid-stream; a master killed under
 # load (its replica promoted); one shard of a board lost and rebuilt by
-# replay --slots beside the running pods, then a whole board by --board.
+# replay --slots beside the running pods, then a whole board by --board; a
+# pod killed while its records wait for a merged top it cannot refresh.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -190,6 +191,33 @@ grep -Eq '3 of 3 board\(s\) rebuilt' "$T_DIR/replay-board.out" ||
     fail "replay --board ha-2 did not rebuild its 3 shards: $(tail -n 2 "$T_DIR/replay-board.out")"
 check_all
 ranks_exact ha-2 alltime
+
+# 6. a pod killed after applying records and before its merged tops show
+#    them. Staged wide: the lease of hot-0's alltime top is another
+#    refresher's for 12 s more (one that went away holding it), so the pod
+#    cannot refresh that window; its partitions' commits must stay below
+#    the records that changed it. Killed then, the records are read again
+#    by the next pod, which refreshes the top once the lease has run out.
+tops_port=$(key_port "lb:{hot-0}:~tops")
+redis_cli "$tops_port" HSET "lb:{hot-0}:~tops" h:alltime gone u:alltime \
+    "$(($(date +%s%3N) + 12000))" >/dev/null
+produce -n 3000 --seed 806 "${gen[@]}"
+sleep 4 # applied, and committed at 1 s intervals as far as it may
+c1=$(GROUP=lb-split committed_offsets)
+sleep 2
+c2=$(GROUP=lb-split committed_offsets)
+[[ $c1 == "$c2" ]] || fail "commits still moved 4 s after the stream: $c1 -> $c2"
+below=$(awk '{ c = ($2 == "-") ? 0 : $2 } c < $3 { n++ } END { print n + 0 }' <<<"$c2")
+((below > 0)) || fail "every partition committed its end: the records of hot-0 do not wait for its top"
+metrics_scrape "$METRICS_URL" "$T_DIR/m-6"
+waiting=$(awk '$1 ~ /^lb_partition_held\{.*reason="top"\}$/ { s += $2 } END { print s + 0 }' "$T_DIR/m-6")
+((waiting == below)) ||
+    fail "metrics say $waiting partition(s) wait for a merged top, the offsets $below: $c2"
+PROJECTOR_PID=$pod_split GROUP=lb-split kill_mid_stream
+start_projector split3 "$T_DIR/split.yaml"
+pod_split=$PROJECTOR_PID
+check_all
+ok "a pod killed before its merged tops showed its records: $below partition(s) had waited; exact"
 
 # the merged tops' staleness, as the pod measured it
 metrics_scrape "$METRICS_URL" "$T_DIR/metrics"

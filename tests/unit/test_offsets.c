@@ -198,6 +198,70 @@ static void progress_shows_the_commit_and_the_hold_with_its_reason(void **state)
     lb_offsets_free(o);
 }
 
+static int64_t floor_of(void *ctx, const char *topic, int32_t partition)
+{
+    const int64_t *floors = ctx; /* per partition of topic "s" */
+    return strcmp(topic, "s") == 0 ? floors[partition] : -1;
+}
+
+/* A floor (the merged tops: tops.h) keeps the commit at or below it, and
+ * shows as a hold for "top" while it is below the next offset; once it
+ * lifts, the rest is committed. */
+static void a_floor_keeps_the_commit_at_or_below_it(void **state)
+{
+    (void)state;
+    struct lb_offsets *o = lb_offsets_new(10, 100, 5000);
+    int64_t floors[2] = {-1, -1};
+    struct lb_partition_progress pp;
+    lb_offsets_set_floor(o, floor_of, floors);
+    lb_offsets_assign(o, "s", 0, 10, -1, 1000);
+    lb_offsets_assign(o, "s", 1, 0, -1, 1000);
+    floors[0] = 12; /* records 12.. changed a window whose top is not written */
+    for (int64_t off = 10; off < 15; off++)
+        lb_offsets_settle(o, "s", 0, off, LB_HOLD_NONE, 0);
+    lb_offsets_settle(o, "s", 1, 0, LB_HOLD_NONE, 0);
+    struct commits c = commit(o);
+    assert_int_equal(c.n, 2);
+    assert_int_equal(c.offset[0], 12);
+    assert_int_equal(c.offset[1], 1);
+    lb_offsets_commit_result(o, "s", 0, 12, 1, 2000);
+    lb_offsets_each(o, seen, &pp); /* the last partition: 1, not held */
+    assert_int_equal(pp.hold, -1);
+    lb_offsets_revoke(o, "s", 1);
+    lb_offsets_each(o, seen, &pp);
+    assert_int_equal(pp.committed, 12);
+    assert_int_equal(pp.hold, 12);
+    assert_string_equal(lb_hold_reason_name(pp.reason), "top");
+    assert_int_equal(commit(o).n, 0); /* nothing more while the floor stays */
+    floors[0] = -1;                   /* the top is written */
+    c = commit(o);
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.offset[0], 15);
+    lb_offsets_each(o, seen, &pp);
+    assert_int_equal(pp.hold, -1);
+    /* record 15 waits for a top and 16 fails: the hold is what shows */
+    floors[0] = 15;
+    lb_offsets_settle(o, "s", 0, 15, LB_HOLD_NONE, 0);
+    lb_offsets_settle(o, "s", 0, 16, LB_HOLD_REDIS, 0);
+    lb_offsets_each(o, seen, &pp);
+    assert_int_equal(pp.hold, 16);
+    assert_int_equal(pp.reason, LB_HOLD_REDIS);
+    assert_int_equal(commit(o).n, 0);
+    lb_offsets_free(o);
+    o = lb_offsets_new(10, 100, 5000);
+    lb_offsets_set_floor(o, floor_of, floors);
+    lb_offsets_assign(o, "s", 0, 15, -1, 1000);
+    /* record 15 waits for a top; a floor at the next offset changes nothing */
+    floors[0] = 15;
+    lb_offsets_settle(o, "s", 0, 15, LB_HOLD_NONE, 0);
+    assert_int_equal(commit(o).n, 0);
+    floors[0] = 16;
+    c = commit(o);
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.offset[0], 16);
+    lb_offsets_free(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -207,6 +271,7 @@ int main(void)
         cmocka_unit_test(a_held_partition_is_read_again_from_its_hold_after_a_growing_back_off),
         cmocka_unit_test(a_refused_commit_is_sent_again_and_an_acknowledged_one_moves_committed),
         cmocka_unit_test(progress_shows_the_commit_and_the_hold_with_its_reason),
+        cmocka_unit_test(a_floor_keeps_the_commit_at_or_below_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,12 +74,21 @@ static void zadd(struct fixture *f, const char *board, uint32_t i, const char *m
     freeReplyObject(redis_server_command(f->redis, "ZADD %s %d %s", key, score, member));
 }
 
-static void note(struct fixture *f, const char *board)
+/* Window alltime of 'board' changed by records of partition 0 of topic
+ * "s" from 'offset' on (-1: none, as replay notes). */
+static void note_from(struct fixture *f, const char *board, int64_t offset)
 {
     const struct lb_profile *p = lb_config_profile_for(f->config, board, strlen(board));
+    struct lb_tops_gate gate = {"s", 0, offset};
     assert_int_equal(lb_tops_note(f->tops, (struct lb_str){board, (uint32_t)strlen(board)}, p,
-                                  (struct lb_str){"alltime", 7}, lb_monotonic_ms()),
+                                  (struct lb_str){"alltime", 7}, &gate, offset >= 0,
+                                  lb_monotonic_ms()),
                      0);
+}
+
+static void note(struct fixture *f, const char *board)
+{
+    note_from(f, board, -1);
 }
 
 /* The merged top, ZRANGE low to high, as "member=score ..." */
@@ -172,6 +181,35 @@ static void a_lease_held_elsewhere_is_waited_for(void **state)
     assert_string_equal(top, "a=5");
 }
 
+/* The records that changed a window: their partition's commit stays at
+ * their first (the floor) until the window's merged top is written, across
+ * refreshes that fail; windows of two boards, the lower first wins. */
+static void a_commit_waits_until_the_merged_top_shows_its_records(void **state)
+{
+    struct fixture *f = *state;
+    zadd(f, "hb", 0, "a", 5);
+    zadd(f, "ha", 1, "b", 5);
+    assert_int_equal(lb_tops_floor(f->tops, "s", 0), -1);
+    note_from(f, "hb", 120);
+    note_from(f, "hb", 100); /* the same window again: its lowest record */
+    note_from(f, "ha", 110);
+    assert_int_equal(lb_tops_floor(f->tops, "s", 0), 100);
+    assert_int_equal(lb_tops_floor(f->tops, "s", 1), -1);
+    assert_int_equal(lb_tops_floor(f->tops, "t", 0), -1);
+    /* hb's refresh cannot take the lease: its records still wait */
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops h:alltime other "
+                                                   "u:alltime 99999999999999"));
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 300), 1);
+    assert_int_equal(lb_tops_floor(f->tops, "s", 0), 100);
+    freeReplyObject(redis_server_command(f->redis, "HDEL lb:{hb}:~tops h:alltime u:alltime"));
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
+    assert_int_equal(lb_tops_floor(f->tops, "s", 0), -1);
+    assert_int_equal(integer(f, "EXISTS %s", "lb:{hb}:~top:alltime"), 1);
+    /* noted again after its refresh: from the new records on */
+    note_from(f, "ha", 130);
+    assert_int_equal(lb_tops_floor(f->tops, "s", 0), 130);
+}
+
 /* The script's write step for window alltime of board hb as refresher A,
  * snapshot of generation 'gen' expiring at 'at' (-1 never, -2 no shard
  * has the window) with one entry: its answer's first word. */
@@ -254,6 +292,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(the_merged_top_is_one_keys_best, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lease_held_elsewhere_is_waited_for, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_commit_waits_until_the_merged_top_shows_its_records,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(an_older_snapshot_never_overwrites_a_newer_one, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_gone_window_leaves_no_top, setup, teardown),
