@@ -8,6 +8,7 @@
 #include "consumer.h"
 #include "clock.h"
 #include "log.h"
+#include "kafka.h"
 #include "offsets.h"
 
 #include <pthread.h>
@@ -72,6 +73,9 @@ static void track_assignment(struct lb_consumer *c, const rd_kafka_topic_partiti
         if (lb_offsets_assign(c->offsets, tp->topic, tp->partition, committed, high,
                               lb_wall_ms()) != 0)
             c->fatal = 1; /* out of memory: stop rather than commit blindly */
+        else if (committed >= 0)
+            lb_offsets_set_watermark(c->offsets, tp->topic, tp->partition,
+                                     lb_watermark_parse(tp->metadata, tp->metadata_size));
     }
     rd_kafka_topic_partition_list_destroy(list);
 }
@@ -326,11 +330,11 @@ int lb_consumer_fatal(const struct lb_consumer *c)
 }
 
 int lb_consumer_settle(struct lb_consumer *c, const rd_kafka_message_t *msg,
-                       enum lb_hold_reason reason)
+                       enum lb_hold_reason reason, int64_t ts)
 {
     const char *topic = rd_kafka_topic_name(msg->rkt);
     if (!lb_offsets_settle(c->offsets, topic, msg->partition, msg->offset, reason,
-                           lb_monotonic_ms()))
+                           lb_monotonic_ms(), ts))
         return 0;
     lb_log_every(&c->held_said, 5000, reason == LB_HOLD_BOARD ? LB_LOG_ERROR : LB_LOG_WARN, "kafka",
                  "%s [%d] held at offset %lld (%s): nothing past it is committed until it is "
@@ -366,7 +370,7 @@ static void rewind_one(void *ctx, const char *topic, int32_t partition, int64_t 
         LB_WARN("kafka", "seeking %s [%d] to %lld: %s; trying again later", topic, partition,
                 (long long)offset, rd_kafka_error_string(error));
         rd_kafka_error_destroy(error);
-        lb_offsets_settle(r->c->offsets, topic, partition, offset, reason, lb_monotonic_ms());
+        lb_offsets_settle(r->c->offsets, topic, partition, offset, reason, lb_monotonic_ms(), 0);
         if (was_paused)
             lb_offsets_paused(r->c->offsets, topic, partition);
         return;
@@ -401,9 +405,21 @@ void lb_consumer_progress(const struct lb_consumer *c,
     lb_offsets_each(c->offsets, each, ctx);
 }
 
-static void add_commit(void *ctx, const char *topic, int32_t partition, int64_t offset)
+/* Each partition's offset, its event-time watermark as the metadata (sent
+ * because the list goes to rd_kafka_commit itself). */
+static void add_commit(void *ctx, const char *topic, int32_t partition, int64_t offset,
+                       int64_t watermark)
 {
-    rd_kafka_topic_partition_list_add(ctx, topic, partition)->offset = offset;
+    rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(ctx, topic, partition);
+    tp->offset = offset;
+    if (watermark >= 0) {
+        char text[32];
+        size_t len = lb_watermark_format(text, sizeof(text), watermark);
+        if ((tp->metadata = malloc(len)) != NULL) { /* the list frees it */
+            memcpy(tp->metadata, text, len);
+            tp->metadata_size = len;
+        }
+    }
 }
 
 int lb_consumer_commit(struct lb_consumer *c, int async)

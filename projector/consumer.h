@@ -63,9 +63,10 @@ int lb_consumer_fatal(const struct lb_consumer *consumer);
 
 /* Settles one record of a finished batch (records of a partition in offset
  * order): durable (LB_HOLD_NONE) or holding its partition for 'reason'
- * (offsets.h). Returns 1 when it put the partition on hold. */
+ * (offsets.h); 'ts' its event time (0: not an event), for the watermark its
+ * commit carries. Returns 1 when it put the partition on hold. */
 int lb_consumer_settle(struct lb_consumer *consumer, const rd_kafka_message_t *msg,
-                       enum lb_hold_reason reason);
+                       enum lb_hold_reason reason, int64_t ts);
 
 /* What each partition's commit must stay at or below besides its holds
  * (offsets.h lb_offsets_set_floor). */

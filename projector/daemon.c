@@ -250,9 +250,10 @@ static void forget_committed(void *ctx, const struct lb_partition_progress *pp)
         lb_dlq_forget_below(ctx, pp->topic, pp->partition, pp->committed);
 }
 
-static int64_t tops_floor(void *tops, const char *topic, int32_t partition)
+static int64_t tops_floor(void *tops, const char *topic, int32_t partition,
+                          enum lb_hold_reason *why)
 {
-    return lb_tops_floor(tops, topic, partition);
+    return lb_tops_floor(tops, topic, partition, why);
 }
 
 static void count_held(void *ctx, const struct lb_partition_progress *pp)
@@ -504,7 +505,8 @@ static void render_partitions(struct daemon *d, struct lb_text *t)
           "1 while the partition's commits stop at a record that is not durable yet, by reason: "
           "redis (Redis failing), board (a board needs an operator), dlq (the dead-letter topic "
           "failing), registry (the schema registry not answering), top (a split board's merged "
-          "top does not show it yet), stopping.");
+          "top does not show it past its staleness: another refresher holds its lease), "
+          "stopping.");
     lb_consumer_progress(d->consumer, progress_series, &pg);
     gauge(t, "lb_partitions_held", "Assigned partitions whose commits are held.");
     lb_text_printf(t, "lb_partitions_held %d\n", pg.held);
@@ -876,12 +878,14 @@ static enum lb_hold_reason hold_reason(const struct batch *b, size_t i)
 }
 
 /* Settles every record of 'b' with the offset tracker: each partition's
- * commits advance over its durable records up to its first one that is not. */
+ * commits advance over its durable records up to its first one that is not,
+ * their event times moving its watermark. */
 static void settle(struct daemon *d, const struct batch *b)
 {
     for (size_t i = 0; i < b->base.n; i++)
         if (!b->skip[i])
-            lb_consumer_settle(d->consumer, b->base.msgs[i], hold_reason(b, i));
+            lb_consumer_settle(d->consumer, b->base.msgs[i], hold_reason(b, i),
+                               lb_pipeline_event_time(d->engine->pipeline, i));
 }
 
 /* Fetches the writer schemas the batch needs from the registry (what

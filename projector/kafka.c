@@ -394,3 +394,23 @@ rd_kafka_t *lb_kafka_reader(const struct lb_kafka_options *o, const char *group,
                                      .nfixed = sizeof(fixed) / sizeof(fixed[0])};
     return lb_kafka_new(o, &client, err, errlen, NULL);
 }
+
+size_t lb_watermark_format(char *out, size_t cap, int64_t watermark)
+{
+    int n = snprintf(out, cap, "wm=%lld", (long long)watermark);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+int64_t lb_watermark_parse(const void *metadata, size_t len)
+{
+    const char *s = metadata;
+    if (!s || len < 4 || len > 23 || memcmp(s, "wm=", 3) != 0)
+        return -1;
+    int64_t v = 0;
+    for (size_t i = 3; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9' || v > (INT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}

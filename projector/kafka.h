@@ -16,6 +16,7 @@
 
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* A property and the line of the configuration file that set it (0: not
  * from a file, e.g. a tool's -X). */
@@ -96,5 +97,11 @@ const char *lb_kafka_auth_trouble(rd_kafka_t *rk, char *buf, size_t len);
 /* Whether an error is about reaching the brokers (said once, by the
  * consumer's broker state, rather than at every attempt). */
 int lb_kafka_is_transport_error(rd_kafka_resp_err_t err);
+
+/* A commit's metadata carries the partition's event-time watermark
+ * (offsets.h) as "wm=<ms>". Returns its length (without the NUL). */
+size_t lb_watermark_format(char *out, size_t cap, int64_t watermark);
+/* The watermark a commit's metadata carries, or -1 (none, or not ours). */
+int64_t lb_watermark_parse(const void *metadata, size_t len);
 
 #endif

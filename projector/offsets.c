@@ -6,6 +6,7 @@
  */
 #include "offsets.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,8 @@ struct part {
     int paused;
     int64_t backoff_ms, retry_at_ms;
     int64_t last_hold;           /* offset of the last hold, to see progress past it */
+    int64_t wm;                  /* the highest event time below next, or -1 */
+    int64_t wm_sent;             /* the watermark sent with the last commit, or -1 */
     enum lb_hold_reason stalled; /* held, or read again since, and not past it yet */
 };
 
@@ -108,7 +111,16 @@ int lb_offsets_assign(struct lb_offsets *o, const char *topic, int32_t partition
     p->waiting = 0;
     p->paused = 0;
     p->backoff_ms = o->min_ms;
+    p->wm = p->wm_sent = -1;
     return 0;
+}
+
+void lb_offsets_set_watermark(struct lb_offsets *o, const char *topic, int32_t partition,
+                              int64_t watermark)
+{
+    struct part *p = find(o, topic, partition);
+    if (p && watermark > p->wm_sent)
+        p->wm = p->wm_sent = watermark;
 }
 
 void lb_offsets_revoke(struct lb_offsets *o, const char *topic, int32_t partition)
@@ -122,13 +134,15 @@ void lb_offsets_revoke(struct lb_offsets *o, const char *topic, int32_t partitio
 }
 
 int lb_offsets_settle(struct lb_offsets *o, const char *topic, int32_t partition, int64_t offset,
-                      enum lb_hold_reason reason, int64_t mono_ms)
+                      enum lb_hold_reason reason, int64_t mono_ms, int64_t ts)
 {
     struct part *p = find(o, topic, partition);
     if (!p || p->hold >= 0 || (p->next >= 0 && offset < p->next))
         return 0; /* not ours, held already (nothing past a hold counts), or seen */
     if (reason == LB_HOLD_NONE) {
         p->next = offset + 1;
+        if (ts > 0 && ts > p->wm)
+            p->wm = ts;
         if (offset >= p->last_hold) { /* progress past the last hold */
             p->backoff_ms = o->min_ms;
             p->stalled = LB_HOLD_NONE;
@@ -194,26 +208,35 @@ void lb_offsets_set_floor(struct lb_offsets *o, lb_offsets_floor_fn floor, void 
     o->floor_ctx = ctx;
 }
 
-/* The partition's floor when it is below its next offset, else -1. */
-static int64_t floor_below(const struct lb_offsets *o, const struct part *p)
+/* The partition's floor when it is below its next offset, else -1; '*why'
+ * how it shows. */
+static int64_t floor_below(const struct lb_offsets *o, const struct part *p,
+                           enum lb_hold_reason *why)
 {
-    int64_t floor = o->floor && p->next >= 0 ? o->floor(o->floor_ctx, p->topic, p->partition) : -1;
+    *why = LB_HOLD_NONE;
+    int64_t floor =
+        o->floor && p->next >= 0 ? o->floor(o->floor_ctx, p->topic, p->partition, why) : -1;
     return floor >= 0 && floor < p->next ? floor : -1;
 }
 
 size_t lb_offsets_to_commit(struct lb_offsets *o,
                             void (*each)(void *ctx, const char *topic, int32_t partition,
-                                         int64_t offset),
+                                         int64_t offset, int64_t watermark),
                             void *ctx)
 {
     size_t n = 0;
     for (size_t i = 0; i < o->count; i++) {
         struct part *p = &o->parts[i];
-        int64_t floor = floor_below(o, p), next = floor >= 0 ? floor : p->next;
+        enum lb_hold_reason why;
+        int64_t floor = floor_below(o, p, &why), next = floor >= 0 ? floor : p->next;
         if (next < 0 || next <= p->sent)
             continue;
         p->sent = next;
-        each(ctx, p->topic, p->partition, next);
+        /* below next, the highest event time there is not known: the last
+         * one sent is (the watermark never moves back) */
+        if (next == p->next && p->wm > p->wm_sent)
+            p->wm_sent = p->wm;
+        each(ctx, p->topic, p->partition, next, p->wm_sent);
         n++;
     }
     return n;
@@ -243,18 +266,22 @@ void lb_offsets_each(const struct lb_offsets *o,
     for (size_t i = 0; i < o->count; i++) {
         const struct part *p = &o->parts[i];
         /* a hold is shown first (an operator may have to act); a floor
-         * when nothing else stops the commit */
-        int64_t floor = p->stalled ? -1 : floor_below(o, p);
+         * when nothing else stops the commit and it is more than a wait */
+        enum lb_hold_reason why = LB_HOLD_NONE;
+        int64_t floor = p->stalled ? -1 : floor_below(o, p, &why);
+        if (why == LB_HOLD_NONE)
+            floor = -1;
         struct lb_partition_progress pp = {.topic = p->topic,
                                            .partition = p->partition,
                                            .committed = p->committed,
                                            .committed_wall_ms = p->committed_wall_ms,
                                            .next = p->next,
                                            .high_at_assign = p->high_at_assign,
+                                           .watermark = p->wm_sent,
                                            .hold = floor >= 0   ? floor
                                                    : p->stalled ? p->last_hold
                                                                 : -1,
-                                           .reason = floor >= 0 ? LB_HOLD_TOP : p->stalled,
+                                           .reason = floor >= 0 ? why : p->stalled,
                                            .waiting = p->waiting,
                                            .paused = p->paused};
         each(ctx, &pp);

@@ -13,6 +13,11 @@
  * a *rewind*: the consumer seeks it back to the held offset and reads it
  * again, which retries everything that was pending, in order.
  *
+ * Each commit also carries the partition's *event-time watermark*: the
+ * highest event time (ts) among the records below the committed offset,
+ * in the commit's metadata (kafka.h lb_watermark_format). It never moves back; a
+ * commit held below the next offset by a floor carries the last one sent.
+ *
  * Pure bookkeeping: no Kafka calls, no clock (callers pass the time), so the
  * rules are unit-tested without a broker. Not thread-safe; the consumer's
  * thread owns it.
@@ -31,8 +36,8 @@ enum lb_hold_reason {
     LB_HOLD_DLQ,      /* a rejected record is not (yet) in the dead-letter topic */
     LB_HOLD_STOPPING, /* the projector stopped before the record was done */
     LB_HOLD_REGISTRY, /* its writer schema is in the schema registry, which gave no answer */
-    LB_HOLD_TOP,      /* a split board's merged top does not show it yet (the floor below:
-                       * reported when no other hold is, never rewound) */
+    LB_HOLD_TOP,      /* a split board's merged top does not show it yet, past its staleness
+                       * (the floor below: reported when no other hold is, never rewound) */
     LB_HOLD__COUNT
 };
 
@@ -46,6 +51,7 @@ struct lb_partition_progress {
     int64_t committed_wall_ms; /* when it last moved (or was first known) */
     int64_t next;              /* what the next commit will send; -1: nothing yet */
     int64_t high_at_assign;    /* the high watermark when assigned, or -1 */
+    int64_t watermark;         /* the event-time watermark sent with the last commit, or -1 */
     /* The held offset (or -1) and why: from the hold until a durable record
      * at or past it is settled, rewinds in between included. */
     int64_t hold;
@@ -67,14 +73,20 @@ void lb_offsets_free(struct lb_offsets *offsets);
  * or -1 when out of memory. */
 int lb_offsets_assign(struct lb_offsets *offsets, const char *topic, int32_t partition,
                       int64_t committed, int64_t high, int64_t wall_ms);
+/* The event-time watermark the group's commit of the partition carried
+ * (read back at the assignment): where its watermark starts. */
+void lb_offsets_set_watermark(struct lb_offsets *offsets, const char *topic, int32_t partition,
+                              int64_t watermark);
+
 /* A partition was revoked: forgotten. */
 void lb_offsets_revoke(struct lb_offsets *offsets, const char *topic, int32_t partition);
 
 /* A record of a finished batch, in offset order within its partition:
- * 'reason' LB_HOLD_NONE when it is durable. Returns 1 when it put the
- * partition on hold (it was not held before), else 0. */
+ * 'reason' LB_HOLD_NONE when it is durable; 'ts' its event time (0: none,
+ * not an event). Returns 1 when it put the partition on hold (it was not
+ * held before), else 0. */
 int lb_offsets_settle(struct lb_offsets *offsets, const char *topic, int32_t partition,
-                      int64_t offset, enum lb_hold_reason reason, int64_t mono_ms);
+                      int64_t offset, enum lb_hold_reason reason, int64_t mono_ms, int64_t ts);
 
 /* A record was polled. Returns 1 when its partition is held and has now
  * passed the bound: the caller pauses it (and calls lb_offsets_paused). */
@@ -98,16 +110,18 @@ size_t lb_offsets_rewind_due(struct lb_offsets *offsets, int64_t mono_ms,
 
 /* What a partition's commit must stay at or below besides its holds, or
  * -1: the first record a split board's merged top does not show yet
- * (lb_tops_floor). Asked at each commit and for the progress. */
-typedef int64_t (*lb_offsets_floor_fn)(void *ctx, const char *topic, int32_t partition);
+ * (lb_tops_floor). Asked at each commit and for the progress, which shows
+ * it as a hold for '*why' (LB_HOLD_NONE: not shown, a wait as usual). */
+typedef int64_t (*lb_offsets_floor_fn)(void *ctx, const char *topic, int32_t partition,
+                                       enum lb_hold_reason *why);
 void lb_offsets_set_floor(struct lb_offsets *offsets, lb_offsets_floor_fn floor, void *ctx);
 
 /* Calls 'each' for every partition whose next offset (at most its floor)
  * is past what was last committed (or sent for commit): what to commit
- * now. Marks them sent. */
+ * now, with its event-time watermark (-1: none yet). Marks them sent. */
 size_t lb_offsets_to_commit(struct lb_offsets *offsets,
                             void (*each)(void *ctx, const char *topic, int32_t partition,
-                                         int64_t offset),
+                                         int64_t offset, int64_t watermark),
                             void *ctx);
 
 /* The broker acknowledged (ok) or refused a commit of 'offset'. A refused

@@ -109,8 +109,9 @@ struct lb_pipeline {
     struct lb_cluster *own;         /* the second, created by lb_pipeline_overlap */
     int own_mapped;                 /* it was asked for the slot map (at the first send) */
     struct slot slots[2];
-    int prepared; /* slot planned but not sent, or -1 */
-    int inflight; /* slot sent but not completed, or -1 */
+    int prepared;  /* slot planned but not sent, or -1 */
+    int inflight;  /* slot sent but not completed, or -1 */
+    int completed; /* the slot completed last, or -1 */
     struct lb_pipeline_stats stats;
     struct lb_pipeline_failure failure;
     uint64_t jitter;
@@ -153,7 +154,7 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
     p->decoder = decoder;
     p->clusters[0] = p->clusters[1] = cluster;
     p->jitter = 0x9e3779b97f4a7c15u;
-    p->prepared = p->inflight = -1;
+    p->prepared = p->inflight = p->completed = -1;
     lb_histogram_init(&p->stats.visible, lb_latency_bounds, lb_latency_nbounds);
     for (int i = 0; i < 2; i++) {
         lb_arena_init(&p->slots[i].arena, 1 << 16);
@@ -1054,8 +1055,15 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
             freeReplyObject(slot->requests[k].reply);
             slot->requests[k].reply = NULL;
         }
+    p->completed = p->inflight;
     p->inflight = -1;
     return gave_up < 0 ? -1 : all ? 0 : 1;
+}
+
+int64_t lb_pipeline_event_time(const struct lb_pipeline *p, size_t i)
+{
+    const struct slot *slot = p->completed >= 0 ? &p->slots[p->completed] : NULL;
+    return slot && i < slot->count ? slot->ts[i] : 0;
 }
 
 int lb_pipeline_run(struct lb_pipeline *p, const struct lb_record *records, size_t count,

@@ -149,6 +149,10 @@ void lb_pipeline_send(struct lb_pipeline *pipeline);
 int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *state, lb_pipeline_wait_fn wait,
                          void *ctx);
 
+/* The event time of record 'i' of the batch completed last (0: not an
+ * event that could be projected); valid until the next prepare. */
+int64_t lb_pipeline_event_time(const struct lb_pipeline *pipeline, size_t i);
+
 /* The caller will read 'topic'/'partition' again from its held offset: its
  * held pairs are forgotten, so the events read again are written. Call it
  * after the last batch read before the rewind was sent, and before the first

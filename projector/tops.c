@@ -32,6 +32,10 @@ struct window {
     int64_t touched;    /* the last note: windows idle long are forgotten */
     struct gate *gates; /* the records the merged top does not show yet */
     uint32_t ngates, gates_cap;
+    /* why its last refresh did not write the top: redis (failed), board
+     * (refused: an operator must fix a key or the ACL), top (another
+     * refresher's lease); none (not tried yet, or a newer snapshot won) */
+    enum lb_hold_reason failed;
 };
 
 struct lb_tops {
@@ -427,13 +431,17 @@ static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
     redisReply *reply = top_step(t, w, "take", NULL, NULL, 0);
     if (!reply) {
         t->stats.failures++;
+        w->failed = LB_HOLD_REDIS;
         w->due = now_ms + LB_TOPS_RETRY_MS;
         return 1;
     }
     /* the refresh is synchronous: no change is noted while it reads */
     int rc = 1;
+    w->failed = LB_HOLD_NONE;
     if (is_answer(reply, "go") && reply->elements > 1) {
         rc = read_and_write(t, w, reply->element[1]->str);
+        if (rc < 0)
+            w->failed = LB_HOLD_REDIS;
         if (rc == 0) {
             t->stats.refreshed++;
             lb_histogram_observe(&t->stats.staleness, (double)(lb_monotonic_ms() - since) / 1000.0);
@@ -443,8 +451,10 @@ static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
         t->stats.stale += rc == 1;
     } else if (is_answer(reply, "busy")) {
         t->stats.busy++;
+        w->failed = LB_HOLD_TOP;
     } else {
         t->stats.failures++;
+        w->failed = LB_HOLD_BOARD;
         refused(t, w, reply);
     }
     freeReplyObject(reply);
@@ -507,18 +517,27 @@ size_t lb_tops_pending(const struct lb_tops *t)
     return t->pending;
 }
 
-int64_t lb_tops_floor(const struct lb_tops *t, const char *topic, int32_t partition)
+int64_t lb_tops_floor(const struct lb_tops *t, const char *topic, int32_t partition,
+                      enum lb_hold_reason *why)
 {
     uint32_t k = 0;
     while (k < t->ntopics && strcmp(t->topics[k], topic) != 0)
         k++;
-    int64_t floor = -1;
+    int64_t floor = -1, now = lb_monotonic_ms();
+    *why = LB_HOLD_NONE;
     for (size_t i = 0; i < t->count && k < t->ntopics; i++) {
         const struct window *w = &t->windows[i];
-        for (uint32_t g = 0; g < w->ngates; g++)
-            if (w->gates[g].topic == k && w->gates[g].partition == partition &&
-                (floor < 0 || w->gates[g].offset < floor))
+        for (uint32_t g = 0; g < w->ngates; g++) {
+            if (w->gates[g].topic != k || w->gates[g].partition != partition)
+                continue;
+            if (floor < 0 || w->gates[g].offset < floor)
                 floor = w->gates[g].offset;
+            /* past its staleness: why its last refresh did not write it
+             * (a failure first) */
+            if (w->failed && now - w->since > w->profile->staleness_ms &&
+                (*why == LB_HOLD_NONE || *why == LB_HOLD_TOP))
+                *why = w->failed;
+        }
     }
     return floor;
 }

@@ -38,6 +38,7 @@
 #include "config.h"
 #include "event.h"
 #include "metrics.h"
+#include "offsets.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -83,8 +84,12 @@ int lb_tops_note(struct lb_tops *tops, struct lb_str board, const struct lb_prof
 
 /* The lowest offset of the partition that changed a window whose merged
  * top does not show it yet: what its commit must stay at or below; -1
- * when none waits. */
-int64_t lb_tops_floor(const struct lb_tops *tops, const char *topic, int32_t partition);
+ * when none waits. '*why', for such a window past its staleness, is why
+ * its last refresh did not write it: LB_HOLD_REDIS (failed), LB_HOLD_BOARD
+ * (a key or the ACL refused), LB_HOLD_TOP (another refresher's lease);
+ * otherwise LB_HOLD_NONE (waiting as usual). */
+int64_t lb_tops_floor(const struct lb_tops *tops, const char *topic, int32_t partition,
+                      enum lb_hold_reason *why);
 
 /* Refreshes the noted windows that are due at 'now_ms'; returns the
  * windows still noted. */

@@ -3,7 +3,8 @@
  *   create-topic   create a topic (succeeds if it already exists) and wait
  *                  until every partition has a leader
  *   offsets        per partition: committed offset of a group, low and high
- *                  watermarks, lag
+ *                  watermarks, lag, and the event-time watermark its commit
+ *                  carries
  *   wait-caught-up wait until a group has committed the high watermark of
  *                  every partition (exit 0) or the timeout passes (exit 1)
  *   dump           every record of a topic up to its high watermarks, one
@@ -32,6 +33,7 @@
 #include <unistd.h>
 
 #include "usage.h"
+#include "clock.h"
 #include "kafka.h"
 
 struct options {
@@ -248,6 +250,7 @@ struct partition_offsets {
     int32_t partition;
     int64_t committed; /* -1001 (RD_KAFKA_OFFSET_INVALID) when none */
     int64_t low, high;
+    int64_t watermark; /* the event-time watermark the commit carries, or -1 */
 };
 
 /* Reads committed offsets and watermarks for every partition of the topic.
@@ -272,6 +275,7 @@ static int read_offsets(rd_kafka_t *rk, const struct options *o, struct partitio
     for (int p = 0; po && p < partitions; p++) {
         po[p].partition = p;
         po[p].committed = list->elems[p].offset;
+        po[p].watermark = lb_watermark_parse(list->elems[p].metadata, list->elems[p].metadata_size);
         err =
             rd_kafka_query_watermark_offsets(rk, o->topic, p, &po[p].low, &po[p].high, left_ms(o));
         if (err) {
@@ -303,16 +307,19 @@ static int show_offsets(const struct options *o)
     if (n < 0)
         return 1;
     int64_t total = 0;
-    printf("%-24s %9s %12s %12s %12s %10s\n", "topic", "partition", "committed", "low", "high",
-           "lag");
+    printf("%-24s %9s %12s %12s %12s %10s  %s\n", "topic", "partition", "committed", "low", "high",
+           "lag", "watermark");
     for (int p = 0; p < n; p++) {
         char committed[32];
         if (po[p].committed >= 0)
             snprintf(committed, sizeof(committed), "%lld", (long long)po[p].committed);
         else
             snprintf(committed, sizeof(committed), "-");
-        printf("%-24s %9d %12s %12lld %12lld %10lld\n", o->topic, p, committed,
-               (long long)po[p].low, (long long)po[p].high, (long long)lag_of(&po[p]));
+        char watermark[40] = "-";
+        if (po[p].watermark >= 0)
+            lb_utc_format(po[p].watermark, watermark, sizeof(watermark));
+        printf("%-24s %9d %12s %12lld %12lld %10lld  %s\n", o->topic, p, committed,
+               (long long)po[p].low, (long long)po[p].high, (long long)lag_of(&po[p]), watermark);
         total += lag_of(&po[p]);
     }
     printf("total lag %lld\n", (long long)total);

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
 # Events from the producer land in exactly the expected members and composite
-# scores of every window key; committed offsets end at the last offset + 1;
-# SIGTERM leaves cleanly with exit 0.
+# scores of every window key; committed offsets end at the last offset + 1
+# and carry each partition's event-time watermark; SIGTERM leaves cleanly
+# with exit 0.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 start_services
 write_config "$T_DIR/projector.yaml"
-produce -n 50000 --seed 11 --boards 20 --players 3000 --start "$START" --days 3
+produce -n 50000 --seed 11 --boards 20 --players 3000 --start "$START" --days 3 \
+    --deliveries-out "$T_DIR/deliveries.tsv"
 start_projector projector "$T_DIR/projector.yaml"
 wait_caught_up 120
 verify
 assert_committed_at_end
+
+# each partition's commit carries its event-time watermark (the highest ts
+# of its records), which lbadmin offsets shows
+want=$(awk -F '\t' 'NR == FNR { ts[$1] = $5; next } ts[$3] > m[$1] { m[$1] = ts[$3] }
+    END { for (p in m) print p, m[p] }' "$T_DIR/events.part" "$T_DIR/deliveries.tsv" | sort -n)
+got=$("$BIN/lbadmin" offsets --brokers "$BROKERS" --topic scores --group "${GROUP:-lb-test}" |
+    awk '$1 == "scores" { print $2, $7 }' | while read -r p at; do
+        [[ $at == - ]] && continue
+        printf '%s %s\n' "$p" "$(date -u -d "$at" +%s%3N)"
+    done)
+[[ -n $want && $got == "$want" ]] || fail "commit watermarks: lbadmin shows '$got', the events say '$want'"
+ok "every partition's commit carries the highest event time of its records ($(wc -l <<<"$want") partitions)"
 
 # more events while it runs: they are applied too
 produce -n 20000 --seed 12 --boards 20 --players 3000 --start "$START" --days 3 --rate 20000

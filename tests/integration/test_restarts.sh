@@ -35,9 +35,11 @@ sleep 2
 logged=$(wc -l <"$T_DIR/projector.log")
 lb_redis_cluster_stop 2>>"$T_DIR/redis-restart.log" || fail "stopping the cluster failed"
 log "stopped every Redis node (SIGTERM); starting them again in 8 s"
-lb_wait_for 10 metrics_series_is "$url" 'lb_partitions_held' 6 || fail "partitions not held"
+# (split boards' records may show held for Redis before a write fails: their
+# merged tops cannot be refreshed either)
+shown_down() { metrics_series_is "$url" 'lb_partitions_held' 6 && metrics_series_is "$url" 'lb_redis_up' 0; }
+lb_wait_for 10 shown_down || fail "partitions not held, or lb_redis_up not 0"
 metrics_scrape "$url" "$T_DIR/m-down"
-[[ $(metrics_value "$T_DIR/m-down" 'lb_redis_up{}') == 0 ]] || fail "lb_redis_up is not 0"
 for p in 0 1 2 3 4 5; do
     [[ $(metrics_value "$T_DIR/m-down" "lb_partition_held{topic=\"scores\",partition=\"$p\",reason=\"redis\"}") == 1 ]] ||
         fail "partition $p is not shown held for Redis"

@@ -181,33 +181,55 @@ static void a_lease_held_elsewhere_is_waited_for(void **state)
     assert_string_equal(top, "a=5");
 }
 
+/* The floor of partition 'partition' of topic 'topic', and how it shows. */
+static int64_t floor_of(struct fixture *f, const char *topic, int32_t partition,
+                        enum lb_hold_reason *why)
+{
+    return lb_tops_floor(f->tops, topic, partition, why);
+}
+
 /* The records that changed a window: their partition's commit stays at
  * their first (the floor) until the window's merged top is written, across
- * refreshes that fail; windows of two boards, the lower first wins. */
+ * refreshes that fail; windows of two boards, the lower first wins. The
+ * floor shows as a wait (none) within the staleness, as "top" past it
+ * while the lease is another's, as "redis" while a refresh fails. */
 static void a_commit_waits_until_the_merged_top_shows_its_records(void **state)
 {
     struct fixture *f = *state;
+    enum lb_hold_reason why;
+    char key[256];
     zadd(f, "hb", 0, "a", 5);
     zadd(f, "ha", 1, "b", 5);
-    assert_int_equal(lb_tops_floor(f->tops, "s", 0), -1);
+    assert_int_equal(floor_of(f, "s", 0, &why), -1);
+    note_from(f, "ha", 110); /* staleness 1 s: a wait */
+    assert_int_equal(floor_of(f, "s", 0, &why), 110);
+    assert_int_equal(why, LB_HOLD_NONE);
     note_from(f, "hb", 120);
     note_from(f, "hb", 100); /* the same window again: its lowest record */
-    note_from(f, "ha", 110);
-    assert_int_equal(lb_tops_floor(f->tops, "s", 0), 100);
-    assert_int_equal(lb_tops_floor(f->tops, "s", 1), -1);
-    assert_int_equal(lb_tops_floor(f->tops, "t", 0), -1);
-    /* hb's refresh cannot take the lease: its records still wait */
+    assert_int_equal(floor_of(f, "s", 0, &why), 100);
+    assert_int_equal(floor_of(f, "s", 1, &why), -1);
+    assert_int_equal(floor_of(f, "t", 0, &why), -1);
+    /* hb's refresh cannot take the lease: its records still wait, past
+     * its staleness of 40 ms */
     freeReplyObject(redis_server_command(f->redis, "HSET lb:{hb}:~tops h:alltime other "
                                                    "u:alltime 99999999999999"));
     assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 300), 1);
-    assert_int_equal(lb_tops_floor(f->tops, "s", 0), 100);
+    assert_int_equal(floor_of(f, "s", 0, &why), 100);
+    assert_int_equal(why, LB_HOLD_TOP);
     freeReplyObject(redis_server_command(f->redis, "HDEL lb:{hb}:~tops h:alltime u:alltime"));
+    /* a shard that cannot be read: the refresh fails */
+    shard_key("hb", 2, key, sizeof(key));
+    freeReplyObject(redis_server_command(f->redis, "SET %s x", key));
+    assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 300), 1);
+    assert_int_equal(floor_of(f, "s", 0, &why), 100);
+    assert_int_equal(why, LB_HOLD_REDIS);
+    freeReplyObject(redis_server_command(f->redis, "DEL %s", key));
     assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
-    assert_int_equal(lb_tops_floor(f->tops, "s", 0), -1);
+    assert_int_equal(floor_of(f, "s", 0, &why), -1);
     assert_int_equal(integer(f, "EXISTS %s", "lb:{hb}:~top:alltime"), 1);
     /* noted again after its refresh: from the new records on */
     note_from(f, "ha", 130);
-    assert_int_equal(lb_tops_floor(f->tops, "s", 0), 130);
+    assert_int_equal(floor_of(f, "s", 0, &why), 130);
 }
 
 /* The script's write step for window alltime of board hb as refresher A,
