@@ -8,6 +8,7 @@
  * delivery of it is in flight.
  */
 #include "dlq.h"
+#include "clock.h"
 
 #include "kafka.h"
 #include "log.h"
@@ -267,16 +268,6 @@ void lb_dlq_free(struct lb_dlq *dlq, int timeout_ms)
     free(dlq);
 }
 
-static void now_rfc3339(char *out, size_t cap)
-{
-    struct timespec ts;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    size_t n = strftime(out, cap, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, cap - n, ".%03ldZ", ts.tv_nsec / 1000000);
-}
-
 static void sha256_hex(const void *bytes, size_t len, char out[65])
 {
     unsigned char digest[EVP_MAX_MD_SIZE];
@@ -305,7 +296,7 @@ static rd_kafka_resp_err_t produce(struct lb_dlq *dlq, struct entry *e,
     snprintf(offset, sizeof(offset), "%lld", (long long)msg->offset);
     snprintf(vsize, sizeof(vsize), "%zu", msg->len);
     snprintf(ksize, sizeof(ksize), "%zu", msg->key_len);
-    now_rfc3339(when, sizeof(when));
+    lb_utc_format(lb_wall_ms(), when, sizeof(when));
     rd_kafka_headers_t *h = rd_kafka_headers_new(12);
     rd_kafka_header_add(h, "lb.reason", -1, reason_name, -1);
     rd_kafka_header_add(h, "lb.detail", -1, detail, -1);
