@@ -725,6 +725,56 @@ static const struct key_def redis_tls_keys[] = {
 
 static int parse_redis_tls(struct parser *p, yaml_node_t *node, void *obj);
 
+static const struct key_def results_keys[] = {
+    {.name = "topic",
+     .type = KT_STRING,
+     .offset = C(results_topic),
+     .doc = "the Kafka topic final standings are published to, keyed by {board}:window"},
+    {.name = "schema_id",
+     .type = KT_INT,
+     .offset = C(results_schema_id),
+     .min = 1,
+     .max = INT32_MAX,
+     .doc = "the schema id written in each record's Confluent frame: leaderboard.v1.WindowResult "
+            "(schemas/window_result.avsc) as registered for the topic"},
+    {.name = "idle",
+     .type = KT_DURATION,
+     .offset = C(results_idle_ms),
+     .def = "5m",
+     .min = 0,
+     .max = INT64_C(2592000000),
+     .doc = "a partition with nothing left to read whose watermark is this far behind the "
+            "topic's highest holds no window open"},
+    {.name = "keep",
+     .type = KT_CHOICE,
+     .offset = C(results_keep),
+     .def = "true",
+     .choices = bool_choices,
+     .doc = "keep the frozen standings in <prefix>{board}:final:<window> (no expiry) once "
+            "published"},
+    {0}};
+
+static int parse_results(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_config *config = obj;
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(p, line_of(node),
+                    "results: expected a mapping such as {topic: T, schema_id: N}");
+    config->results_line = line_of(node);
+    return parse_mapping(p, results_keys, node, line_of(node), config, "results", 0);
+}
+
+static void print_results(const void *obj, FILE *out, int indent)
+{
+    const struct lb_config *config = obj;
+    if (!config->results_line) {
+        fprintf(out, "%*s# results: not set (no window publishes final standings)\n", indent, "");
+        return;
+    }
+    fprintf(out, "%*sresults:\n", indent, "");
+    print_table(results_keys, config, out, indent + 2);
+}
+
 static const struct key_def redis_keys[] = {
     {.name = "nodes",
      .type = KT_CUSTOM,
@@ -860,6 +910,11 @@ static const struct key_def top_keys[] = {
      .type = KT_SECTION,
      .section = metrics_keys,
      .doc = "the metrics and health endpoints"},
+    {.name = "results",
+     .type = KT_CUSTOM,
+     .custom = parse_results,
+     .print = print_results,
+     .doc = "where final standings of closed windows go (README \"Final standings\")"},
     {.name = "profiles",
      .type = KT_CUSTOM,
      .custom = parse_profiles,
@@ -1161,6 +1216,46 @@ static int parse_schemas(struct parser *p, yaml_node_t *node, void *obj)
 
 #define W(member) FIELD(struct lb_window_config, member)
 
+static int parse_results_top(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_window_config *w = obj;
+    const char *text = node->type == YAML_SCALAR_NODE ? scalar_text(node) : "";
+    char *end;
+    long long n = strtoll(text, &end, 10);
+    if (strcmp(text, "all") == 0)
+        w->results_top = 0;
+    else if (*text && !*end && n >= 1 && n <= LB_RESULTS_TOP_MAX)
+        w->results_top = n;
+    else
+        return fail(p, line_of(node), "results.top: expected 1 to %d entries, or all, not '%s'",
+                    LB_RESULTS_TOP_MAX, text);
+    return 0;
+}
+
+static const struct key_def window_results_keys[] = {
+    {.name = "top",
+     .type = KT_CUSTOM,
+     .custom = parse_results_top,
+     .doc = "the entries published: 1..100000, or all (in numbered parts)"},
+    {.name = "grace",
+     .type = KT_DURATION,
+     .offset = W(results_grace_ms),
+     .def = "1h",
+     .min = 0,
+     .max = INT64_C(2592000000),
+     .doc = "how long after its end, in event time, the window takes late events"},
+    {0}};
+
+static int parse_window_results(struct parser *p, yaml_node_t *node, void *obj)
+{
+    struct lb_window_config *w = obj;
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(p, line_of(node), "results: expected a mapping such as {top: 1000, grace: 1h}");
+    w->results_top = 1000;
+    w->results_line = line_of(node);
+    return parse_mapping(p, window_results_keys, node, line_of(node), w, "results", 0);
+}
+
 static const struct key_def window_keys[] = {
     {.name = "ttl",
      .type = KT_DURATION,
@@ -1170,6 +1265,10 @@ static const struct key_def window_keys[] = {
      .doc = "time windows: how long a key is kept after its window closes; custom: after its "
             "last write"},
     {.name = "dim", .type = KT_STRING, .offset = W(dim), .doc = "custom: the dims key"},
+    {.name = "results",
+     .type = KT_CUSTOM,
+     .custom = parse_window_results,
+     .doc = "daily, weekly, monthly: final standings once the window closed, {top, grace}"},
     {0}};
 
 static const int64_t default_ttl_ms[] = {
@@ -1187,7 +1286,7 @@ static struct lb_window_config *add_window(struct lb_profile *profile, enum lb_w
         return NULL;
     profile->windows = w;
     w = &w[profile->nwindows++];
-    *w = (struct lb_window_config){.kind = kind, .ttl_ms = default_ttl_ms[kind]};
+    *w = (struct lb_window_config){.kind = kind, .ttl_ms = default_ttl_ms[kind], .results_top = -1};
     return w;
 }
 
@@ -1217,6 +1316,17 @@ static int parse_one_window(struct parser *p, struct lb_profile *profile, enum l
         return fail(p, line_of(settings), "'dim' applies only to custom windows");
     if (kind == LB_WINDOW_ALLTIME && w->ttl_ms)
         return fail(p, line_of(settings), "alltime keys never expire; remove its ttl");
+    if (w->results_top >= 0 && (kind == LB_WINDOW_ALLTIME || kind == LB_WINDOW_CUSTOM))
+        return fail(p, w->results_line,
+                    "results: %s windows never close; final standings are for daily, weekly and "
+                    "monthly windows",
+                    lb_window_kind_name(kind));
+    if (w->results_top >= 0 && w->ttl_ms && w->ttl_ms <= w->results_grace_ms)
+        return fail(p, w->results_line,
+                    "results: the %s keys expire %lld s after the window ends, before it closes "
+                    "(grace %lld s): raise its ttl well past the grace",
+                    lb_window_kind_name(kind), (long long)(w->ttl_ms / 1000),
+                    (long long)(w->results_grace_ms / 1000));
     if (w->dim && (lb_window_kind_parse(w->dim) >= 0 || strpbrk(w->dim, "{}:") ||
                    w->dim[0] == '~' || strlen(w->dim) > LB_NAME_MAX))
         return fail(p, line_of(settings),
@@ -1509,6 +1619,12 @@ static int check_profile(struct parser *p, struct lb_profile *profile, int sum_m
             if (!add_window(profile, defaults[i]))
                 return fail(p, profile->line, "out of memory");
     }
+    for (size_t i = 0; i < profile->nwindows && profile->shards > 1; i++)
+        if (profile->windows[i].results_top >= 0)
+            return fail(p, profile->windows[i].results_line,
+                        "profile '%s': final standings of split boards are not supported yet; "
+                        "use split.shards: 1 or drop results",
+                        profile->name);
     if (profile->shards > 1 && profile->decay)
         return fail(p, profile->split_line,
                     "profile '%s': a split board cannot decay (its overall board would need every "
@@ -1666,6 +1782,15 @@ static int check_config(struct parser *p, struct lb_config *config, int root_lin
                         "64-bit total; lower score_max or batch.max_events",
                         profile->name, (long long)config->batch_max_events, (long long)biggest);
     }
+    if (config->results_line && (!config->results_topic || !config->results_schema_id))
+        return fail(p, config->results_line, "results: '%s' is required",
+                    !config->results_topic ? "topic" : "schema_id");
+    for (size_t i = 0; i < config->nprofiles; i++)
+        for (size_t k = 0; k < config->profiles[i].nwindows; k++)
+            if (config->profiles[i].windows[k].results_top >= 0 && !config->results_topic)
+                return fail(p, config->profiles[i].windows[k].results_line,
+                            "results: final standings need the top-level 'results: {topic, "
+                            "schema_id}' saying where they go");
     if (config->nprofiles == 0) {
         /* No profiles: one catch-all with every default. */
         yaml_node_t empty = {.type = YAML_MAPPING_NODE};
@@ -2305,6 +2430,14 @@ static void print_windows(const void *obj, FILE *out, int indent)
         if (w->kind != LB_WINDOW_ALLTIME) {
             fputs("ttl: ", out);
             print_duration(out, w->ttl_ms);
+        }
+        if (w->results_top > 0)
+            fprintf(out, ", results: {top: %lld, grace: ", (long long)w->results_top);
+        else if (w->results_top == 0)
+            fputs(", results: {top: all, grace: ", out);
+        if (w->results_top >= 0) {
+            print_duration(out, w->results_grace_ms);
+            fputs("}", out);
         }
         fputs("}\n", out);
     }

@@ -43,7 +43,15 @@ struct lb_window_config {
     enum lb_window_kind kind;
     int64_t ttl_ms; /* time windows: kept this long after the window closes; 0 = no expiry */
     char *dim;      /* LB_WINDOW_CUSTOM: the dims key whose value names the window */
+    /* results: final standings published once the window closed (results.h;
+     * daily, weekly and monthly only): its first 'results_top' entries (0:
+     * all; -1: no results), closed 'results_grace_ms' after its end */
+    int64_t results_top;
+    int64_t results_grace_ms;
+    int results_line;
 };
+
+#define LB_RESULTS_TOP_MAX 100000 /* results.top */
 
 /* decay: a decaying board (decay.h). Each event also updates an overall
  * board of after-tax scores across the patches that one custom window's dim
@@ -117,6 +125,13 @@ struct lb_config {
     int64_t commit_interval_ms;
     char *dlq_topic; /* NULL: rejected events are logged and skipped */
     int kafka_line;
+
+    /* results: where final standings go (windows' results:) */
+    char *results_topic;       /* NULL: no window has results */
+    int64_t results_schema_id; /* the Confluent frame's id of leaderboard.v1.WindowResult */
+    int64_t results_idle_ms;   /* a caught-up partition this far behind holds no close back */
+    int results_keep;          /* keep <prefix>{B}:final:<window> after publishing */
+    int results_line;          /* 0: no results: section */
 
     /* input: */
     int input_line;        /* 0: no input: section */

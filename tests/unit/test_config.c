@@ -308,6 +308,65 @@ static void dedupe_defaults_and_errors(void **state)
     expect_error(text, 11, "unknown key 'ttl'");
 }
 
+/* results: per window kind, daily, weekly and monthly only, with the
+ * top-level section saying where they go */
+static void results_settings_and_errors(void **state)
+{
+    (void)state;
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "%sresults: {topic: scores-results, schema_id: 12}\n"
+             "profiles:\n"
+             "  - name: xp\n"
+             "    windows:\n"
+             "      daily: {ttl: 2d, results: {top: 100, grace: 30m}}\n"
+             "      weekly: {results: {top: all}}\n"
+             "      monthly: {}\n",
+             minimal);
+    struct lb_config *c = load_ok(text);
+    assert_string_equal(c->results_topic, "scores-results");
+    assert_int_equal(c->results_schema_id, 12);
+    assert_int_equal(c->results_idle_ms, 300000);
+    assert_int_equal(c->results_keep, 1);
+    const struct lb_window_config *w = c->profiles[0].windows;
+    assert_int_equal(w[0].results_top, 100);
+    assert_int_equal(w[0].results_grace_ms, 1800000);
+    assert_int_equal(w[1].results_top, 0); /* all */
+    assert_int_equal(w[1].results_grace_ms, 3600000);
+    assert_int_equal(w[2].results_top, -1);
+    lb_config_free(c);
+    static const struct {
+        const char *windows, *section;
+        int line;
+        const char *needle;
+    } bad[] = {
+        {"{alltime: {results: {top: 10}}}", "results: {topic: r, schema_id: 1}", 12,
+         "alltime windows never close"},
+        {"{custom: [{dim: patch, results: {}}]}", "results: {topic: r, schema_id: 1}", 12,
+         "custom windows never close"},
+        {"{daily: {ttl: 1h, results: {grace: 2h}}}", "results: {topic: r, schema_id: 1}", 12,
+         "expire 3600 s after the window ends, before it closes"},
+        {"{daily: {results: {top: 0}}}", "results: {topic: r, schema_id: 1}", 12,
+         "results.top: expected 1 to 100000 entries, or all, not '0'"},
+        {"{daily: {results: {top: lots}}}", "results: {topic: r, schema_id: 1}", 12, "not 'lots'"},
+        {"{daily: {results: 100}}", "results: {topic: r, schema_id: 1}", 12,
+         "results: expected a mapping"},
+        {"{daily: {results: {}}}", "", 11, "need the top-level 'results: {topic, schema_id}'"},
+        {"{daily: {results: {}}}", "results: {topic: r}", 9, "results: 'schema_id' is required"},
+        {"{daily: {results: {}}}", "results: {schema_id: 0}", 9, "out of range"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(text, sizeof(text), "%s%s%sprofiles:\n  - name: xp\n    windows: %s\n", minimal,
+                 bad[i].section, *bad[i].section ? "\n" : "", bad[i].windows);
+        expect_error(text, bad[i].line, bad[i].needle);
+    }
+    snprintf(text, sizeof(text),
+             "%sresults: {topic: r, schema_id: 1}\nprofiles:\n  - name: hot\n"
+             "    split: {shards: 3}\n    windows: {daily: {results: {}}}\n",
+             minimal);
+    expect_error(text, 13, "final standings of split boards are not supported yet");
+}
+
 static void registry_settings_and_errors(void **state)
 {
     (void)state;
@@ -529,11 +588,12 @@ static void the_printed_configuration_loads_back_the_same(void **state)
         "redis:\n  nodes: [\"a:1\", \"[::1]:2\"]\n  key_prefix: \"\"\n  wait_replicas: 1\n"
         "  password: ${LB_TEST_SECRET}\n  user: u\n  tls: {enabled: false}\n"
         "metrics: {listen: \"127.0.0.1:9464\"}\nlog: {level: debug, format: json}\n"
+        "results: {topic: done, schema_id: 4, idle: 1m, keep: false}\n"
         "profiles:\n  - name: fast\n    match: [\"a-*\", \"b \\\"q\\\"\"]\n    order: asc\n"
         "    tie_break: latest\n    tie_resolution: ms\n    epoch: 2026-01-01T00:00:00.250Z\n"
         "    horizon: 2027-01-01T00:00:00Z\n    score_max: 1000\n"
         "    windows: {daily: 36h, custom: [{dim: patch, ttl: 90d}, {dim: season}],"
-        " monthly: {ttl: 1w}}\n"
+        " monthly: {ttl: 1w}, weekly: {results: {top: all, grace: 0s}}}\n"
         "  - name: total\n    aggregation: sum\n    dedupe: off\n    retractions: reject\n",
         "kafka: {brokers: b, topics: [t]}\ninput: {format: bare, writer_schema: w.avsc}\n"
         "redis: {nodes: [a:1]}\n",
@@ -1014,6 +1074,7 @@ int main(void)
         cmocka_unit_test(dedupe_defaults_and_errors),
         cmocka_unit_test(decay_profiles_are_checked_at_load),
         cmocka_unit_test(registry_settings_and_errors),
+        cmocka_unit_test(results_settings_and_errors),
         cmocka_unit_test(redis_tls_settings_and_errors),
         cmocka_unit_test(kafka_property_values_from_files),
         cmocka_unit_test(invalid_files_are_refused_with_their_path_and_line),
