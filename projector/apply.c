@@ -231,6 +231,10 @@ int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_
         parts->kind = LB_KEY_TOP;
         parts->window =
             (struct lb_str){rest + sizeof(LB_TOP_PREFIX), (uint32_t)(rlen - sizeof(LB_TOP_PREFIX))};
+    } else if ((rlen > sizeof(LB_FINAL_PREFIX) &&
+                memcmp(rest, LB_FINAL_PREFIX ":", sizeof(LB_FINAL_PREFIX)) == 0) ||
+               (rlen == sizeof(LB_FINAL_KEY) - 1 && memcmp(rest, LB_FINAL_KEY, rlen) == 0)) {
+        parts->kind = LB_KEY_FINAL; /* replay leaves them alone */
     } else if (rlen > slen && memcmp(rest + rlen - slen, LB_STAMPS_SUFFIX, slen) == 0) {
         parts->kind = LB_KEY_STAMPS;
         parts->window.len -= (uint32_t)slen;
@@ -305,8 +309,9 @@ static size_t board_size_bound(const struct encoder *en, const struct lb_plan_bo
         size += 3 * (bulk + LB_RESP_INT_MAX) + en->v.seen[i].event_id.len;
     if (b->profile->decay) /* its four keys, "D", max_age, the rule, the patches */
         size += 8 * (bulk + KEY_MAX) + LB_DECAY_RULE_MAX;
+    size += 4 * (bulk + KEY_MAX); /* final standings' two keys, "F", a count */
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
-        size += 8 * bulk; /* a transaction's ZADD and expiry headers */
+        size += 8 * bulk + 2 * (bulk + LB_RESP_INT_MAX); /* a transaction's headers; "F" */
         size += 2 * (bulk + KEY_MAX + sizeof(LB_STAMPS_SUFFIX)) +
                 (2 + 2 * (size_t)b->nsegments) * (bulk + LB_RESP_INT_MAX);
         const struct lb_decay_config *decay = b->profile->decay;
@@ -459,7 +464,7 @@ static char *put_decay(struct encoder *en, char *p, const struct lb_plan_board *
 static int is_transaction(const struct lb_profile *profile)
 {
     return profile->aggregation == LB_AGG_BEST && profile->reject_retractions &&
-           !profile->dedupe_window_ms && !profile->decay;
+           !profile->dedupe_window_ms && !profile->decay && !lb_profile_has_results(profile);
 }
 
 /* A best board that takes no retractions: MULTI, EXISTS fence, per window
@@ -555,7 +560,16 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
                 nargs += 2 + nseg + 2 * (size_t)en->v.keys[k].nentries;
             }
     }
-    uint32_t numkeys = 4 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1) + (decay ? 4 : 0);
+    /* final standings: ~open and ~final, the keys of windows that close */
+    int results = lb_profile_has_results(profile);
+    uint32_t closing = 0;
+    if (results) {
+        for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
+            closing += profile->windows[en->v.keys[k].window].results_top >= 0;
+        nargs += 2 + 2 * (size_t)closing;
+    }
+    uint32_t numkeys =
+        4 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1) + (decay ? 4 : 0) + (results ? 2 : 0);
     if (lb_buf_reserve(out, board_size_bound(en, b)) != 0 ||
         grow((void **)&en->segs, &en->segs_cap, (size_t)nseg + 1, sizeof(*en->segs)) != 0)
         return -1;
@@ -581,6 +595,10 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
         const char *rest[] = {LB_PATCHES_KEY, LB_DECAY_STATE_KEY, decay->key, LB_DECAY_SHADOW};
         for (size_t i = 0; i < 4; i++)
             p = lb_resp_bulk(p, name, lb_board_key(en->prefix, b->id, rest[i], name, KEY_MAX));
+    }
+    if (results) {
+        p = lb_resp_bulk(p, name, lb_board_key(en->prefix, b->id, LB_OPEN_KEY, name, KEY_MAX));
+        p = lb_resp_bulk(p, name, lb_board_key(en->prefix, b->id, LB_FINAL_KEY, name, KEY_MAX));
     }
 
     static const char mode[] = {[LB_AGG_BEST] = 'b', [LB_AGG_LATEST] = 'l', [LB_AGG_SUM] = 's'};
@@ -628,6 +646,21 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     }
     if (decay && !(p = put_decay(en, p, b, npatches)))
         return -1;
+    if (results) { /* "F", then each closing key's place and when it closes */
+        p = lb_resp_bulk(p, "F", 1);
+        p = lb_resp_bulk_int(p, closing);
+        uint32_t place = 0;
+        for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
+            const struct lb_window_config *w = &profile->windows[en->v.keys[k].window];
+            place++;
+            if (w->results_top < 0)
+                continue;
+            struct lb_window_span span;
+            lb_window_span_of(w->kind, en->v.keys[k].window_id, &span);
+            p = lb_resp_bulk_int(p, place);
+            p = lb_resp_bulk_int(p, span.end_ms + w->results_grace_ms);
+        }
+    }
     out->len = (size_t)(p - out->data);
     req->len = out->len - req->offset;
     return 0;
@@ -704,10 +737,19 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
             a->status = words[i].status;
     switch (a->status) {
     case LB_APPLY_OK:
-        /* {"ok", applied, skipped[, "rebuilding"]}: Lua numbers arrive as integers */
+        /* {"ok", applied, skipped[, "rebuilding"][, "late", window...]}:
+         * Lua numbers arrive as integers */
         a->rebuilding =
-            reply->elements == 4 && word(reply, 3) && strcmp(word(reply, 3), "rebuilding") == 0;
-        if (reply->elements != 3 + (size_t)a->rebuilding ||
+            reply->elements >= 4 && word(reply, 3) && strcmp(word(reply, 3), "rebuilding") == 0;
+        a->late_at = 3 + (size_t)a->rebuilding;
+        if (reply->elements > a->late_at + 1 && word(reply, a->late_at) &&
+            strcmp(word(reply, a->late_at), "late") == 0) {
+            a->late = reply->elements - ++a->late_at;
+            for (size_t i = a->late_at; i < reply->elements; i++)
+                if (!word(reply, i))
+                    a->status = LB_APPLY_UNKNOWN;
+        }
+        if (reply->elements != a->late_at + a->late ||
             reply->element[1]->type != REDIS_REPLY_INTEGER ||
             reply->element[2]->type != REDIS_REPLY_INTEGER)
             a->status = LB_APPLY_UNKNOWN;

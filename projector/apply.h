@@ -145,6 +145,13 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
 #define LB_PATCHES_KEY     "~patches"
 #define LB_DECAY_STATE_KEY "~decay"
 #define LB_DECAY_SHADOW    "~decay:new"
+/* Final standings' keys (README "Final standings"): the windows that will
+ * close (hash: window -> when, ms of event time), the closed ones' state
+ * (hash, apply.lua "C"), and "<prefix>{B}:final:<window>" each one's frozen
+ * standings (sorted set, no expiry). */
+#define LB_OPEN_KEY     "~open"
+#define LB_FINAL_KEY    "~final"
+#define LB_FINAL_PREFIX "final"
 /* A decaying board's rule as the script keeps it in ~decay ("rule"):
  * stacking, tax, max_age, scale, order and key; a request or a sweep that
  * finds another one starts a rebuild. Returns its length. */
@@ -202,6 +209,7 @@ enum lb_key_kind {
     LB_KEY_FENCE,
     LB_KEY_SEEN,  /* the board's dedupe set */
     LB_KEY_TOP,   /* a split board's merged top of a window (window: its name) */
+    LB_KEY_FINAL, /* final standings: ~final, or a closed window's frozen copy */
     LB_KEY_OTHER, /* under the board's tag, but none of ours */
 };
 
@@ -261,6 +269,8 @@ struct lb_apply_answer {
     enum lb_apply_status status;
     long long applied, skipped; /* LB_APPLY_OK: segments */
     int rebuilding;             /* LB_APPLY_OK: a decaying board's rebuild is due */
+    size_t late;                /* LB_APPLY_OK: closed windows the events came too late for... */
+    size_t late_at;             /* ...named by the reply's elements from this one on */
     const char *key; /* wrongtype, badarg, fenced; the command for noperm; the script's version for
                         protocol */
     const redisReply *reply; /* the pairs, from element 1 on */

@@ -135,12 +135,96 @@ if ARGV[2] == 'T' then
   return {'ok', gen}
 end
 
+-- A closed window's final standings, one step (closer.c drives it).
+-- KEYS: [1] the board's markers (hash), [2] its markers written without a
+--       script (sorted set), [3] ~open, [4] ~final (per window: s:<w>
+--       claimed|published, c: closed at, n: players, o: each partition's
+--       close offset, h: and u: the publisher's lease, r:<w>:<part> the
+--       record's bytes), [5] the window key, [6] the final key.
+-- ARGV: [2] C, [3] claim|keep|done, [4] holder, [5] lease in ms, [6] the
+--       window ("weekly:2026-W48"); claim: [7] top (0: all), [8] d|a, [9]
+--       closed at (ms); keep: [7] part, [8] its bytes (the first kept
+--       stay: the answer is them); done: [7] 1 keep the final key, 0 not.
+if ARGV[2] == 'C' then
+  local w = ARGV[6]
+  local st = redis.pcall('HMGET', KEYS[4], 's:' .. w, 'h:' .. w, 'u:' .. w)
+  if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[4]} end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if ARGV[3] == 'claim' then
+    if st[1] == 'published' then -- listed again (a replay's ~open): no more
+      redis.call('HDEL', KEYS[3], w)
+      return {'published'}
+    end
+    if st[2] and st[2] ~= ARGV[4] and tonumber(st[3]) > now then return {'busy', st[2]} end
+    if not st[1] then
+      -- the standings, frozen with each partition's close offset: the
+      -- first offset whose events come too late (the board's markers + 1)
+      for _, k in ipairs({5, 6}) do
+        local ty = redis.call('TYPE', KEYS[k]).ok
+        if ty ~= 'none' and ty ~= 'zset' then return {'wrongtype', KEYS[k]} end
+      end
+      local marks = redis.pcall('HGETALL', KEYS[1])
+      if marks.err then return refused(marks, 'hgetall') or {'wrongtype', KEYS[1]} end
+      local zmarks = redis.pcall('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+      if zmarks.err then return refused(zmarks, 'zrange') or {'wrongtype', KEYS[2]} end
+      local at, order = {}, {}
+      for _, list in ipairs({marks, zmarks}) do
+        for i = 1, #list, 2 do
+          local f, v = list[i], tonumber(list[i + 1])
+          if not at[f] then order[#order + 1] = f end
+          if not at[f] or v > at[f] then at[f] = v end
+        end
+      end
+      table.sort(order)
+      local offsets = {}
+      for i, f in ipairs(order) do offsets[i] = f .. '=' .. string.format('%.0f', at[f] + 1) end
+      redis.call('DEL', KEYS[6])
+      local players = redis.call('ZCARD', KEYS[5])
+      if players > 0 then
+        local stop = tonumber(ARGV[7]) > 0 and tonumber(ARGV[7]) - 1 or -1
+        if ARGV[8] == 'd' then
+          redis.call('ZRANGESTORE', KEYS[6], KEYS[5], 0, stop, 'REV')
+        else
+          redis.call('ZRANGESTORE', KEYS[6], KEYS[5], 0, stop)
+        end
+      end
+      redis.call('HSET', KEYS[4], 's:' .. w, 'claimed', 'c:' .. w, ARGV[9], 'n:' .. w, players,
+                 'o:' .. w, table.concat(offsets, ','))
+      redis.call('HDEL', KEYS[3], w)
+    end
+    redis.call('HSET', KEYS[4], 'h:' .. w, ARGV[4], 'u:' .. w,
+               string.format('%.0f', now + tonumber(ARGV[5])))
+    local meta = redis.call('HMGET', KEYS[4], 'c:' .. w, 'n:' .. w, 'o:' .. w)
+    return {'go', meta[1], meta[2], meta[3]}
+  end
+  if st[1] ~= 'claimed' or st[2] ~= ARGV[4] then return {'stale'} end
+  if ARGV[3] == 'keep' then
+    local field = 'r:' .. w .. ':' .. ARGV[7]
+    redis.call('HSETNX', KEYS[4], field, ARGV[8])
+    return {'ok', redis.call('HGET', KEYS[4], field)}
+  end
+  -- done: every part acknowledged
+  local drop = {'h:' .. w, 'u:' .. w}
+  for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+    if string.sub(f, 1, #w + 3) == 'r:' .. w .. ':' then drop[#drop + 1] = f end
+  end
+  redis.call('HDEL', KEYS[4], unpack(drop))
+  redis.call('HSET', KEYS[4], 's:' .. w, 'published')
+  if ARGV[7] == '0' then redis.call('DEL', KEYS[6]) end
+  return {'ok'}
+end
+
 local mode, order = ARGV[2], ARGV[3]
 local nkeys, nseg = tonumber(ARGV[8]), tonumber(ARGV[9])
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'fenced', KEYS[3]} end
 -- a decaying board (best only): KEYS[D] ~patches, [D + 1] ~decay, [D + 2]
 -- its overall board, [D + 3] the shadow a rebuild fills
-local D = (mode == 'b' and #KEYS == nkeys + 8) and nkeys + 5 or nil
+-- after the window keys (and latest boards' stamps): a decaying board's
+-- four keys, then, for windows with final standings, ~open and ~final
+local extra = #KEYS - 4 - nkeys - ((mode == 'l') and nkeys or 0)
+local D = (mode == 'b' and extra >= 4) and nkeys + 5 or nil
+local F = (extra == 2 or extra == 6) and #KEYS - 1 or nil
 
 -- which segments were applied before: the larger of the two markers (a
 -- board's profile may have changed between the two ways of writing)
@@ -323,6 +407,54 @@ if D and ARGV[pos] == 'D' then
     end
     at = e
   end
+  pos = at
+end
+
+-- final standings (README "Final standings"): "F", a count, then per window
+-- key that closes its index among the window keys and the instant it
+-- closes (event time, ms). An open one is listed in ~open (window -> that
+-- instant) for the closer; a closed one (~final holds s:<window>) is
+-- written no more: every event here comes after its close offsets (they
+-- are the markers when it closed), so its entries are late, and named
+local opening, late = {}, {}
+if F and ARGV[pos] == 'F' then
+  local fields, names = {}, {}
+  for i = 1, tonumber(ARGV[pos + 1]) do
+    local key = keys[tonumber(ARGV[pos + 2 * i])]
+    names[i] = string.match(key.name, '}:(.*)$')
+    fields[i] = 's:' .. names[i]
+    key.closes = ARGV[pos + 2 * i + 1]
+  end
+  if #fields > 0 then
+    local closed = redis.pcall('HMGET', KEYS[F + 1], unpack(fields))
+    if closed.err then return refused(closed, 'hmget') or {'wrongtype', KEYS[F + 1]} end
+    local t = redis.call('TYPE', KEYS[F]).ok
+    if t ~= 'none' and t ~= 'hash' then return {'wrongtype', KEYS[F]} end
+    for i = 1, #fields do
+      local key = keys[tonumber(ARGV[pos + 2 * i])]
+      if closed[i] then
+        if key.busy then late[#late + 1] = names[i] end
+        key.busy = false
+      elseif key.busy then
+        opening[#opening + 1] = names[i]
+        opening[#opening + 1] = key.closes
+      end
+    end
+  end
+end
+local function note_open()
+  if #opening > 0 then redis.call('HSET', KEYS[F], unpack(opening)) end
+end
+-- the answer: "ok", applied, skipped, then "rebuilding" when a rebuild is
+-- due, then "late" and the closed windows the events came too late for
+local function answer(rebuilding)
+  local r = {'ok', applied, skipped}
+  if rebuilding then r[#r + 1] = 'rebuilding' end
+  if #late > 0 then
+    r[#r + 1] = 'late'
+    for _, name in ipairs(late) do r[#r + 1] = name end
+  end
+  return r
 end
 
 -- the patches not seen before, the rebuild state; the overall board and
@@ -418,10 +550,10 @@ if mode == 'b' then
     end
   end
   if decay then decay_write(gtlt) end
+  note_open()
   remember()
   redis.call('HSET', KEYS[1], unpack(moved))
-  if decay and decay.building then return {'ok', applied, skipped, 'rebuilding'} end
-  return {'ok', applied, skipped}
+  return answer(decay and decay.building)
 end
 
 -- latest and sum: read what is there, decide in Lua, then write. Per
@@ -531,6 +663,7 @@ for k, key in ipairs(keys) do
     if stamps_key then expire(stamps_key, key) end
   end
 end
+note_open()
 remember()
 redis.call('HSET', KEYS[1], unpack(moved))
-return {'ok', applied, skipped}
+return answer(false)

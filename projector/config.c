@@ -1328,11 +1328,12 @@ static int parse_one_window(struct parser *p, struct lb_profile *profile, enum l
                     lb_window_kind_name(kind), (long long)(w->ttl_ms / 1000),
                     (long long)(w->results_grace_ms / 1000));
     if (w->dim && (lb_window_kind_parse(w->dim) >= 0 || strpbrk(w->dim, "{}:") ||
-                   w->dim[0] == '~' || strlen(w->dim) > LB_NAME_MAX))
+                   w->dim[0] == '~' || strcmp(w->dim, "final") == 0 || /* apply.h LB_FINAL_PREFIX */
+                   strlen(w->dim) > LB_NAME_MAX))
         return fail(p, line_of(settings),
-                    "custom window dim \"%s\" must be at most %d bytes, not a window kind name, "
-                    "not start with '~' (kept for the projector's own keys), and contain no '{', "
-                    "'}' or ':'",
+                    "custom window dim \"%s\" must be at most %d bytes, not a window kind name "
+                    "nor \"final\", not start with '~' (kept for the projector's own keys), and "
+                    "contain no '{', '}' or ':'",
                     w->dim, LB_NAME_MAX);
     return 0;
 }
@@ -2475,4 +2476,12 @@ void lb_config_print(const struct lb_config *config, FILE *out)
           "# file itself shows as " REDACTED " (write it as ${ENV_VAR} or in a file).\n",
           out);
     print_table(top_keys, config, out, 0);
+}
+
+int lb_profile_has_results(const struct lb_profile *profile)
+{
+    for (size_t i = 0; i < profile->nwindows; i++)
+        if (profile->windows[i].results_top >= 0)
+            return 1;
+    return 0;
 }

@@ -53,6 +53,10 @@ struct lb_window_config {
 
 #define LB_RESULTS_TOP_MAX 100000 /* results.top */
 
+struct lb_profile;
+/* Whether a window of the profile publishes final standings. */
+int lb_profile_has_results(const struct lb_profile *profile);
+
 /* decay: a decaying board (decay.h). Each event also updates an overall
  * board of after-tax scores across the patches that one custom window's dim
  * names; see README "Decaying boards". */

@@ -28,6 +28,7 @@
  */
 #include "daemon.h"
 #include "clock.h"
+#include "closer.h"
 #include "consumer.h"
 #include "dlq.h"
 #include "httpd.h"
@@ -303,8 +304,12 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     int rebuilding = d->engine->rebuild && lb_rebuild_busy(d->engine->rebuild, lb_monotonic_ms());
     int64_t top_due = d->engine->tops ? lb_tops_next_due(d->engine->tops) : INT64_MAX;
     rebuilding |= top_due != INT64_MAX;
+    /* final standings to look for: back by then */
+    int64_t closer_due = d->engine->closer ? lb_closer_next_due(d->engine->closer) : INT64_MAX;
     while (b->base.n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
         int64_t timeout = rebuilding ? 10 : 200;
+        if (closer_due != INT64_MAX && closer_due - lb_monotonic_ms() < timeout)
+            timeout = closer_due > lb_monotonic_ms() ? closer_due - lb_monotonic_ms() : 0;
         if (!wait)
             timeout = 0;
         else if (b->base.n) {
@@ -331,7 +336,7 @@ static void collect(struct daemon *d, struct batch *b, int wait)
             ping_if_idle(d);
             if (lb_log_reload)
                 reload_log_level(d->config);
-            if (rebuilding)
+            if (rebuilding || lb_monotonic_ms() >= closer_due)
                 break;
         }
     }
@@ -517,8 +522,9 @@ static void render_partitions(struct daemon *d, struct lb_text *t)
 
 /* The daemon's counters at one moment, gathered from their modules. */
 struct totals {
-    uint64_t consumed, applied, rejected, dead_lettered, late_windows, member_updates, batches,
-        write_failures, replans, skipped_segments, overlapped, no_timestamp, duplicates, conflicts;
+    uint64_t consumed, applied, rejected, dead_lettered, late_windows, late_after_close,
+        member_updates, batches, write_failures, replans, skipped_segments, overlapped,
+        no_timestamp, duplicates, conflicts;
     uint64_t schemas_fetched, schemas_unknown, schemas_unusable, registry_failures;
     uint64_t requests, moved, ask, retry_later, command_errors, connection_errors, timeouts,
         refreshes, wait_shortfalls;
@@ -533,6 +539,7 @@ static void gather(const struct daemon *d, struct totals *t)
                          .applied = ps->applied,
                          .dead_lettered = d->dlq ? lb_dlq_stats(d->dlq)->delivered : 0,
                          .late_windows = ps->late_windows,
+                         .late_after_close = ps->late_after_close,
                          .member_updates = ps->member_updates,
                          .batches = ps->batches,
                          .write_failures = ps->write_failures,
@@ -581,6 +588,10 @@ static const struct counter_def {
     {"lb_late_window_writes_total",
      "Window writes skipped because the window had expired (late events).", NULL, "late_windows",
      TOTAL(late_windows)},
+    {"lb_late_after_close_total",
+     "Events that came after a window they fall in had closed (final standings): not written to "
+     "it.",
+     NULL, "late_after_close", TOTAL(late_after_close)},
     {NULL, NULL, NULL, "batches", TOTAL(batches)},
     {"lb_redis_requests_total", "Requests sent to Redis (one per board per batch).", NULL,
      "redis_requests", TOTAL(requests)},
@@ -728,6 +739,23 @@ static void publish(struct daemon *d, int now)
         lb_text_histogram(&t, "lb_top_staleness_seconds",
                           "From a split board's write being applied to its merged top showing it.",
                           &ts->staleness);
+    }
+    if (d->engine->closer) {
+        const struct lb_closer_stats *cs = lb_closer_stats(d->engine->closer);
+        counter(&t, "lb_results_windows_total",
+                "Closed windows whose final standings this pod froze (claimed) and published "
+                "(every record acknowledged).");
+        lb_text_printf(&t,
+                       "lb_results_windows_total{result=\"claimed\"} %llu\n"
+                       "lb_results_windows_total{result=\"published\"} %llu\n",
+                       (unsigned long long)cs->claimed, (unsigned long long)cs->published);
+        counter(&t, "lb_results_failures_total",
+                "Steps of final standings that failed (Redis, Kafka): tried again.");
+        lb_text_printf(&t, "lb_results_failures_total %llu\n", (unsigned long long)cs->failures);
+        gauge(&t, "lb_results_watermark_seconds",
+              "The close watermark last read (event time the whole topic has committed), or -1.");
+        lb_text_printf(&t, "lb_results_watermark_seconds %.3f\n",
+                       cs->watermark < 0 ? -1.0 : (double)cs->watermark / 1000.0);
     }
     gauge(&t, "lb_last_commit_timestamp_seconds", "When offsets were last committed (0: never).");
     lb_text_printf(&t, "lb_last_commit_timestamp_seconds %.3f\n",
@@ -1033,6 +1061,16 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
     LB_INFO("daemon", "consuming %zu topic(s) as group '%s'", config->ntopics, config->group);
     if (d.engine->tops) /* a record is committed once the merged tops show it */
         lb_consumer_set_floor(d.consumer, tops_floor, d.engine->tops);
+    if (config->results_topic) {
+        struct lb_closer_options co = {config, config->key_prefix, &d.engine->cluster_options};
+        if (!(d.engine->closer = lb_closer_new(&co, err, sizeof(err), &class))) {
+            LB_ERROR("daemon", "final standings: %s", err);
+            status = class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
+            goto done;
+        }
+        LB_INFO("daemon", "final standings of closed windows go to topic '%s'",
+                config->results_topic);
+    }
     d.last_commit_ms = lb_monotonic_ms();
     if (d.engine->rebuild)
         lb_rebuild_sweep(d.engine->rebuild);
@@ -1054,6 +1092,8 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
             lb_rebuild_step(d.engine->rebuild, lb_monotonic_ms());
         if (d.engine->tops)
             lb_tops_step(d.engine->tops, lb_monotonic_ms());
+        if (d.engine->closer)
+            lb_closer_step(d.engine->closer, lb_monotonic_ms());
         if (next_batch(&d)->base.n && prepare_next(&d) != 0) {
             status = LB_EXIT_RUNTIME;
             break;
@@ -1106,6 +1146,10 @@ done:
     if (d.engine)
         finish_ping(&d);
     lb_metrics_stop(d.metrics);
+    if (d.engine) { /* a record in flight is sent again later */
+        lb_closer_free(d.engine->closer, 2000);
+        d.engine->closer = NULL;
+    }
     lb_consumer_close(d.consumer);
     /* before the batches go: late delivery reports write into them; within
      * what is left of shutdown.drain_timeout once it started counting (what

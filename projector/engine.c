@@ -2,6 +2,7 @@
 #include "engine.h"
 #include "apply.h"
 #include "clock.h"
+#include "closer.h"
 #include "log.h"
 
 #include <errno.h>
@@ -75,6 +76,8 @@ static void on_applied(void *ctx, const struct lb_plan_view *plan, uint32_t boar
     const struct lb_plan_board *b = &plan->boards[board];
     if (rebuilding && e->rebuild)
         lb_rebuild_note(e->rebuild, b->id);
+    if (e->closer && b->profile && lb_profile_has_results(b->profile))
+        lb_closer_note(e->closer, b->base);
     if (!e->tops || !b->profile || b->profile->shards <= 1)
         return;
     /* its records: their partitions' commits wait for the merged tops */
@@ -140,8 +143,9 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
                 goto nomem;
         }
     }
-    if (e->rebuild || e->tops)
-        lb_pipeline_set_applied_hook(e->pipeline, on_applied, e);
+    /* rebuilds and merged tops to note; boards with final standings for
+     * the daemon's closer, set later */
+    lb_pipeline_set_applied_hook(e->pipeline, on_applied, e);
     *class = LB_ERROR_NONE;
     return e;
 nomem:

@@ -37,6 +37,9 @@ struct lb_engine {
      * profile splits or the pipeline writes another keyspace (replay). The
      * daemon steps it between batches. */
     struct lb_tops *tops;
+    /* final standings (closer.h): set by the daemon, which owns it; NULL in
+     * replay and the tools. Boards written with results are noted to it. */
+    struct lb_closer *closer;
     /* what the clients were made from, for more clients of the same cluster */
     struct lb_cluster_options cluster_options;
 };

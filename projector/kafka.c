@@ -414,3 +414,52 @@ int64_t lb_watermark_parse(const void *metadata, size_t len)
     }
     return v;
 }
+
+int lb_kafka_group_offsets(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                           struct lb_partition_offsets **out, rd_kafka_resp_err_t *err,
+                           const char **what)
+{
+    const struct rd_kafka_metadata *md;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    *out = NULL;
+    *what = "reading the topic's partitions";
+    if (!rkt) {
+        *err = rd_kafka_last_error();
+        return -1;
+    }
+    *err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+    rd_kafka_topic_destroy(rkt);
+    if (*err)
+        return -1;
+    int partitions = 0;
+    *err = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    if (!*err)
+        partitions = md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    if (!*err && partitions == 0)
+        *err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    if (*err)
+        return -1;
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(partitions);
+    for (int p = 0; p < partitions; p++)
+        rd_kafka_topic_partition_list_add(list, topic, p);
+    *what = "reading the committed offsets";
+    struct lb_partition_offsets *po = NULL;
+    if (!(*err = rd_kafka_committed(rk, list, timeout_ms)) &&
+        !(po = calloc((size_t)partitions, sizeof(*po))))
+        *err = RD_KAFKA_RESP_ERR__NOENT;
+    for (int p = 0; po && p < partitions; p++) {
+        const rd_kafka_topic_partition_t *tp = &list->elems[p];
+        po[p].committed = tp->err || tp->offset < 0 ? -1 : tp->offset;
+        po[p].watermark = lb_watermark_parse(tp->metadata, tp->metadata_size);
+        *what = "reading the watermarks";
+        if ((*err = rd_kafka_query_watermark_offsets(rk, topic, p, &po[p].low, &po[p].high,
+                                                     timeout_ms))) {
+            free(po);
+            po = NULL;
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+    *out = po;
+    return po ? partitions : -1;
+}

@@ -104,4 +104,20 @@ size_t lb_watermark_format(char *out, size_t cap, int64_t watermark);
 /* The watermark a commit's metadata carries, or -1 (none, or not ours). */
 int64_t lb_watermark_parse(const void *metadata, size_t len);
 
+/* Where a consumer group stands on one partition. */
+struct lb_partition_offsets {
+    int64_t committed; /* -1: nothing committed */
+    int64_t low, high; /* the partition's watermarks */
+    int64_t watermark; /* the event-time watermark the commit carries; -1: none */
+};
+
+/* Reads, for every partition of 'topic', what the group of 'rk' (its
+ * group.id) committed and the partition's watermarks, each call within
+ * 'timeout_ms'. Returns the partition count, with the array (the caller
+ * frees it) in '*out'; -1 with what failed in '*err' (a missing topic:
+ * RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) and '*what'. */
+int lb_kafka_group_offsets(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                           struct lb_partition_offsets **out, rd_kafka_resp_err_t *err,
+                           const char **what);
+
 #endif

@@ -594,6 +594,50 @@ static int add_exclusion(struct slot *slot, uint32_t txn, enum exclusion_kind ki
     return 0;
 }
 
+/* The script named closed windows of board request 'txn' its events came
+ * too late for (README "Final standings"): those events (each once),
+ * counted and logged; their other windows were written. */
+static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t txn,
+                       const struct lb_apply_answer *a)
+{
+    static struct lb_ratelimit said;
+    enum { MAX = 8 };
+    enum lb_window_kind kinds[MAX];
+    int64_t ids[MAX];
+    size_t nlate = 0;
+    for (size_t w = 0; w < a->late && nlate < MAX; w++) {
+        const char *name = a->reply->element[a->late_at + w]->str, *colon = strchr(name, ':');
+        char kind_name[16];
+        int kind = -1;
+        if (colon && (size_t)(colon - name) < sizeof(kind_name)) {
+            memcpy(kind_name, name, (size_t)(colon - name));
+            kind_name[colon - name] = '\0';
+            kind = lb_window_kind_parse(kind_name);
+        }
+        if (kind >= 0 &&
+            lb_window_label_parse((enum lb_window_kind)kind, colon + 1, &ids[nlate]) == 0)
+            kinds[nlate++] = (enum lb_window_kind)kind;
+    }
+    uint64_t n = 0;
+    for (size_t i = 0; i < slot->count; i++) {
+        if (slot->txn_of[i] != txn || !slot->ts[i])
+            continue;
+        int late = 0;
+        for (size_t w = 0; w < nlate && !late; w++) {
+            struct lb_window_span span;
+            lb_window_span(kinds[w], slot->ts[i], &span);
+            late = span.id == ids[w];
+        }
+        n += (uint64_t)late;
+    }
+    p->stats.late_after_close += n;
+    lb_log_every(&said, 10000, LB_LOG_WARN, "pipeline",
+                 "%llu event(s) came after window '%s'%s closed: not written to it, its final "
+                 "standings stand; their other windows were written",
+                 (unsigned long long)n, a->reply->element[a->late_at]->str,
+                 a->late > 1 ? " (and others)" : "");
+}
+
 /* Reads the apply script's answer: 0 when the board's events are written, 1
  * when the script asked for them again without some events (recorded in
  * slot->exclusions), -1 when the request failed (req->error says why). */
@@ -604,6 +648,8 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
     switch (lb_apply_parse(req->reply, &a)) {
     case LB_APPLY_OK:
         p->stats.skipped_segments += (uint64_t)a.skipped;
+        if (a.late)
+            count_late(p, slot, txn, &a);
         if (p->on_applied) {
             /* the first plan: a board planned again holds fewer windows */
             struct lb_plan_view view;

@@ -47,6 +47,7 @@ struct lb_pipeline_stats {
     uint64_t rejected[LB_REJECT__COUNT];
     uint64_t member_updates;
     uint64_t late_windows;
+    uint64_t late_after_close;   /* events too late for a closed window (written to its others) */
     uint64_t write_failures;     /* requests that failed and were retried */
     uint64_t replans;            /* boards planned again without events already applied */
     uint64_t filtered;           /* left out by the filter (replay's selection) */

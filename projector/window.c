@@ -102,6 +102,15 @@ void lb_window_span(enum lb_window_kind kind, int64_t ts_ms, struct lb_window_sp
     span->end_ms = INT64_MAX;
 }
 
+void lb_window_span_of(enum lb_window_kind kind, int64_t id, struct lb_window_span *span)
+{
+    int64_t start = id; /* daily: the day; weekly: its Monday */
+    if (kind == LB_WINDOW_MONTHLY)
+        start = lb_days_from_civil(lb_floor_div(id, 12),
+                                   (unsigned)(id - 12 * lb_floor_div(id, 12)) + 1, 1);
+    lb_window_span(kind, start * LB_MS_PER_DAY, span);
+}
+
 size_t lb_window_label(enum lb_window_kind kind, int64_t id, char *out, size_t cap)
 {
     int64_t year;

@@ -33,6 +33,9 @@ struct lb_window_span {
  * LB_WINDOW_ALLTIME and LB_WINDOW_CUSTOM the span is unbounded and the id 0. */
 void lb_window_span(enum lb_window_kind kind, int64_t ts_ms, struct lb_window_span *span);
 
+/* The span of the window of 'kind' whose id is 'id'. */
+void lb_window_span_of(enum lb_window_kind kind, int64_t id, struct lb_window_span *span);
+
 /* Writes the window's label ("2026-05-04", "2026-W18", "2026-05", "alltime"
  * as applicable) NUL-terminated into 'out'; returns its length. 'cap' must be
  * at least LB_WINDOW_LABEL_MAX. */

@@ -151,7 +151,7 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
         struct lb_key_parts kp;
         if (lb_key_parse(r->staging_prefix, staged->items[i], strlen(staged->items[i]), &kp) != 0 ||
             kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
-            kp.kind == LB_KEY_MARKER || !window_selected(r, &kp))
+            kp.kind == LB_KEY_MARKER || kp.kind == LB_KEY_FINAL || !window_selected(r, &kp))
             continue;
         char target[1024];
         snprintf(target, sizeof(target), "%s%s", r->config->key_prefix, staged->items[i] + sp);
@@ -162,7 +162,7 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
         struct lb_key_parts kp;
         if (lb_key_parse(r->config->key_prefix, live->items[i], strlen(live->items[i]), &kp) != 0 ||
             kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
-            kp.kind == LB_KEY_MARKER || !window_selected(r, &kp))
+            kp.kind == LB_KEY_MARKER || kp.kind == LB_KEY_FINAL || !window_selected(r, &kp))
             continue;
         int replaced = 0;
         for (size_t j = 0; j < bk->targets.count && !replaced; j++)

@@ -8,7 +8,8 @@
  *   wait-caught-up wait until a group has committed the high watermark of
  *                  every partition (exit 0) or the timeout passes (exit 1)
  *   dump           every record of a topic up to its high watermarks, one
- *                  line each: partition, offset, key, value size, headers
+ *                  line each: partition, offset, key, value size and SHA-256,
+ *                  headers
  *                  (name=value), e.g. to inspect the dead-letter topic
  *   redrive        produces the dead-letter records (optionally only those
  *                  of one lb.reason) back to the topic they came from, key
@@ -26,6 +27,7 @@
 #include <getopt.h>
 #include <stdarg.h>
 #include <librdkafka/rdkafka.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,50 +248,26 @@ static int create_topic(const struct options *o)
     return status;
 }
 
-struct partition_offsets {
-    int32_t partition;
-    int64_t committed; /* -1001 (RD_KAFKA_OFFSET_INVALID) when none */
-    int64_t low, high;
-    int64_t watermark; /* the event-time watermark the commit carries, or -1 */
-};
-
 /* Reads committed offsets and watermarks for every partition of the topic.
  * Returns the partition count, or -1 with the reason in 'failure'. */
-static int read_offsets(rd_kafka_t *rk, const struct options *o, struct partition_offsets **out)
+static int read_offsets(rd_kafka_t *rk, const struct options *o, struct lb_partition_offsets **out)
 {
-    int partitions = topic_partitions(rk, o);
-    if (partitions < 0)
-        return -1;
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(partitions);
-    for (int p = 0; p < partitions; p++)
-        rd_kafka_topic_partition_list_add(list, o->topic, p);
-    rd_kafka_resp_err_t err = rd_kafka_committed(rk, list, left_ms(o));
-    if (err) {
-        char what[300];
-        snprintf(what, sizeof(what), "reading the committed offsets of group %s", o->group);
-        request_failed(rk, o, what, err);
-        rd_kafka_topic_partition_list_destroy(list);
-        return -1;
+    rd_kafka_resp_err_t err;
+    const char *what;
+    int n = lb_kafka_group_offsets(rk, o->topic, left_ms(o), out, &err, &what);
+    if (n >= 0)
+        return n;
+    if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        failed("topic %s does not exist on %s; check --topic", o->topic, o->brokers);
+    else {
+        char text[300];
+        snprintf(text, sizeof(text), "%s of group %s", what, o->group);
+        request_failed(rk, o, text, err);
     }
-    struct partition_offsets *po = calloc((size_t)partitions, sizeof(*po));
-    for (int p = 0; po && p < partitions; p++) {
-        po[p].partition = p;
-        po[p].committed = list->elems[p].offset;
-        po[p].watermark = lb_watermark_parse(list->elems[p].metadata, list->elems[p].metadata_size);
-        err =
-            rd_kafka_query_watermark_offsets(rk, o->topic, p, &po[p].low, &po[p].high, left_ms(o));
-        if (err) {
-            request_failed(rk, o, "reading the watermarks", err);
-            free(po);
-            po = NULL;
-        }
-    }
-    rd_kafka_topic_partition_list_destroy(list);
-    *out = po;
-    return po ? partitions : -1;
+    return -1;
 }
 
-static int64_t lag_of(const struct partition_offsets *p)
+static int64_t lag_of(const struct lb_partition_offsets *p)
 {
     int64_t from = p->committed >= 0 ? p->committed : p->low;
     return p->high - from;
@@ -299,7 +277,7 @@ static int show_offsets(const struct options *o)
 {
     int status = 1;
     rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER, &status);
-    struct partition_offsets *po;
+    struct lb_partition_offsets *po;
     if (!rk)
         return status;
     int n = reach_brokers(rk, o) == 0 ? read_offsets(rk, o, &po) : -1;
@@ -343,7 +321,7 @@ static int wait_caught_up(const struct options *o)
         return 1;
     }
     while (left_ms(o) > 0) {
-        struct partition_offsets *po;
+        struct lb_partition_offsets *po;
         int n = read_offsets(rk, o, &po);
         if (n < 0) { /* e.g. the coordinator still loading: try again */
             usleep(100000);
@@ -452,7 +430,12 @@ static int dump(const struct options *o)
             left--;
             printf("%d %lld key=", m->partition, (long long)m->offset);
             print_escaped(m->key ? m->key : "", m->key_len);
-            printf(" bytes=%zu", m->len);
+            printf(" bytes=%zu sha256=", m->len);
+            unsigned char digest[EVP_MAX_MD_SIZE];
+            unsigned int dn = 0;
+            if (EVP_Digest(m->payload ? m->payload : "", m->len, digest, &dn, EVP_sha256(), NULL))
+                for (unsigned int i = 0; i < dn; i++)
+                    printf("%02x", digest[i]);
             rd_kafka_headers_t *headers;
             if (rd_kafka_message_headers(m, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 const char *name;

@@ -36,6 +36,11 @@
  * (ZREVRANK); its competition rank counts the better composites only.
  * Each is O(log n) per shard: no estimate is needed for the long tail.
  *
+ * --final shows a closed window's final standings (README "Final
+ * standings"): <prefix>{B}:final:<window>, frozen when the window closed,
+ * with the instant it closed, its players then and whether the record is
+ * published.
+ *
  * --window is checked against the board's profile before Redis is asked:
  * a kind that does not exist, or one the board does not have, is a usage
  * error naming the windows the board has.
@@ -538,7 +543,7 @@ static void show_shards(const struct view *v)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: lbread --config FILE --board ID [--window SUFFIX] [--top N] "
+    fprintf(out, "Usage: lbread --config FILE --board ID [--window SUFFIX [--final]] [--top N] "
                  "[--around PLAYER] [--shards]\n"
                  "\n"
                  "Prints the top N of each window of a board (or the N positions around one\n"
@@ -558,6 +563,8 @@ static void usage(FILE *out)
                  "  -a, --around PLAYER    the N positions around PLAYER (marked '>') in each\n"
                  "                         window the player is in; on a split board, its\n"
                  "                         exact rank across the shards\n"
+                 "  -f, --final            with --window: the closed window's final standings,\n"
+                 "                         frozen when it closed (results: in the profile)\n"
                  "  -s, --shards           where the board's keys live: per shard its hash tag,\n"
                  "                         slot and master (split.shards of the configuration;\n"
                  "                         an unsplit board has one, its own id)\n"
@@ -571,6 +578,41 @@ static void usage(FILE *out)
                  "  lbread --config config/local.yaml --board g1 --top 10\n"
                  "  lbread --config config/local.yaml --board g1 --window weekly:2026-W18 \\\n"
                  "         --around player-42 --top 5\n");
+}
+
+/* --final: the window's frozen standings and what ~final says of them. */
+static int show_final(const struct view *v, const char *window, long top)
+{
+    struct lb_str id = {v->board, (uint32_t)strlen(v->board)};
+    char key[1024], state[1024], rest[300], f[3][300];
+    snprintf(rest, sizeof(rest), "%s:%s", LB_FINAL_PREFIX, window);
+    lb_board_key(v->prefix, id, rest, key, sizeof(key));
+    lb_board_key(v->prefix, id, LB_FINAL_KEY, state, sizeof(state));
+    for (int i = 0; i < 3; i++)
+        snprintf(f[i], sizeof(f[i]), "%c:%s", "scn"[i], window);
+    const char *argv[] = {"HMGET", state, f[0], f[1], f[2]};
+    redisReply *meta = command(v->cl, v->slot, 5, argv);
+    if (!meta || meta->type != REDIS_REPLY_ARRAY || meta->elements != 3) {
+        if (meta)
+            freeReplyObject(meta);
+        return -1;
+    }
+    int rc = 0;
+    if (meta->element[0]->type != REDIS_REPLY_STRING) {
+        printf("board '%s' window %s has no final standings: not closed yet\n", v->board, window);
+    } else {
+        char at[40] = "?";
+        if (meta->element[1]->type == REDIS_REPLY_STRING)
+            format_time(strtoll(meta->element[1]->str, NULL, 10), at, sizeof(at));
+        printf("final standings of board '%s' window %s: closed at %s (event time), %s "
+               "player(s), %s\n",
+               v->board, window, at,
+               meta->element[2]->type == REDIS_REPLY_STRING ? meta->element[2]->str : "?",
+               meta->element[0]->str);
+        rc = show_page(v, key, 0, top, NULL);
+    }
+    freeReplyObject(meta);
+    return rc;
 }
 
 /* With --window: a window the board's profile has but Redis holds no key
@@ -603,19 +645,23 @@ static int say_missing_window(struct lb_cluster *cl, const struct lb_config *con
 int main(int argc, char **argv)
 {
     lb_usage_program = "lbread";
-    static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'}, {"board", required_argument, NULL, 'b'},
-        {"window", required_argument, NULL, 'w'}, {"top", required_argument, NULL, 'n'},
-        {"around", required_argument, NULL, 'a'}, {"shards", no_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
+                                             {"board", required_argument, NULL, 'b'},
+                                             {"window", required_argument, NULL, 'w'},
+                                             {"top", required_argument, NULL, 'n'},
+                                             {"around", required_argument, NULL, 'a'},
+                                             {"shards", no_argument, NULL, 's'},
+                                             {"final", no_argument, NULL, 'f'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     const char *path = NULL, *board = NULL, *window = NULL, *player = NULL;
     long top = 10;
-    int opt, status = 0, shards = 0;
+    int opt, status = 0, shards = 0, final = 0;
     double number;
     char err[1024];
 
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":c:b:w:n:a:sh", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":c:b:w:n:a:sfh", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c':
             path = optarg;
@@ -637,6 +683,9 @@ int main(int argc, char **argv)
         case 's':
             shards = 1;
             break;
+        case 'f':
+            final = 1;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -655,6 +704,12 @@ int main(int argc, char **argv)
     if (shards && (window || player))
         return lb_usage_error("--shards lists where the board lives: it takes no %s",
                               window ? "--window" : "--around");
+    if (final && (!window || player || shards))
+        return lb_usage_error("--final shows one closed window's final standings: it takes "
+                              "--window and no %s",
+                              !window  ? "other"
+                              : player ? "--around"
+                                       : "--shards");
     lb_log_threshold = LB_LOG_ERROR;
     struct lb_config *config;
     if (lb_config_load_flags(path, LB_CONFIG_NO_KAFKA, &config, err, sizeof(err)) != 0) {
@@ -697,6 +752,8 @@ int main(int argc, char **argv)
         status = 1;
     } else if (shards) {
         show_shards(&v);
+    } else if (final) {
+        status = show_final(&v, window, top);
     } else if (window) {
         struct lb_str id = {board, (uint32_t)strlen(board)};
         size_t len =

@@ -101,6 +101,18 @@ static void spans_cover_exactly_their_window(void **state)
 
     lb_window_span(LB_WINDOW_ALLTIME, may4, &span);
     assert_int_equal(span.end_ms, INT64_MAX);
+
+    /* a window's span from its id is the span of any instant in it, for
+     * every day of 1969..2031 (months and weeks across years included) */
+    for (int64_t d = day_of(1969, 1, 1); d < day_of(2031, 1, 1); d++)
+        for (int kind = LB_WINDOW_DAILY; kind <= LB_WINDOW_MONTHLY; kind++) {
+            struct lb_window_span of;
+            lb_window_span((enum lb_window_kind)kind, d * LB_MS_PER_DAY + 4321, &span);
+            lb_window_span_of((enum lb_window_kind)kind, span.id, &of);
+            assert_int_equal(of.id, span.id);
+            assert_int_equal(of.start_ms, span.start_ms);
+            assert_int_equal(of.end_ms, span.end_ms);
+        }
 }
 
 static void times_before_1970_floor_correctly(void **state)

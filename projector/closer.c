@@ -1,0 +1,670 @@
+/* Final standings of closed windows, the pod's part; see closer.h. */
+#include "closer.h"
+#include "apply.h"
+#include "clock.h"
+#include "kafka.h"
+#include "log.h"
+#include "results.h"
+#include "slot.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEY_MAX 1024
+
+/* A window being published by this pod. */
+struct pub {
+    char *board, *window; /* window: "weekly:2026-W48" */
+    const struct lb_profile *profile;
+    const struct lb_window_config *wc;
+    uint32_t parts, acked;
+    int in_flight; /* produced: acknowledgements pending */
+    int failed;    /* a part was not delivered: claimed again later */
+};
+
+struct lb_closer {
+    struct lb_closer_options o;
+    struct lb_cluster *cluster;
+    /* the close watermark, read by a thread of its own on a client of its
+     * own (the group's commits; it never joins the group), so that the
+     * brokers' answers never hold up the batches */
+    rd_kafka_t *reader;
+    pthread_t thread;
+    int started, stopping;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int64_t read_watermark; /* -1 unknown */
+    rd_kafka_t *producer;
+    rd_kafka_topic_t *topic;
+    char holder[128];
+    char **boards; /* boards with results, known to this pod */
+    int64_t *due;  /* each one's earliest close instant in ~open (0: not read yet, and its
+                    * ~final not either: a window a pod gone left claimed) */
+    size_t nboards, cap_boards;
+    struct pub **pubs;
+    size_t npubs, cap_pubs;
+    int64_t next_check, next_sweep;
+    int busy; /* a claim found another publisher's lease: look again at the next check */
+    struct lb_closer_stats stats;
+    struct lb_ratelimit said;
+};
+
+static void *watch(void *arg);
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
+{
+    struct pub *pub = msg->_private;
+    (void)rk;
+    (void)opaque;
+    if (msg->err) {
+        pub->failed = 1;
+        LB_WARN("results", "final standings of board '%s' window '%s' not delivered: %s",
+                pub->board, pub->window, rd_kafka_err2str(msg->err));
+    } else {
+        pub->acked++;
+    }
+}
+
+static void closer_callbacks(rd_kafka_conf_t *conf, void *ctx)
+{
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_opaque(conf, ctx);
+}
+
+struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *err, size_t errlen,
+                                enum lb_error_class *class)
+{
+    static const char *const defaults[][2] = {{"enable.idempotence", "true"},
+                                              {"acks", "all"},
+                                              {"linger.ms", "5"},
+                                              {"message.max.bytes", "1000000"},
+                                              {"message.timeout.ms", "30000"}};
+    struct lb_closer *c = calloc(1, sizeof(*c));
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->o = *options;
+    c->stats.watermark = c->read_watermark = -1;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->wake, NULL);
+    lb_lease_holder(c->holder, sizeof(c->holder));
+    struct lb_kafka_options kafka = lb_config_kafka(options->config);
+    struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
+                                     .defaults = defaults,
+                                     .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
+                                     .setup = closer_callbacks,
+                                     .ctx = c};
+    const char *const group[][2] = {{"group.id", options->config->group},
+                                    {"enable.auto.commit", "false"}};
+    struct lb_kafka_client reader = {.type = RD_KAFKA_CONSUMER, .fixed = group, .nfixed = 2};
+    if (!(c->cluster = lb_cluster_new(options->cluster)) ||
+        !(c->producer = lb_kafka_new(&kafka, &client, err, errlen, class)) ||
+        !(c->topic = rd_kafka_topic_new(c->producer, options->config->results_topic, NULL)) ||
+        !(c->reader = lb_kafka_new(&kafka, &reader, err, errlen, class)) ||
+        pthread_create(&c->thread, NULL, watch, c) != 0) {
+        if (!c->cluster)
+            snprintf(err, errlen, "out of memory");
+        else if (c->producer && !c->topic)
+            snprintf(err, errlen, "results topic %s: %s", options->config->results_topic,
+                     rd_kafka_err2str(rd_kafka_last_error()));
+        else if (c->reader)
+            snprintf(err, errlen, "cannot start a thread");
+        lb_closer_free(c, 0);
+        return NULL;
+    }
+    c->started = 1;
+    return c;
+}
+
+static void pub_free(struct pub *pub)
+{
+    free(pub->board);
+    free(pub->window);
+    free(pub);
+}
+
+void lb_closer_free(struct lb_closer *c, int timeout_ms)
+{
+    if (!c)
+        return;
+    if (c->started) {
+        pthread_mutex_lock(&c->lock);
+        c->stopping = 1;
+        pthread_cond_signal(&c->wake);
+        pthread_mutex_unlock(&c->lock);
+        pthread_join(c->thread, NULL);
+    }
+    if (c->reader)
+        rd_kafka_destroy(c->reader);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->wake);
+    if (c->producer) {
+        rd_kafka_flush(c->producer, timeout_ms);
+        /* what is not acknowledged stays claimed: published again later */
+        rd_kafka_purge(c->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(c->producer, 0);
+    }
+    if (c->topic)
+        rd_kafka_topic_destroy(c->topic);
+    if (c->producer)
+        rd_kafka_destroy(c->producer);
+    lb_cluster_free(c->cluster);
+    for (size_t i = 0; i < c->nboards; i++)
+        free(c->boards[i]);
+    free(c->boards);
+    free(c->due);
+    for (size_t i = 0; i < c->npubs; i++)
+        pub_free(c->pubs[i]);
+    free(c->pubs);
+    free(c);
+}
+
+void lb_closer_note(struct lb_closer *c, struct lb_str board)
+{
+    for (size_t i = 0; i < c->nboards; i++)
+        if (strlen(c->boards[i]) == board.len && memcmp(c->boards[i], board.ptr, board.len) == 0)
+            return;
+    if (c->nboards == c->cap_boards) {
+        size_t cap = c->cap_boards ? 2 * c->cap_boards : 16;
+        char **more = realloc(c->boards, cap * sizeof(*more));
+        if (more)
+            c->boards = more;
+        int64_t *due = more ? realloc(c->due, cap * sizeof(*due)) : NULL;
+        if (!due)
+            return; /* the sweep finds it */
+        c->due = due;
+        c->cap_boards = cap;
+    }
+    char *copy = malloc(board.len + 1);
+    if (!copy)
+        return;
+    memcpy(copy, board.ptr, board.len);
+    copy[board.len] = '\0';
+    c->due[c->nboards] = 0;
+    c->boards[c->nboards++] = copy;
+}
+
+/* ---- the close watermark ---------------------------------------------------------- */
+
+static int64_t close_watermark(struct lb_closer *c)
+{
+    static struct lb_ratelimit said;
+    const struct lb_config *config = c->o.config;
+    int64_t low = -1;
+    for (size_t t = 0; t < config->ntopics; t++) {
+        struct lb_partition_offsets *po;
+        rd_kafka_resp_err_t err;
+        const char *what;
+        int n = lb_kafka_group_offsets(c->reader, config->topics[t], 5000, &po, &err, &what);
+        if (n < 0) {
+            lb_log_every(&said, 10000, LB_LOG_WARN, "results",
+                         "%s of topic %s: %s; no window closes until it answers", what,
+                         config->topics[t], rd_kafka_err2str(err));
+            return -1;
+        }
+        struct lb_partition_mark *marks = calloc((size_t)n, sizeof(*marks));
+        int64_t w = -1;
+        if (marks) {
+            for (int p = 0; p < n; p++)
+                marks[p] = (struct lb_partition_mark){po[p].committed, po[p].high, po[p].watermark};
+            w = lb_results_watermark(marks, (size_t)n, config->results_idle_ms);
+        }
+        free(marks);
+        free(po);
+        if (w < 0)
+            return -1;
+        if (low < 0 || w < low)
+            low = w;
+    }
+    return low;
+}
+
+static void *watch(void *arg)
+{
+    struct lb_closer *c = arg;
+    pthread_mutex_lock(&c->lock);
+    while (!c->stopping) {
+        pthread_mutex_unlock(&c->lock);
+        int64_t w = close_watermark(c);
+        pthread_mutex_lock(&c->lock);
+        c->read_watermark = w;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += LB_CLOSER_CHECK_MS / 1000;
+        while (!c->stopping && pthread_cond_timedwait(&c->wake, &c->lock, &until) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* ---- the script's "C" steps --------------------------------------------------------- */
+
+static size_t window_key(const struct lb_closer *c, const char *board, const char *window,
+                         int final, char *out, size_t cap)
+{
+    char rest[256];
+    snprintf(rest, sizeof(rest), "%s%s%s", final ? LB_FINAL_PREFIX : "", final ? ":" : "", window);
+    return lb_board_key(c->o.key_prefix, (struct lb_str){board, (uint32_t)strlen(board)}, rest, out,
+                        cap);
+}
+
+/* One "C" step of 'pub'; NULL when the call failed (logged). */
+static redisReply *c_step(struct lb_closer *c, const struct pub *pub, const char *step,
+                          const char **extra, const size_t *extralen, size_t nextra)
+{
+    struct lb_str id = {pub->board, (uint32_t)strlen(pub->board)};
+    char keys[6][KEY_MAX], lease[24];
+    size_t klen[6];
+    const char *prefix = c->o.key_prefix;
+    klen[0] = lb_marker_key(prefix, id, keys[0], KEY_MAX);
+    klen[1] = lb_marker_zset_key(prefix, id, keys[1], KEY_MAX);
+    klen[2] = lb_board_key(prefix, id, LB_OPEN_KEY, keys[2], KEY_MAX);
+    klen[3] = lb_board_key(prefix, id, LB_FINAL_KEY, keys[3], KEY_MAX);
+    klen[4] = window_key(c, pub->board, pub->window, 0, keys[4], KEY_MAX);
+    klen[5] = window_key(c, pub->board, pub->window, 1, keys[5], KEY_MAX);
+    const char *argv[32];
+    size_t argvlen[32], n = 0;
+#define ARG(s, l) (argv[n] = (s), argvlen[n++] = (l))
+    ARG("EVALSHA", 7);
+    ARG(lb_apply_script_sha(), 40);
+    ARG("6", 1);
+    for (size_t i = 0; i < 6; i++)
+        ARG(keys[i], klen[i]);
+    ARG("4", 1); /* the protocol */
+    ARG("C", 1);
+    ARG(step, strlen(step));
+    ARG(c->holder, strlen(c->holder));
+    ARG(lease, (size_t)snprintf(lease, sizeof(lease), "%d", LB_CLOSER_LEASE_MS));
+    ARG(pub->window, strlen(pub->window));
+    for (size_t i = 0; i < nextra && n < 32; i++)
+        ARG(extra[i], extralen[i]);
+#undef ARG
+    redisReply *reply =
+        lb_cluster_command(c->cluster, lb_key_slot(keys[3], klen[3]), (int)n, argv, argvlen);
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
+        reply->element[0]->type != REDIS_REPLY_STRING) {
+        c->stats.failures++;
+        lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
+                     "final standings of board '%s' window '%s': '%s' failed: %s; trying again",
+                     pub->board, pub->window, step,
+                     !reply                             ? lb_cluster_error(c->cluster)
+                     : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                        : "unexpected answer");
+        if (reply)
+            freeReplyObject(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+static int is_word(const redisReply *reply, size_t i, const char *word)
+{
+    return i < reply->elements && reply->element[i]->type == REDIS_REPLY_STRING &&
+           strcmp(reply->element[i]->str, word) == 0;
+}
+
+static long long integer_of(const redisReply *reply, size_t i)
+{
+    return i < reply->elements && reply->element[i]->type == REDIS_REPLY_STRING
+               ? strtoll(reply->element[i]->str, NULL, 10)
+           : i < reply->elements && reply->element[i]->type == REDIS_REPLY_INTEGER
+               ? reply->element[i]->integer
+               : -1;
+}
+
+/* Keeps part 'part' (its bytes, made here) and produces the bytes kept. */
+static int keep_and_produce(struct lb_closer *c, struct pub *pub, uint32_t part,
+                            const uint8_t *bytes, size_t len)
+{
+    char number[16];
+    const char *extra[] = {number, (const char *)bytes};
+    size_t extralen[] = {(size_t)snprintf(number, sizeof(number), "%u", part), len};
+    redisReply *reply = c_step(c, pub, "keep", extra, extralen, 2);
+    if (!reply)
+        return -1;
+    int rc = -1;
+    if (is_word(reply, 0, "ok") && reply->elements == 2 &&
+        reply->element[1]->type == REDIS_REPLY_STRING) {
+        char key[KEY_MAX];
+        size_t klen = (size_t)snprintf(key, sizeof(key), "{%s}:%s", pub->board, pub->window);
+        if (rd_kafka_produce(c->topic, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY,
+                             reply->element[1]->str, reply->element[1]->len, key, klen, pub) == 0)
+            rc = 0;
+        else
+            lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
+                         "final standings of board '%s' window '%s': %s; trying again", pub->board,
+                         pub->window, rd_kafka_err2str(rd_kafka_last_error()));
+    }
+    freeReplyObject(reply);
+    return rc;
+}
+
+/* Makes the records of the frozen standings in 'frozen' (ZRANGE, best
+ * first, with scores) and keeps and produces each. */
+static int publish(struct lb_closer *c, struct pub *pub, const redisReply *frozen,
+                   int64_t closed_at, int64_t players)
+{
+    size_t n = frozen->elements / 2;
+    struct lb_standing *e = calloc(n ? n : 1, sizeof(*e));
+    uint8_t *buf = malloc(LB_CLOSER_PART_BYTES);
+    int rc = e && buf ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const redisReply *m = frozen->element[2 * i], *s = frozen->element[2 * i + 1];
+        e[i] = (struct lb_standing){
+            .player = m->str, .len = m->len, .composite = (int64_t)strtod(s->str, NULL)};
+    }
+    int64_t id;
+    struct lb_window_span span = {0};
+    const char *label = strchr(pub->window, ':');
+    if (rc == 0 && label && lb_window_label_parse(pub->wc->kind, label + 1, &id) == 0)
+        lb_window_span_of(pub->wc->kind, id, &span);
+    if (rc == 0)
+        lb_results_rank(&pub->profile->scoring, e, n, 1, NULL);
+    struct lb_result_head head = {.board = pub->board,
+                                  .window = pub->window,
+                                  .kind = pub->wc->kind,
+                                  .start_ms = span.start_ms,
+                                  .end_ms = span.end_ms,
+                                  .closed_at_ms = closed_at,
+                                  .players = players,
+                                  .schema_id = (int32_t)c->o.config->results_schema_id};
+    /* parts: as many entries as fit each */
+    size_t *first = calloc(n + 2, sizeof(*first)), parts = 0, room = 0;
+    rc = rc == 0 && first ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i <= n; i++) {
+        size_t need = i < n ? lb_results_entry_max(e[i].len) : 0;
+        if (i == 0 || (i < n && room < need)) {
+            first[parts++] = i;
+            room = LB_CLOSER_PART_BYTES - lb_results_head_max(&head);
+        }
+        room -= need < room ? need : room;
+    }
+    if (parts == 0)
+        first[parts++] = 0;
+    first[parts] = n;
+    pub->parts = (uint32_t)parts;
+    pub->acked = 0;
+    pub->failed = 0;
+    head.parts = (int32_t)parts;
+    for (size_t k = 0; rc == 0 && k < parts; k++) {
+        head.part = (int32_t)k + 1;
+        size_t len = lb_results_encode(&head, e + first[k], first[k + 1] - first[k], buf,
+                                       LB_CLOSER_PART_BYTES);
+        rc = len && keep_and_produce(c, pub, (uint32_t)k + 1, buf, len) == 0 ? 0 : -1;
+    }
+    pub->in_flight = rc == 0;
+    free(first);
+    free(buf);
+    free(e);
+    return rc;
+}
+
+/* Claims 'pub' (or takes over its claim) and publishes it. 0 in flight or
+ * nothing to do (published, another's), -1 failed. */
+static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
+{
+    char top[24], at[24];
+    int desc = pub->profile->scoring.order == LB_ORDER_DESC;
+    const char *extra[] = {top, desc ? "d" : "a", at};
+    size_t extralen[] = {
+        (size_t)snprintf(top, sizeof(top), "%lld", (long long)pub->wc->results_top), 1,
+        (size_t)snprintf(at, sizeof(at), "%lld", (long long)watermark)};
+    redisReply *reply = c_step(c, pub, "claim", extra, extralen, 3);
+    if (!reply)
+        return -1;
+    int rc = 0;
+    if (is_word(reply, 0, "go") && reply->elements == 4) {
+        int64_t closed_at = integer_of(reply, 1), players = integer_of(reply, 2);
+        c->stats.claimed++;
+        char key[KEY_MAX];
+        size_t klen = window_key(c, pub->board, pub->window, 1, key, sizeof(key));
+        const char *zr[] = {"ZRANGE", key, "0", "-1", desc ? "REV" : "WITHSCORES", "WITHSCORES"};
+        size_t zl[] = {6, klen, 1, 2, desc ? 3 : 10, 10};
+        redisReply *frozen =
+            lb_cluster_command(c->cluster, lb_key_slot(key, klen), desc ? 6 : 5, zr, zl);
+        if (frozen && frozen->type == REDIS_REPLY_ARRAY)
+            rc = publish(c, pub, frozen, closed_at, players);
+        else {
+            c->stats.failures++;
+            rc = -1;
+        }
+        if (frozen)
+            freeReplyObject(frozen);
+    } else if (is_word(reply, 0, "busy")) {
+        c->busy = 1;
+    } else if (!is_word(reply, 0, "published")) {
+        c->stats.failures++;
+        lb_log_every(&c->said, 10000, LB_LOG_ERROR, "results",
+                     "final standings of board '%s' window '%s': the script answered %s %s (an "
+                     "operator must fix the key or the ACL rule)",
+                     pub->board, pub->window, reply->element[0]->str,
+                     reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING
+                         ? reply->element[1]->str
+                         : "");
+        rc = -1;
+    }
+    freeReplyObject(reply);
+    return rc;
+}
+
+static void finish(struct lb_closer *c, struct pub *pub)
+{
+    const char *extra[] = {c->o.config->results_keep ? "1" : "0"};
+    size_t extralen[] = {1};
+    redisReply *reply = c_step(c, pub, "done", extra, extralen, 1);
+    if (!reply)
+        return; /* claimed again once the lease ran out */
+    if (is_word(reply, 0, "ok")) {
+        c->stats.published++;
+        c->stats.records += pub->parts;
+        LB_INFO("results", "published the final standings of board '%s' window '%s' (%u record(s))",
+                pub->board, pub->window, pub->parts);
+    }
+    freeReplyObject(reply);
+}
+
+/* ---- finding windows ---------------------------------------------------------------- */
+
+static int pending(const struct lb_closer *c, const char *board, const char *window)
+{
+    for (size_t i = 0; i < c->npubs; i++)
+        if (strcmp(c->pubs[i]->board, board) == 0 && strcmp(c->pubs[i]->window, window) == 0)
+            return 1;
+    return 0;
+}
+
+/* Starts publishing 'window' of 'board' (claim, then produce). */
+static void start(struct lb_closer *c, const char *board, const char *window, int64_t watermark)
+{
+    const struct lb_profile *profile = lb_config_profile_for(c->o.config, board, strlen(board));
+    const char *colon = strchr(window, ':');
+    if (!profile || !colon || pending(c, board, window))
+        return;
+    char kind_name[16];
+    size_t klen = (size_t)(colon - window);
+    if (klen >= sizeof(kind_name))
+        return;
+    memcpy(kind_name, window, klen);
+    kind_name[klen] = '\0';
+    int kind = lb_window_kind_parse(kind_name);
+    const struct lb_window_config *wc = NULL;
+    for (size_t i = 0; i < profile->nwindows; i++)
+        if ((int)profile->windows[i].kind == kind && profile->windows[i].results_top >= 0)
+            wc = &profile->windows[i];
+    if (!wc)
+        return; /* results taken out of the configuration: left as they are */
+    if (c->npubs == c->cap_pubs) {
+        size_t cap = c->cap_pubs ? 2 * c->cap_pubs : 8;
+        struct pub **more = realloc(c->pubs, cap * sizeof(*more));
+        if (!more)
+            return;
+        c->pubs = more;
+        c->cap_pubs = cap;
+    }
+    struct pub *pub = calloc(1, sizeof(*pub));
+    if (!pub || !(pub->board = strdup(board)) || !(pub->window = strdup(window))) {
+        if (pub)
+            pub_free(pub);
+        return;
+    }
+    pub->profile = profile;
+    pub->wc = wc;
+    if (claim(c, pub, watermark) == 0 && pub->in_flight)
+        c->pubs[c->npubs++] = pub;
+    else
+        pub_free(pub);
+}
+
+/* The windows of 'board' in its 'hash' (~open: those whose close instant
+ * the watermark reached; ~final: those claimed and not published). Returns
+ * the earliest close instant of those left open (INT64_MAX: none), or 0. */
+static int64_t look(struct lb_closer *c, const char *board, const char *hash, int64_t watermark)
+{
+    char key[KEY_MAX];
+    size_t klen = lb_board_key(c->o.key_prefix, (struct lb_str){board, (uint32_t)strlen(board)},
+                               hash, key, sizeof(key));
+    const char *argv[] = {"HGETALL", key};
+    size_t argvlen[] = {7, klen};
+    redisReply *r = lb_cluster_command(c->cluster, lb_key_slot(key, klen), 2, argv, argvlen);
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        c->stats.failures++;
+        if (r)
+            freeReplyObject(r);
+        return 0;
+    }
+    int open = strcmp(hash, LB_OPEN_KEY) == 0;
+    int64_t due = INT64_MAX;
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const char *f = r->element[i]->str, *v = r->element[i + 1]->str;
+        int64_t closes = strtoll(v, NULL, 10);
+        if (open && watermark >= 0 && closes <= watermark)
+            start(c, board, f, watermark);
+        else if (open && closes < due)
+            due = closes;
+        else if (!open && strncmp(f, "s:", 2) == 0 && strcmp(v, "claimed") == 0)
+            start(c, board, f + 2, watermark);
+    }
+    freeReplyObject(r);
+    return due;
+}
+
+/* Every master, for boards with an open or a claimed window. */
+static void sweep(struct lb_closer *c)
+{
+    char pattern[256];
+    uint32_t slot = 0;
+    char(*seen)[64] = NULL;
+    size_t nseen = 0;
+    if (lb_cluster_refresh(c->cluster) != 0) { /* the masters, by the slots they serve */
+        c->stats.failures++;
+        return;
+    }
+    while (slot < LB_SLOTS) {
+        const char *owner = lb_cluster_slot_owner(c->cluster, (uint16_t)slot);
+        int done = !owner;
+        for (size_t i = 0; owner && i < nseen; i++)
+            done |= strcmp(seen[i], owner) == 0;
+        if (!done) {
+            for (int h = 0; h < 2; h++) {
+                snprintf(pattern, sizeof(pattern), "%s{*}:%s", c->o.key_prefix,
+                         h ? LB_FINAL_KEY : LB_OPEN_KEY);
+                char cursor[32] = "0";
+                do {
+                    const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+                    size_t argvlen[6];
+                    for (size_t i = 0; i < 6; i++)
+                        argvlen[i] = strlen(argv[i]);
+                    redisReply *r =
+                        lb_cluster_command(c->cluster, (uint16_t)slot, 6, argv, argvlen);
+                    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+                        c->stats.failures++;
+                        if (r)
+                            freeReplyObject(r);
+                        break;
+                    }
+                    snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+                    for (size_t i = 0; i < r->element[1]->elements; i++) {
+                        const redisReply *k = r->element[1]->element[i];
+                        struct lb_key_parts parts;
+                        if (lb_key_parse(c->o.key_prefix, k->str, k->len, &parts) == 0)
+                            lb_closer_note(c, parts.board);
+                    }
+                    freeReplyObject(r);
+                } while (strcmp(cursor, "0") != 0);
+            }
+            char(*more)[64] = realloc(seen, (nseen + 1) * sizeof(*more));
+            if (!more)
+                break;
+            seen = more;
+            snprintf(seen[nseen++], sizeof(seen[0]), "%s", owner);
+        }
+        slot++;
+    }
+    free(seen);
+}
+
+void lb_closer_step(struct lb_closer *c, int64_t now_ms)
+{
+    rd_kafka_poll(c->producer, 0);
+    for (size_t i = 0; i < c->npubs;) {
+        struct pub *pub = c->pubs[i];
+        if (pub->in_flight && !pub->failed && pub->acked < pub->parts) {
+            i++;
+            continue;
+        }
+        if (!pub->failed && getenv("LB_FAULT_CRASH_BEFORE_DONE")) {
+            LB_WARN("results",
+                    "LB_FAULT_CRASH_BEFORE_DONE: exiting with board '%s' window '%s' "
+                    "acknowledged and not marked published",
+                    pub->board, pub->window);
+            _exit(70);
+        }
+        if (!pub->failed)
+            finish(c, pub);
+        pub_free(pub);
+        c->pubs[i] = c->pubs[--c->npubs];
+    }
+    int swept = 0, busy = c->busy;
+    if (now_ms >= c->next_sweep) {
+        sweep(c);
+        c->next_sweep = now_ms + LB_CLOSER_SWEEP_MS;
+        swept = 1;
+    }
+    if (now_ms < c->next_check && !swept)
+        return;
+    c->next_check = now_ms + LB_CLOSER_CHECK_MS;
+    c->busy = 0;
+    pthread_mutex_lock(&c->lock);
+    int64_t watermark = c->read_watermark;
+    pthread_mutex_unlock(&c->lock);
+    c->stats.watermark = watermark;
+    /* a board's ~open is read again when the watermark reached its
+     * earliest close, and every sweep (a late event may have opened an
+     * older window) */
+    for (size_t b = 0; b < c->nboards; b++) {
+        int first = !c->due[b];
+        if (swept || first || (watermark >= 0 && watermark >= c->due[b]))
+            c->due[b] = look(c, c->boards[b], LB_OPEN_KEY, watermark);
+        if (swept || busy || first) /* claimed windows whose publisher may be gone */
+            look(c, c->boards[b], LB_FINAL_KEY, watermark);
+    }
+}
+
+int64_t lb_closer_next_due(const struct lb_closer *c)
+{
+    if (c->npubs) /* acknowledgements to read */
+        return 0;
+    return c->next_check < c->next_sweep ? c->next_check : c->next_sweep;
+}
+
+const struct lb_closer_stats *lb_closer_stats(const struct lb_closer *c)
+{
+    return &c->stats;
+}

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Final standings (README "Final standings"): daily windows close when the
+# whole topic's committed event time (each commit's watermark) passed their
+# end plus the grace; two pods; each closed window is frozen and published
+# once: <prefix>{B}:final:<window> holds the first results.top entries of
+# the window as it was, ~final says published, and the results topic holds
+# one record per window key. Events that come after the close into a
+# closed window are counted and change nothing there, while they still
+# count for the windows still open (alltime). A pod killed between the
+# claim and the acknowledgement leaves the window claimed; the other pod
+# publishes it, and every record of a window key carries the same bytes.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+start_services
+export GROUP=lb-results
+"$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-results \
+    --partitions 3 >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create scores-results"
+pick_metrics_port
+profiles="profiles:
+  - name: res
+    match: [\"res-*\"]
+    tie_resolution: s
+    windows:
+      alltime: {}
+      daily: {ttl: 30d, results: {top: 20, grace: 1h}}
+      weekly: {ttl: 60d, results: {top: all, grace: 1h}}
+results: {topic: scores-results, schema_id: 1, idle: 10m}"
+write_config "$T_DIR/projector.yaml" "$profiles
+$METRICS_YAML"
+write_config "$T_DIR/projector-b.yaml" "$profiles" # the second pod: no metrics port
+gen=(--boards 3 --board-prefix res- --players 300 --score-max 500 --start "$START" --days 3)
+oracle=(--windows "alltime,daily:30d,weekly:60d" --resolution-ms 1000 --profile res-=best/desc/earliest)
+
+# the close watermark as the commits carry it: the lowest partition's
+close_watermark() {
+    "$BIN/lbadmin" offsets --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores --group "$GROUP" |
+        awk '$1 == "scores" && $7 != "-" { print $7 }' | while read -r at; do
+        date -u -d "$at" +%s%3N
+    done | sort -n | head -n 1
+}
+# the windows of the events' three days whose end + 1 h 'until' (ms)
+# passed: days, then weeks (Monday = day 4 of the epoch's week, 1970-01-05)
+closed_windows() {
+    local first=$(($(date -u -d "$START" +%s) / 86400)) until=$1 day monday seen=""
+    for ((day = first; day < first + 3; day++)); do
+        (((day + 1) * 86400000 + 3600000 <= until)) &&
+            date -u -d "@$((day * 86400))" +daily:%Y-%m-%d
+    done
+    for ((day = first; day < first + 3; day++)); do
+        monday=$((day - (day - 4) % 7))
+        [[ $seen == *" $monday "* ]] && continue
+        seen+=" $monday "
+        (((monday + 7) * 86400000 + 3600000 <= until)) &&
+            date -u -d "@$((monday * 86400))" +weekly:%G-W%V
+    done
+    return 0
+}
+published() { # BOARD WINDOW: its state in ~final
+    redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2"
+}
+dump_results() {
+    "$BIN/lbadmin" dump --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-results --timeout 20 \
+        >"$T_DIR/results.dump" 2>>"$T_DIR/lbadmin.log" || fail "cannot read scores-results"
+}
+
+# 1. three days of events, two pods; the days the watermark passed close
+produce -n 6000 --seed 501 "${gen[@]}"
+start_projector a "$T_DIR/projector.yaml"
+pod_a=$PROJECTOR_PID
+start_projector b "$T_DIR/projector-b.yaml"
+pod_b=$PROJECTOR_PID
+wait_caught_up 120
+verify "${oracle[@]}"
+until=$(close_watermark)
+[[ -n $until ]] || fail "no commit carries a watermark"
+mapfile -t days < <(closed_windows "$until")
+[[ ${days[0]} == daily:* ]] || fail "no daily window has closed by $until"
+all_published() {
+    local b w
+    for b in res-0 res-1 res-2; do
+        for w in "${days[@]}"; do
+            [[ $(published "$b" "$w") == published ]] || return 1
+        done
+    done
+}
+unpublished() { # what ~open and ~final hold, for a failure's message
+    local b
+    for b in res-0 res-1 res-2; do
+        printf '%s ~open: %s\n' "$b" "$(redis_cli "$(live_ports | first)" -c HGETALL "lb:{$b}:~open" | tr '\n' ' ')"
+        printf '%s ~final: %s\n' "$b" "$(redis_cli "$(live_ports | first)" -c HGETALL "lb:{$b}:~final" |
+            grep -v '^r:' | tr '\n' ' ' | cut -c1-300)"
+    done
+}
+lb_wait_for 30 all_published ||
+    fail "not every closed window was published: ${days[*]} (watermark $until)
+$(unpublished)"
+for b in res-0 res-1 res-2; do
+    port=$(live_ports | first)
+    for w in "${days[@]}"; do
+        top=19 # daily: the first 20; weekly: all
+        [[ $w == weekly:* ]] && top=-1
+        diff <(redis_cli "$port" -c ZRANGE "lb:{$b}:final:$w" 0 -1 REV WITHSCORES) \
+            <(redis_cli "$port" -c ZRANGE "lb:{$b}:$w" 0 "$top" REV WITHSCORES) >/dev/null ||
+            fail "the final standings of $b $w are not the window's first $((top + 1))"
+        [[ $(redis_cli "$port" -c TTL "lb:{$b}:final:$w") == -1 ]] ||
+            fail "the final standings of $b $w expire"
+    done
+    # the last day has not closed
+    last=$(date -u -d "$START + 2 days" +daily:%Y-%m-%d)
+    [[ " ${days[*]} " == *" $last "* || -z $(published "$b" "$last") ]] ||
+        fail "$b $last was closed before the watermark passed it"
+done
+dump_results
+for b in res-0 res-1 res-2; do
+    for w in "${days[@]}"; do
+        [[ $(grep -c " key={$b}:$w " "$T_DIR/results.dump") == 1 ]] ||
+            fail "{$b}:$w is not in the results topic exactly once"
+    done
+done
+n=$(wc -l <"$T_DIR/results.dump")
+((n == 3 * ${#days[@]})) || fail "$n records in the results topic, not $((3 * ${#days[@]}))"
+"$BIN/lbread" --config "$T_DIR/projector.yaml" --board res-1 --window "${days[0]}" --final \
+    --top 3 >"$T_DIR/lbread-final.out" 2>&1 || fail "lbread --final failed: $(cat "$T_DIR/lbread-final.out")"
+grep -q "final standings of board 'res-1' window ${days[0]}: closed at .*, published" \
+    "$T_DIR/lbread-final.out" || fail "lbread --final: $(head -n 1 "$T_DIR/lbread-final.out")"
+ok "${days[*]} closed on 3 boards: frozen (no expiry) and published once each"
+
+# 2. late events into the closed days: not written there, counted; they
+#    still count for alltime (pod a alone, so that its metrics count all)
+stop_projector "$pod_b"
+for b in res-0 res-1 res-2; do
+    redis_cli "$(live_ports | first)" -c ZRANGE "lb:{$b}:${days[0]}" 0 -1 WITHSCORES
+done | md5sum >"$T_DIR/closed.md5"
+produce -n 600 --seed 502 --boards 3 --board-prefix res- --players 300 --score-max 100000 \
+    --start "$START" --days 1
+wait_caught_up 120
+for b in res-0 res-1 res-2; do
+    redis_cli "$(live_ports | first)" -c ZRANGE "lb:{$b}:${days[0]}" 0 -1 WITHSCORES
+done | md5sum | cmp -s - "$T_DIR/closed.md5" || fail "late events changed the closed ${days[0]}"
+# every one of them falls in two closed windows (the day, its week): each
+# counted once (the page is rendered every second: waited for)
+want=$(grep -c '^e502-' "$T_DIR/events.tsv")
+lb_wait_for 10 metrics_series_is "$METRICS_URL" lb_late_after_close_total "$want" || {
+    metrics_scrape "$METRICS_URL" "$T_DIR/m-late"
+    fail "$(metrics_value "$T_DIR/m-late" 'lb_late_after_close_total{}') late events counted, not the $want produced"
+}
+late=$want
+best=$(awk -F '\t' '$1 ~ /^e502-/ && $2 == "res-0" { if ($4 > m) m = $4 } END { print m + 0 }' "$T_DIR/events.tsv")
+top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:alltime" 0 0 REV WITHSCORES | tail -n 1)
+(((${top%.*} >> 30) >= best)) || fail "a late event did not count for alltime ($best > $((${top%.*} >> 30)))"
+dump_results
+((n == $(wc -l <"$T_DIR/results.dump"))) || fail "late events published something again"
+ok "late events: $late counted, the closed day unchanged, alltime took them"
+
+# 3. a pod killed after the broker acknowledged a window's record and
+#    before it marked it published: the window stays claimed; the next pod
+#    publishes it again once the lease ran out, with the same bytes
+stop_projector "$pod_a"
+start_projector c "$T_DIR/projector.yaml" LB_FAULT_CRASH_BEFORE_DONE=1
+pod_c=$PROJECTOR_PID
+produce -n 3000 --seed 503 --boards 3 --board-prefix res- --players 300 --score-max 500 --days 1
+for _ in $(seq 600); do kill -0 "$pod_c" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pod_c" 2>/dev/null && fail "pod c published nothing in 60 s"
+wait "$pod_c" 2>/dev/null || true
+crashed=$(grep -o "board '[^']*' window '[^']*' acknowledged" "$T_DIR/c.log" | head -n 1 |
+    sed "s/board '\([^']*\)' window '\([^']*\)'.*/\1 \2/")
+read -r cb cw <<<"$crashed"
+[[ -n $cw && $(published "$cb" "$cw") == claimed ]] || fail "no window left claimed by the kill ($crashed)"
+start_projector d "$T_DIR/projector.yaml"
+pod_d=$PROJECTOR_PID
+wait_caught_up 120
+before=("${days[@]}")
+until=$(close_watermark)
+mapfile -t days < <(closed_windows "$until")
+# (the events of the last day were produced around now: their day closed)
+lb_wait_for 90 all_published ||
+    fail "not every closed window was published after the kill: ${days[*]} (watermark $until)
+$(unpublished)"
+dump_results
+# the windows pod c claimed were published again, with the same bytes; those
+# published before were not touched
+again=0
+for b in res-0 res-1 res-2; do
+    for w in "${days[@]}"; do
+        copies=$(grep -c " key={$b}:$w " "$T_DIR/results.dump" || true)
+        shas=$(grep " key={$b}:$w " "$T_DIR/results.dump" | grep -o 'sha256=[0-9a-f]*' | sort -u)
+        ((copies >= 1 && $(wc -l <<<"$shas") == 1)) ||
+            fail "the records of {$b}:$w are not one set of bytes: $copies, $shas"
+        if [[ " ${before[*]} " == *" $w "* ]]; then
+            ((copies == 1)) || fail "{$b}:$w, published before, is in the results topic $copies times"
+        fi
+        again=$((again + copies - 1))
+    done
+done
+[[ $(grep -c " key={$cb}:$cw " "$T_DIR/results.dump") == 2 ]] ||
+    fail "{$cb}:$cw, acknowledged before the kill, was not published again"
+ok "killed before marking {$cb}:$cw published: the next pod published its claims again ($again record(s) twice), byte-identical"
+stop_projector "$pod_d"
