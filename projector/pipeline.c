@@ -143,6 +143,14 @@ void lb_pipeline_set_filter(struct lb_pipeline *p, lb_pipeline_filter_fn filter,
     p->filter_ctx = ctx;
 }
 
+void lb_pipeline_set_closed(struct lb_pipeline *p, lb_plan_closed_fn closed, void *ctx)
+{
+    for (int i = 0; i < 2; i++) {
+        lb_plan_set_closed(p->slots[i].plan, closed, ctx);
+        lb_plan_set_closed(p->slots[i].rebuilt, closed, ctx);
+    }
+}
+
 struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
                                     const struct lb_decoder *decoder, struct lb_cluster *cluster)
 {
@@ -573,6 +581,7 @@ int lb_pipeline_prepare(struct lb_pipeline *p, const struct lb_record *records, 
     p->stats.batches++;
     p->stats.member_updates += lb_plan_stats(slot->plan)->member_updates;
     p->stats.late_windows += lb_plan_stats(slot->plan)->late;
+    p->stats.closed_left_out += lb_plan_stats(slot->plan)->closed;
     p->prepared = index;
     return 0;
 }

@@ -48,6 +48,7 @@ struct lb_pipeline_stats {
     uint64_t member_updates;
     uint64_t late_windows;
     uint64_t late_after_close;   /* events too late for a closed window (written to its others) */
+    uint64_t closed_left_out;    /* replay: window writes left out at a closed window's close */
     uint64_t write_failures;     /* requests that failed and were retried */
     uint64_t replans;            /* boards planned again without events already applied */
     uint64_t filtered;           /* left out by the filter (replay's selection) */
@@ -181,5 +182,7 @@ typedef int (*lb_pipeline_filter_fn)(void *ctx, const struct lb_event *event);
 void lb_pipeline_set_applied_hook(struct lb_pipeline *pipeline, lb_pipeline_applied_fn fn,
                                   void *ctx);
 void lb_pipeline_set_filter(struct lb_pipeline *pipeline, lb_pipeline_filter_fn filter, void *ctx);
+/* Closed windows' writes the planners leave out (planner.h). */
+void lb_pipeline_set_closed(struct lb_pipeline *pipeline, lb_plan_closed_fn closed, void *ctx);
 
 #endif

@@ -113,6 +113,8 @@ static int index_grow(struct index *ix, struct lb_arena *arena)
 
 struct lb_plan {
     struct lb_plan_options options;
+    lb_plan_closed_fn closed;
+    void *closed_ctx;
     struct lb_arena arena;
     struct index board_index, key_index, entry_index, seen_index;
     int ready; /* the indexes exist: 0 after a reset or an add ran out of memory */
@@ -652,6 +654,11 @@ int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb
                     continue; /* never resurrect an expired window */
                 }
             }
+            if (window->results_top >= 0 && plan->closed &&
+                plan->closed(plan->closed_ctx, ev->board, window, span.id, pos)) {
+                plan->stats.closed++;
+                continue; /* its final standings stand */
+            }
         }
         uint32_t key = key_for(plan, board, w, span.id, custom_value, expire, expire_ms);
         struct lb_plan_entry *e =
@@ -661,6 +668,12 @@ int lb_plan_add(struct lb_plan *plan, const struct lb_event *ev, const struct lb
         merge(e, profile, &u);
     }
     return LB_PLAN_ADDED;
+}
+
+void lb_plan_set_closed(struct lb_plan *plan, lb_plan_closed_fn closed, void *ctx)
+{
+    plan->closed = closed;
+    plan->closed_ctx = ctx;
 }
 
 void lb_plan_view(const struct lb_plan *plan, struct lb_plan_view *view)

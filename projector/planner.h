@@ -44,6 +44,7 @@ struct lb_position {
 struct lb_plan_stats {
     uint64_t member_updates; /* (key, member, segment) updates, after merging */
     uint64_t late;           /* window writes skipped because the window expired */
+    uint64_t closed; /* window writes left out: at or past a closed window's close offsets */
 };
 
 /* What lb_plan_add made of an accepted event. */
@@ -83,6 +84,15 @@ void lb_plan_reset(struct lb_plan *plan);
  * memory (the plan is then only fit for lb_plan_reset). */
 int lb_plan_add(struct lb_plan *plan, const struct lb_event *event, const struct lb_position *pos,
                 int64_t now_ms, uint32_t *txn, enum lb_reject *reason);
+
+/* Whether window 'window_id' of 'window' (one with results:) of 'board' had
+ * closed before the event at 'pos': its write is then left out (README
+ * "Final standings"). Replay sets it; the projector leaves closed windows
+ * to the apply script. */
+typedef int (*lb_plan_closed_fn)(void *ctx, struct lb_str board,
+                                 const struct lb_window_config *window, int64_t window_id,
+                                 const struct lb_position *pos);
+void lb_plan_set_closed(struct lb_plan *plan, lb_plan_closed_fn closed, void *ctx);
 
 const struct lb_plan_stats *lb_plan_stats(const struct lb_plan *plan);
 /* How many chunks the planner's memory took from malloc so far: it stops

@@ -326,3 +326,84 @@ int replay_exec_retrying(struct replay *r, const char *what, struct lb_request *
     }
     return 0;
 }
+
+/* ---- closed windows (README "Final standings") ------------------------------------- */
+
+/* The close offsets of a board's closed windows, read once from its live
+ * ~final: "o:<window>" -> "topic:partition=offset,...". */
+struct closed_board {
+    char *board;
+    redisReply *fields; /* HGETALL, or NULL: none */
+};
+
+static const redisReply *closed_fields(struct replay *r, struct lb_str board)
+{
+    for (size_t i = 0; i < r->nclosed; i++)
+        if (strlen(r->closed[i].board) == board.len &&
+            memcmp(r->closed[i].board, board.ptr, board.len) == 0)
+            return r->closed[i].fields;
+    struct closed_board *more = realloc(r->closed, (r->nclosed + 1) * sizeof(*more));
+    if (!more)
+        return NULL;
+    r->closed = more;
+    struct closed_board *cb = &r->closed[r->nclosed];
+    *cb = (struct closed_board){strndup(board.ptr, board.len), NULL};
+    if (!cb->board)
+        return NULL;
+    r->nclosed++;
+    char key[1024];
+    size_t klen = lb_board_key(r->config->key_prefix, board, LB_FINAL_KEY, key, sizeof(key));
+    const char *argv[] = {"HGETALL", key};
+    size_t argvlen[] = {7, klen};
+    /* the lease's connections: the engine's carry batches in flight */
+    redisReply *reply =
+        lb_cluster_command(r->lease_cluster, lb_key_slot(key, klen), 2, argv, argvlen);
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements)
+        cb->fields = reply;
+    else if (reply) {
+        if (reply->type != REDIS_REPLY_ARRAY)
+            LB_WARN("replay", "reading %s: %s; its closed windows are rebuilt with every event",
+                    key, reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        freeReplyObject(reply);
+    }
+    return cb->fields;
+}
+
+int replay_closed_window(void *ctx, struct lb_str board, const struct lb_window_config *window,
+                         int64_t window_id, const struct lb_position *pos)
+{
+    struct replay *r = ctx;
+    const redisReply *fields = closed_fields(r, board);
+    if (!fields)
+        return 0;
+    char name[LB_WINDOW_NAME_MAX], field[LB_WINDOW_NAME_MAX + 4], prefix[300];
+    size_t n = lb_window_name(window, window_id, (struct lb_str){"", 0}, name, sizeof(name));
+    snprintf(field, sizeof(field), "o:%.*s", (int)n, name);
+    int plen = snprintf(prefix, sizeof(prefix), "%s:%d=", pos->topic, pos->partition);
+    for (size_t i = 0; i + 1 < fields->elements; i += 2) {
+        if (strcmp(fields->element[i]->str, field) != 0)
+            continue;
+        /* closed: the events at or past its close offset of the partition
+         * came after; a partition it does not name had none before */
+        for (const char *p = fields->element[i + 1]->str; p && *p; p = strchr(p, ',')) {
+            if (*p == ',')
+                p++;
+            if (strncmp(p, prefix, (size_t)plen) == 0)
+                return pos->offset >= strtoll(p + plen, NULL, 10);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+void replay_closed_free(struct replay *r)
+{
+    for (size_t i = 0; i < r->nclosed; i++) {
+        free(r->closed[i].board);
+        if (r->closed[i].fields)
+            freeReplyObject(r->closed[i].fields);
+    }
+    free(r->closed);
+    r->closed = NULL;
+    r->nclosed = 0;
+}

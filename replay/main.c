@@ -426,6 +426,7 @@ int main(int argc, char **argv)
             }
         }
     lb_pipeline_set_filter(r.engine->pipeline, replay_filter_event, &r.sel);
+    lb_pipeline_set_closed(r.engine->pipeline, replay_closed_window, &r);
     size_t leftovers = 0;
     if (replay_clear_staging(&r, &leftovers) != 0) {
         status = EXIT_BROKEN;
@@ -476,6 +477,10 @@ int main(int argc, char **argv)
             status = EXIT_BROKEN;
         } else if (status == EXIT_OK && tops)
             printf("replay: %zu merged top(s) of split boards refreshed\n", tops);
+        if (status == EXIT_OK && r.nclosed)
+            printf("replay: closed windows (final standings) not reopened: %llu window "
+                   "write(s) at or past their close left out; final standings untouched\n",
+                   (unsigned long long)ps->closed_left_out);
         if (status == EXIT_OK)
             printf("replay: %llu events read in %.1f s (%.0f/s), %llu in the selection applied, "
                    "%llu rejected; %zu of %zu board(s) rebuilt\n",
@@ -495,6 +500,7 @@ out:
     if (r.meta)
         rd_kafka_destroy(r.meta);
     free(r.plan.parts);
+    replay_closed_free(&r);
     lb_cluster_free(r.lease_cluster);
     lb_tops_free(r.sel.tops);
     lb_engine_close(r.engine);

@@ -117,6 +117,8 @@ struct replay {
     uint64_t read, applied_batches;
     double started, last_progress;
     int tty;
+    struct closed_board *closed; /* boards' closed windows, read as met (common.c) */
+    size_t nclosed;
 };
 
 /* What --verify found, for its report and exit code. */
@@ -140,6 +142,11 @@ int replay_board_set_contains(const struct board_set *set, const char *id, size_
 void replay_board_set_free(struct board_set *set);
 int replay_board_selected(const struct selection *sel, const char *board, size_t len);
 int replay_filter_event(void *ctx, const struct lb_event *ev);
+/* lb_plan_closed_fn: a window whose final standings were published leaves
+ * out the events at or past its close offsets, as the projector did. */
+int replay_closed_window(void *ctx, struct lb_str board, const struct lb_window_config *window,
+                         int64_t window_id, const struct lb_position *pos);
+void replay_closed_free(struct replay *r);
 int replay_parse_slots(const char *text, struct selection *sel);
 /* Whether a --node is HOST:PORT: 0, or -1. */
 int replay_check_node(const char *node);

@@ -132,6 +132,9 @@ stop_projector "$pod_b"
 for b in res-0 res-1 res-2; do
     redis_cli "$(live_ports | first)" -c ZRANGE "lb:{$b}:${days[0]}" 0 -1 WITHSCORES
 done | md5sum >"$T_DIR/closed.md5"
+digest() { redis_cli "$(live_ports | first)" -c ZRANGE "$1" 0 -1 WITHSCORES | md5sum; }
+day0=$(digest "lb:{res-0}:${days[0]}")
+final0=$(digest "lb:{res-0}:final:${days[0]}")
 produce -n 600 --seed 502 --boards 3 --board-prefix res- --players 300 --score-max 100000 \
     --start "$START" --days 1
 wait_caught_up 120
@@ -152,6 +155,20 @@ top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:alltime" 0 0 REV W
 dump_results
 ((n == $(wc -l <"$T_DIR/results.dump"))) || fail "late events published something again"
 ok "late events: $late counted, the closed day unchanged, alltime took them"
+
+# replay of a board beside the running pod: the closed windows are rebuilt
+# from the events before their close offsets only (not reopened), their
+# final standings untouched
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 >"$T_DIR/replay.out" 2>&1 ||
+    fail "replay --board res-0 failed: $(tail -n 3 "$T_DIR/replay.out")"
+grep -Eq 'closed windows \(final standings\) not reopened: [1-9][0-9]* window write' "$T_DIR/replay.out" ||
+    fail "replay did not leave late events out of the closed windows: $(tail -n 3 "$T_DIR/replay.out")"
+[[ $(digest "lb:{res-0}:${days[0]}") == "$day0" ]] || fail "replay changed the closed ${days[0]} of res-0"
+[[ $(digest "lb:{res-0}:final:${days[0]}") == "$final0" && $(published res-0 "${days[0]}") == published ]] ||
+    fail "replay touched the final standings of res-0 ${days[0]}"
+top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:alltime" 0 0 REV WITHSCORES | tail -n 1)
+(((${top%.*} >> 30) >= best)) || fail "replay left a late event out of alltime"
+ok "replay --board res-0: closed windows as they closed, final standings untouched, alltime whole"
 
 # 3. a pod killed after the broker acknowledged a window's record and
 #    before it marked it published: the window stays claimed; the next pod
