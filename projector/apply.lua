@@ -141,7 +141,7 @@ end
 --       claimed|published, c: closed at, n: players, o: each partition's
 --       close offset, h: and u: the publisher's lease, r:<w>:<part> the
 --       record's bytes), [5] the window key, [6] the final key.
--- ARGV: [2] C, [3] claim|keep|done, [4] holder, [5] lease in ms, [6] the
+-- ARGV: [2] C, [3] claim|keep|done|restore, [4] holder, [5] lease in ms, [6] the
 --       window ("weekly:2026-W48"); claim: [7] top (0: all), [8] d|a, [9]
 --       closed at (ms); keep: [7] part, [8] its bytes (the first kept
 --       stay: the answer is them); done: [7] 1 keep the final key, 0 not.
@@ -149,6 +149,25 @@ if ARGV[2] == 'C' then
   local w = ARGV[6]
   local st = redis.pcall('HMGET', KEYS[4], 's:' .. w, 'h:' .. w, 'u:' .. w)
   if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[4]} end
+  -- restore (published.h): a window the results topic says was published,
+  -- put back where ~final lost it: [7] closed at, [8] players, [9] the
+  -- close offsets, [10] 1 keep the final key, then its composite and
+  -- member pairs
+  if ARGV[3] == 'restore' then
+    if st[1] then return {'present', st[1]} end
+    local ty = redis.call('TYPE', KEYS[6]).ok
+    if ty ~= 'none' and ty ~= 'zset' then return {'wrongtype', KEYS[6]} end
+    redis.call('DEL', KEYS[6])
+    if ARGV[10] == '1' then
+      for i = 11, #ARGV, 7000 do
+        redis.call('ZADD', KEYS[6], unpack(ARGV, i, math.min(i + 6999, #ARGV)))
+      end
+    end
+    redis.call('HSET', KEYS[4], 's:' .. w, 'published', 'c:' .. w, ARGV[7], 'n:' .. w, ARGV[8],
+               'o:' .. w, ARGV[9])
+    redis.call('HDEL', KEYS[3], w)
+    return {'restored'}
+  end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   if ARGV[3] == 'claim' then

@@ -4,6 +4,7 @@
 #include "clock.h"
 #include "kafka.h"
 #include "log.h"
+#include "published.h"
 #include "results.h"
 #include "slot.h"
 
@@ -20,6 +21,7 @@
 /* A window being published by this pod. */
 struct pub {
     char *board, *window; /* window: "weekly:2026-W48" */
+    char *offsets;        /* its close offsets (~final's o:), a header of each record */
     const struct lb_profile *profile;
     const struct lb_window_config *wc;
     uint32_t parts, acked;
@@ -39,6 +41,9 @@ struct lb_closer {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     int64_t read_watermark; /* -1 unknown */
+    /* what the results topic holds (published.h), read on the same thread */
+    struct lb_published *index;
+    int index_waited; /* said that claims wait for it */
     rd_kafka_t *producer;
     rd_kafka_topic_t *topic;
     char holder[128];
@@ -107,13 +112,15 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
         !(c->producer = lb_kafka_new(&kafka, &client, err, errlen, class)) ||
         !(c->topic = rd_kafka_topic_new(c->producer, options->config->results_topic, NULL)) ||
         !(c->reader = lb_kafka_new(&kafka, &reader, err, errlen, class)) ||
+        !(c->index = lb_published_new(&kafka, options->config->group,
+                                      options->config->results_topic, err, errlen)) ||
         pthread_create(&c->thread, NULL, watch, c) != 0) {
         if (!c->cluster)
             snprintf(err, errlen, "out of memory");
         else if (c->producer && !c->topic)
             snprintf(err, errlen, "results topic %s: %s", options->config->results_topic,
                      rd_kafka_err2str(rd_kafka_last_error()));
-        else if (c->reader)
+        else if (c->index)
             snprintf(err, errlen, "cannot start a thread");
         lb_closer_free(c, 0);
         return NULL;
@@ -126,6 +133,7 @@ static void pub_free(struct pub *pub)
 {
     free(pub->board);
     free(pub->window);
+    free(pub->offsets);
     free(pub);
 }
 
@@ -142,6 +150,7 @@ void lb_closer_free(struct lb_closer *c, int timeout_ms)
     }
     if (c->reader)
         rd_kafka_destroy(c->reader);
+    lb_published_free(c->index);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->wake);
     if (c->producer) {
@@ -228,9 +237,13 @@ static int64_t close_watermark(struct lb_closer *c)
 static void *watch(void *arg)
 {
     struct lb_closer *c = arg;
+    static struct lb_ratelimit said;
     pthread_mutex_lock(&c->lock);
     while (!c->stopping) {
         pthread_mutex_unlock(&c->lock);
+        char err[512];
+        if (lb_published_read(c->index, 10000, err, sizeof(err)) != 0)
+            lb_log_every(&said, 10000, LB_LOG_WARN, "results", "%s; trying again", err);
         int64_t w = close_watermark(c);
         pthread_mutex_lock(&c->lock);
         c->read_watermark = w;
@@ -255,39 +268,23 @@ static size_t window_key(const struct lb_closer *c, const char *board, const cha
                         cap);
 }
 
+/* A call that failed: counted, and said at most every 10 s (an ACL rule
+ * without the command shows here as NOPERM naming it). */
+static void call_failed(struct lb_closer *c, const char *what, const redisReply *r)
+{
+    c->stats.failures++;
+    lb_log_every(&c->said, 10000, LB_LOG_WARN, "results", "%s failed: %s; trying again", what,
+                 !r                             ? lb_cluster_error(c->cluster)
+                 : r->type == REDIS_REPLY_ERROR ? r->str
+                                                : "unexpected answer");
+}
+
 /* One "C" step of 'pub'; NULL when the call failed (logged). */
 static redisReply *c_step(struct lb_closer *c, const struct pub *pub, const char *step,
                           const char **extra, const size_t *extralen, size_t nextra)
 {
-    struct lb_str id = {pub->board, (uint32_t)strlen(pub->board)};
-    char keys[6][KEY_MAX], lease[24];
-    size_t klen[6];
-    const char *prefix = c->o.key_prefix;
-    klen[0] = lb_marker_key(prefix, id, keys[0], KEY_MAX);
-    klen[1] = lb_marker_zset_key(prefix, id, keys[1], KEY_MAX);
-    klen[2] = lb_board_key(prefix, id, LB_OPEN_KEY, keys[2], KEY_MAX);
-    klen[3] = lb_board_key(prefix, id, LB_FINAL_KEY, keys[3], KEY_MAX);
-    klen[4] = window_key(c, pub->board, pub->window, 0, keys[4], KEY_MAX);
-    klen[5] = window_key(c, pub->board, pub->window, 1, keys[5], KEY_MAX);
-    const char *argv[32];
-    size_t argvlen[32], n = 0;
-#define ARG(s, l) (argv[n] = (s), argvlen[n++] = (l))
-    ARG("EVALSHA", 7);
-    ARG(lb_apply_script_sha(), 40);
-    ARG("6", 1);
-    for (size_t i = 0; i < 6; i++)
-        ARG(keys[i], klen[i]);
-    ARG("4", 1); /* the protocol */
-    ARG("C", 1);
-    ARG(step, strlen(step));
-    ARG(c->holder, strlen(c->holder));
-    ARG(lease, (size_t)snprintf(lease, sizeof(lease), "%d", LB_CLOSER_LEASE_MS));
-    ARG(pub->window, strlen(pub->window));
-    for (size_t i = 0; i < nextra && n < 32; i++)
-        ARG(extra[i], extralen[i]);
-#undef ARG
-    redisReply *reply =
-        lb_cluster_command(c->cluster, lb_key_slot(keys[3], klen[3]), (int)n, argv, argvlen);
+    redisReply *reply = lb_final_step(c->cluster, c->o.key_prefix, pub->board, pub->window, step,
+                                      c->holder, LB_CLOSER_LEASE_MS, extra, extralen, nextra);
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
         reply->element[0]->type != REDIS_REPLY_STRING) {
         c->stats.failures++;
@@ -334,13 +331,20 @@ static int keep_and_produce(struct lb_closer *c, struct pub *pub, uint32_t part,
         reply->element[1]->type == REDIS_REPLY_STRING) {
         char key[KEY_MAX];
         size_t klen = (size_t)snprintf(key, sizeof(key), "{%s}:%s", pub->board, pub->window);
-        if (rd_kafka_produce(c->topic, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY,
-                             reply->element[1]->str, reply->element[1]->len, key, klen, pub) == 0)
+        const char *offsets = pub->offsets ? pub->offsets : "";
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            c->producer, RD_KAFKA_V_RKT(c->topic), RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_VALUE(reply->element[1]->str, reply->element[1]->len),
+            RD_KAFKA_V_KEY(key, klen),
+            RD_KAFKA_V_HEADER(LB_CLOSE_OFFSETS_HEADER, offsets, (ssize_t)strlen(offsets)),
+            RD_KAFKA_V_OPAQUE(pub), RD_KAFKA_V_END);
+        if (!e)
             rc = 0;
         else
             lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
                          "final standings of board '%s' window '%s': %s; trying again", pub->board,
-                         pub->window, rd_kafka_err2str(rd_kafka_last_error()));
+                         pub->window, rd_kafka_err2str(e));
     }
     freeReplyObject(reply);
     return rc;
@@ -422,17 +426,21 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
     int rc = 0;
     if (is_word(reply, 0, "go") && reply->elements == 4) {
         int64_t closed_at = integer_of(reply, 1), players = integer_of(reply, 2);
+        const redisReply *o = reply->element[3];
         c->stats.claimed++;
+        free(pub->offsets);
+        pub->offsets = strndup(o->type == REDIS_REPLY_STRING ? o->str : "",
+                               o->type == REDIS_REPLY_STRING ? o->len : 0);
         char key[KEY_MAX];
         size_t klen = window_key(c, pub->board, pub->window, 1, key, sizeof(key));
         const char *zr[] = {"ZRANGE", key, "0", "-1", desc ? "REV" : "WITHSCORES", "WITHSCORES"};
         size_t zl[] = {6, klen, 1, 2, desc ? 3 : 10, 10};
         redisReply *frozen =
             lb_cluster_command(c->cluster, lb_key_slot(key, klen), desc ? 6 : 5, zr, zl);
-        if (frozen && frozen->type == REDIS_REPLY_ARRAY)
+        if (frozen && frozen->type == REDIS_REPLY_ARRAY) {
             rc = publish(c, pub, frozen, closed_at, players);
-        else {
-            c->stats.failures++;
+        } else {
+            call_failed(c, "reading the final standings", frozen);
             rc = -1;
         }
         if (frozen)
@@ -480,6 +488,42 @@ static int pending(const struct lb_closer *c, const char *board, const char *win
     return 0;
 }
 
+/* A window the results topic holds was published: where its board lost
+ * ~final (its shard lost), the window is put back as it closed, and not
+ * closed again (published.h). 1 restored (or not known yet: nothing to do
+ * now), 0 claim as usual, -1 failed. */
+static int restore(struct lb_closer *c, struct pub *pub)
+{
+    if (!lb_published_ready(c->index)) {
+        if (!c->index_waited++)
+            LB_INFO("results", "closing windows waits until results topic %s was read",
+                    c->o.config->results_topic);
+        return 1;
+    }
+    if (!lb_published_has(c->index, pub->board, pub->window))
+        return 0;
+    char err[512];
+    struct lb_publication publication;
+    int rc = lb_published_fetch(c->index, pub->board, pub->window, &publication, 10000, err,
+                                sizeof(err));
+    if (rc == 0)
+        rc =
+            lb_published_restore(c->cluster, c->o.key_prefix, pub->profile, pub->board, pub->window,
+                                 &publication, c->o.config->results_keep, err, sizeof(err));
+    lb_publication_free(&publication);
+    if (rc == 1) {
+        c->stats.restored++;
+        LB_WARN("results",
+                "board '%s' window '%s' was published and its ~final is gone (its shard lost?): "
+                "put back from results topic %s as it closed, not closed again",
+                pub->board, pub->window, c->o.config->results_topic);
+    } else if (rc < 0) {
+        c->stats.failures++;
+        lb_log_every(&c->said, 10000, LB_LOG_WARN, "results", "%s; trying again", err);
+    }
+    return rc;
+}
+
 /* Starts publishing 'window' of 'board' (claim, then produce). */
 static void start(struct lb_closer *c, const char *board, const char *window, int64_t watermark)
 {
@@ -516,7 +560,8 @@ static void start(struct lb_closer *c, const char *board, const char *window, in
     }
     pub->profile = profile;
     pub->wc = wc;
-    if (claim(c, pub, watermark) == 0 && pub->in_flight)
+    int restored = restore(c, pub);
+    if (restored == 0 && claim(c, pub, watermark) == 0 && pub->in_flight)
         c->pubs[c->npubs++] = pub;
     else
         pub_free(pub);
@@ -534,7 +579,7 @@ static int64_t look(struct lb_closer *c, const char *board, const char *hash, in
     size_t argvlen[] = {7, klen};
     redisReply *r = lb_cluster_command(c->cluster, lb_key_slot(key, klen), 2, argv, argvlen);
     if (!r || r->type != REDIS_REPLY_ARRAY) {
-        c->stats.failures++;
+        call_failed(c, "reading the windows to close (HGETALL)", r);
         if (r)
             freeReplyObject(r);
         return 0;
@@ -584,7 +629,7 @@ static void sweep(struct lb_closer *c)
                     redisReply *r =
                         lb_cluster_command(c->cluster, (uint16_t)slot, 6, argv, argvlen);
                     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-                        c->stats.failures++;
+                        call_failed(c, "finding boards with windows to close (SCAN)", r);
                         if (r)
                             freeReplyObject(r);
                         break;

@@ -55,6 +55,7 @@ struct lb_closer_stats {
     uint64_t published; /* windows whose every part the broker acknowledged */
     uint64_t records;   /* records (parts) acknowledged */
     uint64_t failures;  /* steps that failed (tried again) */
+    uint64_t restored;  /* windows put back from the results topic (~final lost) */
     int64_t watermark;  /* the close watermark last read, -1 unknown */
 };
 

@@ -1920,6 +1920,7 @@ void lb_config_free(struct lb_config *config)
     free(config->group);
     free(config->dlq_topic);
     free(config->metrics_listen);
+    free(config->results_topic);
     free_strings(config->topics, config->ntopics);
     for (size_t i = 0; i < config->nkafka_props; i++) {
         free(config->kafka_props[i].key);

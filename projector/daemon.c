@@ -743,12 +743,15 @@ static void publish(struct daemon *d, int now)
     if (d->engine->closer) {
         const struct lb_closer_stats *cs = lb_closer_stats(d->engine->closer);
         counter(&t, "lb_results_windows_total",
-                "Closed windows whose final standings this pod froze (claimed) and published "
-                "(every record acknowledged).");
+                "Closed windows whose final standings this pod froze (claimed), published "
+                "(every record acknowledged), or put back from the results topic (restored: "
+                "the board's ~final was lost).");
         lb_text_printf(&t,
                        "lb_results_windows_total{result=\"claimed\"} %llu\n"
-                       "lb_results_windows_total{result=\"published\"} %llu\n",
-                       (unsigned long long)cs->claimed, (unsigned long long)cs->published);
+                       "lb_results_windows_total{result=\"published\"} %llu\n"
+                       "lb_results_windows_total{result=\"restored\"} %llu\n",
+                       (unsigned long long)cs->claimed, (unsigned long long)cs->published,
+                       (unsigned long long)cs->restored);
         counter(&t, "lb_results_failures_total",
                 "Steps of final standings that failed (Redis, Kafka): tried again.");
         lb_text_printf(&t, "lb_results_failures_total %llu\n", (unsigned long long)cs->failures);

@@ -106,6 +106,80 @@ size_t lb_results_encode(const struct lb_result_head *head, const struct lb_stan
     return o.p <= o.end ? (size_t)(o.p - buf) : 0;
 }
 
+/* Reading: 'bad' once anything ran past the end or made no sense. */
+struct in {
+    const uint8_t *p, *end;
+    int bad;
+};
+
+static int64_t get_long(struct in *in)
+{
+    uint64_t z = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (in->p >= in->end)
+            break;
+        uint8_t b = *in->p++;
+        z |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+    }
+    in->bad = 1;
+    return 0;
+}
+
+static const char *get_string(struct in *in, size_t *len)
+{
+    int64_t n = get_long(in);
+    if (in->bad || n < 0 || n > in->end - in->p) {
+        in->bad = 1;
+        *len = 0;
+        return "";
+    }
+    const char *s = (const char *)in->p;
+    in->p += n;
+    *len = (size_t)n;
+    return s;
+}
+
+int lb_results_decode(const uint8_t *bytes, size_t len, struct lb_result_view *v,
+                      lb_result_entry_fn entry, void *ctx)
+{
+    if (len < 5 || bytes[0] != 0)
+        return -1;
+    struct in in = {bytes + 5, bytes + len, 0};
+    v->schema_id = (int32_t)((uint32_t)bytes[1] << 24 | (uint32_t)bytes[2] << 16 |
+                             (uint32_t)bytes[3] << 8 | bytes[4]);
+    v->board = get_string(&in, &v->board_len);
+    v->window = get_string(&in, &v->window_len);
+    v->kind = get_long(&in);
+    v->start_ms = get_long(&in);
+    v->end_ms = get_long(&in);
+    v->closed_at_ms = get_long(&in);
+    v->players = get_long(&in);
+    v->part = get_long(&in);
+    v->parts = get_long(&in);
+    if (in.bad || v->kind < 0 || v->kind > 2 || v->part < 1 || v->part > v->parts)
+        return -1;
+    for (int64_t count; !in.bad && (count = get_long(&in)) != 0;) {
+        if (count < 0) { /* a block that gives its size in bytes too */
+            count = -count;
+            (void)get_long(&in);
+        }
+        for (int64_t i = 0; i < count && !in.bad; i++) {
+            struct lb_standing e = {0};
+            e.player = get_string(&in, &e.len);
+            e.score = get_long(&in);
+            e.achieved_at_ms = get_long(&in);
+            e.position = get_long(&in);
+            e.rank = get_long(&in);
+            e.dense_rank = get_long(&in);
+            if (!in.bad && entry && entry(ctx, &e) != 0)
+                return -1;
+        }
+    }
+    return in.bad || in.p != in.end ? -1 : 0;
+}
+
 size_t lb_results_head_max(const struct lb_result_head *head)
 {
     /* frame, two strings, seven longs, the array's block count and end */

@@ -65,6 +65,22 @@ struct lb_result_head {
 size_t lb_results_encode(const struct lb_result_head *head, const struct lb_standing *entries,
                          size_t n, uint8_t *out, size_t cap);
 
+/* A record read back: its head (strings point into the bytes, not
+ * terminated) and, through 'entry' (may be NULL), each entry in order
+ * (entry->player likewise; a nonzero return stops the reading). */
+struct lb_result_view {
+    int32_t schema_id;
+    const char *board, *window;
+    size_t board_len, window_len;
+    int64_t kind; /* 0 daily, 1 weekly, 2 monthly */
+    int64_t start_ms, end_ms, closed_at_ms, players, part, parts;
+};
+typedef int (*lb_result_entry_fn)(void *ctx, const struct lb_standing *entry);
+
+/* 0; -1 when the bytes are not a framed WindowResult (or 'entry' stopped). */
+int lb_results_decode(const uint8_t *bytes, size_t len, struct lb_result_view *view,
+                      lb_result_entry_fn entry, void *ctx);
+
 /* An upper bound of the encoded size of the head and of one entry whose
  * player has 'len' bytes. */
 size_t lb_results_head_max(const struct lb_result_head *head);

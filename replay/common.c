@@ -336,6 +336,66 @@ struct closed_board {
     redisReply *fields; /* HGETALL, or NULL: none */
 };
 
+static redisReply *read_final(struct replay *r, struct lb_str board)
+{
+    char key[1024];
+    size_t klen = lb_board_key(r->config->key_prefix, board, LB_FINAL_KEY, key, sizeof(key));
+    const char *argv[] = {"HGETALL", key};
+    size_t argvlen[] = {7, klen};
+    /* the lease's connections: the engine's carry batches in flight */
+    redisReply *reply =
+        lb_cluster_command(r->lease_cluster, lb_key_slot(key, klen), 2, argv, argvlen);
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements)
+        return reply;
+    if (reply) {
+        if (reply->type != REDIS_REPLY_ARRAY) {
+            LB_ERROR("replay", "reading %s: %s", key,
+                     reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+            r->restore_failed = 1;
+        }
+        freeReplyObject(reply);
+    }
+    return NULL;
+}
+
+struct restoring {
+    struct replay *r;
+    const char *board;
+    const redisReply *fields;
+    int any;
+};
+
+/* A window the results topic holds and the board's ~final does not name:
+ * put back before the board is rebuilt (published.h). */
+static void restore_window(void *ctx, const char *window)
+{
+    struct restoring *rs = ctx;
+    struct replay *r = rs->r;
+    for (size_t i = 0; rs->fields && i + 1 < rs->fields->elements; i += 2) {
+        const char *f = rs->fields->element[i]->str;
+        if (strncmp(f, "s:", 2) == 0 && strcmp(f + 2, window) == 0)
+            return;
+    }
+    const struct lb_profile *profile =
+        lb_config_profile_for(r->config, rs->board, strlen(rs->board));
+    char err[512];
+    struct lb_publication pub = {0};
+    int rc =
+        profile ? lb_published_fetch(r->published, rs->board, window, &pub, 30000, err, sizeof(err))
+                : 1;
+    if (rc == 0)
+        rc = lb_published_restore(r->final_cluster, r->config->key_prefix, profile, rs->board,
+                                  window, &pub, r->config->results_keep, err, sizeof(err));
+    if (rc == 0 || rc == 1) {
+        lb_publication_free(&pub);
+        r->restored += (size_t)rc;
+        rs->any |= rc;
+    } else if (rc < 0) {
+        LB_ERROR("replay", "%s", err);
+        r->restore_failed = 1;
+    }
+}
+
 static const redisReply *closed_fields(struct replay *r, struct lb_str board)
 {
     for (size_t i = 0; i < r->nclosed; i++)
@@ -351,20 +411,15 @@ static const redisReply *closed_fields(struct replay *r, struct lb_str board)
     if (!cb->board)
         return NULL;
     r->nclosed++;
-    char key[1024];
-    size_t klen = lb_board_key(r->config->key_prefix, board, LB_FINAL_KEY, key, sizeof(key));
-    const char *argv[] = {"HGETALL", key};
-    size_t argvlen[] = {7, klen};
-    /* the lease's connections: the engine's carry batches in flight */
-    redisReply *reply =
-        lb_cluster_command(r->lease_cluster, lb_key_slot(key, klen), 2, argv, argvlen);
-    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements)
-        cb->fields = reply;
-    else if (reply) {
-        if (reply->type != REDIS_REPLY_ARRAY)
-            LB_WARN("replay", "reading %s: %s; its closed windows are rebuilt with every event",
-                    key, reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-        freeReplyObject(reply);
+    cb->fields = read_final(r, board);
+    if (r->published) {
+        struct restoring rs = {r, cb->board, cb->fields, 0};
+        lb_published_windows(r->published, cb->board, restore_window, &rs);
+        if (rs.any) { /* read again, with what was put back */
+            if (cb->fields)
+                freeReplyObject(cb->fields);
+            cb->fields = read_final(r, board);
+        }
     }
     return cb->fields;
 }

@@ -427,6 +427,26 @@ int main(int argc, char **argv)
         }
     lb_pipeline_set_filter(r.engine->pipeline, replay_filter_event, &r.sel);
     lb_pipeline_set_closed(r.engine->pipeline, replay_closed_window, &r);
+    /* what was published: a board whose ~final was lost with its shard
+     * gets its closed windows back from there before they are rebuilt */
+    if (r.config->results_topic && !r.o.verify &&
+        (!(r.published = lb_published_new(&kafka, r.config->group, r.config->results_topic, err,
+                                          sizeof(err))) ||
+         lb_published_read(r.published, 60000, err, sizeof(err)) != 0)) {
+        fprintf(stderr,
+                "replay: %s; without it a lost board's closed windows would be rebuilt open "
+                "(final standings: README). Try again once the topic can be read.\n",
+                err);
+        status = EXIT_BROKEN;
+        goto out;
+    }
+    /* restores run the apply script: on a node that came back empty, this
+     * client loads it (NOSCRIPT) */
+    if (r.published && !(r.final_cluster = lb_cluster_new(&r.engine->cluster_options))) {
+        fprintf(stderr, "replay: out of memory\n");
+        status = EXIT_BROKEN;
+        goto out;
+    }
     size_t leftovers = 0;
     if (replay_clear_staging(&r, &leftovers) != 0) {
         status = EXIT_BROKEN;
@@ -435,6 +455,14 @@ int main(int argc, char **argv)
     replay_journal_start(&r.lease, r.selection);
     r.started = replay_mono_s();
     if (replay_read_until_end(&r) != 0) {
+        status = EXIT_BROKEN;
+        goto out;
+    }
+    if (r.restore_failed) { /* logged: its closed windows would be rebuilt open */
+        fprintf(stderr,
+                "replay: a closed window could not be put back from results topic %s; "
+                "nothing was swapped in. Run replay again.\n",
+                r.config->results_topic);
         status = EXIT_BROKEN;
         goto out;
     }
@@ -477,6 +505,10 @@ int main(int argc, char **argv)
             status = EXIT_BROKEN;
         } else if (status == EXIT_OK && tops)
             printf("replay: %zu merged top(s) of split boards refreshed\n", tops);
+        if (status == EXIT_OK && r.restored)
+            printf("replay: %zu closed window(s) put back from results topic %s (their board's "
+                   "~final was gone): published as they closed, not reopened\n",
+                   r.restored, r.config->results_topic);
         if (status == EXIT_OK && r.nclosed)
             printf("replay: closed windows (final standings) not reopened: %llu window "
                    "write(s) at or past their close left out; final standings untouched\n",
@@ -501,6 +533,8 @@ out:
         rd_kafka_destroy(r.meta);
     free(r.plan.parts);
     replay_closed_free(&r);
+    lb_published_free(r.published);
+    lb_cluster_free(r.final_cluster);
     lb_cluster_free(r.lease_cluster);
     lb_tops_free(r.sel.tops);
     lb_engine_close(r.engine);

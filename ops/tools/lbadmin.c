@@ -11,6 +11,9 @@
  *                  line each: partition, offset, key, value size and SHA-256,
  *                  headers
  *                  (name=value), e.g. to inspect the dead-letter topic
+ *   results        the final standings of one closed window (--board,
+ *                  --window) as the results topic holds them: the last
+ *                  record of each part, decoded (leaderboard.v1.WindowResult)
  *   redrive        produces the dead-letter records (optionally only those
  *                  of one lb.reason) back to the topic they came from, key
  *                  and bytes unchanged, once the cause is fixed; records
@@ -37,6 +40,7 @@
 #include "usage.h"
 #include "clock.h"
 #include "kafka.h"
+#include "results.h"
 
 struct options {
     const char *command;
@@ -44,6 +48,7 @@ struct options {
     const char *topic;
     const char *group;
     const char *reason;
+    const char *board, *window; /* results */
     int partitions;
     int timeout_s;          /* every wait on the brokers ends by then */
     double deadline;        /* monotonic: the start plus timeout_s */
@@ -556,7 +561,136 @@ static int redrive(const struct options *o)
     return by_reference ? 1 : status;
 }
 
-#define COMMANDS "create-topic, offsets, wait-caught-up, dump or redrive"
+/* ---- results: leaderboard.v1.WindowResult, read back ---------------------------- */
+
+static void print_time(int64_t ms)
+{
+    char at[40];
+    lb_utc_format(ms, at, sizeof(at));
+    fputs(at, stdout);
+}
+
+static int print_entry(void *ctx, const struct lb_standing *e)
+{
+    (void)ctx;
+    printf("%lld\t%.*s\t%lld\t%lld\t%lld\t%lld\n", (long long)e->position, (int)e->len, e->player,
+           (long long)e->score, (long long)e->achieved_at_ms, (long long)e->rank,
+           (long long)e->dense_rank);
+    return 0;
+}
+
+/* Prints one record (a part): the head once (part 1), then its entries. */
+static int print_result(const rd_kafka_message_t *m, int head)
+{
+    static const char *const kinds[] = {"DAILY", "WEEKLY", "MONTHLY"};
+    struct lb_result_view v;
+    if (lb_results_decode(m->payload, m->len, &v, NULL, NULL) != 0) {
+        failed("%s [%d] at %lld: not a WindowResult (schemas/window_result.avsc)",
+               rd_kafka_topic_name(m->rkt), m->partition, (long long)m->offset);
+        return 1;
+    }
+    if (head) {
+        printf("board %.*s window %.*s kind %s players %lld parts %lld schema %d\nstart ",
+               (int)v.board_len, v.board, (int)v.window_len, v.window, kinds[v.kind],
+               (long long)v.players, (long long)v.parts, (int)v.schema_id);
+        print_time(v.start_ms);
+        fputs(" end ", stdout);
+        print_time(v.end_ms);
+        fputs(" closed at ", stdout);
+        print_time(v.closed_at_ms);
+        puts("\nposition\tplayer\tscore\tachieved_at_ms\trank\tdense_rank");
+    }
+    return lb_results_decode(m->payload, m->len, &v, print_entry, NULL) == 0 ? 0 : 1;
+}
+
+/* Reads the results topic to its high watermarks, keeps the last record of
+ * each part keyed "{board}:window", and prints them in order. */
+static int results(const struct options *o)
+{
+    int status = 1;
+    rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER, &status);
+    if (!rk)
+        return status;
+    int64_t *high = NULL, left = 0, parts = 0;
+    if (assign_whole_topic(rk, o, &high, &left) != 0) {
+        free(high);
+        rd_kafka_destroy(rk);
+        return 1;
+    }
+    char key[1024];
+    int klen = snprintf(key, sizeof(key), "{%s}:%s", o->board, o->window);
+    rd_kafka_message_t **last = NULL; /* per part */
+    status = 0;
+    while (left > 0 && left_ms(o) > 0 && status == 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, poll_ms(o));
+        if (!m)
+            continue;
+        if (m->err || m->offset >= high[m->partition]) {
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        left--;
+        if ((int)m->key_len != klen || memcmp(m->key, key, (size_t)klen) != 0) {
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        struct lb_result_view v;
+        if (lb_results_decode(m->payload, m->len, &v, NULL, NULL) != 0 || v.parts > 100000) {
+            failed("%s [%d] at %lld: not a WindowResult (schemas/window_result.avsc)", o->topic,
+                   m->partition, (long long)m->offset);
+            rd_kafka_message_destroy(m);
+            status = 1;
+            break;
+        }
+        int64_t part = v.part, count = v.parts;
+        if (count != parts) { /* published again with another count: start over */
+            for (int64_t i = 0; last && i < parts; i++)
+                if (last[i])
+                    rd_kafka_message_destroy(last[i]);
+            free(last);
+            parts = count;
+            last = calloc((size_t)parts, sizeof(*last));
+            if (!last) {
+                failed("out of memory");
+                rd_kafka_message_destroy(m);
+                status = 1;
+                break;
+            }
+        }
+        if (last[part - 1])
+            rd_kafka_message_destroy(last[part - 1]);
+        last[part - 1] = m;
+    }
+    if (status == 0 && left > 0) {
+        failed("%lld record(s) of %s not read within %d s", (long long)left, o->topic,
+               o->timeout_s);
+        status = 1;
+    }
+    if (status == 0 && parts == 0) {
+        failed("no result of board '%s' window '%s' in %s (is the window closed? lbread --final "
+               "shows its state)",
+               o->board, o->window, o->topic);
+        status = 1;
+    }
+    for (int64_t i = 0; status == 0 && i < parts; i++)
+        if (!last[i]) {
+            failed("part %lld of %lld of board '%s' window '%s' is not in %s", (long long)i + 1,
+                   (long long)parts, o->board, o->window, o->topic);
+            status = 1;
+        }
+    for (int64_t i = 0; status == 0 && i < parts; i++)
+        status = print_result(last[i], i == 0);
+    for (int64_t i = 0; last && i < parts; i++)
+        if (last[i])
+            rd_kafka_message_destroy(last[i]);
+    free(last);
+    free(high);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return status;
+}
+
+#define COMMANDS "create-topic, offsets, wait-caught-up, dump, results or redrive"
 
 static void usage(FILE *out)
 {
@@ -564,6 +698,7 @@ static void usage(FILE *out)
                  "   or: lbadmin offsets        --topic T --group G\n"
                  "   or: lbadmin wait-caught-up --topic T --group G\n"
                  "   or: lbadmin dump           --topic T\n"
+                 "   or: lbadmin results        --topic T --board B --window W\n"
                  "   or: lbadmin redrive        --topic DLQ [--reason R]\n"
                  "\n"
                  "Each also takes [--brokers B] [--timeout S] [-X key=value]...\n"
@@ -577,6 +712,8 @@ static void usage(FILE *out)
                  "      --timeout S      every wait on the brokers ends within S seconds\n"
                  "                       (default 10 for offsets, 60 for the others)\n"
                  "      --reason R       redrive: only records with lb.reason R\n"
+                 "      --board B        results: the board\n"
+                 "      --window W       results: the window, e.g. weekly:2026-W47\n"
                  "  -X key=value         librdkafka property; repeatable\n"
                  "  -h, --help           show this help\n"
                  "\n"
@@ -598,10 +735,12 @@ int main(int argc, char **argv)
                                              {"timeout", required_argument, NULL, 'T'},
                                              {"reason", required_argument, NULL, 'R'},
                                              {"config", required_argument, NULL, 'C'},
+                                             {"board", required_argument, NULL, 'B'},
+                                             {"window", required_argument, NULL, 'W'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    static const char *const commands[] = {"create-topic", "offsets", "wait-caught-up", "dump",
-                                           "redrive"};
+    static const char *const commands[] = {"create-topic", "offsets", "wait-caught-up",
+                                           "dump",         "results", "redrive"};
     struct options o = {.brokers = "127.0.0.1:9092", .partitions = 6, .timeout_s = -1};
     int opt;
     double v;
@@ -635,6 +774,12 @@ int main(int argc, char **argv)
             break;
         case 'R':
             o.reason = optarg;
+            break;
+        case 'B':
+            o.board = optarg;
+            break;
+        case 'W':
+            o.window = optarg;
             break;
         case 'X':
             if (o.nprops == 32)
@@ -677,6 +822,11 @@ int main(int argc, char **argv)
                                                                   : "--group");
     if (o.reason && strcmp(o.command, "redrive") != 0)
         return lb_usage_error("--reason is for redrive, not %s", o.command);
+    int is_results = strcmp(o.command, "results") == 0;
+    if (is_results && (!o.board || !o.window))
+        return lb_usage_error("results needs --board and --window");
+    if (!is_results && (o.board || o.window))
+        return lb_usage_error("--board and --window are for results, not %s", o.command);
     if (o.ntopic_configs && strcmp(o.command, "create-topic") != 0)
         return lb_usage_error("--config is for create-topic, not %s", o.command);
     if (o.timeout_s < 0)
@@ -695,6 +845,9 @@ int main(int argc, char **argv)
     } else if (strcmp(o.command, "dump") == 0) {
         o.group = "lbadmin-dump"; /* needed by the consumer; nothing is committed */
         status = dump(&o);
+    } else if (is_results) {
+        o.group = "lbadmin-results"; /* needed by the consumer; nothing is committed */
+        status = results(&o);
     } else {
         o.group = "lbadmin-redrive"; /* needed by the consumer; nothing is committed */
         status = redrive(&o);

@@ -37,6 +37,7 @@ struct options {
     int dry_run;
     const char *events_out;
     const char *deliveries_out;
+    int32_t partition;   /* --partition; RD_KAFKA_PARTITION_UA: by key */
     uint64_t huge_every; /* every Nth event is a huge record (--huge-bytes) */
     size_t huge_bytes;
     const char *registry;   /* register the writer schemas there (--registry) */
@@ -292,8 +293,8 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
         }
         if (rd_kafka_outq_len(rk) == 0)
             last_ack = now_s(); /* nothing was waiting: the wait starts now */
-        while (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, payload, len, key,
-                                key_len, where) != 0) {
+        while (rd_kafka_produce(rkt, o->partition, RD_KAFKA_MSG_F_COPY, payload, len, key, key_len,
+                                where) != 0) {
             if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 fprintf(stderr, "loadgen: produce failed: %s\n",
                         rd_kafka_err2str(rd_kafka_last_error()));
@@ -400,6 +401,9 @@ static void usage(FILE *out)
                  "      --huge-bytes N      (default 10485760)\n"
                  "      --deliveries-out FILE  write where each event landed, as delivered:\n"
                  "                          partition offset event_id board (TSV)\n"
+                 "      --partition N       produce every event to partition N (default: the\n"
+                 "                          partitioner's choice by key), e.g. to leave\n"
+                 "                          another partition idle\n"
                  "      --dry-run           print the events as TSV to stdout; no Kafka\n"
                  "      --timeout S         give up when the brokers (or the registry) answer\n"
                  "                          nothing for S seconds (default 10)\n"
@@ -452,6 +456,7 @@ int main(int argc, char **argv)
         O_POISON,
         O_TS_NOW,
         O_DELIVERIES_OUT,
+        O_PARTITION,
         O_HUGE_EVERY,
         O_HUGE_BYTES,
         O_REGISTRY,
@@ -484,6 +489,7 @@ int main(int argc, char **argv)
         {"poison-every", required_argument, NULL, O_POISON},
         {"ts-now", no_argument, NULL, O_TS_NOW},
         {"deliveries-out", required_argument, NULL, O_DELIVERIES_OUT},
+        {"partition", required_argument, NULL, O_PARTITION},
         {"huge-every", required_argument, NULL, O_HUGE_EVERY},
         {"huge-bytes", required_argument, NULL, O_HUGE_BYTES},
         {"registry", required_argument, NULL, O_REGISTRY},
@@ -506,7 +512,8 @@ int main(int argc, char **argv)
                                 .schema_id = 1,
                                 .board_prefix = "g",
                                 .dim_values = 3,
-                                .start_ms = -1}};
+                                .start_ms = -1},
+                        .partition = RD_KAFKA_PARTITION_UA};
     int opt, have_ids = 0;
 
 #define NUMBER(dst, min, max)                                                                      \
@@ -608,6 +615,10 @@ int main(int argc, char **argv)
             break;
         case O_DELIVERIES_OUT:
             o.deliveries_out = optarg;
+            break;
+        case O_PARTITION:
+            NUMBER(v, 0, 1e6);
+            o.partition = (int32_t)v;
             break;
         case O_DRY_RUN:
             o.dry_run = 1;

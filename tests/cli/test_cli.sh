@@ -86,6 +86,7 @@ table=$(
 1|4|err|^lbadmin: $unreachable 3 s|lbadmin offsets --brokers $K --topic scores --group g --timeout 3
 1|11|err|^lbadmin: $unreachable 10 s|lbadmin offsets --brokers $K --topic scores --group g
 1|4|err|^lbadmin: $unreachable 3 s|lbadmin dump --brokers $K --topic scores-dlq --timeout 3
+1|4|err|^lbadmin: $unreachable 3 s|lbadmin results --brokers $K --topic scores-results --board b --window daily:2026-11-23 --timeout 3
 1|3|err|^lbadmin: $unreachable 2 s|lbadmin wait-caught-up --brokers $K --topic scores --group g --timeout 2
 1|3|err|^lbadmin: $unreachable 2 s|lbadmin create-topic --brokers $K --topic scores --timeout 2
 1|3|err|^lbadmin: $unreachable 2 s|lbadmin redrive --brokers $K --topic scores-dlq --timeout 2
@@ -98,8 +99,8 @@ table=$(
 2|3|err|^projector: unknown option '--bogus' \(see projector --help\)$|projector --bogus
 2|3|err|^lbadmin: unknown option '--bogus' \(see lbadmin --help\)$|lbadmin --bogus
 2|3|err|^lbadmin: unknown option '-Z' \(see lbadmin --help\)$|lbadmin dump --topic t -Z
-2|3|err|^lbadmin: unknown subcommand 'frob'; the subcommands are create-topic, offsets, wait-caught-up, dump or redrive|lbadmin frob --topic t
-2|3|err|^lbadmin: say what to do: create-topic, offsets, wait-caught-up, dump or redrive|lbadmin
+2|3|err|^lbadmin: unknown subcommand 'frob'; the subcommands are create-topic, offsets, wait-caught-up, dump, results or redrive|lbadmin frob --topic t
+2|3|err|^lbadmin: say what to do: create-topic, offsets, wait-caught-up, dump, results or redrive|lbadmin
 2|3|err|^lbadmin: offsets needs --topic and --group \(see lbadmin --help\)$|lbadmin offsets
 2|3|err|^lbadmin: wait-caught-up needs --group|lbadmin wait-caught-up --topic scores
 2|3|err|^lbadmin: option '--topic' needs a value|lbadmin dump --topic
@@ -107,6 +108,8 @@ table=$(
 2|3|err|^lbadmin: --timeout wants seconds from 1 to 86400, not '1.5'|lbadmin dump --topic t --timeout 1.5
 2|3|err|^lbadmin: --partitions wants a number from 1 to 100000, not '0'|lbadmin create-topic --topic t --partitions 0
 2|3|err|^lbadmin: unexpected argument 'extra'|lbadmin dump --topic t extra
+2|3|err|^lbadmin: results needs --board and --window|lbadmin results --topic r --board b
+2|3|err|^lbadmin: --board and --window are for results, not dump|lbadmin dump --topic t --window daily:2026-11-23
 2|3|err|^lbadmin: -X: kafka property no.such.property: |lbadmin dump --brokers $K --topic t -X no.such.property=1
 2|3|err|^lbread: --board ID is required \(see lbread --help\)$|lbread --config @ok@
 2|3|err|^lbread: --window 'daily:9223372036854775807-01-01': daily windows are written daily:YYYY-MM-DD|lbread --config @ok@ --board g1 --window daily:9223372036854775807-01-01

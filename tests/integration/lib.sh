@@ -206,6 +206,36 @@ lose_shard() {
     log "lost the shard of $1: nodes ${dead//$'\n'/ } killed, data deleted, flagged failed"
 }
 
+# replace_shard N CONFIG - after lose_shard, ops/runbooks/lost-shard.md's
+# procedure run exactly as written: a new, empty node takes the lost slots
+# and replay --node rebuilds them (CONFIG's settings, every live node as a
+# seed: $T_DIR/replay-N.yaml). Sets NEW; the output (replay's included) in
+# $T_DIR/procedure-N.out.
+replace_shard() {
+    local n=$1 config=$2 port procedure=$T_DIR/lost-shard-procedure.sh
+    [[ -s $procedure ]] || runbook_procedure "$repo/ops/runbooks/lost-shard.md" "$procedure"
+    port=$(lb_free_port_base 1) || fail "no free port for the new node"
+    lb_redis_node_add "$port" || fail "the new node did not start"
+    local survivors
+    survivors=$(live_ports | grep -vx "$port" | sed 's/^/127.0.0.1:/' | tr '\n' ' ')
+    NEW=127.0.0.1:$port
+    # by the third loss every original node is gone: replay's seeds must
+    # name nodes alive now (the runbook says so)
+    local seeds
+    seeds=$(sed 's/ $//; s/ /, /g' <<<"$survivors")
+    sed "s/^  nodes: .*/  nodes: [$seeds, $NEW]/" "$config" >"$T_DIR/replay-$n.yaml"
+    local status=0
+    # the runbook calls replay by name
+    PATH=$BIN:$PATH SURVIVORS=$survivors NEW=$NEW CONFIG=$T_DIR/replay-$n.yaml \
+        timeout 300 bash -euo pipefail "$procedure" >"$T_DIR/procedure-$n.out" 2>&1 ||
+        status=$?
+    cat "$T_DIR/procedure-$n.out" >&2
+    [[ $status == 0 ]] || fail "the runbook's procedure failed (exit $status)"
+    grep -Eq 'events read .* [1-9][0-9]* of [1-9][0-9]* board\(s\) rebuilt' "$T_DIR/procedure-$n.out" ||
+        fail "replay rebuilt no board"
+    ok "the runbook's procedure put the empty node $NEW in the lost shard's place and replay rebuilt it"
+}
+
 # write_config FILE [EXTRA_YAML [EXTRA_REDIS]] - a projector configuration
 # for these services; EXTRA_YAML is appended (more top-level sections),
 # EXTRA_REDIS goes into the redis: section. From the environment: GROUP,
@@ -285,14 +315,21 @@ stop_projector() {
 }
 
 # produce ARGS... - loadgen against the test broker; events appended to
-# $T_DIR/events.tsv.
+# $T_DIR/events.tsv, where each landed to $T_DIR/delivered.tsv (the
+# oracle's close offsets need it; a test's own --deliveries-out too).
 produce() {
+    local a prev="" deliveries=$T_DIR/deliveries.part
+    for a in "$@"; do
+        [[ $prev == --deliveries-out ]] && deliveries=$a
+        prev=$a
+    done
     # tests and the chaos soak stop Kafka while producing: the producer
     # rides through (loadgen's own default gives up after 10 s unanswered)
     "$BIN/loadgen" --brokers "$BROKERS" "${KAFKA_X[@]}" --timeout 300 \
-        --events-out "$T_DIR/events.part" "$@" \
+        --events-out "$T_DIR/events.part" --deliveries-out "$T_DIR/deliveries.part" "$@" \
         >>"$T_DIR/loadgen.log" 2>&1 || fail "loadgen failed"
     cat "$T_DIR/events.part" >>"$T_DIR/events.tsv"
+    cat "$deliveries" >>"$T_DIR/delivered.tsv"
 }
 
 # lose_board BOARD - deletes every key of BOARD (windows, markers, dedupe
@@ -382,20 +419,26 @@ assert_committed_at_end() {
     ok "committed offset = last offset + 1 on every partition"
 }
 
-# verify [ARGS...] - compare Redis with the independent oracle.
-verify() {
+# run_oracle ARGS... - verify_state with the test's events, where they landed,
+# and the live nodes (TLS when the cluster has it).
+run_oracle() {
     local nodes="" p
     for p in $(live_ports); do
         nodes+="${nodes:+,}127.0.0.1:$p"
     done
-    local -a tls_args=()
-    [[ ${REDIS_TLS:-0} == 1 ]] && tls_args=(--tls-dir "$(lb_tls_dir)")
+    local -a more=()
+    [[ ${REDIS_TLS:-0} == 1 ]] && more=(--tls-dir "$(lb_tls_dir)")
+    [[ -f $T_DIR/delivered.tsv ]] && more+=(--deliveries "$T_DIR/delivered.tsv")
+    "$BIN/verify_state" --events "$T_DIR/events.tsv" --nodes "$nodes" "${more[@]}" "$@"
+}
+
+# verify [ARGS...] - compare Redis with the independent oracle.
+verify() {
     local status deadline=$((SECONDS + 60))
     # exit 3: a decaying board's rebuild is still running (not settled yet)
     while :; do
         status=0
-        "$BIN/verify_state" --events "$T_DIR/events.tsv" --nodes "$nodes" "${tls_args[@]}" "$@" \
-            >"$T_DIR/verify.out" 2>&1 || status=$?
+        run_oracle "$@" >"$T_DIR/verify.out" 2>&1 || status=$?
         ((status == 3 && SECONDS < deadline)) || break
         sleep 0.5
     done

@@ -5,7 +5,8 @@
 # neither password ever appears in its logs or in --check-config. Then least
 # privilege: the projector, replay and lbread under exactly the users of
 # ops/deploy/redis-acl.conf (every aggregation, dedupe, retractions, the
-# plain transaction, a lost board rebuilt and verified), and, for each
+# plain transaction, final standings closed and published, a lost board
+# rebuilt, a board with closed days replayed, all verified), and, for each
 # command of the projector's rule, a run with that one command taken away
 # (ACL SETUSER on every node, replicas included) fails with NOPERM naming it
 # (ASKING with a slot staged as migrating, where the projector meets ASK).
@@ -50,9 +51,23 @@ ok "wrong password: nothing committed, WRONGPASS logged, no password in any log"
 
 # 3. least privilege: the rules of ops/deploy/redis-acl.conf, exactly
 pick_metrics_port # the readiness probe (PING) is part of the rule
+# res-* boards publish final standings of their days (grace 0: the days
+# the events passed close as soon as they are written)
+results_profile='
+  - name: results
+    match: "res-*"
+    aggregation: best
+    windows:
+      alltime: {}
+      daily: {ttl: 7d, results: {top: 5, grace: 0s}}
+      weekly: {ttl: 28d}
+      monthly: {ttl: 93d}
+      custom: [{dim: patch}]
+results: {topic: acl-results, schema_id: 1, idle: 10m}'
+acl_oracle=("${MODE_ORACLE[@]}" --results res-=daily/5/0 --topic acl)
 acl_config() { # FILE USER [GROUP]
     # shellcheck disable=SC2016 # ${...} is for the projector's configuration
-    GROUP=${3:-lb-acl} DRAIN_TIMEOUT=1s write_config "$1" "$MODE_PROFILES
+    GROUP=${3:-lb-acl} DRAIN_TIMEOUT=1s write_config "$1" "$MODE_PROFILES$results_profile
 $METRICS_YAML" "  user: $2
   password: \${REDIS_ACL_PASSWORD}"
 }
@@ -61,8 +76,11 @@ acl_config "$T_DIR/replay.yaml" replay
 acl_config "$T_DIR/reader.yaml" reader
 export GROUP=lb-acl
 : >"$T_DIR/events.tsv" # the oracle's events: this group's, from here on
-"$BIN/lbadmin" create-topic --brokers "$BROKERS" --topic acl --partitions 3 \
-    >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create the acl topic"
+: >"$T_DIR/delivered.tsv"
+for t in acl acl-results; do
+    "$BIN/lbadmin" create-topic --brokers "$BROKERS" --topic "$t" --partitions 3 \
+        >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create the $t topic"
+done
 sed -i 's/topics: \[scores\]/topics: [acl]/' "$T_DIR/acl.yaml" "$T_DIR/replay.yaml"
 acl_produce() { produce -t acl "${MODE_GEN[@]}" "$@"; }
 acl_offsets() {
@@ -76,15 +94,27 @@ for p in $(slot_masters); do # the old keys belong to the first part's boards
     redis_cli "$p" FLUSHALL >/dev/null
 done
 acl_produce -n 6000 --seed 81
+acl_produce -n 900 --seed 80 --boards 3 --board-prefix res-
 start_projector acl "$T_DIR/acl.yaml"
 acl_caught_up 90
-verify "${MODE_ORACLE[@]}"
+first_day=$(date -u -d "$START" +daily:%Y-%m-%d)
+day_published() { # BOARD DAY
+    [[ $(redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2") == published ]]
+}
+lb_wait_for 30 day_published res-0 "$first_day" || fail "res-0 $first_day was not published"
+verify "${acl_oracle[@]}"
+grep -q "^verify_state: [1-9][0-9]* closed windows checked" "$T_DIR/verify.out" ||
+    fail "no closed window under the rule: $(head -n 1 "$T_DIR/verify.out")"
 stop_projector "$PROJECTOR_PID"
 grep -qi noperm "$T_DIR/acl.log" && fail "NOPERM under the projector's rule: $(grep -i -m 1 noperm "$T_DIR/acl.log")"
-ok "the projector under its least-privilege rule: every mode exact, no NOPERM"
+ok "the projector under its least-privilege rule: every mode exact, final standings published, no NOPERM"
 
 lost=sum-3
-rebuild_board "$T_DIR/replay.yaml" "$lost" "${MODE_ORACLE[@]}"
+rebuild_board "$T_DIR/replay.yaml" "$lost" "${acl_oracle[@]}"
+# a board with closed days: replay reads their close offsets in ~final
+"$BIN/replay" --config "$T_DIR/replay.yaml" --board res-1 >"$T_DIR/replay-res.out" 2>&1 ||
+    fail "replay --board res-1 under its rule failed: $(tail -n 3 "$T_DIR/replay-res.out")"
+verify "${acl_oracle[@]}"
 "$BIN/replay" --config "$T_DIR/replay.yaml" --slots 0-16383 --verify >"$T_DIR/verify.out" 2>&1 ||
     fail "replay --verify under its rule failed: $(tail -n 3 "$T_DIR/verify.out")"
 grep -q ' 0 differing' "$T_DIR/verify.out" || fail "replay --verify found differences"
@@ -99,7 +129,11 @@ grep -q "lb:{$lost}:alltime" "$T_DIR/lbread-window.out" || fail "lbread --window
     >"$T_DIR/lbread-decayed.out" 2>&1 ||
     fail "lbread of an overall board under its rule failed: $(tail -n 3 "$T_DIR/lbread-decayed.out")"
 grep -q "after tax" "$T_DIR/lbread-decayed.out" || fail "lbread printed no after-tax scores"
-ok "replay (a lost board, then --verify) and lbread (all windows, --window, an overall board) under their rules"
+"$BIN/lbread" --config "$T_DIR/reader.yaml" --board res-1 --window "$first_day" --final --top 3 \
+    >"$T_DIR/lbread-final.out" 2>&1 ||
+    fail "lbread --final under its rule failed: $(tail -n 3 "$T_DIR/lbread-final.out")"
+grep -q "published" "$T_DIR/lbread-final.out" || fail "lbread --final: $(head -n 1 "$T_DIR/lbread-final.out")"
+ok "replay (a lost board, a board with closed days, then --verify) and lbread (all windows, --window, an overall board, --final) under their rules"
 
 # each command of the projector's rule is needed: taken away, a run fails
 # with NOPERM naming it (the events it could not write are written after)
@@ -124,6 +158,11 @@ for cmd in "${commands[@]}"; do
     more=() # RENAME: a rebuild ends with it, and a new patch starts one
     [[ $cmd == rename ]] && more=(--dim-values 5)
     [[ $cmd == pexpiretime ]] && more=(--board-prefix spl-) # split boards' merged tops
+    case $cmd in # final standings: new boards, whose days the watermark passed close at once
+        hgetall | del | zcard | zrangestore | hsetnx | hget | hkeys)
+            more=(--board-prefix "res-$seed-" --boards 2)
+            ;;
+    esac
     acl_produce -n 400 --seed "$seed" "${more[@]}"
     start_projector "acl-$seed" "$T_DIR/acl.yaml"
     deadline=$((SECONDS + 30))
@@ -194,6 +233,6 @@ acl_caught_up 90
     fail "keys of $probe were written to the slot's old master"
 # still running: it finishes the rebuilds that the pods without RENAME,
 # SCAN or TIME left (its sweep finds them; the oracle waits for them)
-verify "${MODE_ORACLE[@]}"
+verify "${acl_oracle[@]}"
 stop_projector "$PROJECTOR_PID"
 ok "ASKING: without it NOPERM naming it; with it the importing node answers TRYAGAIN, the projector holds until the slot has moved; every board exact after"

@@ -33,33 +33,6 @@ write_config "$T_DIR/projector.yaml" "$MODE_PROFILES
 $METRICS_YAML"
 url=$METRICS_URL
 gen=("${MODE_GEN[@]}")
-runbook_procedure "$repo/ops/runbooks/lost-shard.md" "$T_DIR/procedure.sh"
-export PATH=$BIN:$PATH # the runbook calls replay by name
-
-# replace_shard - the runbook's procedure with a new empty node; its output
-# (replay's included) in $T_DIR/procedure-N.out.
-replace_shard() {
-    local n=$1 port
-    port=$(lb_free_port_base 1) || fail "no free port for the new node"
-    lb_redis_node_add "$port" || fail "the new node did not start"
-    local survivors
-    survivors=$(live_ports | grep -vx "$port" | sed 's/^/127.0.0.1:/' | tr '\n' ' ')
-    NEW=127.0.0.1:$port
-    # by the third loss every original node is gone: replay's seeds must
-    # name nodes alive now (the runbook says so)
-    local seeds
-    seeds=$(sed 's/ $//; s/ /, /g' <<<"$survivors")
-    sed "s/^  nodes: .*/  nodes: [$seeds, $NEW]/" "$T_DIR/projector.yaml" >"$T_DIR/replay-$n.yaml"
-    local status=0
-    SURVIVORS=$survivors NEW=$NEW CONFIG=$T_DIR/replay-$n.yaml \
-        timeout 300 bash -euo pipefail "$T_DIR/procedure.sh" >"$T_DIR/procedure-$n.out" 2>&1 ||
-        status=$?
-    cat "$T_DIR/procedure-$n.out" >&2
-    [[ $status == 0 ]] || fail "the runbook's procedure failed (exit $status)"
-    grep -Eq 'events read .* [1-9][0-9]* of [1-9][0-9]* board\(s\) rebuilt' "$T_DIR/procedure-$n.out" ||
-        fail "replay rebuilt no board"
-    ok "the runbook's procedure put the empty node $NEW in the lost shard's place and replay rebuilt it"
-}
 
 check_exact() {
     wait_caught_up 180
@@ -84,7 +57,7 @@ mapfile -t original < <(slot_masters)
 stop_projector "$PROJECTOR_PID"
 produce -n 10000 --seed 122 "${gen[@]}" --rate 20000 # a backlog meanwhile
 lose_shard "${original[0]}"
-replace_shard a
+replace_shard a "$T_DIR/projector.yaml"
 start_projector projector "$T_DIR/projector.yaml"
 check_exact a
 ok "a: projector down through the loss, started after replay: exact"
@@ -114,7 +87,7 @@ since_loss | grep -E 'CLUSTERDOWN|no Redis master serves slot' >/dev/null ||
     fail "the log does not say the cluster is down"
 since_loss | grep -i 'dead-letter\|dlq' >/dev/null && fail "the log blames the DLQ"
 ok "b: the cluster refuses writes: every partition held, commits stopped, metrics and log say Redis"
-replace_shard b
+replace_shard b "$T_DIR/projector.yaml"
 kill -0 "$producer" 2>/dev/null || fail "the producer finished before the repair: nothing ran beside it"
 wait "$producer" || fail "producer failed"
 check_exact b
@@ -210,7 +183,7 @@ held() { awk -v r="reason=\"$1\"}" '$1 ~ /^lb_partition_held\{/ && index($1, r) 
 (($(held redis) >= held_at && $(held redis) + $(held top) == held_at + held_top)) ||
     fail "metrics say $(held redis) partition(s) held for Redis and $(held top) for a merged top, the offsets $held_at and $held_top"
 ok "c: ${#lost_boards[@]} lost board(s) and the lost shards of split boards hold $held_at partition(s) exactly at their first event ($held_split of a split board), lost merged tops $held_top; $survivor_key kept changing"
-replace_shard c
+replace_shard c "$T_DIR/projector.yaml"
 kill -0 "$producer" 2>/dev/null || fail "the producer finished before the repair: nothing ran beside it"
 wait "$producer" || fail "producer failed"
 cat "$T_DIR/events.part" >>"$T_DIR/events.tsv"

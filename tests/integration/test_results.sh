@@ -9,6 +9,11 @@
 # count for the windows still open (alltime). A pod killed between the
 # claim and the acknowledgement leaves the window claimed; the other pod
 # publishes it, and every record of a window key carries the same bytes.
+# A shard lost with every pod down and replaced empty: replay puts its
+# boards' closed windows back from the results topic as they closed. Idle
+# partitions (one caught up and days behind, one never written) hold no
+# window open. The independent oracle checks every closed window's final
+# standings, the late events left out, and the published ranks.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -30,7 +35,8 @@ write_config "$T_DIR/projector.yaml" "$profiles
 $METRICS_YAML"
 write_config "$T_DIR/projector-b.yaml" "$profiles" # the second pod: no metrics port
 gen=(--boards 3 --board-prefix res- --players 300 --score-max 500 --start "$START" --days 3)
-oracle=(--windows "alltime,daily:30d,weekly:60d" --resolution-ms 1000 --profile res-=best/desc/earliest)
+oracle=(--windows "alltime,daily:30d,weekly:60d" --resolution-ms 1000 --profile res-=best/desc/earliest
+    --results "res-=daily/20/3600000,weekly/0/3600000" --idle-ms 600000)
 
 # the close watermark as the commits carry it: the lowest partition's
 close_watermark() {
@@ -58,6 +64,19 @@ closed_windows() {
 }
 published() { # BOARD WINDOW: its state in ~final
     redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2"
+}
+# same_as_oracle BOARD WINDOW [ORACLE ARGS...] - the published standings
+# (lbadmin results: the entries) equal the oracle's, ranks included
+same_as_oracle() {
+    "$BIN/lbadmin" results --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-results \
+        --board "$1" --window "$2" --timeout 20 >"$T_DIR/published.out" 2>>"$T_DIR/lbadmin.log" ||
+        fail "lbadmin results --board $1 --window $2: $(tail -n 1 "$T_DIR/lbadmin.log")"
+    run_oracle "${oracle[@]}" "${@:3}" --final "$1/$2" >"$T_DIR/expected.out" 2>&1 ||
+        fail "the oracle has no final standings of $1 $2: $(tail -n 3 "$T_DIR/expected.out")"
+    [[ -s $T_DIR/expected.out ]] || fail "the oracle's standings of $1 $2 are empty"
+    diff <(tail -n +4 "$T_DIR/published.out") "$T_DIR/expected.out" >"$T_DIR/final.diff" ||
+        fail "the published standings of $1 $2 are not the oracle's:
+$(head -n 8 "$T_DIR/final.diff")"
 }
 dump_results() {
     "$BIN/lbadmin" dump --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-results --timeout 20 \
@@ -124,7 +143,14 @@ n=$(wc -l <"$T_DIR/results.dump")
     --top 3 >"$T_DIR/lbread-final.out" 2>&1 || fail "lbread --final failed: $(cat "$T_DIR/lbread-final.out")"
 grep -q "final standings of board 'res-1' window ${days[0]}: closed at .*, published" \
     "$T_DIR/lbread-final.out" || fail "lbread --final: $(head -n 1 "$T_DIR/lbread-final.out")"
-ok "${days[*]} closed on 3 boards: frozen (no expiry) and published once each"
+verify "${oracle[@]}"
+grep -q "^verify_state: $((3 * ${#days[@]})) closed windows checked" "$T_DIR/verify.out" ||
+    fail "the oracle did not check $((3 * ${#days[@]})) closed windows: $(head -n 1 "$T_DIR/verify.out")"
+same_as_oracle res-1 "${days[0]}"
+for w in "${days[@]}"; do
+    [[ $w == weekly:* ]] && same_as_oracle res-2 "$w"
+done
+ok "${days[*]} closed on 3 boards: frozen (no expiry), published once each, as the oracle ranks them"
 
 # 2. late events into the closed days: not written there, counted; they
 #    still count for alltime (pod a alone, so that its metrics count all)
@@ -154,6 +180,9 @@ top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:alltime" 0 0 REV W
 (((${top%.*} >> 30) >= best)) || fail "a late event did not count for alltime ($best > $((${top%.*} >> 30)))"
 dump_results
 ((n == $(wc -l <"$T_DIR/results.dump"))) || fail "late events published something again"
+verify "${oracle[@]}"
+grep -Eq "closed windows checked \(final standings\), [1-9][0-9]* late writes left out" "$T_DIR/verify.out" ||
+    fail "the oracle left no late write out: $(head -n 1 "$T_DIR/verify.out")"
 ok "late events: $late counted, the closed day unchanged, alltime took them"
 
 # replay of a board beside the running pod: the closed windows are rebuilt
@@ -168,6 +197,7 @@ grep -Eq 'closed windows \(final standings\) not reopened: [1-9][0-9]* window wr
     fail "replay touched the final standings of res-0 ${days[0]}"
 top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:alltime" 0 0 REV WITHSCORES | tail -n 1)
 (((${top%.*} >> 30) >= best)) || fail "replay left a late event out of alltime"
+verify "${oracle[@]}"
 ok "replay --board res-0: closed windows as they closed, final standings untouched, alltime whole"
 
 # 3. a pod killed after the broker acknowledged a window's record and
@@ -212,5 +242,97 @@ for b in res-0 res-1 res-2; do
 done
 [[ $(grep -c " key={$cb}:$cw " "$T_DIR/results.dump") == 2 ]] ||
     fail "{$cb}:$cw, acknowledged before the kill, was not published again"
+verify "${oracle[@]}"
 ok "killed before marking {$cb}:$cw published: the next pod published its claims again ($again record(s) twice), byte-identical"
 stop_projector "$pod_d"
+
+# 5. the shard holding res-0 is lost (its master and replicas killed, their
+#    data deleted) while every pod is down; a new, empty node takes its
+#    place by the runbook's procedure (replay --node). The results topic is
+#    the record of what closed: replay puts res-0's closed windows back as
+#    they closed (~final, the final standings), rebuilds each closed window
+#    from the events before its close offsets only, and publishes nothing.
+#    A pod started after it does not close them again, and late events
+#    still change nothing there.
+lost_port=""
+for p in $(slot_masters); do
+    [[ $(redis_cli "$p" EXISTS "lb:{res-0}:~final" 2>/dev/null) == 1 ]] && lost_port=$p
+done
+[[ -n $lost_port ]] || fail "no master holds lb:{res-0}:~final"
+state_of() { # the closed windows of res-0 as they are: ~final's fields, final keys, windows
+    local w
+    for w in "${days[@]}"; do
+        redis_cli "$(live_ports | first)" -c HMGET "lb:{res-0}:~final" "s:$w" "c:$w" "n:$w" "o:$w"
+        digest "lb:{res-0}:final:$w"
+        digest "lb:{res-0}:$w"
+    done
+}
+state_of >"$T_DIR/res-0.before"
+dump_results
+records=$(wc -l <"$T_DIR/results.dump")
+lose_shard "$lost_port"
+replace_shard 5 "$T_DIR/projector.yaml"
+grep -Eq "replay: [1-9][0-9]* closed window\(s\) put back from results topic scores-results" \
+    "$T_DIR/procedure-5.out" || fail "replay put no closed window back from the results topic"
+state_of >"$T_DIR/res-0.after"
+diff "$T_DIR/res-0.before" "$T_DIR/res-0.after" >"$T_DIR/res-0.diff" ||
+    fail "res-0's closed windows did not come back as they closed:
+$(head -n 12 "$T_DIR/res-0.diff")"
+start_projector e "$T_DIR/projector.yaml"
+produce -n 300 --seed 505 --boards 3 --board-prefix res- --players 300 --score-max 100000 \
+    --start "$START" --days 1
+wait_caught_up 120
+sleep 3 # a closer check or more: it would have closed them again by now
+state_of >"$T_DIR/res-0.later"
+diff "$T_DIR/res-0.before" "$T_DIR/res-0.later" >"$T_DIR/res-0.diff" ||
+    fail "after the loss, a pod changed res-0's closed windows:
+$(head -n 12 "$T_DIR/res-0.diff")"
+dump_results
+(($(wc -l <"$T_DIR/results.dump") == records)) ||
+    fail "after the loss, $(($(wc -l <"$T_DIR/results.dump") - records)) record(s) were published again"
+verify "${oracle[@]}"
+stop_projector "$PROJECTOR_PID"
+ok "res-0's shard lost and replaced empty: its closed windows put back from the results topic as they closed, nothing published again, late events still left out"
+
+# 4. idle partitions (topic idle, 4 partitions, its own group and key
+#    prefix): the first day on partitions 0 to 2, the next two days on 0 and
+#    1 only. Partition 2 falls idle (caught up, its watermark days behind the
+#    others'), partition 3 never has an event: both count as the topic's
+#    highest watermark, and the first two days close. Without that rule the
+#    lowest watermark (partition 2's, inside the first day) closes nothing.
+"$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle --partitions 4 \
+    >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create the idle topic"
+export GROUP=lb-idle
+write_config "$T_DIR/idle.yaml" "$profiles" "  key_prefix: \"idle:\""
+sed -i 's/topics: \[scores\]/topics: [idle]/' "$T_DIR/idle.yaml"
+mv "$T_DIR/events.tsv" "$T_DIR/events-scores.tsv" # verified above; the oracle reads idle's alone
+mv "$T_DIR/delivered.tsv" "$T_DIR/delivered-scores.tsv"
+idle_gen=(-t idle --boards 2 --board-prefix res-i --players 100 --score-max 500)
+for p in 0 1 2; do
+    produce "${idle_gen[@]}" --partition "$p" -n 300 --seed "$((510 + p))" --start "$START" --days 1
+done
+for p in 0 1; do
+    produce "${idle_gen[@]}" --partition "$p" -n 600 --seed "$((520 + p))" --days 2 \
+        --start "$(date -u -d "$START + 1 day" +%Y-%m-%dT%H:%M:%SZ)"
+done
+start_projector idle "$T_DIR/idle.yaml"
+"$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle --group lb-idle \
+    --timeout 120 >>"$T_DIR/lbadmin.log" 2>&1 || fail "group lb-idle did not catch up"
+idle_days=("$(date -u -d "$START" +daily:%Y-%m-%d)" "$(date -u -d "$START + 1 day" +daily:%Y-%m-%d)")
+idle_published() {
+    local b w
+    for b in res-i0 res-i1; do
+        for w in "${idle_days[@]}"; do
+            [[ $(redis_cli "$(live_ports | first)" -c HGET "idle:{$b}:~final" "s:$w") == published ]] ||
+                return 1
+        done
+    done
+}
+lb_wait_for 30 idle_published || fail "with partitions 2 and 3 idle, ${idle_days[*]} did not close:
+$(redis_cli "$(live_ports | first)" -c HGETALL "idle:{res-i0}:~open" | tr '\n' ' ')"
+[[ -z $(redis_cli "$(live_ports | first)" -c HGET "idle:{res-i0}:~final" \
+    "s:$(date -u -d "$START + 2 days" +daily:%Y-%m-%d)") ]] || fail "the last day closed too"
+verify "${oracle[@]}" --prefix idle: --topic idle
+same_as_oracle res-i0 "${idle_days[1]}" --prefix idle: --topic idle
+ok "partition 2 idle and partition 3 empty: ${idle_days[*]} closed and published, as the oracle ranks them"
+stop_projector "$PROJECTOR_PID"

@@ -51,6 +51,21 @@
  * --tag B/PLAYER prints the hash tag of the keys PLAYER's events on board B
  * go to (B itself unless B is split), and reads nothing.
  *
+ * Final standings (--results PREFIX=KIND/TOP/GRACE_MS[,...], e.g.
+ * res-=daily/20/3600000,weekly/0/3600000; TOP 0: all): the windows that
+ * closed are read from each board's <prefix>{B}:~final (s:, c:, n:, and o:,
+ * each partition's close offset for --topic, default scores). Which window
+ * closed when is the projector's decision; what follows from it is
+ * checked: an event whose record (--deliveries: loadgen's
+ * --deliveries-out lines, a retry's records in order) is at or past its
+ * partition's close offset is left out of the closed window, still counting
+ * for the others; the window closed at or after its end plus GRACE and no
+ * later than the latest event plus --idle-ms (default 600000); ~final
+ * counted its players; <prefix>{B}:final:<window> holds exactly its first
+ * TOP entries. --final B/WINDOW prints the expected standings of a closed
+ * window with raw scores, instants and ranks (lbadmin results prints the
+ * published ones alike).
+ *
  * Credentials, when the cluster needs them, come from REDIS_USER and
  * REDIS_PASSWORD in the environment (as for ops/services.sh); --tls-dir DIR
  * reads a TLS-only cluster (REDIS_TLS=1) over blocking OpenSSL connections
@@ -184,7 +199,21 @@ struct split {
     int shards, top;
 };
 
+/* --results PREFIX=KIND/TOP/GRACE_MS[,KIND/TOP/GRACE_MS]: boards whose id
+ * starts with 'prefix' publish final standings of their 'kind' windows
+ * (TOP 0: all). */
+struct result_rule {
+    char prefix[64], kind[16];
+    int64_t top, grace_ms;
+};
+
 struct rules {
+    struct result_rule results[16];
+    int nresults;
+    int64_t idle_ms;       /* --idle-ms: results.idle */
+    const char *topic;     /* --topic: the close offsets' topic */
+    struct map *closed;    /* window key -> struct closed, from the boards' ~final */
+    struct map *delivered; /* "<event_id>\t<board>" -> struct deliveries */
     struct decay decays[8];
     int ndecays;
     struct split splits[8];
@@ -449,12 +478,14 @@ static int64_t composite_of(const struct rules *r, const struct profile *p, int6
 
 /* A member's state while the events are applied:
  *   value  best, latest: the composite; sum: the total
- *   ts     latest: the winning event's time; sum: the latest event time
+ *   ts     best, latest: the counting event's time; sum: the latest event time
+ *   raw    best, latest: the counting event's raw score (ts: its time)
  *   seq    latest: the winning event's line, breaking equal times (a
  *          player's events share a partition, so lines are in offset order)
  *   present  0 after a retraction */
 struct member {
     int64_t value, ts, seq;
+    int64_t raw; /* best, latest: the counting event's raw score */
     int present;
 };
 
@@ -553,6 +584,136 @@ static struct member *member_of(struct entry *e)
     return e->data;
 }
 
+/* ---- final standings ------------------------------------------------------------- */
+
+/* "res-=daily/20/3600000,weekly/0/3600000" */
+static int parse_results(const char *spec, struct rules *r)
+{
+    const char *eq = strchr(spec, '=');
+    if (!eq || (size_t)(eq - spec) >= sizeof(r->results[0].prefix))
+        return -1;
+    char copy[256];
+    snprintf(copy, sizeof(copy), "%s", eq + 1);
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (r->nresults == 16)
+            return -1;
+        struct result_rule *rr = &r->results[r->nresults];
+        long long top, grace;
+        if (sscanf(tok, "%15[a-z]/%lld/%lld", rr->kind, &top, &grace) != 3 || top < 0 || grace < 0)
+            return -1;
+        snprintf(rr->prefix, sizeof(rr->prefix), "%.*s", (int)(eq - spec), spec);
+        rr->top = top;
+        rr->grace_ms = grace;
+        r->nresults++;
+    }
+    return 0;
+}
+
+static const struct result_rule *result_rule_of(const struct rules *r, const char *board,
+                                                const char *kind)
+{
+    const struct result_rule *best = NULL;
+    for (int i = 0; i < r->nresults; i++) {
+        size_t n = strlen(r->results[i].prefix);
+        if (strncmp(board, r->results[i].prefix, n) == 0 && strcmp(kind, r->results[i].kind) == 0 &&
+            (!best || n >= strlen(best->prefix)))
+            best = &r->results[i];
+    }
+    return best;
+}
+
+/* A closed window as its board's ~final records it (s:, c:, n:, o:), its
+ * final key as read, and what the events say it must hold. */
+struct closed {
+    char state[16]; /* claimed, published */
+    int64_t closed_at, players;
+    int nparts;
+    int32_t part[64];
+    int64_t offset[64]; /* the partition's close offset: events from it on are late */
+    struct top_list frozen, expected;
+    int64_t end_ms;
+    int has_events;
+    size_t late; /* events left out of it */
+};
+
+/* Where each record of an event landed, in delivery order. */
+struct deliveries {
+    int32_t *part;
+    int64_t *offset;
+    size_t n, cap, used;
+};
+
+static void *grow(void *p, size_t n, size_t size)
+{
+    void *q = realloc(p, n * size);
+    if (!q) {
+        fprintf(stderr, "verify_state: out of memory\n");
+        exit(2);
+    }
+    return q;
+}
+
+static void top_push(struct top_list *l, int64_t value, const char *member)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->items = grow(l->items, l->cap, sizeof(*l->items));
+    }
+    l->items[l->n].value = value;
+    l->items[l->n++].member = strdup(member);
+}
+
+/* loadgen's --deliveries-out lines: partition, offset, event id, board */
+static void load_deliveries(const char *path, struct map *delivered)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    if (!f) {
+        fprintf(stderr, "verify_state: %s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    while (fgets(line, sizeof(line), f)) {
+        int part;
+        long long offset;
+        char id[128], board[256], key[400];
+        if (sscanf(line, "%d\t%lld\t%127s\t%255s", &part, &offset, id, board) != 4) {
+            fprintf(stderr, "verify_state: bad line in %s: %s", path, line);
+            exit(2);
+        }
+        snprintf(key, sizeof(key), "%s\t%s", id, board);
+        struct entry *e = map_get(delivered, key, 1);
+        if (!e->data)
+            e->data = calloc(1, sizeof(struct deliveries));
+        struct deliveries *d = e->data;
+        if (!d) {
+            fprintf(stderr, "verify_state: out of memory\n");
+            exit(2);
+        }
+        if (d->n == d->cap) {
+            d->cap = d->cap ? 2 * d->cap : 2;
+            d->part = grow(d->part, d->cap, sizeof(*d->part));
+            d->offset = grow(d->offset, d->cap, sizeof(*d->offset));
+        }
+        d->part[d->n] = part;
+        d->offset[d->n++] = offset;
+    }
+    fclose(f);
+}
+
+/* An event is too late for a closed window when its offset is at or past
+ * its partition's close offset (a partition not listed: the board had no
+ * event from it before the close, so every one is). */
+static int is_late(const struct closed *cl, int32_t part, int64_t offset)
+{
+    for (int i = 0; i < cl->nparts; i++)
+        if (cl->part[i] == part)
+            return offset >= cl->offset[i];
+    return 1;
+}
+
+static int64_t max_ts = INT64_MIN; /* of every event read */
+
 static size_t load_events(const char *path, const struct rules *r, struct map *members,
                           struct map *keys)
 {
@@ -574,6 +735,22 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
             fprintf(stderr, "verify_state: bad line in %s: %s", path, line);
             exit(2);
         }
+        /* where this record landed: its event's next delivery (a retry's
+         * records share a partition: lines and deliveries in offset order) */
+        int32_t part = -1;
+        int64_t offset = -1;
+        if (r->delivered) {
+            char dkey[400];
+            snprintf(dkey, sizeof(dkey), "%s\t%s", id, board);
+            struct entry *de = map_get(r->delivered, dkey, 0);
+            struct deliveries *d = de ? de->data : NULL;
+            if (d && d->used < d->n) {
+                part = d->part[d->used];
+                offset = d->offset[d->used++];
+            }
+        }
+        if (ts > max_ts)
+            max_ts = ts;
         int retract = strcmp(op, "RETRACT") == 0;
         if (!retract && strcmp(op, "SUBMIT") != 0)
             continue; /* POISON:<reason>: dead-lettered, never applied */
@@ -597,12 +774,29 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
             int64_t end_ms;
             if (!window_of(r->windows[w].kind, ts, dim, suffix, sizeof(suffix), &end_ms))
                 continue;
-            int64_t expire = end_ms && r->windows[w].ttl_ms ? end_ms + r->windows[w].ttl_ms : 0;
-            if (expire && expire <= r->now_ms)
-                continue; /* expired window: not resurrected */
             char tag[320];
             tag_of(r, board, player, tag, sizeof(tag));
             snprintf(key, sizeof(key), "%s{%s}:%s", r->prefix, tag, suffix);
+            struct entry *ce = r->closed ? map_get(r->closed, key, 0) : NULL;
+            if (ce) { /* final standings: a window that closed */
+                struct closed *cl = ce->data;
+                cl->end_ms = end_ms;
+                cl->has_events = 1;
+                if (part < 0) {
+                    fprintf(stderr,
+                            "verify_state: %s closed, and no --deliveries line says where "
+                            "event %s landed\n",
+                            key, id);
+                    exit(2);
+                }
+                if (is_late(cl, part, offset)) {
+                    cl->late++;
+                    continue; /* after the close: not written there */
+                }
+            }
+            int64_t expire = end_ms && r->windows[w].ttl_ms ? end_ms + r->windows[w].ttl_ms : 0;
+            if (expire && expire <= r->now_ms)
+                continue; /* expired window: not resurrected */
             snprintf(mkeys[n], sizeof(mkeys[n]), "%s\n%s", key, player);
             expires[n] = expire;
             targets[n] = member_of(map_get(members, mkeys[n], 1));
@@ -634,11 +828,15 @@ static size_t load_events(const char *path, const struct rules *r, struct map *m
             }
             int64_t c = composite_of(r, p, score, ts);
             if (p->mode == 'b') {
-                if (!m->present || (p->order == 'd' ? c > m->value : c < m->value))
+                if (!m->present || (p->order == 'd' ? c > m->value : c < m->value)) {
                     m->value = c;
+                    m->raw = score;
+                    m->ts = ts;
+                }
             } else if (p->mode == 'l') {
                 if (!m->present || ts > m->ts || (ts == m->ts && seq > m->seq)) {
                     m->value = c;
+                    m->raw = score;
                     m->ts = ts;
                     m->seq = seq;
                 }
@@ -941,6 +1139,147 @@ static void difference(struct report *rep, const char *fmt, ...)
     }
 }
 
+/* ---- final standings, checked --------------------------------------------------- */
+
+static int by_set_order_rev(const void *x, const void *y)
+{
+    return by_set_order(y, x);
+}
+
+/* The expected standings of every closed window: its members, in the
+ * board's order (desc: ZRANGE REV's, the highest composite first, equal
+ * ones from the highest member bytes). */
+static void add_expected(const struct rules *r, struct map *members)
+{
+    for (size_t i = 0; i < members->cap; i++) {
+        const struct entry *e = &members->slots[i];
+        const struct member *m = e->key ? e->data : NULL;
+        if (!m || !m->present)
+            continue;
+        const char *nl = strchr(e->key, '\n');
+        char key[900], board[256] = "";
+        snprintf(key, sizeof(key), "%.*s", (int)(nl - e->key), e->key);
+        struct entry *ce = map_get(r->closed, key, 0);
+        if (!ce)
+            continue;
+        const char *open = strchr(key, '{'), *close = strchr(key, '}');
+        snprintf(board, sizeof(board), "%.*s", (int)(close - open - 1), open + 1);
+        top_push(&((struct closed *)ce->data)->expected, expected_value(r, profile_of(r, board), m),
+                 nl + 1);
+    }
+    for (size_t i = 0; i < r->closed->cap; i++) {
+        struct closed *cl = r->closed->slots[i].key ? r->closed->slots[i].data : NULL;
+        if (!cl)
+            continue;
+        const char *open = strchr(r->closed->slots[i].key, '{');
+        const char *close = strchr(open, '}');
+        char board[256];
+        snprintf(board, sizeof(board), "%.*s", (int)(close - open - 1), open + 1);
+        qsort(cl->expected.items, cl->expected.n, sizeof(*cl->expected.items),
+              profile_of(r, board)->order == 'd' ? by_set_order_rev : by_set_order);
+    }
+}
+
+/* Each closed window: a results rule names it; it closed at or after its
+ * end plus the grace and no later than the events' time allows (the
+ * latest event's plus results.idle); ~final counted its players; its final
+ * key holds exactly its first TOP expected entries (no late event among
+ * them: those were left out above). */
+static size_t closed_late; /* late writes left out of closed windows */
+
+static size_t check_closed(const struct rules *r, struct report *rep)
+{
+    size_t checked = 0, late = 0;
+    for (size_t i = 0; i < r->closed->cap; i++) {
+        const char *key = r->closed->slots[i].key;
+        struct closed *cl = key ? r->closed->slots[i].data : NULL;
+        if (!cl)
+            continue;
+        checked++;
+        late += cl->late;
+        const char *open = strchr(key, '{'), *close = strchr(key, '}');
+        char board[256], kind[16];
+        snprintf(board, sizeof(board), "%.*s", (int)(close - open - 1), open + 1);
+        snprintf(kind, sizeof(kind), "%.*s", (int)strcspn(close + 2, ":"), close + 2);
+        const struct result_rule *rr = result_rule_of(r, board, kind);
+        if (!rr) {
+            difference(rep, "%s closed, and no results rule names its board and kind", key);
+            continue;
+        }
+        if (strcmp(cl->state, "claimed") != 0 && strcmp(cl->state, "published") != 0)
+            difference(rep, "%s: state '%s' in ~final", key, cl->state);
+        if (!cl->has_events) {
+            difference(rep, "%s closed, and no event falls in it", key);
+            continue;
+        }
+        if (cl->closed_at < cl->end_ms + rr->grace_ms || cl->closed_at > max_ts + r->idle_ms)
+            difference(rep,
+                       "%s closed at %lld: not within [end + grace %lld, last event + idle %lld]",
+                       key, (long long)cl->closed_at, (long long)(cl->end_ms + rr->grace_ms),
+                       (long long)(max_ts + r->idle_ms));
+        if (cl->players != (int64_t)cl->expected.n)
+            difference(rep, "%s: ~final counts %lld players, expected %zu", key,
+                       (long long)cl->players, cl->expected.n);
+        size_t want =
+            rr->top && (size_t)rr->top < cl->expected.n ? (size_t)rr->top : cl->expected.n;
+        struct top_list w = {.items = cl->expected.items, .n = want};
+        qsort(w.items, want, sizeof(*w.items), by_set_order);
+        qsort(cl->frozen.items, cl->frozen.n, sizeof(*cl->frozen.items), by_set_order);
+        int same = cl->frozen.n == want;
+        for (size_t j = 0; same && j < want; j++)
+            same = w.items[j].value == cl->frozen.items[j].value &&
+                   strcmp(w.items[j].member, cl->frozen.items[j].member) == 0;
+        if (!same)
+            difference(rep, "%s: the final standings hold %zu entries, not the %zu expected%s", key,
+                       cl->frozen.n, want,
+                       cl->frozen.n == want ? " (members or scores differ)" : "");
+        /* back in the board's order, for --final */
+        qsort(w.items, want, sizeof(*w.items),
+              profile_of(r, board)->order == 'd' ? by_set_order_rev : by_set_order);
+    }
+    closed_late = late;
+    return checked;
+}
+
+/* --final B/WINDOW: the window's expected final standings, one line per
+ * entry: position, player, raw score, achieved at (ms, at the tie
+ * resolution), competition rank, dense rank (tab-separated, as lbadmin
+ * results prints them). */
+static int print_final(const struct rules *r, struct map *members, const char *spec)
+{
+    char board[256], window[256], key[900];
+    if (sscanf(spec, "%255[^/]/%255s", board, window) != 2)
+        return 2;
+    snprintf(key, sizeof(key), "%s{%s}:%s", r->prefix, board, window);
+    const struct entry *ce = map_get(r->closed, key, 0);
+    if (!ce) {
+        printf("%s is not closed\n", key);
+        return 1;
+    }
+    const struct closed *cl = ce->data;
+    const struct profile *p = profile_of(r, board);
+    char kind[16];
+    snprintf(kind, sizeof(kind), "%.*s", (int)strcspn(window, ":"), window);
+    const struct result_rule *rr = result_rule_of(r, board, kind);
+    size_t n = rr && rr->top && (size_t)rr->top < cl->expected.n ? (size_t)rr->top : cl->expected.n;
+    int64_t prev = 0, rank = 0, dense = 0;
+    for (size_t i = 0; i < n; i++) {
+        char mkey[1200];
+        snprintf(mkey, sizeof(mkey), "%s\n%s", key, cl->expected.items[i].member);
+        const struct member *m = map_get(members, mkey, 0)->data;
+        int64_t raw = p->mode == 's' ? m->value : m->raw;
+        int64_t at = r->epoch_ms + (m->ts - r->epoch_ms) / r->resolution_ms * r->resolution_ms;
+        if (i == 0 || raw != prev) {
+            rank = (int64_t)i + 1;
+            dense++;
+        }
+        prev = raw;
+        printf("%zu\t%s\t%lld\t%lld\t%lld\t%lld\n", i + 1, cl->expected.items[i].member,
+               (long long)raw, (long long)at, (long long)rank, (long long)dense);
+    }
+    return 0;
+}
+
 /* ---- one node: plain hiredis, or blocking TLS ---------------------------------- */
 
 static SSL_CTX *tls_ctx; /* --tls-dir */
@@ -1114,9 +1453,16 @@ static void check_key(struct conn *c, const struct rules *r, const char *key, st
         check_top(c, key, tops, rep);
         return;
     }
-    if (strstr(key, "}:~") || strstr(key, ":~ts") || strstr(key, "}:final:")) {
-        /* the projector's markers and event-time hashes; final standings
-         * (test_results checks those) */
+    if (strstr(key, "}:~") || strstr(key, ":~ts")) {
+        rep->meta_keys++; /* the projector's markers and event-time hashes */
+        return;
+    }
+    const char *final = strstr(key, "}:final:");
+    if (final) { /* a closed window's final standings (check_closed) */
+        char window[900];
+        snprintf(window, sizeof(window), "%.*s%s", (int)(final + 1 - key), key, final + 7);
+        if (!map_get(r->closed, window, 0))
+            difference(rep, "unexpected key %s (no closed window in ~final)", key);
         rep->meta_keys++;
         return;
     }
@@ -1229,6 +1575,76 @@ static int scan_node(const char *host, int port, const char *pattern,
     return 0;
 }
 
+static int64_t field_int(const redisReply *h, const char *field, int64_t otherwise)
+{
+    for (size_t i = 0; i + 1 < h->elements; i += 2)
+        if (strcmp(h->element[i]->str, field) == 0)
+            return strtoll(h->element[i + 1]->str, NULL, 10);
+    return otherwise;
+}
+
+static const char *field_str(const redisReply *h, const char *field)
+{
+    for (size_t i = 0; i + 1 < h->elements; i += 2)
+        if (strcmp(h->element[i]->str, field) == 0)
+            return h->element[i + 1]->str;
+    return NULL;
+}
+
+/* Every s:<window> of a board's ~final: a closed window, with its final
+ * key as it is (same tag, same node). */
+static void add_closed(struct conn *c, const char *key, void *ctx)
+{
+    const struct rules *r = ctx;
+    const char *close = strstr(key, "}:~final");
+    redisReply *h = command(c, "HGETALL %s", key);
+    if (!close || !h || h->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "verify_state: cannot read %s\n", key);
+        exit(2);
+    }
+    for (size_t i = 0; i + 1 < h->elements; i += 2) {
+        const char *f = h->element[i]->str;
+        if (strncmp(f, "s:", 2) != 0)
+            continue;
+        char wkey[900], field[300], fkey[900];
+        snprintf(wkey, sizeof(wkey), "%.*s:%s", (int)(close + 1 - key), key, f + 2);
+        snprintf(fkey, sizeof(fkey), "%.*s:final:%s", (int)(close + 1 - key), key, f + 2);
+        struct entry *e = map_get(r->closed, wkey, 1);
+        struct closed *cl = e->data = calloc(1, sizeof(struct closed));
+        if (!cl) {
+            fprintf(stderr, "verify_state: out of memory\n");
+            exit(2);
+        }
+        snprintf(cl->state, sizeof(cl->state), "%s", h->element[i + 1]->str);
+        snprintf(field, sizeof(field), "c:%s", f + 2);
+        cl->closed_at = field_int(h, field, -1);
+        snprintf(field, sizeof(field), "n:%s", f + 2);
+        cl->players = field_int(h, field, -1);
+        snprintf(field, sizeof(field), "o:%s", f + 2);
+        const char *offsets = field_str(h, field);
+        /* "<topic>:<partition>=<offset>,...": this topic's */
+        for (const char *p = offsets; p && *p && cl->nparts < 64;) {
+            const char *next = strchr(p, ',');
+            size_t tl = strlen(r->topic);
+            int part;
+            long long off;
+            if (strncmp(p, r->topic, tl) == 0 && p[tl] == ':' &&
+                sscanf(p + tl + 1, "%d=%lld", &part, &off) == 2) {
+                cl->part[cl->nparts] = part;
+                cl->offset[cl->nparts++] = off;
+            }
+            p = next ? next + 1 : NULL;
+        }
+        redisReply *z = command(c, "ZRANGE %s 0 -1 WITHSCORES", fkey);
+        for (size_t j = 0; z && z->type == REDIS_REPLY_ARRAY && j + 1 < z->elements; j += 2)
+            top_push(&cl->frozen, (int64_t)strtod(z->element[j + 1]->str, NULL),
+                     z->element[j]->str);
+        if (z)
+            freeReplyObject(z);
+    }
+    freeReplyObject(h);
+}
+
 /* The rebuild state of the decaying boards: a sum of hashes of each ~decay
  * key with its gen and rebuilding flag (order-free), and how many are
  * rebuilding. The same sum before and after the keys were read, none
@@ -1288,9 +1704,21 @@ int main(int argc, char **argv)
                                              {"split", required_argument, NULL, 'L'},
                                              {"rank", required_argument, NULL, 'R'},
                                              {"tag", required_argument, NULL, 'G'},
+                                             {"results", required_argument, NULL, 'F'},
+                                             {"idle-ms", required_argument, NULL, 'I'},
+                                             {"topic", required_argument, NULL, 'O'},
+                                             {"deliveries", required_argument, NULL, 'V'},
+                                             {"final", required_argument, NULL, 'Z'},
                                              {NULL, 0, NULL, 0}};
-    const char *events = NULL, *nodes = NULL, *rank = NULL, *tag = NULL;
-    struct rules r = {.prefix = "lb:", .resolution_ms = 1000, .score_max = 8388607};
+    const char *events = NULL, *nodes = NULL, *rank = NULL, *tag = NULL, *deliveries = NULL;
+    const char *final = NULL;
+    struct map closed = {0}, delivered = {0};
+    struct rules r = {.prefix = "lb:",
+                      .resolution_ms = 1000,
+                      .score_max = 8388607,
+                      .idle_ms = 600000,
+                      .topic = "scores",
+                      .closed = &closed};
     struct timeval now;
     int opt;
 
@@ -1373,6 +1801,26 @@ int main(int argc, char **argv)
         case 'G':
             tag = optarg;
             break;
+        case 'F':
+            if (parse_results(optarg, &r) != 0) {
+                fprintf(stderr,
+                        "verify_state: bad --results %s (want PREFIX=KIND/TOP/GRACE_MS[,...])\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'I':
+            r.idle_ms = strtoll(optarg, NULL, 10);
+            break;
+        case 'O':
+            r.topic = optarg;
+            break;
+        case 'V':
+            deliveries = optarg;
+            break;
+        case 'Z':
+            final = optarg;
+            break;
         case 'w':
             if (!windows_set++)
                 r.nwindows = 0;
@@ -1396,7 +1844,7 @@ int main(int argc, char **argv)
         printf("%s\n", out);
         return 0;
     }
-    if (!events || (!nodes && !rank) || r.resolution_ms <= 0) {
+    if (!events || (!nodes && !rank) || (final && !nodes) || r.resolution_ms <= 0) {
         fprintf(stderr, "usage: verify_state --events FILE --nodes H:P,... [rules]\n");
         return 2;
     }
@@ -1404,20 +1852,8 @@ int main(int argc, char **argv)
     while ((INT64_C(1) << r.tie_bits) < ticks)
         r.tie_bits++;
 
-    struct map members = {0}, keys = {0};
-    size_t applied = load_events(events, &r, &members, &keys);
-    add_decayed(&r, &members, &keys);
-    if (rank) {
-        int rc = print_rank(&r, &members, rank);
-        map_free(&members);
-        map_free(&keys);
-        return rc;
-    }
-    struct map tops = {0};
-    add_tops(&r, &members, &keys, &tops);
-    struct report rep = {0};
     char copy[1024];
-    snprintf(copy, sizeof(copy), "%s", nodes);
+    snprintf(copy, sizeof(copy), "%s", nodes ? nodes : "");
     char *node[64];
     int port[64];
     size_t nnodes = 0;
@@ -1430,6 +1866,35 @@ int main(int argc, char **argv)
         node[nnodes] = tok;
         port[nnodes++] = atoi(colon + 1);
     }
+    /* the windows that closed (final standings), before the events: an
+     * event at or past a closed window's close offset is left out of it */
+    char finals[256];
+    snprintf(finals, sizeof(finals), "%s*:~final", r.prefix);
+    for (size_t i = 0; i < nnodes; i++)
+        if (scan_node(node[i], port[i], finals, add_closed, &r) != 0)
+            return 2;
+    if (deliveries) {
+        load_deliveries(deliveries, &delivered);
+        r.delivered = &delivered;
+    }
+
+    struct map members = {0}, keys = {0};
+    size_t applied = load_events(events, &r, &members, &keys);
+    add_decayed(&r, &members, &keys);
+    if (rank) {
+        int rc = print_rank(&r, &members, rank);
+        map_free(&members);
+        map_free(&keys);
+        return rc;
+    }
+    add_expected(&r, &members);
+    struct report rep = {0};
+    if (final) {
+        check_closed(&r, &rep);
+        return rep.differences ? 1 : print_final(&r, &members, final);
+    }
+    struct map tops = {0};
+    add_tops(&r, &members, &keys, &tops);
     /* a rebuild that ran, started or ended while the keys were read
      * leaves old and new overall boards mixed in what was read: unsettled */
     struct decay_state before = {0}, after = {0};
@@ -1475,6 +1940,9 @@ int main(int argc, char **argv)
             rep.top_differences++;
             difference(&rep, "missing merged top %s", tops.slots[i].key);
         }
+    size_t closed_checked = check_closed(&r, &rep);
+    printf("verify_state: %zu closed windows checked (final standings), %zu late writes left out\n",
+           closed_checked, closed_late);
     printf("verify_state: %zu events applied, %zu keys expected, %zu keys found, %zu members "
            "checked, %zu merged tops checked, %zu differences\n",
            applied, expected, rep.keys_found, rep.members_checked, rep.tops_checked,

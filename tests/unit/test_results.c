@@ -191,12 +191,122 @@ static void the_record_reads_back_with_the_published_schema(void **state)
     avro_schema_decref(schema);
 }
 
+static void set_long(avro_value_t *record, const char *name, int64_t v)
+{
+    avro_value_t f;
+    assert_int_equal(avro_value_get_by_name(record, name, &f, NULL), 0);
+    if (avro_value_get_type(&f) == AVRO_INT32)
+        assert_int_equal(avro_value_set_int(&f, (int32_t)v), 0);
+    else
+        assert_int_equal(avro_value_set_long(&f, v), 0);
+}
+
+static void set_string(avro_value_t *record, const char *name, const char *v)
+{
+    avro_value_t f;
+    assert_int_equal(avro_value_get_by_name(record, name, &f, NULL), 0);
+    assert_int_equal(avro_value_set_string(&f, v), 0);
+}
+
+struct seen {
+    char players[4][16];
+    int64_t score[4], at[4], position[4], rank[4], dense[4];
+    int n;
+};
+
+static int see(void *ctx, const struct lb_standing *e)
+{
+    struct seen *s = ctx;
+    if (s->n == 4)
+        return -1;
+    snprintf(s->players[s->n], sizeof(s->players[0]), "%.*s", (int)e->len, e->player);
+    s->score[s->n] = e->score;
+    s->at[s->n] = e->achieved_at_ms;
+    s->position[s->n] = e->position;
+    s->rank[s->n] = e->rank;
+    s->dense[s->n] = e->dense_rank;
+    s->n++;
+    return 0;
+}
+
+/* Reading back (what replay and the closer restore a lost board's final
+ * standings from): a record avro-c wrote with the published schema decodes
+ * to every field it holds; cut short, or with a byte more, it is refused. */
+static void a_record_avro_c_wrote_reads_back(void **state)
+{
+    (void)state;
+    avro_schema_t schema = load_schema();
+    avro_value_iface_t *iface = avro_generic_class_from_schema(schema);
+    avro_value_t record, f, entries, entry;
+    assert_int_equal(avro_generic_value_new(iface, &record), 0);
+    set_string(&record, "board", "game-\xc3\xa9");
+    set_string(&record, "window", "monthly:2026-11");
+    assert_int_equal(avro_value_get_by_name(&record, "kind", &f, NULL), 0);
+    assert_int_equal(avro_value_set_enum(&f, 2), 0);
+    set_long(&record, "start", INT64_C(1793491200000));
+    set_long(&record, "end", INT64_C(1796083200000));
+    set_long(&record, "closed_at", INT64_C(1796086800000));
+    set_long(&record, "players", 77);
+    set_long(&record, "part", 2);
+    set_long(&record, "parts", 3);
+    assert_int_equal(avro_value_get_by_name(&record, "entries", &entries, NULL), 0);
+    static const char *const names[] = {"zed", "amy", "bo"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(avro_value_append(&entries, &entry, NULL), 0);
+        set_string(&entry, "player", names[i]);
+        set_long(&entry, "score", i == 2 ? -5 : 900 - i);
+        set_long(&entry, "achieved_at", INT64_C(1795000000000) + i);
+        set_long(&entry, "position", 1001 + i);
+        set_long(&entry, "rank", 1001 + i);
+        set_long(&entry, "dense_rank", 40 + i);
+    }
+    uint8_t buf[512] = {0, 0, 0, 0, 7};
+    avro_writer_t writer = avro_writer_memory((char *)buf + 5, sizeof(buf) - 5);
+    assert_int_equal(avro_value_write(writer, &record), 0);
+    size_t n = 5 + (size_t)avro_writer_tell(writer);
+
+    struct lb_result_view v;
+    struct seen seen = {0};
+    assert_int_equal(lb_results_decode(buf, n, &v, see, &seen), 0);
+    assert_int_equal(v.schema_id, 7);
+    assert_int_equal(v.board_len, 7);
+    assert_memory_equal(v.board, "game-\xc3\xa9", 7);
+    assert_int_equal(v.window_len, 15);
+    assert_memory_equal(v.window, "monthly:2026-11", 15);
+    assert_int_equal(v.kind, 2);
+    assert_int_equal(v.start_ms, INT64_C(1793491200000));
+    assert_int_equal(v.end_ms, INT64_C(1796083200000));
+    assert_int_equal(v.closed_at_ms, INT64_C(1796086800000));
+    assert_int_equal(v.players, 77);
+    assert_int_equal(v.part, 2);
+    assert_int_equal(v.parts, 3);
+    assert_int_equal(seen.n, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(seen.players[i], names[i]);
+        assert_int_equal(seen.score[i], i == 2 ? -5 : 900 - i);
+        assert_int_equal(seen.at[i], INT64_C(1795000000000) + i);
+        assert_int_equal(seen.position[i], 1001 + i);
+        assert_int_equal(seen.rank[i], 1001 + i);
+        assert_int_equal(seen.dense[i], 40 + i);
+    }
+    for (size_t cut = 0; cut < n; cut++)
+        assert_int_equal(lb_results_decode(buf, cut, &v, NULL, NULL), -1);
+    assert_int_equal(lb_results_decode(buf, n + 1, &v, NULL, NULL), -1);
+    buf[0] = 1; /* not the Confluent frame */
+    assert_int_equal(lb_results_decode(buf, n, &v, NULL, NULL), -1);
+    avro_writer_free(writer);
+    avro_value_decref(&record);
+    avro_value_iface_decref(iface);
+    avro_schema_decref(schema);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_close_watermark_is_the_lowest_partition_idle_ones_aside),
         cmocka_unit_test(ranks_tie_on_the_raw_score),
         cmocka_unit_test(the_record_reads_back_with_the_published_schema),
+        cmocka_unit_test(a_record_avro_c_wrote_reads_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,84 @@
+/* What the results topic holds (README "Final standings"). The topic is the
+ * record of every window ever published, and outlives the Redis copy: when
+ * the shard of a board is lost, its ~final goes with it, and the board
+ * would otherwise close its windows again (with the events left after the
+ * loss) and publish other standings under the same key. So before a window
+ * is claimed, and when replay meets a board, what the topic says the
+ * window closed with is put back instead ("restore"): published, its
+ * closed-at, players, each partition's close offset (the records' header
+ * lb.close.offsets) and its final key.
+ *
+ * An index of the topic: per record key "{B}:<window>", where its last
+ * publication starts (partition and offset of its last part 1). Read to
+ * the high watermarks, then on from there at each read. A consumer of its
+ * own, assigned by hand (it never joins a group or commits).
+ *
+ * Thread-safe: one thread reads and fetches, any may find.
+ */
+#ifndef LB_PUBLISHED_H
+#define LB_PUBLISHED_H
+
+#include "cluster.h"
+#include "config.h"
+#include "kafka.h"
+#include "results.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LB_CLOSE_OFFSETS_HEADER "lb.close.offsets"
+
+struct lb_published;
+
+/* NULL with one line in 'err'. */
+struct lb_published *lb_published_new(const struct lb_kafka_options *kafka, const char *group,
+                                      const char *topic, char *err, size_t errlen);
+void lb_published_free(struct lb_published *p);
+
+/* Reads what the topic holds past the last read, to its high watermarks
+ * now. 0; -1 with 'err' (the brokers, within 'timeout_ms'). A topic that
+ * does not exist holds nothing. */
+int lb_published_read(struct lb_published *p, int timeout_ms, char *err, size_t errlen);
+
+/* Whether a read completed once: until then nothing is known. */
+int lb_published_ready(const struct lb_published *p);
+
+/* Whether "{board}:window" was published. */
+int lb_published_has(const struct lb_published *p, const char *board, const char *window);
+
+/* Calls 'fn' with each window of 'board' published (in key order). */
+void lb_published_windows(const struct lb_published *p, const char *board,
+                          void (*fn)(void *ctx, const char *window), void *ctx);
+
+/* A publication as fetched back: every part's entries in order. */
+struct lb_publication {
+    int64_t closed_at_ms, players;
+    char *offsets; /* "topic:partition=offset,...", "" when none */
+    struct lb_standing *entries;
+    size_t n;
+    char *arena; /* the players' bytes */
+};
+
+/* Fetches the last publication of "{board}:window". 0; 1 when not
+ * published; -1 with 'err'. */
+int lb_published_fetch(struct lb_published *p, const char *board, const char *window,
+                       struct lb_publication *out, int timeout_ms, char *err, size_t errlen);
+void lb_publication_free(struct lb_publication *pub);
+
+/* One "C" step of the apply script (claim, keep, done, restore) for
+ * 'window' ("weekly:2026-W48") of 'board'; 'holder' and 'lease_ms' name
+ * the publisher. The reply, or NULL (lb_cluster_error says why). */
+redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const char *board,
+                          const char *window, const char *step, const char *holder, int lease_ms,
+                          const char *const *extra, const size_t *extralen, size_t nextra);
+
+/* Puts back a closed window of 'board' from 'pub' through the apply
+ * script (its ~final: published, closed-at, players, close offsets; its
+ * final key, composites made again with the profile's scoring, when
+ * 'keep'), unless ~final already names the window. 1 restored, 0 present
+ * already, -1 failed (with 'err'). */
+int lb_published_restore(struct lb_cluster *cluster, const char *key_prefix,
+                         const struct lb_profile *profile, const char *board, const char *window,
+                         const struct lb_publication *pub, int keep, char *err, size_t errlen);
+
+#endif
