@@ -254,16 +254,23 @@ stop_projector "$pod_d"
 #    from the events before its close offsets only, and publishes nothing.
 #    A pod started after it does not close them again, and late events
 #    still change nothing there.
-lost_port=""
-for p in $(slot_masters); do
-    [[ $(redis_cli "$p" EXISTS "lb:{res-0}:~final" 2>/dev/null) == 1 ]] && lost_port=$p
-done
+master_of() { # BOARD: the master holding its ~final
+    local p
+    for p in $(slot_masters); do
+        [[ $(redis_cli "$p" EXISTS "lb:{$1}:~final" 2>/dev/null) == 1 ]] && echo "$p"
+    done
+    return 0
+}
+lost_port=$(master_of res-0)
 [[ -n $lost_port ]] || fail "no master holds lb:{res-0}:~final"
-state_of() { # the closed windows of res-0 as they are: ~final's fields, final keys, windows
+final_of() { # BOARD WINDOW: ~final's fields of a closed window, and its final key
+    redis_cli "$(live_ports | first)" -c HMGET "lb:{$1}:~final" "s:$2" "c:$2" "n:$2" "o:$2"
+    digest "lb:{$1}:final:$2"
+}
+state_of() { # res-0's closed windows as they are: final_of, and the window
     local w
     for w in "${days[@]}"; do
-        redis_cli "$(live_ports | first)" -c HMGET "lb:{res-0}:~final" "s:$w" "c:$w" "n:$w" "o:$w"
-        digest "lb:{res-0}:final:$w"
+        final_of res-0 "$w"
         digest "lb:{res-0}:$w"
     done
 }
@@ -291,8 +298,38 @@ dump_results
 (($(wc -l <"$T_DIR/results.dump") == records)) ||
     fail "after the loss, $(($(wc -l <"$T_DIR/results.dump") - records)) record(s) were published again"
 verify "${oracle[@]}"
-stop_projector "$PROJECTOR_PID"
 ok "res-0's shard lost and replaced empty: its closed windows put back from the results topic as they closed, nothing published again, late events still left out"
+
+# 5b. a master restarted empty (FLUSHALL, its replica follows) under the
+#     running pod: late events into res-1's first closed day reach the
+#     closer first. It puts the day back from the results topic (~final and
+#     the final standings as they were) instead of closing it again, and
+#     publishes nothing; replay --node (the runbook's row for it) then
+#     rebuilds everything the node held, closed days as they closed.
+flushed_port=$(master_of res-1)
+[[ -n $flushed_port ]] || fail "no master holds lb:{res-1}:~final"
+final_of res-1 "${days[0]}" >"$T_DIR/res-1.before"
+redis_cli "$flushed_port" FLUSHALL >/dev/null
+produce -n 300 --seed 506 --boards 3 --board-prefix res- --players 300 --score-max 100000 \
+    --start "$START" --days 1
+wait_caught_up 120
+put_back() {
+    final_of res-1 "${days[0]}" >"$T_DIR/res-1.after"
+    cmp -s "$T_DIR/res-1.before" "$T_DIR/res-1.after"
+}
+lb_wait_for 30 put_back || fail "the pod did not put res-1's closed day back as it closed:
+$(diff "$T_DIR/res-1.before" "$T_DIR/res-1.after" | head -n 12)"
+curl -sf "$METRICS_URL/metrics" |
+    awk '$1 == "lb_results_windows_total{result=\"restored\"}" && $2 >= 1 { f = 1 } END { exit !f }' ||
+    fail "lb_results_windows_total{result=\"restored\"} did not count it"
+dump_results
+(($(wc -l <"$T_DIR/results.dump") == records)) ||
+    fail "after the flush, $(($(wc -l <"$T_DIR/results.dump") - records)) record(s) were published again"
+"$BIN/replay" --config "$T_DIR/projector.yaml" --node "127.0.0.1:$flushed_port" \
+    >"$T_DIR/replay-flushed.out" 2>&1 || fail "replay --node failed: $(tail -n 3 "$T_DIR/replay-flushed.out")"
+verify "${oracle[@]}"
+stop_projector "$PROJECTOR_PID"
+ok "a master restarted empty under a running pod: the pod put res-1's closed day back from the results topic, published nothing, and replay --node made every board exact"
 
 # 4. idle partitions (topic idle, 4 partitions, its own group and key
 #    prefix): the first day on partitions 0 to 2, the next two days on 0 and
