@@ -737,11 +737,14 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
             a->status = words[i].status;
     switch (a->status) {
     case LB_APPLY_OK:
-        /* {"ok", applied, skipped[, "rebuilding"][, "late", window...]}:
-         * Lua numbers arrive as integers */
+        /* {"ok", applied, skipped[, "rebuilding"][, "opened"][, "late",
+         * window...]}: Lua numbers arrive as integers */
         a->rebuilding =
             reply->elements >= 4 && word(reply, 3) && strcmp(word(reply, 3), "rebuilding") == 0;
         a->late_at = 3 + (size_t)a->rebuilding;
+        a->opened = reply->elements > a->late_at && word(reply, a->late_at) &&
+                    strcmp(word(reply, a->late_at), "opened") == 0;
+        a->late_at += (size_t)a->opened;
         if (reply->elements > a->late_at + 1 && word(reply, a->late_at) &&
             strcmp(word(reply, a->late_at), "late") == 0) {
             a->late = reply->elements - ++a->late_at;

@@ -269,6 +269,7 @@ struct lb_apply_answer {
     enum lb_apply_status status;
     long long applied, skipped; /* LB_APPLY_OK: segments */
     int rebuilding;             /* LB_APPLY_OK: a decaying board's rebuild is due */
+    int opened;                 /* LB_APPLY_OK: ~open lists a window more (final standings) */
     size_t late;                /* LB_APPLY_OK: closed windows the events came too late for... */
     size_t late_at;             /* ...named by the reply's elements from this one on */
     const char *key; /* wrongtype, badarg, fenced; the command for noperm; the script's version for

@@ -461,14 +461,18 @@ if F and ARGV[pos] == 'F' then
     end
   end
 end
+local opened = false -- a window listed in ~open for the first time
 local function note_open()
-  if #opening > 0 then redis.call('HSET', KEYS[F], unpack(opening)) end
+  if #opening > 0 then opened = redis.call('HSET', KEYS[F], unpack(opening)) > 0 end
 end
 -- the answer: "ok", applied, skipped, then "rebuilding" when a rebuild is
--- due, then "late" and the closed windows the events came too late for
+-- due, "opened" when ~open has a window more (the closer looks at it soon:
+-- a late event may open a window the watermark passed long ago), then
+-- "late" and the closed windows the events came too late for
 local function answer(rebuilding)
   local r = {'ok', applied, skipped}
   if rebuilding then r[#r + 1] = 'rebuilding' end
+  if opened then r[#r + 1] = 'opened' end
   if #late > 0 then
     r[#r + 1] = 'late'
     for _, name in ipairs(late) do r[#r + 1] = name end

@@ -43,7 +43,8 @@ struct lb_closer {
     int64_t read_watermark; /* -1 unknown */
     /* what the results topic holds (published.h), read on the same thread */
     struct lb_published *index;
-    int index_waited; /* said that claims wait for it */
+    int index_waited;  /* said that claims wait for it */
+    size_t part_bytes; /* a record's bytes at most; 0: the topic's limit not known yet (lock) */
     rd_kafka_t *producer;
     rd_kafka_topic_t *topic;
     char holder[128];
@@ -174,11 +175,14 @@ void lb_closer_free(struct lb_closer *c, int timeout_ms)
     free(c);
 }
 
-void lb_closer_note(struct lb_closer *c, struct lb_str board)
+void lb_closer_note(struct lb_closer *c, struct lb_str board, int opened)
 {
     for (size_t i = 0; i < c->nboards; i++)
-        if (strlen(c->boards[i]) == board.len && memcmp(c->boards[i], board.ptr, board.len) == 0)
+        if (strlen(c->boards[i]) == board.len && memcmp(c->boards[i], board.ptr, board.len) == 0) {
+            if (opened)
+                c->due[i] = 0; /* a late event may open a window the watermark passed */
             return;
+        }
     if (c->nboards == c->cap_boards) {
         size_t cap = c->cap_boards ? 2 * c->cap_boards : 16;
         char **more = realloc(c->boards, cap * sizeof(*more));
@@ -234,6 +238,45 @@ static int64_t close_watermark(struct lb_closer *c)
     return low;
 }
 
+int lb_closer_check_size(struct lb_closer *c, int timeout_ms, char *err, size_t errlen)
+{
+    const struct lb_config *config = c->o.config;
+    int64_t max = 0;
+    int rc =
+        lb_kafka_topic_max_bytes(c->producer, config->results_topic, timeout_ms, &max, err, errlen);
+    if (rc == 1)
+        snprintf(err, errlen,
+                 "results topic %s does not exist: create it (lbadmin create-topic, with "
+                 "cleanup.policy=compact)",
+                 config->results_topic);
+    if (rc != 0)
+        return 1;
+    size_t part = max > LB_CLOSER_FRAMING + 1024 ? (size_t)(max - LB_CLOSER_FRAMING) : 1024;
+    if (part > LB_CLOSER_PART_BYTES)
+        part = LB_CLOSER_PART_BYTES;
+    for (size_t i = 0; i < config->nprofiles; i++)
+        for (size_t k = 0; k < config->profiles[i].nwindows; k++) {
+            const struct lb_window_config *w = &config->profiles[i].windows[k];
+            if (w->results_top <= 0)
+                continue; /* none, or all: numbered parts */
+            size_t need = lb_results_record_max(w->results_top);
+            if (need > part) {
+                snprintf(err, errlen,
+                         "%s:%d: results.top %lld: one record of it can take %zu bytes, more than "
+                         "topic %s takes (max.message.bytes %lld, less %d for the framing): "
+                         "lower top, raise the topic's max.message.bytes, or publish all (in "
+                         "numbered parts)",
+                         config->path, w->results_line, (long long)w->results_top, need,
+                         config->results_topic, (long long)max, LB_CLOSER_FRAMING);
+                return -1;
+            }
+        }
+    pthread_mutex_lock(&c->lock);
+    c->part_bytes = part;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
 static void *watch(void *arg)
 {
     struct lb_closer *c = arg;
@@ -244,6 +287,13 @@ static void *watch(void *arg)
         char err[512];
         if (lb_published_read(c->index, 10000, err, sizeof(err)) != 0)
             lb_log_every(&said, 10000, LB_LOG_WARN, "results", "%s; trying again", err);
+        pthread_mutex_lock(&c->lock);
+        size_t known = c->part_bytes;
+        pthread_mutex_unlock(&c->lock);
+        int sized = known ? 0 : lb_closer_check_size(c, 10000, err, sizeof(err));
+        if (sized != 0)
+            lb_log_every(&said, 10000, sized < 0 ? LB_LOG_ERROR : LB_LOG_WARN, "results",
+                         "%s; no window closes until it is%s", err, sized < 0 ? " fixed" : "");
         int64_t w = close_watermark(c);
         pthread_mutex_lock(&c->lock);
         c->read_watermark = w;
@@ -356,8 +406,11 @@ static int publish(struct lb_closer *c, struct pub *pub, const redisReply *froze
                    int64_t closed_at, int64_t players)
 {
     size_t n = frozen->elements / 2;
+    pthread_mutex_lock(&c->lock);
+    size_t part_bytes = c->part_bytes; /* known: restore() waited for it */
+    pthread_mutex_unlock(&c->lock);
     struct lb_standing *e = calloc(n ? n : 1, sizeof(*e));
-    uint8_t *buf = malloc(LB_CLOSER_PART_BYTES);
+    uint8_t *buf = malloc(part_bytes);
     int rc = e && buf ? 0 : -1;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const redisReply *m = frozen->element[2 * i], *s = frozen->element[2 * i + 1];
@@ -386,7 +439,7 @@ static int publish(struct lb_closer *c, struct pub *pub, const redisReply *froze
         size_t need = i < n ? lb_results_entry_max(e[i].len) : 0;
         if (i == 0 || (i < n && room < need)) {
             first[parts++] = i;
-            room = LB_CLOSER_PART_BYTES - lb_results_head_max(&head);
+            room = part_bytes - lb_results_head_max(&head);
         }
         room -= need < room ? need : room;
     }
@@ -399,8 +452,8 @@ static int publish(struct lb_closer *c, struct pub *pub, const redisReply *froze
     head.parts = (int32_t)parts;
     for (size_t k = 0; rc == 0 && k < parts; k++) {
         head.part = (int32_t)k + 1;
-        size_t len = lb_results_encode(&head, e + first[k], first[k + 1] - first[k], buf,
-                                       LB_CLOSER_PART_BYTES);
+        size_t len =
+            lb_results_encode(&head, e + first[k], first[k + 1] - first[k], buf, part_bytes);
         rc = len && keep_and_produce(c, pub, (uint32_t)k + 1, buf, len) == 0 ? 0 : -1;
     }
     pub->in_flight = rc == 0;
@@ -494,9 +547,14 @@ static int pending(const struct lb_closer *c, const char *board, const char *win
  * now), 0 claim as usual, -1 failed. */
 static int restore(struct lb_closer *c, struct pub *pub)
 {
-    if (!lb_published_ready(c->index)) {
+    pthread_mutex_lock(&c->lock);
+    size_t part = c->part_bytes;
+    pthread_mutex_unlock(&c->lock);
+    if (!lb_published_ready(c->index) || !part) {
         if (!c->index_waited++)
-            LB_INFO("results", "closing windows waits until results topic %s was read",
+            LB_INFO("results",
+                    "closing windows waits until results topic %s was read and its "
+                    "max.message.bytes known",
                     c->o.config->results_topic);
         return 1;
     }
@@ -639,7 +697,7 @@ static void sweep(struct lb_closer *c)
                         const redisReply *k = r->element[1]->element[i];
                         struct lb_key_parts parts;
                         if (lb_key_parse(c->o.key_prefix, k->str, k->len, &parts) == 0)
-                            lb_closer_note(c, parts.board);
+                            lb_closer_note(c, parts.board, 0);
                     }
                     freeReplyObject(r);
                 } while (strcmp(cursor, "0") != 0);

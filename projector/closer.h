@@ -42,6 +42,7 @@
 #define LB_CLOSER_SWEEP_MS   60000  /* every master, for boards this pod does not know */
 #define LB_CLOSER_LEASE_MS   30000  /* a publisher's: claim to done */
 #define LB_CLOSER_PART_BYTES 900000 /* a record's bytes, at most (Kafka's default 1 MB) */
+#define LB_CLOSER_FRAMING    4096   /* what a record batch adds to the bytes */
 
 struct lb_closer_options {
     const struct lb_config *config;           /* borrowed */
@@ -67,8 +68,17 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
 /* Waits up to 'timeout_ms' for records in flight. Accepts NULL. */
 void lb_closer_free(struct lb_closer *closer, int timeout_ms);
 
-/* Board 'board' (of a profile with results) was written. */
-void lb_closer_note(struct lb_closer *closer, struct lb_str board);
+/* Checks the results topic's max.message.bytes (README "Final
+ * standings"): each window's results.top must fit one record, and parts of
+ * 'all' are cut to it. 0 fits; 1 not known yet (with why in 'err': the
+ * brokers did not answer, or the topic does not exist), no window closes
+ * until a later check (every few seconds) knows; -1 a top that cannot fit,
+ * with "file:line: ..." in 'err'. */
+int lb_closer_check_size(struct lb_closer *closer, int timeout_ms, char *err, size_t errlen);
+
+/* Board 'board' (of a profile with results) was written; 'opened': its
+ * ~open lists a window more, read at the next check. */
+void lb_closer_note(struct lb_closer *closer, struct lb_str board, int opened);
 
 /* Does what is due at 'now_ms' (monotonic). */
 void lb_closer_step(struct lb_closer *closer, int64_t now_ms);

@@ -1071,6 +1071,14 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
             status = class == LB_ERROR_CONFIG ? LB_EXIT_CONFIG : LB_EXIT_RUNTIME;
             goto done;
         }
+        int sized = lb_closer_check_size(d.engine->closer, 5000, err, sizeof(err));
+        if (sized < 0) {
+            LB_ERROR("daemon", "%s", err);
+            status = LB_EXIT_CONFIG;
+            goto done;
+        }
+        if (sized > 0)
+            LB_WARN("daemon", "final standings: %s; no window closes until it is known", err);
         LB_INFO("daemon", "final standings of closed windows go to topic '%s'",
                 config->results_topic);
     }

@@ -70,14 +70,15 @@ struct lb_cluster_options lb_engine_cluster_options(const struct lb_config *conf
     return options;
 }
 
-static void on_applied(void *ctx, const struct lb_plan_view *plan, uint32_t board, int rebuilding)
+static void on_applied(void *ctx, const struct lb_plan_view *plan, uint32_t board,
+                       const struct lb_apply_answer *answer)
 {
     struct lb_engine *e = ctx;
     const struct lb_plan_board *b = &plan->boards[board];
-    if (rebuilding && e->rebuild)
+    if (answer->rebuilding && e->rebuild)
         lb_rebuild_note(e->rebuild, b->id);
     if (e->closer && b->profile && lb_profile_has_results(b->profile))
-        lb_closer_note(e->closer, b->base);
+        lb_closer_note(e->closer, b->base, answer->opened);
     if (!e->tops || !b->profile || b->profile->shards <= 1)
         return;
     /* its records: their partitions' commits wait for the merged tops */

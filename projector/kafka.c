@@ -463,3 +463,60 @@ int lb_kafka_group_offsets(rd_kafka_t *rk, const char *topic, int timeout_ms,
     *out = po;
     return po ? partitions : -1;
 }
+
+int lb_kafka_topic_max_bytes(rd_kafka_t *rk, const char *topic, int timeout_ms, int64_t *bytes,
+                             char *err, size_t errlen)
+{
+    rd_kafka_ConfigResource_t *res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+    rd_kafka_AdminOptions_t *opt = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    int rc = -1;
+    snprintf(err, errlen, "topic %s: out of memory", topic);
+    if (res && opt && q &&
+        rd_kafka_AdminOptions_set_request_timeout(opt, timeout_ms, NULL, 0) ==
+            RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_DescribeConfigs(rk, &res, 1, opt, q);
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms + 500);
+        const rd_kafka_DescribeConfigs_result_t *r =
+            ev ? rd_kafka_event_DescribeConfigs_result(ev) : NULL;
+        size_t n = 0, nconf = 0;
+        const rd_kafka_ConfigResource_t **rs =
+            r && !rd_kafka_event_error(ev) ? rd_kafka_DescribeConfigs_result_resources(r, &n)
+                                           : NULL;
+        rd_kafka_resp_err_t e = n ? rd_kafka_ConfigResource_error(rs[0]) : RD_KAFKA_RESP_ERR__FAIL;
+        if (!ev)
+            snprintf(err, errlen, "describing topic %s: no answer within %d ms", topic, timeout_ms);
+        else if (rd_kafka_event_error(ev))
+            snprintf(err, errlen, "describing topic %s: %s", topic,
+                     rd_kafka_event_error_string(ev));
+        else if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+            rc = 1;
+        else if (e)
+            snprintf(err, errlen, "describing topic %s: %s", topic,
+                     n && rd_kafka_ConfigResource_error_string(rs[0])
+                         ? rd_kafka_ConfigResource_error_string(rs[0])
+                         : rd_kafka_err2str(e));
+        else {
+            const rd_kafka_ConfigEntry_t **entries = rd_kafka_ConfigResource_configs(rs[0], &nconf);
+            for (size_t i = 0; i < nconf && rc < 0; i++) {
+                const char *value = rd_kafka_ConfigEntry_value(entries[i]);
+                if (strcmp(rd_kafka_ConfigEntry_name(entries[i]), "max.message.bytes") == 0 &&
+                    value) {
+                    *bytes = strtoll(value, NULL, 10);
+                    rc = 0;
+                }
+            }
+            if (rc < 0)
+                snprintf(err, errlen, "describing topic %s: no max.message.bytes", topic);
+        }
+        if (ev)
+            rd_kafka_event_destroy(ev);
+    }
+    if (q)
+        rd_kafka_queue_destroy(q);
+    if (opt)
+        rd_kafka_AdminOptions_destroy(opt);
+    if (res)
+        rd_kafka_ConfigResource_destroy(res);
+    return rc;
+}

@@ -111,6 +111,12 @@ struct lb_partition_offsets {
     int64_t watermark; /* the event-time watermark the commit carries; -1: none */
 };
 
+/* The topic's max.message.bytes as the brokers describe it, within
+ * 'timeout_ms': 0 with '*bytes'; 1 when the topic does not exist; -1 with
+ * one line in 'err' (no answer, a refusal). */
+int lb_kafka_topic_max_bytes(rd_kafka_t *rk, const char *topic, int timeout_ms, int64_t *bytes,
+                             char *err, size_t errlen);
+
 /* Reads, for every partition of 'topic', what the group of 'rk' (its
  * group.id) committed and the partition's watermarks, each call within
  * 'timeout_ms'. Returns the partition count, with the array (the caller

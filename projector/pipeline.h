@@ -22,6 +22,7 @@
 #ifndef LB_PIPELINE_H
 #define LB_PIPELINE_H
 
+#include "apply.h"
 #include "cluster.h"
 #include "event.h"
 #include "metrics.h"
@@ -75,10 +76,11 @@ struct lb_pipeline_failure {
 };
 
 /* Called with each board of a batch whose request was applied: board
- * 'board' of 'plan' (its windows), 'rebuilding' when the answer said its
- * decaying overall board is being rebuilt (rebuild.h). */
+ * 'board' of 'plan' (its windows), with the script's answer (rebuilding: its
+ * decaying overall board is being rebuilt, rebuild.h; opened: a window of
+ * it will close, closer.h). */
 typedef void (*lb_pipeline_applied_fn)(void *ctx, const struct lb_plan_view *plan, uint32_t board,
-                                       int rebuilding);
+                                       const struct lb_apply_answer *answer);
 
 /* Called between retries: spend up to 'backoff_ms' (polling Kafka, say) and
  * return 0 to retry, or non-zero to give up on what is still failing. */

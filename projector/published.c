@@ -45,7 +45,9 @@ struct lb_published *lb_published_new(const struct lb_kafka_options *kafka, cons
                                     {"enable.auto.commit", "false"},
                                     {"enable.auto.offset.store", "false"},
                                     {"auto.offset.reset", "earliest"},
-                                    {"enable.partition.eof", "true"}};
+                                    {"enable.partition.eof", "true"},
+                                    /* a fetch of one publication: at once, not 500 ms later */
+                                    {"fetch.wait.max.ms", "10"}};
     struct lb_kafka_client client = {
         .type = RD_KAFKA_CONSUMER, .fixed = fixed, .nfixed = sizeof(fixed) / sizeof(fixed[0])};
     if (!(p->rk = lb_kafka_new(kafka, &client, err, errlen, NULL)) ||

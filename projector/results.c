@@ -1,5 +1,6 @@
 /* Final standings: the pure rules; see results.h. */
 #include "results.h"
+#include "event.h"
 
 #include <string.h>
 
@@ -189,4 +190,15 @@ size_t lb_results_head_max(const struct lb_result_head *head)
 size_t lb_results_entry_max(size_t len)
 {
     return 10 + len + 5 * 10;
+}
+
+size_t lb_results_record_max(int64_t top)
+{
+    char board[LB_ID_MAX_BYTES + 1], window[32]; /* "monthly:2026-11" and the like */
+    memset(board, 'b', sizeof(board) - 1);
+    board[sizeof(board) - 1] = '\0';
+    memset(window, 'w', sizeof(window) - 1);
+    window[sizeof(window) - 1] = '\0';
+    struct lb_result_head head = {.board = board, .window = window};
+    return lb_results_head_max(&head) + (size_t)top * lb_results_entry_max(LB_ID_MAX_BYTES);
 }

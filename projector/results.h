@@ -85,5 +85,8 @@ int lb_results_decode(const uint8_t *bytes, size_t len, struct lb_result_view *v
  * player has 'len' bytes. */
 size_t lb_results_head_max(const struct lb_result_head *head);
 size_t lb_results_entry_max(size_t len);
+/* The most one record of a window's first 'top' entries can take: the
+ * longest board and player ids (event.h) and window name. */
+size_t lb_results_record_max(int64_t top);
 
 #endif

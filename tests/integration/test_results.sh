@@ -68,7 +68,7 @@ published() { # BOARD WINDOW: its state in ~final
 # same_as_oracle BOARD WINDOW [ORACLE ARGS...] - the published standings
 # (lbadmin results: the entries) equal the oracle's, ranks included
 same_as_oracle() {
-    "$BIN/lbadmin" results --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-results \
+    "$BIN/lbadmin" results --brokers "$BROKERS" "${KAFKA_X[@]}" --topic "${RESULTS_TOPIC:-scores-results}" \
         --board "$1" --window "$2" --timeout 20 >"$T_DIR/published.out" 2>>"$T_DIR/lbadmin.log" ||
         fail "lbadmin results --board $1 --window $2: $(tail -n 1 "$T_DIR/lbadmin.log")"
     run_oracle "${oracle[@]}" "${@:3}" --final "$1/$2" >"$T_DIR/expected.out" 2>&1 ||
@@ -319,9 +319,11 @@ put_back() {
 }
 lb_wait_for 30 put_back || fail "the pod did not put res-1's closed day back as it closed:
 $(diff "$T_DIR/res-1.before" "$T_DIR/res-1.after" | head -n 12)"
-curl -sf "$METRICS_URL/metrics" |
-    awk '$1 == "lb_results_windows_total{result=\"restored\"}" && $2 >= 1 { f = 1 } END { exit !f }' ||
-    fail "lb_results_windows_total{result=\"restored\"} did not count it"
+restored_some() { # the page is rendered every second
+    curl -sf "$METRICS_URL/metrics" |
+        awk '$1 == "lb_results_windows_total{result=\"restored\"}" && $2 >= 1 { f = 1 } END { exit !f }'
+}
+lb_wait_for 5 restored_some || fail "lb_results_windows_total{result=\"restored\"} did not count it"
 dump_results
 (($(wc -l <"$T_DIR/results.dump") == records)) ||
     fail "after the flush, $(($(wc -l <"$T_DIR/results.dump") - records)) record(s) were published again"
@@ -339,9 +341,23 @@ ok "a master restarted empty under a running pod: the pod put res-1's closed day
 #    lowest watermark (partition 2's, inside the first day) closes nothing.
 "$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle --partitions 4 \
     >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create the idle topic"
-export GROUP=lb-idle
-write_config "$T_DIR/idle.yaml" "$profiles" "  key_prefix: \"idle:\""
+# its results go to a topic that takes records of 9000 bytes at most: a
+# top of 100 cannot fit one and stops the start (file:line); top 20 fits;
+# a week's "all" comes in numbered parts
+"$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle-results \
+    --partitions 1 --config max.message.bytes=9000 >>"$T_DIR/lbadmin.log" 2>&1 ||
+    fail "cannot create the idle-results topic"
+export GROUP=lb-idle RESULTS_TOPIC=idle-results
+write_config "$T_DIR/idle.yaml" "${profiles/scores-results/idle-results}" "  key_prefix: \"idle:\""
 sed -i 's/topics: \[scores\]/topics: [idle]/' "$T_DIR/idle.yaml"
+sed 's/top: 20,/top: 100,/' "$T_DIR/idle.yaml" >"$T_DIR/too-big.yaml"
+status=0
+timeout 60 "$BIN/projector" --config "$T_DIR/too-big.yaml" >"$T_DIR/too-big.log" 2>&1 || status=$?
+line=$(grep -n 'top: 100,' "$T_DIR/too-big.yaml" | cut -d: -f1)
+refused="too-big.yaml:$line: results.top 100: one record of it can take [0-9]* bytes, more than topic idle-results takes (max.message.bytes 9000"
+{ ((status == 3)) && grep -q "$refused" "$T_DIR/too-big.log"; } ||
+    fail "a top too large for its topic's records did not stop the start with file:line (exit $status): $(grep -m 1 'level=error' "$T_DIR/too-big.log")"
+ok "a top of 100 that cannot fit a record of idle-results stopped the start: $(grep -o 'too-big.yaml:[0-9]*: results.top 100: one record of it can take [0-9]* bytes' "$T_DIR/too-big.log")"
 mv "$T_DIR/events.tsv" "$T_DIR/events-scores.tsv" # verified above; the oracle reads idle's alone
 mv "$T_DIR/delivered.tsv" "$T_DIR/delivered-scores.tsv"
 idle_gen=(-t idle --boards 2 --board-prefix res-i --players 100 --score-max 500)
@@ -372,4 +388,13 @@ $(redis_cli "$(live_ports | first)" -c HGETALL "idle:{res-i0}:~open" | tr '\n' '
 verify "${oracle[@]}" --prefix idle: --topic idle
 same_as_oracle res-i0 "${idle_days[1]}" --prefix idle: --topic idle
 ok "partition 2 idle and partition 3 empty: ${idle_days[*]} closed and published, as the oracle ranks them"
+week=$(date -u -d "$START" +weekly:%G-W%V)
+week_published() {
+    [[ $(redis_cli "$(live_ports | first)" -c HGET "idle:{res-i0}:~final" "s:$week") == published ]]
+}
+lb_wait_for 30 week_published || fail "res-i0 $week was not published"
+same_as_oracle res-i0 "$week" --prefix idle: --topic idle
+parts=$(sed -n 's/.* parts \([0-9]*\) .*/\1/p' "$T_DIR/published.out")
+((parts >= 2)) || fail "res-i0 $week (all, records of at most 9000 bytes) came in ${parts:-no} part(s)"
+ok "res-i0 $week, all of it, in $parts parts of records that fit idle-results, ranked across them as the oracle ranks them"
 stop_projector "$PROJECTOR_PID"

@@ -701,6 +701,37 @@ static void load_deliveries(const char *path, struct map *delivered)
     fclose(f);
 }
 
+static void deliveries_free(struct map *delivered)
+{
+    for (size_t i = 0; i < delivered->cap; i++) {
+        struct deliveries *d = delivered->slots[i].key ? delivered->slots[i].data : NULL;
+        if (d) {
+            free(d->part);
+            free(d->offset);
+        }
+    }
+    map_free(delivered);
+}
+
+static void top_list_clear(struct top_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->items[i].member);
+    free(l->items);
+}
+
+static void closed_free(struct map *closed)
+{
+    for (size_t i = 0; i < closed->cap; i++) {
+        struct closed *cl = closed->slots[i].key ? closed->slots[i].data : NULL;
+        if (cl) {
+            top_list_clear(&cl->frozen);
+            top_list_clear(&cl->expected);
+        }
+    }
+    map_free(closed);
+}
+
 /* An event is too late for a closed window when its offset is at or past
  * its partition's close offset (a partition not listed: the board had no
  * event from it before the close, so every one is). */
@@ -1880,18 +1911,25 @@ int main(int argc, char **argv)
 
     struct map members = {0}, keys = {0};
     size_t applied = load_events(events, &r, &members, &keys);
+    deliveries_free(&delivered);
+    r.delivered = NULL;
     add_decayed(&r, &members, &keys);
     if (rank) {
         int rc = print_rank(&r, &members, rank);
         map_free(&members);
         map_free(&keys);
+        closed_free(&closed);
         return rc;
     }
     add_expected(&r, &members);
     struct report rep = {0};
     if (final) {
         check_closed(&r, &rep);
-        return rep.differences ? 1 : print_final(&r, &members, final);
+        int rc = rep.differences ? 1 : print_final(&r, &members, final);
+        map_free(&members);
+        map_free(&keys);
+        closed_free(&closed);
+        return rc;
     }
     struct map tops = {0};
     add_tops(&r, &members, &keys, &tops);
@@ -1950,6 +1988,7 @@ int main(int argc, char **argv)
     map_free(&members);
     map_free(&keys);
     tops_free(&tops);
+    closed_free(&closed);
     if (rep.differences && rep.differences == rep.top_differences) {
         printf("verify_state: only merged tops differ: not refreshed yet (not settled)\n");
         return 3;

@@ -748,6 +748,47 @@ static void a_duplicate_answer_is_read_in_triples(void **state)
     }
 }
 
+/* The script's "ok" answer: applied and skipped, then optionally
+ * "rebuilding", "opened" (in that order) and "late" with the closed windows
+ * named; anything else is not an answer of the script. */
+static void an_ok_answer_names_rebuilding_opened_and_late(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *reply;
+        enum lb_apply_status status;
+        int rebuilding, opened;
+        size_t late;
+    } cases[] = {
+        {"*3\r\n$2\r\nok\r\n:4\r\n:1\r\n", LB_APPLY_OK, 0, 0, 0},
+        {"*4\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopened\r\n", LB_APPLY_OK, 0, 1, 0},
+        {"*5\r\n$2\r\nok\r\n:4\r\n:0\r\n$10\r\nrebuilding\r\n$6\r\nopened\r\n", LB_APPLY_OK, 1, 1,
+         0},
+        {"*7\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopened\r\n$4\r\nlate\r\n"
+         "$16\r\ndaily:2026-11-23\r\n$15\r\nweekly:2026-W48\r\n",
+         LB_APPLY_OK, 0, 1, 2},
+        {"*5\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopened\r\n$10\r\nrebuilding\r\n", LB_APPLY_UNKNOWN, 0,
+         0, 0}, /* out of order */
+        {"*4\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopen!!\r\n", LB_APPLY_UNKNOWN, 0, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        redisReader *reader = redisReaderCreate();
+        void *reply = NULL;
+        redisReaderFeed(reader, cases[k].reply, strlen(cases[k].reply));
+        assert_int_equal(redisReaderGetReply(reader, &reply), REDIS_OK);
+        redisReaderFree(reader);
+        struct lb_apply_answer a;
+        assert_int_equal(lb_apply_parse(reply, &a), cases[k].status);
+        if (cases[k].status == LB_APPLY_OK) {
+            assert_int_equal(a.applied, 4);
+            assert_int_equal(a.rebuilding, cases[k].rebuilding);
+            assert_int_equal(a.opened, cases[k].opened);
+            assert_int_equal(a.late, cases[k].late);
+        }
+        freeReplyObject(reply);
+    }
+}
+
 /* ---- out of memory ----------------------------------------------------------- */
 
 /* Two batches of many boards, players and windows, planned and encoded by a
@@ -811,6 +852,7 @@ int main(void)
         cmocka_unit_test(the_script_sha_is_the_sha1_of_the_script),
         cmocka_unit_test(a_board_without_retractions_is_a_plain_transaction),
         cmocka_unit_test(a_duplicate_answer_is_read_in_triples),
+        cmocka_unit_test(an_ok_answer_names_rebuilding_opened_and_late),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
