@@ -663,8 +663,9 @@ static void publish(struct daemon *d, int now)
     }
     counter(&t, "lb_rejected_events_total", "Events that could not be projected, by reason.");
     for (int r = 1; r < LB_REJECT__COUNT; r++)
-        lb_text_printf(&t, "lb_rejected_events_total{reason=\"%s\"} %llu\n",
-                       lb_reject_name((enum lb_reject)r), (unsigned long long)ps->rejected[r]);
+        if (r != LB_REJECT_WINDOW_CLOSED) /* written elsewhere: lb_late_after_close_total */
+            lb_text_printf(&t, "lb_rejected_events_total{reason=\"%s\"} %llu\n",
+                           lb_reject_name((enum lb_reject)r), (unsigned long long)ps->rejected[r]);
     counter(&t, "lb_dlq_records_total", "Records produced to the dead-letter topic, by result.");
     if (d->dlq) {
         const struct lb_dlq_stats *ds = lb_dlq_stats(d->dlq);

@@ -37,6 +37,7 @@ static const char *const reject_names[LB_REJECT__COUNT] = {
     [LB_REJECT_RETRACTION] = "retraction_refused",
     [LB_REJECT_INVALID_EVENT_ID] = "invalid_event_id",
     [LB_REJECT_TS_IN_FUTURE] = "ts_in_future",
+    [LB_REJECT_WINDOW_CLOSED] = "window_closed",
 };
 
 const char *lb_reject_name(enum lb_reject reason)

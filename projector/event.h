@@ -63,6 +63,9 @@ enum lb_reject {
     LB_REJECT_RETRACTION, /* the board's profile says retractions: reject */
     LB_REJECT_INVALID_EVENT_ID,
     LB_REJECT_TS_IN_FUTURE, /* ts further ahead of its record's timestamp than input.max_future */
+    /* too late for a closed window (final standings): dead-lettered, its
+     * other windows written; counted as lb_late_after_close_total */
+    LB_REJECT_WINDOW_CLOSED,
     LB_REJECT__COUNT
 };
 

@@ -613,6 +613,7 @@ static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t 
     enum { MAX = 8 };
     enum lb_window_kind kinds[MAX];
     int64_t ids[MAX];
+    size_t named[MAX]; /* each one's element of the reply */
     size_t nlate = 0;
     for (size_t w = 0; w < a->late && nlate < MAX; w++) {
         const char *name = a->reply->element[a->late_at + w]->str, *colon = strchr(name, ':');
@@ -624,20 +625,33 @@ static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t 
             kind = lb_window_kind_parse(kind_name);
         }
         if (kind >= 0 &&
-            lb_window_label_parse((enum lb_window_kind)kind, colon + 1, &ids[nlate]) == 0)
+            lb_window_label_parse((enum lb_window_kind)kind, colon + 1, &ids[nlate]) == 0) {
+            named[nlate] = a->late_at + w;
             kinds[nlate++] = (enum lb_window_kind)kind;
+        }
     }
     uint64_t n = 0;
     for (size_t i = 0; i < slot->count; i++) {
         if (slot->txn_of[i] != txn || !slot->ts[i])
             continue;
-        int late = 0;
-        for (size_t w = 0; w < nlate && !late; w++) {
+        size_t late = nlate;
+        for (size_t w = 0; w < nlate && late == nlate; w++) {
             struct lb_window_span span;
             lb_window_span(kinds[w], slot->ts[i], &span);
-            late = span.id == ids[w];
+            if (span.id == ids[w])
+                late = w;
         }
-        n += (uint64_t)late;
+        if (late == nlate)
+            continue;
+        n++;
+        if (p->on_reject) { /* dead-lettered: a record of what the closed window did not take */
+            char detail[200];
+            snprintf(detail, sizeof(detail),
+                     "came after window '%s' closed: not written there, its final standings "
+                     "stand; its other windows were written",
+                     a->reply->element[named[late]]->str);
+            p->on_reject(p->reject_ctx, &slot->records[i], LB_REJECT_WINDOW_CLOSED, detail);
+        }
     }
     p->stats.late_after_close += n;
     lb_log_every(&said, 10000, LB_LOG_WARN, "pipeline",

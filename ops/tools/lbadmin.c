@@ -17,8 +17,9 @@
  *   redrive        produces the dead-letter records (optionally only those
  *                  of one lb.reason) back to the topic they came from, key
  *                  and bytes unchanged, once the cause is fixed; records
- *                  dead-lettered by reference (without their bytes) are
- *                  refused, named, and make the exit status 1
+ *                  dead-lettered by reference (without their bytes) or as
+ *                  window_closed (late for a closed window) are refused,
+ *                  named, and make the exit status 1
  *
  * Every wait on the brokers ends by --timeout after the start, so a command
  * against brokers that are down ends within it, saying so in one line.
@@ -487,7 +488,7 @@ static int redrive(const struct options *o)
 {
     int status = 1;
     rd_kafka_t *consumer = make_client(o, RD_KAFKA_CONSUMER, &status), *producer = NULL;
-    int64_t *high = NULL, left = 0, sent = 0, skipped = 0, by_reference = 0;
+    int64_t *high = NULL, left = 0, sent = 0, skipped = 0, by_reference = 0, closed = 0;
     /* the producer once the brokers answered: one client's lines if not */
     if (!consumer || assign_whole_topic(consumer, o, &high, &left) != 0 ||
         !(producer = make_client(o, RD_KAFKA_PRODUCER, &status))) {
@@ -522,6 +523,16 @@ static int redrive(const struct options *o)
                                                                                        : "?",
                         header(m, "lb.source.offset", offset, sizeof(offset)) ? offset : "?");
                 by_reference++;
+            } else if (header(m, "lb.reason", reason, sizeof(reason)) &&
+                       strcmp(reason, "window_closed") == 0) {
+                /* applied to its board's open windows already; its closed
+                 * window would refuse it again: nothing to redrive */
+                if (!closed++)
+                    fprintf(stderr,
+                            "lbadmin: not redriving DLQ records with lb.reason window_closed: "
+                            "each came after a window closed, its other windows took it, and "
+                            "the closed window's final standings stand (README \"Final "
+                            "standings\")\n");
             } else if (rd_kafka_producev(producer, RD_KAFKA_V_TOPIC(source),
                                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                          RD_KAFKA_V_KEY(m->key, m->key_len),
@@ -556,9 +567,9 @@ static int redrive(const struct options *o)
         status = 1;
     }
     printf("redrive: %lld record(s) produced back to their source topic, %lld left alone, "
-           "%lld refused (dead-lettered by reference)\n",
-           (long long)sent, (long long)skipped, (long long)by_reference);
-    return by_reference ? 1 : status;
+           "%lld refused (dead-lettered by reference), %lld refused (window_closed)\n",
+           (long long)sent, (long long)skipped, (long long)by_reference, (long long)closed);
+    return by_reference || closed ? 1 : status;
 }
 
 /* ---- results: leaderboard.v1.WindowResult, read back ---------------------------- */

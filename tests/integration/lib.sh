@@ -521,6 +521,25 @@ MODE_ORACLE=(--windows "alltime,daily:7d,weekly:28d,monthly:93d,patch"
     --profile top-=best/desc/earliest/noretract
     --decay top-1=patch/0.15/compound/1/0.01/decayed --decay top-2=patch/0.1/linear/5/0.01/overall
     --profile spl-=best/desc/earliest --split spl-=3/20)
+# Final standings on res-* boards (README "Final standings"), appended to
+# MODE_PROFILES: the first 20 of each day and all of each week, closed as
+# soon as the watermark passes their end (no grace: events of closed days
+# keep coming, late), published to scores-results; the oracle's matching
+# options.
+# shellcheck disable=SC2034 # used by the tests and the chaos soak
+MODE_RESULTS='
+  - name: results
+    match: "res-*"
+    aggregation: best
+    windows:
+      alltime: {}
+      daily: {ttl: 7d, results: {top: 20, grace: 0s}}
+      weekly: {ttl: 28d, results: {top: all, grace: 0s}}
+      monthly: {ttl: 93d}
+      custom: [{dim: patch}]
+results: {topic: scores-results, schema_id: 1, idle: 10m}'
+# shellcheck disable=SC2034
+MODE_RESULTS_ORACLE=(--results "res-=daily/20/0,weekly/0/0")
 # shellcheck disable=SC2034
 MODE_GEN=(--boards 30 --players 400 --board-prefix "best-,asc-,lat-,sum-,top-,spl-" --score-max 1000
     --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25 --retry-every 11)

@@ -51,23 +51,12 @@ ok "wrong password: nothing committed, WRONGPASS logged, no password in any log"
 
 # 3. least privilege: the rules of ops/deploy/redis-acl.conf, exactly
 pick_metrics_port # the readiness probe (PING) is part of the rule
-# res-* boards publish final standings of their days (grace 0: the days
-# the events passed close as soon as they are written)
-results_profile='
-  - name: results
-    match: "res-*"
-    aggregation: best
-    windows:
-      alltime: {}
-      daily: {ttl: 7d, results: {top: 5, grace: 0s}}
-      weekly: {ttl: 28d}
-      monthly: {ttl: 93d}
-      custom: [{dim: patch}]
-results: {topic: acl-results, schema_id: 1, idle: 10m}'
-acl_oracle=("${MODE_ORACLE[@]}" --results res-=daily/5/0 --topic acl)
+# res-* boards publish final standings (lib.sh's MODE_RESULTS) to acl-results
+MODE_RESULTS=${MODE_RESULTS/scores-results/acl-results}
+acl_oracle=("${MODE_ORACLE[@]}" "${MODE_RESULTS_ORACLE[@]}" --topic acl)
 acl_config() { # FILE USER [GROUP]
     # shellcheck disable=SC2016 # ${...} is for the projector's configuration
-    GROUP=${3:-lb-acl} DRAIN_TIMEOUT=1s write_config "$1" "$MODE_PROFILES$results_profile
+    GROUP=${3:-lb-acl} DRAIN_TIMEOUT=1s write_config "$1" "$MODE_PROFILES$MODE_RESULTS
 $METRICS_YAML" "  user: $2
   password: \${REDIS_ACL_PASSWORD}"
 }

@@ -18,9 +18,11 @@
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 start_services
-export GROUP=lb-results
-"$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-results \
-    --partitions 3 >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create scores-results"
+export GROUP=lb-results DLQ_TOPIC=scores-dlq # late events are dead-lettered too
+for t in scores-results scores-dlq; do
+    "$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic "$t" \
+        --partitions 3 >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create $t"
+done
 pick_metrics_port
 profiles="profiles:
   - name: res
@@ -183,7 +185,17 @@ dump_results
 verify "${oracle[@]}"
 grep -Eq "closed windows checked \(final standings\), [1-9][0-9]* late writes left out" "$T_DIR/verify.out" ||
     fail "the oracle left no late write out: $(head -n 1 "$T_DIR/verify.out")"
-ok "late events: $late counted, the closed day unchanged, alltime took them"
+# each dead-lettered once as window_closed, and redrive refuses them
+"$BIN/lbadmin" dump --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-dlq --timeout 20 \
+    >"$T_DIR/dlq.dump" 2>>"$T_DIR/lbadmin.log" || fail "cannot read scores-dlq"
+closed_dlq=$(grep -c ' lb.reason=window_closed ' "$T_DIR/dlq.dump" || true)
+((closed_dlq == want)) || fail "$closed_dlq window_closed records in scores-dlq, not the $want late events"
+status=0
+"$BIN/lbadmin" redrive --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-dlq --timeout 20 \
+    >"$T_DIR/redrive.out" 2>&1 || status=$?
+{ ((status == 1)) && grep -q "^redrive: 0 record(s) produced back .*, $want refused (window_closed)" \
+    "$T_DIR/redrive.out"; } || fail "redrive did not refuse the window_closed records (exit $status): $(tail -n 2 "$T_DIR/redrive.out")"
+ok "late events: $late counted, dead-lettered once each as window_closed (redrive refuses them), the closed day unchanged, alltime took them"
 
 # replay of a board beside the running pod: the closed windows are rebuilt
 # from the events before their close offsets only (not reopened), their
