@@ -25,8 +25,9 @@ struct pub {
     const struct lb_profile *profile;
     const struct lb_window_config *wc;
     uint32_t parts, acked;
-    int in_flight; /* produced: acknowledgements pending */
-    int failed;    /* a part was not delivered: claimed again later */
+    uint32_t produced, lost; /* records produced; of those, not delivered */
+    int in_flight;           /* produced: acknowledgements pending */
+    int failed;              /* a part was not delivered: claimed again later */
 };
 
 struct lb_closer {
@@ -55,7 +56,8 @@ struct lb_closer {
     struct pub **pubs;
     size_t npubs, cap_pubs;
     int64_t next_check, next_sweep;
-    int busy; /* a claim found another publisher's lease: look again at the next check */
+    int busy;    /* a claim found another publisher's lease: look again at the next check */
+    int recheck; /* windows due waited for the results topic: read ~open again next check */
     struct lb_closer_stats stats;
     struct lb_ratelimit said;
 };
@@ -69,6 +71,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
     (void)opaque;
     if (msg->err) {
         pub->failed = 1;
+        pub->lost++;
         LB_WARN("results", "final standings of board '%s' window '%s' not delivered: %s",
                 pub->board, pub->window, rd_kafka_err2str(msg->err));
     } else {
@@ -76,10 +79,34 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
     }
 }
 
+/* Every part of a window to the partition of its first part's key: the
+ * key up to "#<part>" picks it, as the default partitioner would. */
+static int32_t by_window(const rd_kafka_topic_t *rkt, const void *key, size_t len, int32_t n,
+                         void *topic_opaque, void *msg_opaque)
+{
+    const char *close = key ? memchr(key, '}', len) : NULL;
+    const char *hash = close ? memchr(close, '#', len - (size_t)(close - (const char *)key)) : NULL;
+    if (hash)
+        len = (size_t)(hash - (const char *)key);
+    return rd_kafka_msg_partitioner_consistent_random(rkt, key, len, n, topic_opaque, msg_opaque);
+}
+
 static void closer_callbacks(rd_kafka_conf_t *conf, void *ctx)
 {
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_opaque(conf, ctx);
+}
+
+static rd_kafka_topic_t *results_topic(rd_kafka_t *producer, const char *name)
+{
+    rd_kafka_topic_conf_t *conf = rd_kafka_topic_conf_new();
+    if (!conf)
+        return NULL;
+    rd_kafka_topic_conf_set_partitioner_cb(conf, by_window);
+    rd_kafka_topic_t *t = rd_kafka_topic_new(producer, name, conf);
+    if (!t)
+        rd_kafka_topic_conf_destroy(conf);
+    return t;
 }
 
 struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *err, size_t errlen,
@@ -89,6 +116,9 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
                                               {"acks", "all"},
                                               {"linger.ms", "5"},
                                               {"message.max.bytes", "1000000"},
+                                              /* a part alone in its batch: the topic's
+                                               * max.message.bytes limits a batch */
+                                              {"batch.num.messages", "1"},
                                               {"message.timeout.ms", "30000"}};
     struct lb_closer *c = calloc(1, sizeof(*c));
     if (!c) {
@@ -111,7 +141,7 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
     struct lb_kafka_client reader = {.type = RD_KAFKA_CONSUMER, .fixed = group, .nfixed = 2};
     if (!(c->cluster = lb_cluster_new(options->cluster)) ||
         !(c->producer = lb_kafka_new(&kafka, &client, err, errlen, class)) ||
-        !(c->topic = rd_kafka_topic_new(c->producer, options->config->results_topic, NULL)) ||
+        !(c->topic = results_topic(c->producer, options->config->results_topic)) ||
         !(c->reader = lb_kafka_new(&kafka, &reader, err, errlen, class)) ||
         !(c->index = lb_published_new(&kafka, options->config->group,
                                       options->config->results_topic, err, errlen)) ||
@@ -380,7 +410,7 @@ static int keep_and_produce(struct lb_closer *c, struct pub *pub, uint32_t part,
     if (is_word(reply, 0, "ok") && reply->elements == 2 &&
         reply->element[1]->type == REDIS_REPLY_STRING) {
         char key[KEY_MAX];
-        size_t klen = (size_t)snprintf(key, sizeof(key), "{%s}:%s", pub->board, pub->window);
+        size_t klen = lb_results_record_key(pub->board, pub->window, part, key, sizeof(key));
         const char *offsets = pub->offsets ? pub->offsets : "";
         rd_kafka_resp_err_t e = rd_kafka_producev(
             c->producer, RD_KAFKA_V_RKT(c->topic), RD_KAFKA_V_PARTITION(RD_KAFKA_PARTITION_UA),
@@ -389,9 +419,10 @@ static int keep_and_produce(struct lb_closer *c, struct pub *pub, uint32_t part,
             RD_KAFKA_V_KEY(key, klen),
             RD_KAFKA_V_HEADER(LB_CLOSE_OFFSETS_HEADER, offsets, (ssize_t)strlen(offsets)),
             RD_KAFKA_V_OPAQUE(pub), RD_KAFKA_V_END);
-        if (!e)
+        if (!e) {
+            pub->produced++;
             rc = 0;
-        else
+        } else
             lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
                          "final standings of board '%s' window '%s': %s; trying again", pub->board,
                          pub->window, rd_kafka_err2str(e));
@@ -447,7 +478,7 @@ static int publish(struct lb_closer *c, struct pub *pub, const redisReply *froze
         first[parts++] = 0;
     first[parts] = n;
     pub->parts = (uint32_t)parts;
-    pub->acked = 0;
+    pub->acked = pub->produced = pub->lost = 0;
     pub->failed = 0;
     head.parts = (int32_t)parts;
     for (size_t k = 0; rc == 0 && k < parts; k++) {
@@ -456,7 +487,10 @@ static int publish(struct lb_closer *c, struct pub *pub, const redisReply *froze
             lb_results_encode(&head, e + first[k], first[k + 1] - first[k], buf, part_bytes);
         rc = len && keep_and_produce(c, pub, (uint32_t)k + 1, buf, len) == 0 ? 0 : -1;
     }
-    pub->in_flight = rc == 0;
+    /* a part not produced: the window is claimed again later; the parts
+     * produced still carry 'pub' (their reports come): it stays until then */
+    pub->failed |= rc != 0;
+    pub->in_flight = pub->produced > 0;
     free(first);
     free(buf);
     free(e);
@@ -551,6 +585,7 @@ static int restore(struct lb_closer *c, struct pub *pub)
     size_t part = c->part_bytes;
     pthread_mutex_unlock(&c->lock);
     if (!lb_published_ready(c->index) || !part) {
+        c->recheck = 1;
         if (!c->index_waited++)
             LB_INFO("results",
                     "closing windows waits until results topic %s was read and its "
@@ -618,8 +653,9 @@ static void start(struct lb_closer *c, const char *board, const char *window, in
     }
     pub->profile = profile;
     pub->wc = wc;
-    int restored = restore(c, pub);
-    if (restored == 0 && claim(c, pub, watermark) == 0 && pub->in_flight)
+    if (restore(c, pub) == 0)
+        claim(c, pub, watermark);
+    if (pub->in_flight) /* until every record produced was reported */
         c->pubs[c->npubs++] = pub;
     else
         pub_free(pub);
@@ -718,7 +754,7 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     rd_kafka_poll(c->producer, 0);
     for (size_t i = 0; i < c->npubs;) {
         struct pub *pub = c->pubs[i];
-        if (pub->in_flight && !pub->failed && pub->acked < pub->parts) {
+        if (pub->in_flight && pub->acked + pub->lost < pub->produced) {
             i++;
             continue;
         }
@@ -734,7 +770,7 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
         pub_free(pub);
         c->pubs[i] = c->pubs[--c->npubs];
     }
-    int swept = 0, busy = c->busy;
+    int swept = 0, busy = c->busy, recheck = c->recheck;
     if (now_ms >= c->next_sweep) {
         sweep(c);
         c->next_sweep = now_ms + LB_CLOSER_SWEEP_MS;
@@ -743,7 +779,7 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     if (now_ms < c->next_check && !swept)
         return;
     c->next_check = now_ms + LB_CLOSER_CHECK_MS;
-    c->busy = 0;
+    c->busy = c->recheck = 0;
     pthread_mutex_lock(&c->lock);
     int64_t watermark = c->read_watermark;
     pthread_mutex_unlock(&c->lock);
@@ -753,7 +789,7 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
      * older window) */
     for (size_t b = 0; b < c->nboards; b++) {
         int first = !c->due[b];
-        if (swept || first || (watermark >= 0 && watermark >= c->due[b]))
+        if (swept || first || recheck || (watermark >= 0 && watermark >= c->due[b]))
             c->due[b] = look(c, c->boards[b], LB_OPEN_KEY, watermark);
         if (swept || busy || first) /* claimed windows whose publisher may be gone */
             look(c, c->boards[b], LB_FINAL_KEY, watermark);

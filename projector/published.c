@@ -210,8 +210,9 @@ int lb_published_read(struct lb_published *p, int timeout_ms, char *err, size_t 
         } else if (was_left && m->offset >= p->next[i]) {
             struct lb_result_view v;
             /* a record that is not a WindowResult names no window */
-            if (m->key && lb_results_decode(m->payload, m->len, &v, NULL, NULL) == 0 &&
-                v.part == 1 && note_start(p, m->key, m->key_len, i, m->offset) != 0)
+            if (m->key && !memchr(m->key, '#', m->key_len) &&
+                lb_results_decode(m->payload, m->len, &v, NULL, NULL) == 0 && v.part == 1 &&
+                note_start(p, m->key, m->key_len, i, m->offset) != 0)
                 e = RD_KAFKA_RESP_ERR__FAIL; /* out of memory */
             p->next[i] = m->offset + 1;
         }
@@ -340,7 +341,7 @@ int lb_published_fetch(struct lb_published *p, const char *board, const char *wi
     if (!find(p, board, window, &partition, &offset))
         return 1;
     char key[KEY_MAX];
-    size_t klen = record_key(board, window, key, sizeof(key));
+    size_t klen = lb_results_record_key(board, window, 1, key, sizeof(key));
     double deadline = now_s() + timeout_ms / 1000.0;
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(list, p->topic, partition)->offset = offset;
@@ -362,7 +363,8 @@ int lb_published_fetch(struct lb_published *p, const char *board, const char *wi
             e = RD_KAFKA_RESP_ERR__PARTITION_EOF; /* a part missing */
         } else if (m->err) {
             e = m->err;
-        } else if (m->key_len == klen && memcmp(m->key, key, klen) == 0 &&
+        } else if (m->key_len >= klen && memcmp(m->key, key, klen) == 0 &&
+                   (m->key_len == klen || ((const char *)m->key)[klen] == '#') &&
                    lb_results_decode(m->payload, m->len, &v, NULL, NULL) == 0 && v.part == want &&
                    (parts < 0 || v.parts == parts)) {
             if (want == 1) {

@@ -2,6 +2,7 @@
 #include "results.h"
 #include "event.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int64_t lb_results_watermark(const struct lb_partition_mark *marks, size_t n, int64_t idle_ms)
@@ -201,4 +202,12 @@ size_t lb_results_record_max(int64_t top)
     window[sizeof(window) - 1] = '\0';
     struct lb_result_head head = {.board = board, .window = window};
     return lb_results_head_max(&head) + (size_t)top * lb_results_entry_max(LB_ID_MAX_BYTES);
+}
+
+size_t lb_results_record_key(const char *board, const char *window, int64_t part, char *out,
+                             size_t cap)
+{
+    int n = part > 1 ? snprintf(out, cap, "{%s}:%s#%lld", board, window, (long long)part)
+                     : snprintf(out, cap, "{%s}:%s", board, window);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }

@@ -60,6 +60,12 @@ struct lb_result_head {
     int32_t schema_id;
 };
 
+/* A record's key: "{board}:window" for part 1, "{board}:window#<part>"
+ * after it (a compacted topic keeps the last record of each part; the
+ * producer sends them all to the first part's partition). */
+size_t lb_results_record_key(const char *board, const char *window, int64_t part, char *out,
+                             size_t cap);
+
 /* The bytes of one record: at most 'cap'; returns the length, or 0 when
  * 'cap' is too small. */
 size_t lb_results_encode(const struct lb_result_head *head, const struct lb_standing *entries,

@@ -347,7 +347,10 @@ static redisReply *read_final(struct replay *r, struct lb_str board)
         lb_cluster_command(r->lease_cluster, lb_key_slot(key, klen), 2, argv, argvlen);
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements)
         return reply;
-    if (reply) {
+    if (!reply) { /* which windows closed is not known: they could be rebuilt open */
+        LB_ERROR("replay", "reading %s: %s", key, lb_cluster_error(r->lease_cluster));
+        r->restore_failed = 1;
+    } else {
         if (reply->type != REDIS_REPLY_ARRAY) {
             LB_ERROR("replay", "reading %s: %s", key,
                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
@@ -378,22 +381,25 @@ static void restore_window(void *ctx, const char *window)
     }
     const struct lb_profile *profile =
         lb_config_profile_for(r->config, rs->board, strlen(rs->board));
+    if (!profile)
+        return; /* no profile takes the board any more: nothing of it is rebuilt */
     char err[512];
     struct lb_publication pub = {0};
-    int rc =
-        profile ? lb_published_fetch(r->published, rs->board, window, &pub, 30000, err, sizeof(err))
-                : 1;
-    if (rc == 0)
-        rc = lb_published_restore(r->final_cluster, r->config->key_prefix, profile, rs->board,
-                                  window, &pub, r->config->results_keep, err, sizeof(err));
-    if (rc == 0 || rc == 1) {
-        lb_publication_free(&pub);
-        r->restored += (size_t)rc;
-        rs->any |= rc;
-    } else if (rc < 0) {
+    int fetched =
+        lb_published_fetch(r->published, rs->board, window, &pub, 30000, err, sizeof(err));
+    int rc = fetched == 0
+                 ? lb_published_restore(r->final_cluster, r->config->key_prefix, profile, rs->board,
+                                        window, &pub, r->config->results_keep, err, sizeof(err))
+             : fetched == 1 ? 0 /* not published after all */
+                            : -1;
+    lb_publication_free(&pub);
+    if (rc < 0) {
         LB_ERROR("replay", "%s", err);
         r->restore_failed = 1;
+        return;
     }
+    r->restored += (size_t)rc;
+    rs->any |= rc;
 }
 
 static const redisReply *closed_fields(struct replay *r, struct lb_str board)
