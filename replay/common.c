@@ -399,7 +399,10 @@ static void restore_window(void *ctx, const char *window)
         return;
     }
     r->restored += (size_t)rc;
-    rs->any |= rc;
+    /* read ~final again whether this put the window back or a pod's closer
+     * just did ("present"): the fields read before lack it, and a window
+     * filtered by them would be rebuilt open */
+    rs->any |= fetched == 0;
 }
 
 static const redisReply *closed_fields(struct replay *r, struct lb_str board)
