@@ -115,6 +115,13 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
     return build_key(out, cap, prefix, board, rest, strlen(rest), NULL, 0);
 }
 
+size_t lb_final_key(const char *prefix, struct lb_str board, const char *window, char *out,
+                    size_t cap)
+{
+    return build_key(out, cap, prefix, board, LB_FINAL_PREFIX, sizeof(LB_FINAL_PREFIX) - 1, window,
+                     strlen(window));
+}
+
 /* A patch's member in version order: its lb_version_key, a NUL, its name. */
 static size_t version_member(const char *name, size_t len, char *out, size_t cap)
 {

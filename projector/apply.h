@@ -152,6 +152,9 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
 #define LB_OPEN_KEY     "~open"
 #define LB_FINAL_KEY    "~final"
 #define LB_FINAL_PREFIX "final"
+/* "<prefix>{<board>}:final:<window>" */
+size_t lb_final_key(const char *prefix, struct lb_str board, const char *window, char *out,
+                    size_t cap);
 /* A decaying board's rule as the script keeps it in ~decay ("rule"):
  * stacking, tax, max_age, scale, order and key; a request or a sweep that
  * finds another one starts a rebuild. Returns its length. */

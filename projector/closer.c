@@ -7,6 +7,7 @@
 #include "published.h"
 #include "results.h"
 #include "slot.h"
+#include "sweep.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -56,6 +57,8 @@ struct lb_closer {
     struct pub **pubs;
     size_t npubs, cap_pubs;
     int64_t next_check, next_sweep;
+    struct lb_sweep scan; /* a sweep runs a page per step: first ~open keys, then ~final */
+    int scan_final;
     int busy;    /* a claim found another publisher's lease: look again at the next check */
     int recheck; /* windows due waited for the results topic: read ~open again next check */
     struct lb_closer_stats stats;
@@ -195,6 +198,7 @@ void lb_closer_free(struct lb_closer *c, int timeout_ms)
     if (c->producer)
         rd_kafka_destroy(c->producer);
     lb_cluster_free(c->cluster);
+    lb_sweep_free(&c->scan);
     for (size_t i = 0; i < c->nboards; i++)
         free(c->boards[i]);
     free(c->boards);
@@ -224,11 +228,9 @@ void lb_closer_note(struct lb_closer *c, struct lb_str board, int opened)
         c->due = due;
         c->cap_boards = cap;
     }
-    char *copy = malloc(board.len + 1);
+    char *copy = strndup(board.ptr, board.len);
     if (!copy)
         return;
-    memcpy(copy, board.ptr, board.len);
-    copy[board.len] = '\0';
     c->due[c->nboards] = 0;
     c->boards[c->nboards++] = copy;
 }
@@ -339,15 +341,6 @@ static void *watch(void *arg)
 
 /* ---- the script's "C" steps --------------------------------------------------------- */
 
-static size_t window_key(const struct lb_closer *c, const char *board, const char *window,
-                         int final, char *out, size_t cap)
-{
-    char rest[256];
-    snprintf(rest, sizeof(rest), "%s%s%s", final ? LB_FINAL_PREFIX : "", final ? ":" : "", window);
-    return lb_board_key(c->o.key_prefix, (struct lb_str){board, (uint32_t)strlen(board)}, rest, out,
-                        cap);
-}
-
 /* A call that failed: counted, and said at most every 10 s (an ACL rule
  * without the command shows here as NOPERM naming it). */
 static void call_failed(struct lb_closer *c, const char *what, const redisReply *r)
@@ -365,20 +358,16 @@ static redisReply *c_step(struct lb_closer *c, const struct pub *pub, const char
 {
     redisReply *reply = lb_final_step(c->cluster, c->o.key_prefix, pub->board, pub->window, step,
                                       c->holder, LB_CLOSER_LEASE_MS, extra, extralen, nextra);
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
-        reply->element[0]->type != REDIS_REPLY_STRING) {
-        c->stats.failures++;
-        lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
-                     "final standings of board '%s' window '%s': '%s' failed: %s; trying again",
-                     pub->board, pub->window, step,
-                     !reply                             ? lb_cluster_error(c->cluster)
-                     : reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                        : "unexpected answer");
-        if (reply)
-            freeReplyObject(reply);
-        return NULL;
-    }
-    return reply;
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+        reply->element[0]->type == REDIS_REPLY_STRING)
+        return reply;
+    char what[LB_ID_MAX_BYTES + 96];
+    snprintf(what, sizeof(what), "final standings of board '%s' window '%s': '%s'", pub->board,
+             pub->window, step);
+    call_failed(c, what, reply);
+    if (reply)
+        freeReplyObject(reply);
+    return NULL;
 }
 
 static int is_word(const redisReply *reply, size_t i, const char *word)
@@ -474,9 +463,8 @@ static int publish(struct lb_closer *c, struct pub *pub, const redisReply *froze
         }
         room -= need < room ? need : room;
     }
-    if (parts == 0)
-        first[parts++] = 0;
-    first[parts] = n;
+    if (first)
+        first[parts] = n;
     pub->parts = (uint32_t)parts;
     pub->acked = pub->produced = pub->lost = 0;
     pub->failed = 0;
@@ -519,7 +507,9 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
         pub->offsets = strndup(o->type == REDIS_REPLY_STRING ? o->str : "",
                                o->type == REDIS_REPLY_STRING ? o->len : 0);
         char key[KEY_MAX];
-        size_t klen = window_key(c, pub->board, pub->window, 1, key, sizeof(key));
+        size_t klen =
+            lb_final_key(c->o.key_prefix, (struct lb_str){pub->board, (uint32_t)strlen(pub->board)},
+                         pub->window, key, sizeof(key));
         const char *zr[] = {"ZRANGE", key, "0", "-1", desc ? "REV" : "WITHSCORES", "WITHSCORES"};
         size_t zl[] = {6, klen, 1, 2, desc ? 3 : 10, 10};
         redisReply *frozen =
@@ -694,59 +684,46 @@ static int64_t look(struct lb_closer *c, const char *board, const char *hash, in
     return due;
 }
 
-/* Every master, for boards with an open or a claimed window. */
-static void sweep(struct lb_closer *c)
+static void sweep_each(void *ctx, const redisReply *key)
 {
+    struct lb_closer *c = ctx;
+    struct lb_key_parts parts;
+    if (lb_key_parse(c->o.key_prefix, key->str, key->len, &parts) == 0)
+        lb_closer_note(c, parts.board, 0);
+}
+
+/* One page of the sweep of every master for boards with an open or a
+ * claimed window; 1 when the sweep is over. */
+static int sweep_page(struct lb_closer *c, int64_t now_ms)
+{
+    /* the masters, by the slots they serve */
+    if (!c->scan.running && !c->scan_final && lb_cluster_refresh(c->cluster) != 0) {
+        call_failed(c, "finding boards with windows to close (the cluster's slots)", NULL);
+        c->next_sweep = now_ms + 10000;
+        return 0;
+    }
     char pattern[256];
-    uint32_t slot = 0;
-    char(*seen)[64] = NULL;
-    size_t nseen = 0;
-    if (lb_cluster_refresh(c->cluster) != 0) { /* the masters, by the slots they serve */
-        c->stats.failures++;
-        return;
+    snprintf(pattern, sizeof(pattern), "%s{*}:%s", c->o.key_prefix,
+             c->scan_final ? LB_FINAL_KEY : LB_OPEN_KEY);
+    redisReply *failed;
+    int done = lb_sweep_page(&c->scan, c->cluster, pattern, NULL, 1000, sweep_each, c, &failed);
+    if (done < 0) {
+        call_failed(c, "finding boards with windows to close (SCAN)", failed);
+        if (failed)
+            freeReplyObject(failed);
+        c->scan_final = 0;
+        c->next_sweep = now_ms + 10000;
+        return 0;
     }
-    while (slot < LB_SLOTS) {
-        const char *owner = lb_cluster_slot_owner(c->cluster, (uint16_t)slot);
-        int done = !owner;
-        for (size_t i = 0; owner && i < nseen; i++)
-            done |= strcmp(seen[i], owner) == 0;
-        if (!done) {
-            for (int h = 0; h < 2; h++) {
-                snprintf(pattern, sizeof(pattern), "%s{*}:%s", c->o.key_prefix,
-                         h ? LB_FINAL_KEY : LB_OPEN_KEY);
-                char cursor[32] = "0";
-                do {
-                    const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
-                    size_t argvlen[6];
-                    for (size_t i = 0; i < 6; i++)
-                        argvlen[i] = strlen(argv[i]);
-                    redisReply *r =
-                        lb_cluster_command(c->cluster, (uint16_t)slot, 6, argv, argvlen);
-                    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-                        call_failed(c, "finding boards with windows to close (SCAN)", r);
-                        if (r)
-                            freeReplyObject(r);
-                        break;
-                    }
-                    snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-                    for (size_t i = 0; i < r->element[1]->elements; i++) {
-                        const redisReply *k = r->element[1]->element[i];
-                        struct lb_key_parts parts;
-                        if (lb_key_parse(c->o.key_prefix, k->str, k->len, &parts) == 0)
-                            lb_closer_note(c, parts.board, 0);
-                    }
-                    freeReplyObject(r);
-                } while (strcmp(cursor, "0") != 0);
-            }
-            char(*more)[64] = realloc(seen, (nseen + 1) * sizeof(*more));
-            if (!more)
-                break;
-            seen = more;
-            snprintf(seen[nseen++], sizeof(seen[0]), "%s", owner);
-        }
-        slot++;
+    if (!done)
+        return 0;
+    if (!c->scan_final) {
+        c->scan_final = 1;
+        return 0;
     }
-    free(seen);
+    c->scan_final = 0;
+    c->next_sweep = now_ms + LB_CLOSER_SWEEP_MS;
+    return 1;
 }
 
 void lb_closer_step(struct lb_closer *c, int64_t now_ms)
@@ -771,11 +748,8 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
         c->pubs[i] = c->pubs[--c->npubs];
     }
     int swept = 0, busy = c->busy, recheck = c->recheck;
-    if (now_ms >= c->next_sweep) {
-        sweep(c);
-        c->next_sweep = now_ms + LB_CLOSER_SWEEP_MS;
-        swept = 1;
-    }
+    if (c->scan.running || c->scan_final || now_ms >= c->next_sweep)
+        swept = sweep_page(c, now_ms);
     if (now_ms < c->next_check && !swept)
         return;
     c->next_check = now_ms + LB_CLOSER_CHECK_MS;
@@ -798,7 +772,7 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
 
 int64_t lb_closer_next_due(const struct lb_closer *c)
 {
-    if (c->npubs) /* acknowledgements to read */
+    if (c->npubs || c->scan.running || c->scan_final) /* acknowledgements to read, a sweep */
         return 0;
     return c->next_check < c->next_sweep ? c->next_check : c->next_sweep;
 }

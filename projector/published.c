@@ -1,13 +1,13 @@
 /* What the results topic holds; see published.h. */
 #include "published.h"
 #include "apply.h"
+#include "clock.h"
 #include "slot.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define KEY_MAX 1024
 
@@ -148,16 +148,25 @@ static int partitions_of(struct lb_published *p, int timeout_ms, rd_kafka_resp_e
     return n;
 }
 
-static double now_s(void)
+/* The next message or event of 'rk', waiting at most until 'deadline'
+ * (monotonic ms) in steps of 200 ms; NULL with *e set once it passed. */
+static rd_kafka_message_t *poll_until(rd_kafka_t *rk, int64_t deadline, rd_kafka_resp_err_t *e)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    for (;;) {
+        int64_t ms = deadline - lb_monotonic_ms();
+        if (ms <= 0) {
+            *e = RD_KAFKA_RESP_ERR__TIMED_OUT;
+            return NULL;
+        }
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, ms < 200 ? (int)ms : 200);
+        if (m)
+            return m;
+    }
 }
 
 int lb_published_read(struct lb_published *p, int timeout_ms, char *err, size_t errlen)
 {
-    double deadline = now_s() + timeout_ms / 1000.0;
+    int64_t deadline = lb_monotonic_ms() + timeout_ms;
     rd_kafka_resp_err_t e;
     int n = partitions_of(p, timeout_ms, &e);
     if (n < 0) {
@@ -180,8 +189,9 @@ int lb_published_read(struct lb_published *p, int timeout_ms, char *err, size_t 
     e = high && list ? RD_KAFKA_RESP_ERR_NO_ERROR : RD_KAFKA_RESP_ERR__FAIL;
     for (int i = 0; !e && i < n; i++) {
         int64_t low;
-        int ms = (int)((deadline - now_s()) * 1000);
-        e = rd_kafka_query_watermark_offsets(p->rk, p->topic, i, &low, &high[i], ms > 0 ? ms : 1);
+        int64_t ms = deadline - lb_monotonic_ms();
+        e = rd_kafka_query_watermark_offsets(p->rk, p->topic, i, &low, &high[i],
+                                             ms > 0 ? (int)ms : 1);
         if (!e && p->next[i] < low)
             p->next[i] = low; /* compacted or deleted below: nothing to read there */
         if (!e && p->next[i] < high[i]) {
@@ -191,15 +201,8 @@ int lb_published_read(struct lb_published *p, int timeout_ms, char *err, size_t 
     }
     if (!e && left)
         e = rd_kafka_assign(p->rk, list);
-    while (!e && left > 0) {
-        int ms = (int)((deadline - now_s()) * 1000);
-        if (ms <= 0) {
-            e = RD_KAFKA_RESP_ERR__TIMED_OUT;
-            break;
-        }
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->rk, ms < 200 ? ms : 200);
-        if (!m)
-            continue;
+    rd_kafka_message_t *m;
+    while (!e && left > 0 && (m = poll_until(p->rk, deadline, &e))) {
         int32_t i = m->partition;
         int was_left = i >= 0 && i < n && p->next[i] < high[i];
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
@@ -242,18 +245,12 @@ int lb_published_ready(const struct lb_published *p)
     return ready;
 }
 
-static size_t record_key(const char *board, const char *window, char *out, size_t cap)
-{
-    int n = snprintf(out, cap, "{%s}:%s", board, window ? window : "");
-    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
-}
-
 /* Where "{board}:window" last started: 1, or 0 when never published. */
 static int find(const struct lb_published *p, const char *board, const char *window,
                 int32_t *partition, int64_t *offset)
 {
     char key[KEY_MAX];
-    size_t len = record_key(board, window, key, sizeof(key));
+    size_t len = lb_results_record_key(board, window, 1, key, sizeof(key));
     pthread_mutex_lock((pthread_mutex_t *)&p->lock);
     size_t at = lower_bound(p, key, len);
     int found = at < p->n && strcmp(p->starts[at].key, key) == 0;
@@ -276,7 +273,7 @@ void lb_published_windows(const struct lb_published *p, const char *board,
                           void (*fn)(void *ctx, const char *window), void *ctx)
 {
     char prefix[KEY_MAX];
-    size_t len = record_key(board, "", prefix, sizeof(prefix));
+    size_t len = lb_results_record_key(board, "", 1, prefix, sizeof(prefix));
     char **windows = NULL;
     size_t n = 0;
     pthread_mutex_lock((pthread_mutex_t *)&p->lock);
@@ -342,22 +339,15 @@ int lb_published_fetch(struct lb_published *p, const char *board, const char *wi
         return 1;
     char key[KEY_MAX];
     size_t klen = lb_results_record_key(board, window, 1, key, sizeof(key));
-    double deadline = now_s() + timeout_ms / 1000.0;
+    int64_t deadline = lb_monotonic_ms() + timeout_ms;
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(list, p->topic, partition)->offset = offset;
     rd_kafka_resp_err_t e = rd_kafka_assign(p->fetcher, list);
     rd_kafka_topic_partition_list_destroy(list);
     struct gather g = {out, 0, 0, 0};
     int64_t want = 1, parts = -1;
-    while (!e && (parts < 0 || want <= parts)) {
-        int ms = (int)((deadline - now_s()) * 1000);
-        if (ms <= 0) {
-            e = RD_KAFKA_RESP_ERR__TIMED_OUT;
-            break;
-        }
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->fetcher, ms < 200 ? ms : 200);
-        if (!m)
-            continue;
+    rd_kafka_message_t *m;
+    while (!e && (parts < 0 || want <= parts) && (m = poll_until(p->fetcher, deadline, &e))) {
         struct lb_result_view v;
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
             e = RD_KAFKA_RESP_ERR__PARTITION_EOF; /* a part missing */
@@ -409,15 +399,14 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
                           const char *const *extra, const size_t *extralen, size_t nextra)
 {
     struct lb_str id = {board, (uint32_t)strlen(board)};
-    char keys[6][KEY_MAX], lease[24], rest[300];
+    char keys[6][KEY_MAX], lease[24];
     size_t klen[6], n = 0;
     klen[0] = lb_marker_key(prefix, id, keys[0], KEY_MAX);
     klen[1] = lb_marker_zset_key(prefix, id, keys[1], KEY_MAX);
     klen[2] = lb_board_key(prefix, id, LB_OPEN_KEY, keys[2], KEY_MAX);
     klen[3] = lb_board_key(prefix, id, LB_FINAL_KEY, keys[3], KEY_MAX);
     klen[4] = lb_board_key(prefix, id, window, keys[4], KEY_MAX);
-    snprintf(rest, sizeof(rest), "%s:%s", LB_FINAL_PREFIX, window);
-    klen[5] = lb_board_key(prefix, id, rest, keys[5], KEY_MAX);
+    klen[5] = lb_final_key(prefix, id, window, keys[5], KEY_MAX);
     const char **argv = malloc((16 + nextra) * sizeof(*argv));
     size_t *argvlen = malloc((16 + nextra) * sizeof(*argvlen));
     if (!argv || !argvlen) {

@@ -5,6 +5,7 @@
 #include "decay.h"
 #include "log.h"
 #include "slot.h"
+#include "sweep.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +34,10 @@ struct job {
     int taken; /* the lease was taken at least once */
 };
 
-/* The sweep for rebuilds nobody is doing: one master after another, found
- * through the slots they serve. */
+/* The sweep for rebuilds nobody is doing. */
 struct sweep {
-    int on, running;
-    uint32_t slot; /* a slot of the master being scanned */
-    char cursor[32];
-    char (*done)[64]; /* masters scanned in this sweep */
-    size_t ndone;
+    int on;
+    struct lb_sweep scan;
     int64_t next_ms;
 };
 
@@ -98,21 +95,13 @@ void lb_rebuild_free(struct lb_rebuild *r)
         job_remove(r, r->count - 1);
     free(r->jobs);
     lb_cluster_free(r->cluster);
-    free(r->sweep.done);
+    lb_sweep_free(&r->sweep.scan);
     free(r);
 }
 
 void lb_rebuild_sweep(struct lb_rebuild *r)
 {
     r->sweep.on = 1;
-}
-
-static int swept(const struct sweep *w, const char *owner)
-{
-    for (size_t i = 0; i < w->ndone; i++)
-        if (strcmp(w->done[i], owner) == 0)
-            return 1;
-    return 0;
 }
 
 /* Whether the board of a ~decay hash the sweep found has work: a rebuild
@@ -138,66 +127,35 @@ static int sweep_finds(struct lb_rebuild *r, const redisReply *key, struct lb_st
     return finds;
 }
 
-/* One page of the sweep. */
+static void sweep_each(void *ctx, const redisReply *key)
+{
+    struct lb_rebuild *r = ctx;
+    struct lb_key_parts parts;
+    if (lb_key_parse(r->o.key_prefix, key->str, key->len, &parts) == 0 &&
+        sweep_finds(r, key, parts.board))
+        lb_rebuild_note(r, parts.board);
+}
+
+/* One page of the sweep: 50 keys, each found costs an HMGET. */
 static void sweep_step(struct lb_rebuild *r, int64_t now_ms)
 {
-    struct sweep *w = &r->sweep;
-    if (!w->running) {
-        w->running = 1;
-        w->slot = 0;
-        w->ndone = 0;
-        snprintf(w->cursor, sizeof(w->cursor), "0");
-    }
     char pattern[256];
     snprintf(pattern, sizeof(pattern), "%s{*}:%s", r->o.key_prefix, LB_DECAY_STATE_KEY);
-    /* a page of 50 keys: each found costs an HMGET, within one step */
-    const char *argv[] = {"SCAN", w->cursor, "MATCH", pattern, "COUNT", "50", "TYPE", "hash"};
-    size_t argvlen[8];
-    for (size_t i = 0; i < 8; i++)
-        argvlen[i] = strlen(argv[i]);
-    redisReply *reply = lb_cluster_command(r->cluster, (uint16_t)w->slot, 8, argv, argvlen);
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-        reply->element[0]->type != REDIS_REPLY_STRING ||
-        reply->element[1]->type != REDIS_REPLY_ARRAY) {
+    redisReply *failed;
+    int done =
+        lb_sweep_page(&r->sweep.scan, r->cluster, pattern, "hash", 50, sweep_each, r, &failed);
+    if (done < 0) {
         r->stats.failures++;
         lb_log_every(&r->failed_said, 10000, LB_LOG_WARN, "decay",
                      "looking for unfinished rebuilds: %s; trying again in 10 s",
-                     !reply                             ? lb_cluster_error(r->cluster)
-                     : reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                        : "unexpected answer to SCAN");
-        if (reply)
-            freeReplyObject(reply);
-        w->running = 0;
-        w->next_ms = now_ms + 10000;
-        return;
-    }
-    for (size_t i = 0; i < reply->element[1]->elements; i++) {
-        const redisReply *key = reply->element[1]->element[i];
-        struct lb_key_parts parts;
-        if (key->type == REDIS_REPLY_STRING &&
-            lb_key_parse(r->o.key_prefix, key->str, key->len, &parts) == 0 &&
-            sweep_finds(r, key, parts.board))
-            lb_rebuild_note(r, parts.board);
-    }
-    snprintf(w->cursor, sizeof(w->cursor), "%s", reply->element[0]->str);
-    freeReplyObject(reply);
-    if (strcmp(w->cursor, "0") != 0)
-        return;
-    /* this master is done: on to the next slot served by one not swept */
-    const char *owner = lb_cluster_slot_owner(r->cluster, (uint16_t)w->slot);
-    if (owner) {
-        char(*done)[64] = realloc(w->done, (w->ndone + 1) * sizeof(*done));
-        if (done) {
-            w->done = done;
-            snprintf(w->done[w->ndone++], sizeof(done[0]), "%s", owner);
-        }
-    }
-    while (++w->slot < LB_SLOTS && (owner = lb_cluster_slot_owner(r->cluster, (uint16_t)w->slot)) &&
-           swept(w, owner))
-        ;
-    if (w->slot >= LB_SLOTS) {
-        w->running = 0;
-        w->next_ms = now_ms + LB_REBUILD_SWEEP_MS;
+                     !failed                             ? lb_cluster_error(r->cluster)
+                     : failed->type == REDIS_REPLY_ERROR ? failed->str
+                                                         : "unexpected answer to SCAN");
+        if (failed)
+            freeReplyObject(failed);
+        r->sweep.next_ms = now_ms + 10000;
+    } else if (done) {
+        r->sweep.next_ms = now_ms + LB_REBUILD_SWEEP_MS;
     }
 }
 
@@ -600,7 +558,7 @@ size_t lb_rebuild_step(struct lb_rebuild *r, int64_t now_ms)
             job_remove(r, i);
         return r->count;
     }
-    if (r->sweep.on && (r->sweep.running || now_ms >= r->sweep.next_ms)) {
+    if (r->sweep.on && (r->sweep.scan.running || now_ms >= r->sweep.next_ms)) {
         r->last_step_ms = now_ms;
         sweep_step(r, now_ms);
     }
@@ -609,7 +567,7 @@ size_t lb_rebuild_step(struct lb_rebuild *r, int64_t now_ms)
 
 int lb_rebuild_busy(const struct lb_rebuild *r, int64_t now_ms)
 {
-    return r->count || (r->sweep.on && (r->sweep.running || now_ms >= r->sweep.next_ms));
+    return r->count || (r->sweep.on && (r->sweep.scan.running || now_ms >= r->sweep.next_ms));
 }
 
 size_t lb_rebuild_drain(struct lb_rebuild *r, int64_t deadline_ms)

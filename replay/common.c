@@ -388,7 +388,7 @@ static void restore_window(void *ctx, const char *window)
     int fetched =
         lb_published_fetch(r->published, rs->board, window, &pub, 30000, err, sizeof(err));
     int rc = fetched == 0
-                 ? lb_published_restore(r->final_cluster, r->config->key_prefix, profile, rs->board,
+                 ? lb_published_restore(r->lease_cluster, r->config->key_prefix, profile, rs->board,
                                         window, &pub, r->config->results_keep, err, sizeof(err))
              : fetched == 1 ? 0 /* not published after all */
                             : -1;

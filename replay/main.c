@@ -383,8 +383,9 @@ int main(int argc, char **argv)
         goto out;
     }
     /* The lease has its own connections: it is renewed while a batch is in
-     * Redis, and a cluster client serves one call at a time. */
-    copts.script = copts.script_sha = NULL;
+     * Redis, and a cluster client serves one call at a time. They also put
+     * back closed windows (the apply script's restore step: loaded where a
+     * node that came back empty answers NOSCRIPT) and read ~final. */
     if (!r.o.dry_run && !(r.lease_cluster = lb_cluster_new(&copts))) {
         fprintf(stderr, "replay: out of memory\n");
         status = EXIT_BROKEN;
@@ -437,13 +438,6 @@ int main(int argc, char **argv)
                 "replay: %s; without it a lost board's closed windows would be rebuilt open "
                 "(final standings: README). Try again once the topic can be read.\n",
                 err);
-        status = EXIT_BROKEN;
-        goto out;
-    }
-    /* restores run the apply script: on a node that came back empty, this
-     * client loads it (NOSCRIPT) */
-    if (r.published && !(r.final_cluster = lb_cluster_new(&r.engine->cluster_options))) {
-        fprintf(stderr, "replay: out of memory\n");
         status = EXIT_BROKEN;
         goto out;
     }
@@ -534,7 +528,6 @@ out:
     free(r.plan.parts);
     replay_closed_free(&r);
     lb_published_free(r.published);
-    lb_cluster_free(r.final_cluster);
     lb_cluster_free(r.lease_cluster);
     lb_tops_free(r.sel.tops);
     lb_engine_close(r.engine);

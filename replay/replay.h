@@ -120,10 +120,9 @@ struct replay {
     int tty;
     struct closed_board *closed; /* boards' closed windows, read as met (common.c) */
     size_t nclosed;
-    struct lb_published *published;   /* the results topic (NULL: no results, or --verify) */
-    struct lb_cluster *final_cluster; /* restores through the apply script */
-    size_t restored;                  /* closed windows put back from it */
-    int restore_failed;               /* one could not be: the run fails */
+    struct lb_published *published; /* the results topic (NULL: no results, or --verify) */
+    size_t restored;                /* closed windows put back from it */
+    int restore_failed;             /* one could not be: the run fails */
 };
 
 /* What --verify found, for its report and exit code. */

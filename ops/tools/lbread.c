@@ -584,9 +584,8 @@ static void usage(FILE *out)
 static int show_final(const struct view *v, const char *window, long top)
 {
     struct lb_str id = {v->board, (uint32_t)strlen(v->board)};
-    char key[1024], state[1024], rest[300], f[3][300];
-    snprintf(rest, sizeof(rest), "%s:%s", LB_FINAL_PREFIX, window);
-    lb_board_key(v->prefix, id, rest, key, sizeof(key));
+    char key[1024], state[1024], f[3][300];
+    lb_final_key(v->prefix, id, window, key, sizeof(key));
     lb_board_key(v->prefix, id, LB_FINAL_KEY, state, sizeof(state));
     for (int i = 0; i < 3; i++)
         snprintf(f[i], sizeof(f[i]), "%c:%s", "scn"[i], window);
