@@ -121,7 +121,7 @@ void gen_event(const struct generator *gen, uint64_t index, struct gen_event *ev
     }
     uint32_t board = (uint32_t)(splitmix64(&state) % o->boards);
     uint32_t player = zipf_draw(gen->cdf, o->players, uniform01(&state));
-    int64_t span_ms = (int64_t)o->days * 86400000;
+    int64_t span_ms = o->hours ? (int64_t)o->hours * 3600000 : (int64_t)o->days * 86400000;
 
     snprintf(ev->event_id, sizeof(ev->event_id), "e%llu-%llu", (unsigned long long)o->seed,
              (unsigned long long)index);

@@ -26,6 +26,7 @@ struct gen_options {
     int64_t score_max;
     int64_t start_ms;
     int days;
+    int hours;                /* if set, the span in hours instead of days */
     int ts_now;               /* event time = the wall clock when generated (not deterministic) */
     const char *board_prefix; /* or several, comma-separated, taken in turn */
     const char *dim_name;     /* optional: add dims {name: value} */

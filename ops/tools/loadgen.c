@@ -372,6 +372,7 @@ static void usage(FILE *out)
                  "      --start TIME        first event time, RFC 3339 (default: DAYS days\n"
                  "                          before now, so every event time is in the past)\n"
                  "      --days N            event times spread over N days (default 1)\n"
+                 "      --hours N           event times spread over N hours (instead of days)\n"
                  "      --ts-now            event time = the wall clock when produced (for\n"
                  "                          freshness measurements; not deterministic)\n"
                  "  -r, --rate N            events per second (default: as fast as possible)\n"
@@ -443,6 +444,7 @@ int main(int argc, char **argv)
         O_SCORE_MAX,
         O_START,
         O_DAYS,
+        O_HOURS,
         O_BARE,
         O_SCHEMA_ID,
         O_EVENTS_OUT,
@@ -476,6 +478,7 @@ int main(int argc, char **argv)
         {"score-max", required_argument, NULL, O_SCORE_MAX},
         {"start", required_argument, NULL, O_START},
         {"days", required_argument, NULL, O_DAYS},
+        {"hours", required_argument, NULL, O_HOURS},
         {"bare", no_argument, NULL, O_BARE},
         {"schema-id", required_argument, NULL, O_SCHEMA_ID},
         {"events-out", required_argument, NULL, O_EVENTS_OUT},
@@ -565,6 +568,10 @@ int main(int argc, char **argv)
         case O_DAYS:
             NUMBER(v, 1, 3650);
             o.gen.days = (int)v;
+            break;
+        case O_HOURS:
+            NUMBER(v, 1, 87600);
+            o.gen.hours = (int)v;
             break;
         case O_SCHEMA_ID:
             NUMBER(v, 0, 2147483647.0);
@@ -680,10 +687,13 @@ int main(int argc, char **argv)
         return 1;
     }
     o.gen.evolve = o.evolve;
-    /* the last DAYS days, up to the second before now: events are drawn from
-     * [start, start + DAYS days), so none is in the future */
+    /* the last DAYS days (or HOURS hours), up to the second before now:
+     * events are drawn from [start, start + the span), so none is in the
+     * future */
     if (o.gen.start_ms < 0)
-        o.gen.start_ms = ((int64_t)time(NULL) - (int64_t)o.gen.days * 86400) * 1000;
+        o.gen.start_ms = ((int64_t)time(NULL) - (o.gen.hours ? (int64_t)o.gen.hours * 3600
+                                                             : (int64_t)o.gen.days * 86400)) *
+                         1000;
     struct generator *gen = gen_new(&o.gen);
     if (!gen) {
         fprintf(stderr, "loadgen: out of memory\n");

@@ -17,6 +17,9 @@
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# the events' three days run Sunday to Tuesday, so that a week ends inside
+# them: they start on the last Sunday at least three days back
+START=$(date -u -d "$((3 + $(date -u -d '3 days ago' +%u) % 7)) days ago" +%Y-%m-%dT00:00:00Z)
 start_services
 export GROUP=lb-results DLQ_TOPIC=scores-dlq # late events are dead-lettered too
 for t in scores-results scores-dlq; do
@@ -36,7 +39,7 @@ results: {topic: scores-results, schema_id: 1, idle: 10m}"
 write_config "$T_DIR/projector.yaml" "$profiles
 $METRICS_YAML"
 write_config "$T_DIR/projector-b.yaml" "$profiles" # the second pod: no metrics port
-gen=(--boards 3 --board-prefix res- --players 300 --score-max 500 --start "$START" --days 3)
+gen=(--boards 3 --board-prefix res- --players 300 --score-max 500)
 oracle=(--windows "alltime,daily:30d,weekly:60d" --resolution-ms 1000 --profile res-=best/desc/earliest
     --results "res-=daily/20/3600000,weekly/0/3600000" --idle-ms 600000)
 
@@ -85,8 +88,18 @@ dump_results() {
         >"$T_DIR/results.dump" 2>>"$T_DIR/lbadmin.log" || fail "cannot read scores-results"
 }
 
-# 1. three days of events, two pods; the days the watermark passed close
-produce -n 6000 --seed 501 "${gen[@]}"
+at() { date -u -d "$START + $1" "${2:-+%Y-%m-%dT%H:%M:%SZ}"; } # OFFSET [FORMAT]
+# 1. three days of events, two pods; the days and the week the watermark
+#    passed close. Around each boundary (Monday 00:00 ends Sunday and its
+#    week, Tuesday 00:00 ends Monday) events of the hour before come late,
+#    after the first hour past it, inside the grace (1 h): the window has
+#    not closed, so they count there
+produce -n 1900 --seed 541 "${gen[@]}" --start "$START" --days 1
+for d in 1 2; do
+    produce -n 100 --seed "$((540 + 3 * d))" "${gen[@]}" --start "$(at "$d days")" --hours 1
+    produce -n 100 --seed "$((541 + 3 * d))" "${gen[@]}" --start "$(at "$d days - 1 hour")" --hours 1
+    produce -n 1800 --seed "$((542 + 3 * d))" "${gen[@]}" --start "$(at "$d days + 1 hour")" --hours 23
+done
 start_projector a "$T_DIR/projector.yaml"
 pod_a=$PROJECTOR_PID
 start_projector b "$T_DIR/projector-b.yaml"
@@ -96,7 +109,8 @@ verify "${oracle[@]}"
 until=$(close_watermark)
 [[ -n $until ]] || fail "no commit carries a watermark"
 mapfile -t days < <(closed_windows "$until")
-[[ ${days[0]} == daily:* ]] || fail "no daily window has closed by $until"
+[[ ${days[*]} == "$(at "0 days" +daily:%Y-%m-%d) $(at "1 day" +daily:%Y-%m-%d) $(at "0 days" +weekly:%G-W%V)" ]] ||
+    fail "not Sunday, Monday and Sunday's week closed by $until: ${days[*]}"
 all_published() {
     local b w
     for b in res-0 res-1 res-2; do
@@ -148,11 +162,13 @@ grep -q "final standings of board 'res-1' window ${days[0]}: closed at .*, publi
 verify "${oracle[@]}"
 grep -q "^verify_state: $((3 * ${#days[@]})) closed windows checked" "$T_DIR/verify.out" ||
     fail "the oracle did not check $((3 * ${#days[@]})) closed windows: $(head -n 1 "$T_DIR/verify.out")"
+# (no window closed before the late events inside its grace: step 2 counts
+# every window_closed record in the dead-letter topic)
+grep -q "closed windows checked (final standings), 0 late writes left out" "$T_DIR/verify.out" ||
+    fail "events inside the grace were left out of a closed window: $(head -n 1 "$T_DIR/verify.out")"
 same_as_oracle res-1 "${days[0]}"
-for w in "${days[@]}"; do
-    [[ $w == weekly:* ]] && same_as_oracle res-2 "$w"
-done
-ok "${days[*]} closed on 3 boards: frozen (no expiry), published once each, as the oracle ranks them"
+same_as_oracle res-2 "${days[2]}"
+ok "${days[*]} closed on 3 boards, events inside the grace in them: frozen (no expiry), published once each, as the oracle ranks them"
 
 # 2. late events into the closed days: not written there, counted; they
 #    still count for alltime (pod a alone, so that its metrics count all)
@@ -351,25 +367,13 @@ ok "a master restarted empty under a running pod: the pod put res-1's closed day
 #    others'), partition 3 never has an event: both count as the topic's
 #    highest watermark, and the first two days close. Without that rule the
 #    lowest watermark (partition 2's, inside the first day) closes nothing.
+#    The pod starts before its results topic exists: it says so and closes
+#    nothing until the topic is created.
 "$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle --partitions 4 \
     >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create the idle topic"
-# its results go to a topic that takes records of 9000 bytes at most: a
-# top of 100 cannot fit one and stops the start (file:line); top 20 fits;
-# a week's "all" comes in numbered parts
-"$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle-results \
-    --partitions 1 --config max.message.bytes=9000 >>"$T_DIR/lbadmin.log" 2>&1 ||
-    fail "cannot create the idle-results topic"
 export GROUP=lb-idle RESULTS_TOPIC=idle-results
 write_config "$T_DIR/idle.yaml" "${profiles/scores-results/idle-results}" "  key_prefix: \"idle:\""
 sed -i 's/topics: \[scores\]/topics: [idle]/' "$T_DIR/idle.yaml"
-sed 's/top: 20,/top: 100,/' "$T_DIR/idle.yaml" >"$T_DIR/too-big.yaml"
-status=0
-timeout 60 "$BIN/projector" --config "$T_DIR/too-big.yaml" >"$T_DIR/too-big.log" 2>&1 || status=$?
-line=$(grep -n 'top: 100,' "$T_DIR/too-big.yaml" | cut -d: -f1)
-refused="too-big.yaml:$line: results.top 100: one record of it can take [0-9]* bytes, more than topic idle-results takes (max.message.bytes 9000"
-{ ((status == 3)) && grep -q "$refused" "$T_DIR/too-big.log"; } ||
-    fail "a top too large for its topic's records did not stop the start with file:line (exit $status): $(grep -m 1 'level=error' "$T_DIR/too-big.log")"
-ok "a top of 100 that cannot fit a record of idle-results stopped the start: $(grep -o 'too-big.yaml:[0-9]*: results.top 100: one record of it can take [0-9]* bytes' "$T_DIR/too-big.log")"
 mv "$T_DIR/events.tsv" "$T_DIR/events-scores.tsv" # verified above; the oracle reads idle's alone
 mv "$T_DIR/delivered.tsv" "$T_DIR/delivered-scores.tsv"
 idle_gen=(-t idle --boards 2 --board-prefix res-i --players 100 --score-max 500)
@@ -384,6 +388,20 @@ start_projector idle "$T_DIR/idle.yaml"
 "$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle --group lb-idle \
     --timeout 120 >>"$T_DIR/lbadmin.log" 2>&1 || fail "group lb-idle did not catch up"
 idle_days=("$(date -u -d "$START" +daily:%Y-%m-%d)" "$(date -u -d "$START + 1 day" +daily:%Y-%m-%d)")
+missing="results topic idle-results does not exist: create it (lbadmin create-topic, with cleanup.policy=compact); no window closes until it is"
+lb_wait_for 30 grep -qF "$missing" "$T_DIR/idle.log" ||
+    fail "the pod did not say that its results topic is missing: $(grep -m 2 'results' "$T_DIR/idle.log")"
+sleep 4 # two closer checks (2 s) at least, caught up: the days would have closed by now
+for b in res-i0 res-i1; do
+    [[ -z $(redis_cli "$(live_ports | first)" -c HKEYS "idle:{$b}:~final") ]] ||
+        fail "$b closed windows without a results topic: $(redis_cli "$(live_ports | first)" -c HGETALL "idle:{$b}:~final" | head -n 4 | tr '\n' ' ')"
+done
+ok "the pod started without its results topic: it said so ($missing) and closed nothing"
+# its results go to a topic that takes records of 9000 bytes at most; a
+# week's "all" comes in numbered parts
+"$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle-results \
+    --partitions 1 --config max.message.bytes=9000 >>"$T_DIR/lbadmin.log" 2>&1 ||
+    fail "cannot create the idle-results topic"
 idle_published() {
     local b w
     for b in res-i0 res-i1; do
@@ -410,3 +428,13 @@ parts=$(sed -n 's/.* parts \([0-9]*\) .*/\1/p' "$T_DIR/published.out")
 ((parts >= 2)) || fail "res-i0 $week (all, records of at most 9000 bytes) came in ${parts:-no} part(s)"
 ok "res-i0 $week, all of it, in $parts parts of records that fit idle-results, ranked across them as the oracle ranks them"
 stop_projector "$PROJECTOR_PID"
+# a top of 100 cannot fit one record of idle-results: it stops the start
+# (file:line); top 20 fits
+sed 's/top: 20,/top: 100,/' "$T_DIR/idle.yaml" >"$T_DIR/too-big.yaml"
+status=0
+timeout 60 "$BIN/projector" --config "$T_DIR/too-big.yaml" >"$T_DIR/too-big.log" 2>&1 || status=$?
+line=$(grep -n 'top: 100,' "$T_DIR/too-big.yaml" | cut -d: -f1)
+refused="too-big.yaml:$line: results.top 100: one record of it can take [0-9]* bytes, more than topic idle-results takes (max.message.bytes 9000"
+{ ((status == 3)) && grep -q "$refused" "$T_DIR/too-big.log"; } ||
+    fail "a top too large for its topic's records did not stop the start with file:line (exit $status): $(grep -m 1 'level=error' "$T_DIR/too-big.log")"
+ok "a top of 100 that cannot fit a record of idle-results stopped the start: $(grep -o 'too-big.yaml:[0-9]*: results.top 100: one record of it can take [0-9]* bytes' "$T_DIR/too-big.log")"
