@@ -152,6 +152,10 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
 #define LB_OPEN_KEY     "~open"
 #define LB_FINAL_KEY    "~final"
 #define LB_FINAL_PREFIX "final"
+/* "<prefix>~reopened" (beside the keyspace, no hash tag): a hash whose
+ * "at" replay --republish changes once it reopened windows; the closers
+ * read it at each check and look for them at once. */
+#define LB_REOPENED_KEY "~reopened"
 /* "<prefix>{<board>}:final:<window>" */
 size_t lb_final_key(const char *prefix, struct lb_str board, const char *window, char *out,
                     size_t cap);

@@ -138,13 +138,15 @@ end
 -- A closed window's final standings, one step (closer.c drives it).
 -- KEYS: [1] the board's markers (hash), [2] its markers written without a
 --       script (sorted set), [3] ~open, [4] ~final (per window: s:<w>
---       claimed|published, c: closed at, n: players, o: each partition's
---       close offset, h: and u: the publisher's lease, r:<w>:<part> the
---       record's bytes), [5] the window key, [6] the final key.
--- ARGV: [2] C, [3] claim|keep|done|restore, [4] holder, [5] lease in ms, [6] the
---       window ("weekly:2026-W48"); claim: [7] top (0: all), [8] d|a, [9]
---       closed at (ms); keep: [7] part, [8] its bytes (the first kept
---       stay: the answer is them); done: [7] 1 keep the final key, 0 not.
+--       claimed|published, or reopening|reopened (replay --republish), c:
+--       closed at, n: players, o: each partition's close offset, h: and u:
+--       the publisher's lease, r:<w>:<part> the record's bytes), [5] the
+--       window key, [6] the final key.
+-- ARGV: [2] C, [3] claim|keep|done|restore|reopen|reopened, [4] holder, [5]
+--       lease in ms, [6] the window ("weekly:2026-W48"); claim: [7] top (0:
+--       all), [8] d|a, [9] closed at (ms); keep: [7] part, [8] its bytes
+--       (the first kept stay: the answer is them); done: [7] 1 keep the
+--       final key, 0 not.
 if ARGV[2] == 'C' then
   local w = ARGV[6]
   local st = redis.pcall('HMGET', KEYS[4], 's:' .. w, 'h:' .. w, 'u:' .. w)
@@ -168,6 +170,22 @@ if ARGV[2] == 'C' then
     redis.call('HDEL', KEYS[3], w)
     return {'restored'}
   end
+  -- reopen (replay --republish): a published window is written again (the
+  -- F section takes only claimed and published ones as closed) and nobody
+  -- claims it while replay rebuilds it whole; reopened, once replay swapped
+  -- it in: listed in ~open as due at once, the next claim freezes it afresh
+  if ARGV[3] == 'reopen' then
+    if st[1] == 'claimed' then return {'claimed', st[2] or ''} end
+    if not st[1] then return {'open'} end
+    redis.call('HSET', KEYS[4], 's:' .. w, 'reopening')
+    return {'ok'}
+  end
+  if ARGV[3] == 'reopened' then
+    if st[1] ~= 'reopening' then return {'stale', st[1] or ''} end
+    redis.call('HSET', KEYS[3], w, redis.call('HGET', KEYS[4], 'c:' .. w) or '0')
+    redis.call('HSET', KEYS[4], 's:' .. w, 'reopened')
+    return {'ok'}
+  end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   if ARGV[3] == 'claim' then
@@ -175,8 +193,9 @@ if ARGV[2] == 'C' then
       redis.call('HDEL', KEYS[3], w)
       return {'published'}
     end
+    if st[1] == 'reopening' then return {'reopening'} end
     if st[2] and st[2] ~= ARGV[4] and tonumber(st[3]) > now then return {'busy', st[2]} end
-    if not st[1] then
+    if not st[1] or st[1] == 'reopened' then
       -- the standings, frozen with each partition's close offset: the
       -- first offset whose events come too late (the board's markers + 1)
       for _, k in ipairs({5, 6}) do
@@ -432,9 +451,10 @@ end
 -- final standings (README "Final standings"): "F", a count, then per window
 -- key that closes its index among the window keys and the instant it
 -- closes (event time, ms). An open one is listed in ~open (window -> that
--- instant) for the closer; a closed one (~final holds s:<window>) is
--- written no more: every event here comes after its close offsets (they
--- are the markers when it closed), so its entries are late, and named
+-- instant) for the closer; a closed one (~final's s:<window> is claimed or
+-- published) is written no more: every event here comes after its close
+-- offsets (they are the markers when it closed), so its entries are late,
+-- and named
 local opening, late = {}, {}
 if F and ARGV[pos] == 'F' then
   local fields, names = {}, {}
@@ -451,7 +471,7 @@ if F and ARGV[pos] == 'F' then
     if t ~= 'none' and t ~= 'hash' then return {'wrongtype', KEYS[F]} end
     for i = 1, #fields do
       local key = keys[tonumber(ARGV[pos + 2 * i])]
-      if closed[i] then
+      if closed[i] == 'claimed' or closed[i] == 'published' then
         if key.busy then late[#late + 1] = names[i] end
         key.busy = false
       elseif key.busy then

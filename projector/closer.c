@@ -59,10 +59,12 @@ struct lb_closer {
     int64_t next_check, next_sweep;
     struct lb_sweep scan; /* a sweep runs a page per step: first ~open keys, then ~final */
     int scan_final;
+    char reopened[200]; /* LB_REOPENED_KEY's "at" as last read */
+    int reopened_read;
     int busy;    /* a claim found another publisher's lease: look again at the next check */
     int recheck; /* windows due waited for the results topic: read ~open again next check */
     struct lb_closer_stats stats;
-    struct lb_ratelimit said;
+    struct lb_ratelimit said, reopening_said;
 };
 
 static void *watch(void *arg);
@@ -524,6 +526,13 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
             freeReplyObject(frozen);
     } else if (is_word(reply, 0, "busy")) {
         c->busy = 1;
+    } else if (is_word(reply, 0, "reopening")) {
+        /* replay --republish rebuilds it: reopened once done (a sweep
+         * finds it then) */
+        lb_log_every(&c->reopening_said, 60000, LB_LOG_INFO, "results",
+                     "board '%s' window '%s' is being reopened by replay --republish: it "
+                     "closes again once replay has rebuilt it",
+                     pub->board, pub->window);
     } else if (!is_word(reply, 0, "published")) {
         c->stats.failures++;
         lb_log_every(&c->said, 10000, LB_LOG_ERROR, "results",
@@ -726,6 +735,31 @@ static int sweep_page(struct lb_closer *c, int64_t now_ms)
     return 1;
 }
 
+/* Whether replay --republish reopened windows since the last check (it
+ * changes LB_REOPENED_KEY's "at"): they are due at once, and a sweep finds
+ * them on boards this pod does not know. */
+static int reopened(struct lb_closer *c)
+{
+    char key[KEY_MAX];
+    int klen = snprintf(key, sizeof(key), "%s%s", c->o.key_prefix, LB_REOPENED_KEY);
+    const char *argv[] = {"HGET", key, "at"};
+    size_t argvlen[] = {4, (size_t)klen, 2};
+    redisReply *r =
+        lb_cluster_command(c->cluster, lb_key_slot(key, (size_t)klen), 3, argv, argvlen);
+    if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        call_failed(c, "looking for windows replay reopened (HGET)", r);
+        if (r)
+            freeReplyObject(r);
+        return 0;
+    }
+    const char *at = r->type == REDIS_REPLY_STRING ? r->str : "";
+    int changed = c->reopened_read && strncmp(c->reopened, at, sizeof(c->reopened) - 1) != 0;
+    snprintf(c->reopened, sizeof(c->reopened), "%s", at);
+    c->reopened_read = 1;
+    freeReplyObject(r);
+    return changed;
+}
+
 void lb_closer_step(struct lb_closer *c, int64_t now_ms)
 {
     rd_kafka_poll(c->producer, 0);
@@ -753,6 +787,8 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     if (now_ms < c->next_check && !swept)
         return;
     c->next_check = now_ms + LB_CLOSER_CHECK_MS;
+    if (reopened(c) && !c->scan.running && !c->scan_final)
+        c->next_sweep = now_ms; /* the sweep starts at the next step */
     c->busy = c->recheck = 0;
     pthread_mutex_lock(&c->lock);
     int64_t watermark = c->read_watermark;

@@ -333,7 +333,8 @@ int replay_exec_retrying(struct replay *r, const char *what, struct lb_request *
  * ~final: "o:<window>" -> "topic:partition=offset,...". */
 struct closed_board {
     char *board;
-    redisReply *fields; /* HGETALL, or NULL: none */
+    redisReply *fields;      /* HGETALL, or NULL: none */
+    struct strings reopened; /* --republish: its windows this run reopened, not yet marked */
 };
 
 static redisReply *read_final(struct replay *r, struct lb_str board)
@@ -405,6 +406,162 @@ static void restore_window(void *ctx, const char *window)
     rs->any |= fetched == 0;
 }
 
+/* The answer's first word, or NULL. */
+static const char *answer_word(const redisReply *reply)
+{
+    return reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+                   reply->element[0]->type == REDIS_REPLY_STRING
+               ? reply->element[0]->str
+               : NULL;
+}
+
+/* One step of a window's final standings (the apply script's C steps). */
+static redisReply *final_step(struct replay *r, const char *board, const char *window,
+                              const char *step)
+{
+    return lb_final_step(r->lease_cluster, r->config->key_prefix, board, window, step,
+                         r->lease.owner, 0, NULL, NULL, 0);
+}
+
+static void say_step_failed(struct replay *r, const char *board, const char *window,
+                            const char *step, const redisReply *reply)
+{
+    const char *word = answer_word(reply);
+    if (word && strcmp(word, "claimed") == 0)
+        fprintf(stderr,
+                "replay: board '%s' window '%s' is being published now (claimed by %s): run "
+                "replay --republish again once it is published (a minute at most)\n",
+                board, window,
+                reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING
+                    ? reply->element[1]->str
+                    : "a pod");
+    else
+        fprintf(stderr, "replay: board '%s' window '%s': %s: %s%s%s\n", board, window, step,
+                !reply                             ? lb_cluster_error(r->lease_cluster)
+                : reply->type == REDIS_REPLY_ERROR ? reply->str
+                : word                             ? "the script answered "
+                                                   : "unexpected answer",
+                word ? word : "",
+                word && reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING
+                    ? reply->element[1]->str
+                    : "");
+}
+
+/* Whether the live key of 'window' ("daily:2026-05-04") of 'board' has
+ * expired (its ttl after the window's end passed): a window rebuilt then
+ * would stay empty, and its final standings must stand. */
+static int window_expired(const struct replay *r, const char *board, const char *window)
+{
+    const struct lb_profile *profile = lb_config_profile_for(r->config, board, strlen(board));
+    const char *colon = strchr(window, ':');
+    char kind[16];
+    if (!profile || !colon || (size_t)(colon - window) >= sizeof(kind))
+        return 0;
+    snprintf(kind, sizeof(kind), "%.*s", (int)(colon - window), window);
+    int k = lb_window_kind_parse(kind);
+    int64_t id;
+    if (k < 0 || lb_window_label_parse((enum lb_window_kind)k, colon + 1, &id) != 0)
+        return 0;
+    struct lb_window_span span;
+    lb_window_span_of((enum lb_window_kind)k, id, &span);
+    for (size_t i = 0; i < profile->nwindows; i++)
+        if ((int)profile->windows[i].kind == k && profile->windows[i].ttl_ms &&
+            span.end_ms <= lb_wall_ms() - profile->windows[i].ttl_ms)
+            return 1;
+    return 0;
+}
+
+/* --republish: the board's closed windows in the selection are reopened
+ * before its events are read (the apply script's reopen step): nobody
+ * closes them while replay rebuilds them from every event, and the pods
+ * write them again meanwhile. 1 when one was. */
+static int reopen(struct replay *r, struct closed_board *cb)
+{
+    int any = 0;
+    for (size_t i = 0; cb->fields && i + 1 < cb->fields->elements; i += 2) {
+        const char *f = cb->fields->element[i]->str;
+        int selected = !r->sel.windows.count;
+        for (size_t k = 0; k < r->sel.windows.count && !selected; k++)
+            selected = strncmp(f, "s:", 2) == 0 && strcmp(r->sel.windows.items[k], f + 2) == 0;
+        if (strncmp(f, "s:", 2) != 0 || !selected)
+            continue;
+        if (window_expired(r, cb->board, f + 2)) {
+            fprintf(stderr,
+                    "replay: board '%s' window '%s' not reopened: its live key expired (ttl), "
+                    "so its final standings stand as published\n",
+                    cb->board, f + 2);
+            continue;
+        }
+        redisReply *reply = final_step(r, cb->board, f + 2, "reopen");
+        const char *word = answer_word(reply);
+        if (word && strcmp(word, "ok") == 0) {
+            replay_strings_add(&cb->reopened, f + 2, strlen(f + 2));
+            r->reopened++;
+            any = 1;
+        } else if (!word || strcmp(word, "open") != 0) {
+            say_step_failed(r, cb->board, f + 2, "reopen", reply);
+            r->reopen_failed = 1;
+        }
+        if (reply)
+            freeReplyObject(reply);
+    }
+    return any;
+}
+
+int replay_mark_reopened(struct replay *r, const char *board)
+{
+    int rc = 0;
+    for (size_t i = 0; i < r->nclosed; i++) {
+        struct closed_board *cb = &r->closed[i];
+        if (strcmp(cb->board, board) != 0)
+            continue;
+        for (size_t k = 0; k < cb->reopened.count; k++) {
+            redisReply *reply = final_step(r, board, cb->reopened.items[k], "reopened");
+            const char *word = answer_word(reply);
+            if (word && strcmp(word, "ok") == 0) {
+                r->republished++;
+            } else {
+                say_step_failed(r, board, cb->reopened.items[k], "reopened", reply);
+                rc = -1;
+            }
+            if (reply)
+                freeReplyObject(reply);
+        }
+        if (rc == 0)
+            replay_strings_free(&cb->reopened);
+    }
+    return rc;
+}
+
+void replay_announce_reopened(struct replay *r)
+{
+    char key[300], at[200];
+    int klen = snprintf(key, sizeof(key), "%s%s", r->config->key_prefix, LB_REOPENED_KEY);
+    const char *argv[] = {"HSET", key, "at", at};
+    size_t argvlen[] = {
+        4, (size_t)klen, 2,
+        (size_t)snprintf(at, sizeof(at), "%s %lld", r->lease.owner, (long long)lb_wall_ms())};
+    redisReply *reply =
+        lb_cluster_command(r->lease_cluster, lb_key_slot(key, (size_t)klen), 4, argv, argvlen);
+    if (!reply || reply->type == REDIS_REPLY_ERROR)
+        fprintf(stderr,
+                "replay: could not tell the pods (%s %s): they find the reopened windows at "
+                "their next sweep (a minute at most)\n",
+                key, !reply ? lb_cluster_error(r->lease_cluster) : reply->str);
+    if (reply)
+        freeReplyObject(reply);
+}
+
+void replay_report_reopening(const struct replay *r)
+{
+    for (size_t i = 0; i < r->nclosed; i++)
+        for (size_t k = 0; k < r->closed[i].reopened.count; k++)
+            fprintf(stderr,
+                    "replay: board '%s' window '%s' is left reopening: no pod closes it until "
+                    "a replay --republish of it completes\n",
+                    r->closed[i].board, r->closed[i].reopened.items[k]);
+}
+
 static const redisReply *closed_fields(struct replay *r, struct lb_str board)
 {
     for (size_t i = 0; i < r->nclosed; i++)
@@ -416,7 +573,7 @@ static const redisReply *closed_fields(struct replay *r, struct lb_str board)
         return NULL;
     r->closed = more;
     struct closed_board *cb = &r->closed[r->nclosed];
-    *cb = (struct closed_board){strndup(board.ptr, board.len), NULL};
+    *cb = (struct closed_board){strndup(board.ptr, board.len), NULL, {0}};
     if (!cb->board)
         return NULL;
     r->nclosed++;
@@ -430,6 +587,10 @@ static const redisReply *closed_fields(struct replay *r, struct lb_str board)
             cb->fields = read_final(r, board);
         }
     }
+    if (r->o.republish && reopen(r, cb)) { /* read again: they are open now */
+        freeReplyObject(cb->fields);
+        cb->fields = read_final(r, board);
+    }
     return cb->fields;
 }
 
@@ -440,30 +601,39 @@ int replay_closed_window(void *ctx, struct lb_str board, const struct lb_window_
     const redisReply *fields = closed_fields(r, board);
     if (!fields)
         return 0;
-    char name[LB_WINDOW_NAME_MAX], field[LB_WINDOW_NAME_MAX + 4], prefix[300];
+    char name[LB_WINDOW_NAME_MAX], field[LB_WINDOW_NAME_MAX + 4], state[LB_WINDOW_NAME_MAX + 4],
+        prefix[300];
     size_t n = lb_window_name(window, window_id, (struct lb_str){"", 0}, name, sizeof(name));
     snprintf(field, sizeof(field), "o:%.*s", (int)n, name);
+    snprintf(state, sizeof(state), "s:%.*s", (int)n, name);
     int plen = snprintf(prefix, sizeof(prefix), "%s:%d=", pos->topic, pos->partition);
+    const char *offsets = NULL;
+    int closed = 0; /* claimed or published; reopening and reopened ones are open */
     for (size_t i = 0; i + 1 < fields->elements; i += 2) {
-        if (strcmp(fields->element[i]->str, field) != 0)
-            continue;
-        /* closed: the events at or past its close offset of the partition
-         * came after; a partition it does not name had none before */
-        for (const char *p = fields->element[i + 1]->str; p && *p; p = strchr(p, ',')) {
-            if (*p == ',')
-                p++;
-            if (strncmp(p, prefix, (size_t)plen) == 0)
-                return pos->offset >= strtoll(p + plen, NULL, 10);
-        }
-        return 1;
+        const char *f = fields->element[i]->str, *v = fields->element[i + 1]->str;
+        if (strcmp(f, state) == 0)
+            closed = strcmp(v, "claimed") == 0 || strcmp(v, "published") == 0;
+        else if (strcmp(f, field) == 0)
+            offsets = v;
     }
-    return 0;
+    if (!closed || !offsets)
+        return 0;
+    /* closed: the events at or past its close offset of the partition came
+     * after; a partition it does not name had none before */
+    for (const char *p = offsets; p && *p; p = strchr(p, ',')) {
+        if (*p == ',')
+            p++;
+        if (strncmp(p, prefix, (size_t)plen) == 0)
+            return pos->offset >= strtoll(p + plen, NULL, 10);
+    }
+    return 1;
 }
 
 void replay_closed_free(struct replay *r)
 {
     for (size_t i = 0; i < r->nclosed; i++) {
         free(r->closed[i].board);
+        replay_strings_free(&r->closed[i].reopened);
         if (r->closed[i].fields)
             freeReplyObject(r->closed[i].fields);
     }

@@ -91,10 +91,9 @@ static int print_leftovers(struct replay *r)
         return -1;
     }
     if (old.found)
-        printf("  an earlier replay did not finish: %s, started %s, selection '%s'; it swapped "
+        printf("  an earlier replay did not finish: %s, selection '%s'; it swapped "
                "%zu board(s)%s%s%s\n",
-               old.owner, old.started, old.selection, old.swapped, old.swapped ? " (" : "",
-               old.examples,
+               old.owner, old.selection, old.swapped, old.swapped ? " (" : "", old.examples,
                old.swapped > 5 ? ", ...)"
                : old.swapped   ? ")"
                                : "");
@@ -164,6 +163,9 @@ static void usage(FILE *out)
             "  --verify             compare the selection with Redis instead of writing it\n"
             "  --max-rate N         read at most N events per second\n"
             "  --verbose            per-partition progress\n"
+            "  --republish          reopen the selection's closed windows (final\n"
+            "                       standings), rebuild them from every event, and have\n"
+            "                       the pods close and publish them again\n"
             "\n"
             "Exit status: 0 done (or --verify found no difference); 1 failure (Kafka or\n"
             "Redis, interrupted, another replay running); 2 usage error (a bad command\n"
@@ -235,7 +237,7 @@ static int decaying_window(const struct lb_config *config, const struct strings 
 int main(int argc, char **argv)
 {
     lb_usage_program = "replay";
-    enum { O_ALLOW_GAP = 256, O_MAX_RATE, O_VERBOSE };
+    enum { O_ALLOW_GAP = 256, O_MAX_RATE, O_VERBOSE, O_REPUBLISH };
     static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
                                              {"slots", required_argument, NULL, 's'},
                                              {"node", required_argument, NULL, 'n'},
@@ -248,6 +250,7 @@ int main(int argc, char **argv)
                                              {"verify", no_argument, NULL, 'v'},
                                              {"max-rate", required_argument, NULL, O_MAX_RATE},
                                              {"verbose", no_argument, NULL, O_VERBOSE},
+                                             {"republish", no_argument, NULL, O_REPUBLISH},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     static struct replay r;
@@ -303,6 +306,9 @@ int main(int argc, char **argv)
         case O_VERBOSE:
             r.o.verbose = 1;
             break;
+        case O_REPUBLISH:
+            r.o.republish = 1;
+            break;
         case 'h':
             usage(stdout);
             return EXIT_OK;
@@ -323,6 +329,9 @@ int main(int argc, char **argv)
                                   "time like 2026-05-04T00:00:00Z, not '%s'",
                                   name, spec);
     }
+    if (r.o.republish && (r.o.verify || strcmp(r.o.from, "earliest") != 0))
+        return lb_usage_error("--republish rebuilds closed windows from every event: it takes "
+                              "no --verify and no --from");
     describe_selection(&r, argc, argv);
     lb_log_threshold = r.o.verbose ? LB_LOG_INFO : LB_LOG_ERROR;
     /* librdkafka's own lines only with --verbose: replay says what failed */
@@ -330,6 +339,12 @@ int main(int argc, char **argv)
     if (lb_config_load(r.o.config_path, &r.config, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
         return EXIT_CONFIG;
+    }
+    if (r.o.republish && !r.config->results_topic) {
+        lb_config_free(r.config);
+        return lb_usage_error("--republish: %s names no results topic (no window has final "
+                              "standings)",
+                              r.o.config_path);
     }
     for (size_t i = 0; i < r.sel.windows.count; i++) {
         if (lb_config_check_window(r.config->profiles, r.config->nprofiles, r.config->path,
@@ -460,6 +475,11 @@ int main(int argc, char **argv)
         status = EXIT_BROKEN;
         goto out;
     }
+    if (r.reopen_failed) { /* said which */
+        fprintf(stderr, "replay: nothing was swapped in. Run replay --republish again.\n");
+        status = EXIT_BROKEN;
+        goto out;
+    }
     replay_progress(&r, 1);
     const struct lb_pipeline_stats *ps = lb_pipeline_stats(r.engine->pipeline);
     uint64_t rejected = 0;
@@ -503,6 +523,13 @@ int main(int argc, char **argv)
             printf("replay: %zu closed window(s) put back from results topic %s (their board's "
                    "~final was gone): published as they closed, not reopened\n",
                    r.restored, r.config->results_topic);
+        if (status == EXIT_OK && r.republished) {
+            replay_announce_reopened(&r);
+            printf("replay: %zu closed window(s) reopened and rebuilt from every event "
+                   "(--republish): the pods close them and publish their final standings "
+                   "again\n",
+                   r.republished);
+        }
         if (status == EXIT_OK && r.nclosed)
             printf("replay: closed windows (final standings) not reopened: %llu window "
                    "write(s) at or past their close left out; final standings untouched\n",
@@ -517,6 +544,8 @@ int main(int argc, char **argv)
 out:
     if (replay_interrupted && status != EXIT_USAGE && status != EXIT_CONFIG)
         status = EXIT_BROKEN;
+    if (status != EXIT_OK)
+        replay_report_reopening(&r);
     if (r.lease.held)
         status = finish(&r, status);
     if (r.reader) {

@@ -98,7 +98,7 @@ struct plan {
 struct options {
     const char *config_path;
     const char *from, *to, *node;
-    int dry_run, allow_gap, verify, verbose;
+    int dry_run, allow_gap, verify, verbose, republish;
     double max_rate;
 };
 
@@ -123,6 +123,8 @@ struct replay {
     struct lb_published *published; /* the results topic (NULL: no results, or --verify) */
     size_t restored;                /* closed windows put back from it */
     int restore_failed;             /* one could not be: the run fails */
+    size_t reopened, republished;   /* --republish: windows reopened, marked reopened */
+    int reopen_failed;              /* one could not be reopened: the run fails */
 };
 
 /* What --verify found, for its report and exit code. */
@@ -151,6 +153,15 @@ int replay_filter_event(void *ctx, const struct lb_event *ev);
 int replay_closed_window(void *ctx, struct lb_str board, const struct lb_window_config *window,
                          int64_t window_id, const struct lb_position *pos);
 void replay_closed_free(struct replay *r);
+/* --republish: once 'board' was swapped in, its windows this run reopened
+ * are marked reopened, for the pods to close and publish again; 0, or -1
+ * (said on stderr). */
+int replay_mark_reopened(struct replay *r, const char *board);
+/* --republish: tells the pods that windows were reopened (they look for
+ * them at once instead of at their next sweep). */
+void replay_announce_reopened(struct replay *r);
+/* --republish, a run that failed: names the windows it left reopening. */
+void replay_report_reopening(const struct replay *r);
 int replay_parse_slots(const char *text, struct selection *sel);
 /* Whether a --node is HOST:PORT: 0, or -1. */
 int replay_check_node(const char *node);

@@ -11,6 +11,9 @@
  *       delete.
  * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, then f
  *       pairs (marker field, last offset read from there).
+ * A staging ~open (final standings: the windows to close) is merged into
+ * the live one, less the windows the board's ~final names closed, instead
+ * of replacing it; the live ~open is never deleted.
  * A swap that happens also lifts the fence, if replay had set one. Staging
  * keys always come with their marker hash (the apply script writes both),
  * so staging keys listed without it mean the swap was done already: the
@@ -164,6 +167,9 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
             kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
             kp.kind == LB_KEY_MARKER || kp.kind == LB_KEY_FINAL || !window_selected(r, &kp))
             continue;
+        size_t len = strlen(live->items[i]), olen = sizeof("}:" LB_OPEN_KEY) - 1;
+        if (len > olen && strcmp(live->items[i] + len - olen, "}:" LB_OPEN_KEY) == 0)
+            continue; /* merged with the staging copy's, never dropped (swap.lua) */
         int replaced = 0;
         for (size_t j = 0; j < bk->targets.count && !replaced; j++)
             replaced = strcmp(bk->targets.items[j], live->items[i]) == 0;
@@ -594,6 +600,8 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             struct board_keys bk;
             board_keys_of(r, board, strlen(board), &live, &staged, &bk);
             int rc = swap_board(r, board, &bk);
+            if (rc == 0 && replay_mark_reopened(r, board) != 0)
+                status = -1; /* swapped, but not closed again */
             if (rc == 0) {
                 replay_board_set_add(&r->sel.done, board, strlen(board));
                 (*swapped)++;

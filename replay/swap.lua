@@ -19,8 +19,23 @@ for i = 0, f - 1 do
     return {'differ', field, string.format('%.0f', live), string.format('%.0f', staged)}
   end
 end
+-- the windows the rebuild found open join the live ~open, but for those
+-- its ~final names closed (the rebuild wrote their events before the
+-- close): the closer would look at them for nothing (~final: the same
+-- slot, named from ~open's name)
+local function merge_open(staged, live)
+  local final = string.sub(live, 1, -5) .. 'final'
+  local open = redis.call('HGETALL', staged)
+  for j = 1, #open, 2 do
+    local st = redis.call('HGET', final, 's:' .. open[j])
+    if st ~= 'claimed' and st ~= 'published' then redis.call('HSET', live, open[j], open[j + 1]) end
+  end
+  redis.call('DEL', staged)
+end
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[5 + i]) == 1 then
+  if string.sub(KEYS[5 + n + i], -7) == '}:~open' then
+    merge_open(KEYS[5 + i], KEYS[5 + n + i])
+  elseif redis.call('EXISTS', KEYS[5 + i]) == 1 then
     redis.call('RENAME', KEYS[5 + i], KEYS[5 + n + i])
   else
     redis.call('DEL', KEYS[5 + n + i])

@@ -225,8 +225,62 @@ grep -Eq 'closed windows \(final standings\) not reopened: [1-9][0-9]* window wr
     fail "replay touched the final standings of res-0 ${days[0]}"
 top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:alltime" 0 0 REV WITHSCORES | tail -n 1)
 (((${top%.*} >> 30) >= best)) || fail "replay left a late event out of alltime"
+[[ -z $(redis_cli "$(live_ports | first)" -c HGET "lb:{res-0}:~open" "${days[0]}") ]] ||
+    fail "replay's swap listed the closed ${days[0]} in res-0's ~open"
 verify "${oracle[@]}"
 ok "replay --board res-0: closed windows as they closed, final standings untouched, alltime whole"
+
+# replay --republish of res-0's first day, killed while it reads: the day
+# is left reopening. Nothing closes it then; the pod writes the late events
+# that come meanwhile into it (they are not late there, and still are in
+# the closed week). A replay --republish that completes rebuilds the day
+# from every event and the pod publishes it again, once, as the oracle
+# ranks it; the week stays as it closed.
+w0=${days[0]}
+republished_key="{res-0}:$w0"
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
+    --max-rate 200 >"$T_DIR/replay-killed.out" 2>&1 &
+replay_pid=$!
+reopening() { [[ $(published res-0 "$w0") == reopening ]]; }
+lb_wait_for 30 reopening || {
+    kill -9 "$replay_pid" 2>/dev/null
+    fail "replay --republish did not reopen res-0 $w0: $(tail -n 3 "$T_DIR/replay-killed.out")"
+}
+kill -9 "$replay_pid" 2>/dev/null
+wait "$replay_pid" 2>/dev/null || true
+dump_results
+records=$(wc -l <"$T_DIR/results.dump")
+week_before=$(digest "lb:{res-0}:final:${days[2]}")
+produce -n 300 --seed 507 --boards 3 --board-prefix res- --players 300 --score-max 100000 \
+    --start "$START" --days 1
+wait_caught_up 120
+best=$(awk -F '\t' '$1 ~ /^e507-/ && $2 == "res-0" { if ($4 > m) m = $4 } END { print m + 0 }' "$T_DIR/events.tsv")
+top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:$w0" 0 0 REV WITHSCORES | tail -n 1)
+(((${top%.*} >> 30) >= best)) || fail "the pod did not write a late event into the reopening res-0 $w0"
+sleep 3 # a closer check or more: it would have closed it again by now
+reopening || fail "res-0 $w0 is $(published res-0 "$w0") while replay has not rebuilt it"
+grep -q "board 'res-0' window '$w0' is being reopened by replay --republish" "$T_DIR/a.log" ||
+    fail "the pod did not try to close res-0 $w0 (the late events listed it in ~open)
+$(unpublished)
+$(curl -sf "$METRICS_URL/metrics" | grep '^lb_results')"
+dump_results
+(($(wc -l <"$T_DIR/results.dump") == records)) || fail "res-0 $w0 was published while reopening"
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
+    >"$T_DIR/replay-republish.out" 2>&1 ||
+    fail "replay --republish failed: $(tail -n 3 "$T_DIR/replay-republish.out")"
+grep -q "^replay: 1 closed window(s) reopened and rebuilt from every event" "$T_DIR/replay-republish.out" ||
+    fail "replay --republish did not say it reopened res-0 $w0: $(tail -n 3 "$T_DIR/replay-republish.out")"
+republished() { [[ $(published res-0 "$w0") == published ]]; }
+lb_wait_for 20 republished || fail "res-0 $w0 was not published again: $(published res-0 "$w0")"
+dump_results
+(($(wc -l <"$T_DIR/results.dump") == records + 1)) ||
+    fail "$(($(wc -l <"$T_DIR/results.dump") - records)) record(s) published by the republication, not 1"
+(($(grep " key=$republished_key " "$T_DIR/results.dump" | grep -o 'sha256=[0-9a-f]*' | sort -u | wc -l) == 2)) ||
+    fail "the republished $republished_key has the bytes it had"
+[[ $(digest "lb:{res-0}:final:${days[2]}") == "$week_before" ]] || fail "the republication changed res-0's closed week"
+verify "${oracle[@]}"
+same_as_oracle res-0 "$w0"
+ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed); run again, the day was rebuilt from every event and published again, as the oracle ranks it"
 
 # 3. a pod killed after the broker acknowledged a window's record and
 #    before it marked it published: the window stays claimed; the next pod
@@ -259,6 +313,7 @@ again=0
 for b in res-0 res-1 res-2; do
     for w in "${days[@]}"; do
         copies=$(grep -c " key={$b}:$w " "$T_DIR/results.dump" || true)
+        [[ "{$b}:$w" == "$republished_key" ]] && continue # two publications (step 2)
         shas=$(grep " key={$b}:$w " "$T_DIR/results.dump" | grep -o 'sha256=[0-9a-f]*' | sort -u)
         ((copies >= 1 && $(wc -l <<<"$shas") == 1)) ||
             fail "the records of {$b}:$w are not one set of bytes: $copies, $shas"

@@ -1490,8 +1490,10 @@ static void check_key(struct conn *c, const struct rules *r, const char *key, st
         check_top(c, key, tops, rep);
         return;
     }
-    if (strstr(key, "}:~") || strstr(key, ":~ts")) {
-        rep->meta_keys++; /* the projector's markers and event-time hashes */
+    size_t plen = strlen(r->prefix);
+    if (strstr(key, "}:~") || strstr(key, ":~ts") ||
+        (strncmp(key, r->prefix, plen) == 0 && strcmp(key + plen, "~reopened") == 0)) {
+        rep->meta_keys++; /* the projector's markers and event-time hashes, replay's word */
         return;
     }
     const char *final = strstr(key, "}:final:");

@@ -1,0 +1,177 @@
+/* A window's final standings step by step (the apply script's "C" steps,
+ * published.h lb_final_step) against a real redis-server: claim, keep and
+ * done close a window once; replay --republish's reopen and reopened open
+ * it again and have the next claim freeze it afresh, while a claim, a
+ * restore or a keep in between change nothing. The keys are written by
+ * hand, the answers and the state read back. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "apply.h"
+#include "config.h"
+#include "engine.h"
+#include "published.h"
+#include "redis_server.h"
+
+#define WINDOW "daily:2026-11-22"
+
+struct fixture {
+    struct redis_server *redis;
+    struct lb_config *config;
+    struct lb_cluster *cluster;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    char text[1024], err[512];
+    f->redis = redis_server_start(1);
+    snprintf(text, sizeof(text),
+             "kafka: {brokers: b, topics: [t]}\n"
+             "input: {schemas: {1: s.avsc}}\n"
+             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0, command_timeout: 500ms}\n",
+             redis_server_port(f->redis));
+    assert_int_equal(
+        lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
+    struct lb_cluster_options options = lb_engine_cluster_options(f->config);
+    f->cluster = lb_cluster_new(&options);
+    assert_non_null(f->cluster);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    lb_cluster_free(f->cluster);
+    lb_config_free(f->config);
+    redis_server_stop(f->redis);
+    free(f);
+    return 0;
+}
+
+static void run(struct fixture *f, const char *format, const char *arg)
+{
+    freeReplyObject(redis_server_command(f->redis, format, arg));
+}
+
+/* One step by 'holder'; the answer's words joined by spaces. */
+static void step(struct fixture *f, const char *name, const char *holder, const char **extra,
+                 size_t nextra, const char *want)
+{
+    size_t extralen[8];
+    for (size_t i = 0; i < nextra; i++)
+        extralen[i] = strlen(extra[i]);
+    redisReply *r = lb_final_step(f->cluster, "lb:", "fb", WINDOW, name, holder, 30000, extra,
+                                  extralen, nextra);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("%s: %s", name, r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    char got[512] = "";
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        char word[128];
+        if (e->type == REDIS_REPLY_INTEGER)
+            snprintf(word, sizeof(word), "%lld", e->integer);
+        else
+            snprintf(word, sizeof(word), "%s", e->type == REDIS_REPLY_STRING ? e->str : "?");
+        strncat(got, i ? " " : "", sizeof(got) - strlen(got) - 1);
+        strncat(got, word, sizeof(got) - strlen(got) - 1);
+    }
+    freeReplyObject(r);
+    if (strcmp(got, want) != 0)
+        fail_msg("%s answered '%s', not '%s'", name, got, want);
+}
+
+static void assert_field(struct fixture *f, const char *key, const char *field, const char *want)
+{
+    redisReply *r = redis_server_command(f->redis, "HGET %s %s", key, field);
+    if (want)
+        assert_string_equal(r->type == REDIS_REPLY_STRING ? r->str : "(nil)", want);
+    else
+        assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+}
+
+/* The final key's members, best first. */
+static void assert_final(struct fixture *f, const char *want)
+{
+    redisReply *r = redis_server_command(f->redis, "ZRANGE lb:{fb}:final:" WINDOW " 0 -1 REV");
+    char got[256] = "";
+    for (size_t i = 0; i < r->elements; i++) {
+        strncat(got, i ? " " : "", sizeof(got) - strlen(got) - 1);
+        strncat(got, r->element[i]->str, sizeof(got) - strlen(got) - 1);
+    }
+    freeReplyObject(r);
+    assert_string_equal(got, want);
+}
+
+static void a_window_closes_reopens_and_closes_again(void **state)
+{
+    struct fixture *f = *state;
+    run(f, "ZADD lb:{fb}:%s 30 a 20 b 10 c", WINDOW);
+    run(f, "HSET %s scores:0 41", "lb:{fb}:~applied");
+    run(f, "HSET lb:{fb}:~open %s 900", WINDOW);
+    const char *claim[] = {"2", "d", "1000"}, *keep[] = {"1", "bytes"}, *done[] = {"1"};
+    step(f, "claim", "pod-a", claim, 3, "go 1000 3 scores:0=42");
+    assert_field(f, "lb:{fb}:~open", WINDOW, NULL);
+    assert_final(f, "a b");
+    step(f, "keep", "pod-a", keep, 2, "ok bytes");
+    step(f, "done", "pod-a", done, 1, "ok");
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
+
+    /* replay --republish: reopened, nothing closes it, restore leaves it */
+    step(f, "reopen", "replay-1", NULL, 0, "ok");
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "reopening");
+    run(f, "HSET lb:{fb}:~open %s 900", WINDOW); /* a pod wrote an event there */
+    step(f, "claim", "pod-a", claim, 3, "reopening");
+    assert_field(f, "lb:{fb}:~open", WINDOW, "900");
+    step(f, "keep", "pod-a", keep, 2, "stale");
+    const char *restore[] = {"1000", "3", "scores:0=42", "1", "30", "a"};
+    step(f, "restore", "-", restore, 6, "present reopening");
+    assert_final(f, "a b"); /* the standings published stand until the next claim */
+
+    /* rebuilt with a late event (d) and more read: due at once, frozen afresh */
+    run(f, "ZADD lb:{fb}:%s 40 d", WINDOW);
+    run(f, "HSET %s scores:0 50", "lb:{fb}:~applied");
+    step(f, "reopened", "replay-1", NULL, 0, "ok");
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "reopened");
+    assert_field(f, "lb:{fb}:~open", WINDOW, "1000"); /* when it closed: the watermark passed */
+    const char *claim2[] = {"2", "d", "2000"};
+    step(f, "claim", "pod-b", claim2, 3, "go 2000 4 scores:0=51");
+    assert_final(f, "d a");
+    assert_field(f, "lb:{fb}:~open", WINDOW, NULL);
+    step(f, "done", "pod-b", done, 1, "ok");
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
+    step(f, "reopened", "replay-1", NULL, 0, "stale published");
+}
+
+static void only_published_windows_reopen(void **state)
+{
+    struct fixture *f = *state;
+    step(f, "reopen", "replay-1", NULL, 0, "open"); /* not closed: nothing to reopen */
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, NULL);
+    run(f, "ZADD lb:{fb}:%s 30 a", WINDOW);
+    const char *claim[] = {"0", "d", "1000"};
+    step(f, "claim", "pod-a", claim, 3, "go 1000 1 ");
+    step(f, "reopen", "replay-1", NULL, 0, "claimed pod-a"); /* being published */
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "claimed");
+    step(f, "reopened", "replay-1", NULL, 0, "stale claimed");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(a_window_closes_reopens_and_closes_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(only_published_windows_reopen, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
