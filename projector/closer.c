@@ -620,19 +620,13 @@ static int restore(struct lb_closer *c, struct pub *pub)
 static void start(struct lb_closer *c, const char *board, const char *window, int64_t watermark)
 {
     const struct lb_profile *profile = lb_config_profile_for(c->o.config, board, strlen(board));
-    const char *colon = strchr(window, ':');
-    if (!profile || !colon || pending(c, board, window))
+    enum lb_window_kind kind;
+    int64_t id;
+    if (!profile || lb_window_name_parse(window, &kind, &id) != 0 || pending(c, board, window))
         return;
-    char kind_name[16];
-    size_t klen = (size_t)(colon - window);
-    if (klen >= sizeof(kind_name))
-        return;
-    memcpy(kind_name, window, klen);
-    kind_name[klen] = '\0';
-    int kind = lb_window_kind_parse(kind_name);
     const struct lb_window_config *wc = NULL;
     for (size_t i = 0; i < profile->nwindows; i++)
-        if ((int)profile->windows[i].kind == kind && profile->windows[i].results_top >= 0)
+        if (profile->windows[i].kind == kind && profile->windows[i].results_top >= 0)
             wc = &profile->windows[i];
     if (!wc)
         return; /* results taken out of the configuration: left as they are */

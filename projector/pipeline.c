@@ -616,19 +616,9 @@ static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t 
     size_t named[MAX]; /* each one's element of the reply */
     size_t nlate = 0;
     for (size_t w = 0; w < a->late && nlate < MAX; w++) {
-        const char *name = a->reply->element[a->late_at + w]->str, *colon = strchr(name, ':');
-        char kind_name[16];
-        int kind = -1;
-        if (colon && (size_t)(colon - name) < sizeof(kind_name)) {
-            memcpy(kind_name, name, (size_t)(colon - name));
-            kind_name[colon - name] = '\0';
-            kind = lb_window_kind_parse(kind_name);
-        }
-        if (kind >= 0 &&
-            lb_window_label_parse((enum lb_window_kind)kind, colon + 1, &ids[nlate]) == 0) {
-            named[nlate] = a->late_at + w;
-            kinds[nlate++] = (enum lb_window_kind)kind;
-        }
+        if (lb_window_name_parse(a->reply->element[a->late_at + w]->str, &kinds[nlate],
+                                 &ids[nlate]) == 0)
+            named[nlate++] = a->late_at + w;
     }
     uint64_t n = 0;
     /* a request the script skipped segments of (applied before: a record

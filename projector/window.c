@@ -27,6 +27,21 @@ int lb_window_kind_parse(const char *name)
     return -1;
 }
 
+int lb_window_name_parse(const char *name, enum lb_window_kind *kind, int64_t *id)
+{
+    const char *colon = strchr(name, ':');
+    char kind_name[16];
+    if (!colon || (size_t)(colon - name) >= sizeof(kind_name))
+        return -1;
+    memcpy(kind_name, name, (size_t)(colon - name));
+    kind_name[colon - name] = '\0';
+    int k = lb_window_kind_parse(kind_name);
+    if (k < 0 || lb_window_label_parse((enum lb_window_kind)k, colon + 1, id) != 0)
+        return -1;
+    *kind = (enum lb_window_kind)k;
+    return 0;
+}
+
 int64_t lb_days_from_civil(int64_t year, unsigned month, unsigned day)
 {
     year -= month <= 2;

@@ -48,6 +48,10 @@ size_t lb_window_label(enum lb_window_kind kind, int64_t id, char *out, size_t c
  * not exist included. */
 int lb_window_label_parse(enum lb_window_kind kind, const char *label, int64_t *id);
 
+/* A calendar window's name as keys carry it ("daily:2026-05-04",
+ * "weekly:2026-W18", "monthly:2026-05"): 0 with its kind and id, or -1. */
+int lb_window_name_parse(const char *name, enum lb_window_kind *kind, int64_t *id);
+
 /* The kind's name as used in keys and configuration ("daily", ...). */
 const char *lb_window_kind_name(enum lb_window_kind kind);
 /* Parses a kind name; returns -1 when unknown. */

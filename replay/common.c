@@ -453,19 +453,14 @@ static void say_step_failed(struct replay *r, const char *board, const char *win
 static int window_expired(const struct replay *r, const char *board, const char *window)
 {
     const struct lb_profile *profile = lb_config_profile_for(r->config, board, strlen(board));
-    const char *colon = strchr(window, ':');
-    char kind[16];
-    if (!profile || !colon || (size_t)(colon - window) >= sizeof(kind))
-        return 0;
-    snprintf(kind, sizeof(kind), "%.*s", (int)(colon - window), window);
-    int k = lb_window_kind_parse(kind);
+    enum lb_window_kind kind;
     int64_t id;
-    if (k < 0 || lb_window_label_parse((enum lb_window_kind)k, colon + 1, &id) != 0)
+    if (!profile || lb_window_name_parse(window, &kind, &id) != 0)
         return 0;
     struct lb_window_span span;
-    lb_window_span_of((enum lb_window_kind)k, id, &span);
+    lb_window_span_of(kind, id, &span);
     for (size_t i = 0; i < profile->nwindows; i++)
-        if ((int)profile->windows[i].kind == k && profile->windows[i].ttl_ms &&
+        if (profile->windows[i].kind == kind && profile->windows[i].ttl_ms &&
             span.end_ms <= lb_wall_ms() - profile->windows[i].ttl_ms)
             return 1;
     return 0;
@@ -480,10 +475,12 @@ static int reopen(struct replay *r, struct closed_board *cb)
     int any = 0;
     for (size_t i = 0; cb->fields && i + 1 < cb->fields->elements; i += 2) {
         const char *f = cb->fields->element[i]->str;
+        if (strncmp(f, "s:", 2) != 0)
+            continue;
         int selected = !r->sel.windows.count;
         for (size_t k = 0; k < r->sel.windows.count && !selected; k++)
-            selected = strncmp(f, "s:", 2) == 0 && strcmp(r->sel.windows.items[k], f + 2) == 0;
-        if (strncmp(f, "s:", 2) != 0 || !selected)
+            selected = strcmp(r->sel.windows.items[k], f + 2) == 0;
+        if (!selected)
             continue;
         if (window_expired(r, cb->board, f + 2)) {
             fprintf(stderr,

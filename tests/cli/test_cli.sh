@@ -135,6 +135,9 @@ table=$(
 2|3|err|^replay: --to wants earliest, latest, committed, .*not 'soon'|replay --config @ok@ --board g1 --to soon
 2|3|err|^replay: --node wants the HOST:PORT of a master, .*not 'nohost'|replay --config @ok@ --node nohost
 2|3|err|^replay: --node wants the HOST:PORT of a master, .*not 'nohost'|replay --config @missing@ --node nohost
+2|3|err|^replay: --republish rebuilds closed windows from every event: it takes no --verify and no --from|replay --config @ok@ --board g1 --republish --verify
+2|3|err|^replay: --republish rebuilds closed windows from every event: it takes no --verify and no --from|replay --config @ok@ --board g1 --republish --from latest
+2|3|err|^replay: --republish: .* names no results topic|replay --config @ok@ --board g1 --republish
 2|3|err|^replay: --slots wants slots 0\.\.16383 .*not '0-99999'|replay --config @ok@ --slots 0-99999
 2|3|err|^replay: --window 'hourly': there is no window kind 'hourly'; the kinds are alltime, daily, weekly, monthly and custom .* are alltime, patch:VALUE, decayed, season:VALUE, daily:YYYY-MM-DD, weekly:YYYY-Www|replay --config @ok@ --board g1 --window hourly
 2|3|err|^replay: --window patch:1.9: profile 'runs' decays; its patch windows and overall board 'decayed' are replayed with the whole board|replay --config @ok@ --board run:1 --window patch:1.9

@@ -127,6 +127,22 @@ static void times_before_1970_floor_correctly(void **state)
     assert_string_equal(out, "1970-W01");
 }
 
+static void window_names_parse_back(void **state)
+{
+    (void)state;
+    enum lb_window_kind kind;
+    int64_t id;
+    assert_int_equal(lb_window_name_parse("weekly:2026-W48", &kind, &id), 0);
+    assert_int_equal(kind, LB_WINDOW_WEEKLY);
+    char label[LB_WINDOW_LABEL_MAX];
+    lb_window_label(kind, id, label, sizeof(label));
+    assert_string_equal(label, "2026-W48");
+    assert_int_equal(lb_window_name_parse("daily:2026-02-30", &kind, &id), -1);
+    assert_int_equal(lb_window_name_parse("hourly:2026-02-01", &kind, &id), -1);
+    assert_int_equal(lb_window_name_parse("2026-02-01", &kind, &id), -1);
+    assert_int_equal(lb_window_name_parse("alltime", &kind, &id), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -134,6 +150,7 @@ int main(void)
         cmocka_unit_test(every_day_agrees_with_the_c_library),
         cmocka_unit_test(spans_cover_exactly_their_window),
         cmocka_unit_test(times_before_1970_floor_correctly),
+        cmocka_unit_test(window_names_parse_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
