@@ -462,8 +462,28 @@ static int poll_visible(struct lb_cluster *cl, const char *key, uint16_t slot, s
     return 0;
 }
 
+/* Each probe's send time (ms since the first) and latency, one line each,
+ * to see when the slow ones came. */
+static int write_probes(const char *path, const struct probe *probes, size_t nprobes)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "lbbench: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "sent_ms latency_ms\n");
+    for (size_t i = 0; i < nprobes; i++)
+        fprintf(f, "%lld %lld\n", (long long)(probes[i].ts_ms - probes[0].ts_ms),
+                probes[i].visible_ms ? (long long)(probes[i].visible_ms - probes[i].ts_ms) : -1LL);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "lbbench: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int run_freshness(const struct lb_config *config, const char *topic, double duration_s,
-                         double probe_rate, const char *board)
+                         double probe_rate, const char *board, const char *probes_path)
 {
     size_t max = (size_t)(duration_s * probe_rate) + 1, nprobes = 0, pending = 0, lost = 0;
     struct probe *probes = calloc(max, sizeof(*probes));
@@ -531,7 +551,7 @@ static int run_freshness(const struct lb_config *config, const char *topic, doub
            nprobes, lost, (long long)lat[n / 2], (long long)lat[n * 9 / 10],
            (long long)lat[n * 99 / 100], (long long)lat[n - 1]);
     free(lat);
-    status = lost ? 1 : 0;
+    status = lost || (probes_path && write_probes(probes_path, probes, nprobes) != 0) ? 1 : 0;
 done:
     if (rk)
         rd_kafka_destroy(rk);
@@ -547,6 +567,7 @@ static void usage(FILE *out)
             "Usage: lbbench ceiling   --config FILE [--runs R] [--chunk T]\n"
             "   or: lbbench freshness --config FILE --topic T [--duration S] [--probe-rate R] "
             "[--board ID]\n"
+            "                         [--probes FILE]\n"
             "\n"
             "ceiling:   reads the configuration's first topic from start to end, plans it in\n"
             "           the configured batches as the projector would, encodes every\n"
@@ -556,7 +577,8 @@ static void usage(FILE *out)
             "           Prints member updates/s and Redis CPU s per 1M events of both.\n"
             "freshness: produces R probe events per second (default 50) for S seconds\n"
             "           (default 20) to topic T on board ID (default fresh) and polls Redis\n"
-            "           until each is visible.\n"
+            "           until each is visible. --probes writes each probe's send time and\n"
+            "           latency (ms, -1 never visible) to FILE.\n"
             "\n"
             "Results go to stdout as key=value lines. Used by ops/bench/bench.sh.\n"
             "\n"
@@ -567,7 +589,7 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
     lb_usage_program = "lbbench";
-    enum { O_RUNS = 256, O_CHUNK, O_DURATION, O_PROBE_RATE, O_BOARD, O_TOPIC };
+    enum { O_RUNS = 256, O_CHUNK, O_DURATION, O_PROBE_RATE, O_BOARD, O_TOPIC, O_PROBES };
     static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
                                              {"runs", required_argument, NULL, O_RUNS},
                                              {"chunk", required_argument, NULL, O_CHUNK},
@@ -575,9 +597,10 @@ int main(int argc, char **argv)
                                              {"probe-rate", required_argument, NULL, O_PROBE_RATE},
                                              {"board", required_argument, NULL, O_BOARD},
                                              {"topic", required_argument, NULL, O_TOPIC},
+                                             {"probes", required_argument, NULL, O_PROBES},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    const char *path = NULL, *topic = NULL, *board = "fresh";
+    const char *path = NULL, *topic = NULL, *board = "fresh", *probes_path = NULL;
     int runs = 3, opt;
     size_t chunk = 2000;
     double duration = 20, probe_rate = 50, v;
@@ -628,6 +651,9 @@ int main(int argc, char **argv)
         case O_TOPIC:
             topic = optarg;
             break;
+        case O_PROBES:
+            probes_path = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -654,7 +680,7 @@ int main(int argc, char **argv)
     }
     int status = strcmp(command, "ceiling") == 0
                      ? run_ceiling(config, runs, chunk)
-                     : run_freshness(config, topic, duration, probe_rate, board);
+                     : run_freshness(config, topic, duration, probe_rate, board, probes_path);
     lb_config_free(config);
     return status;
 }

@@ -321,6 +321,13 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
             status = -1;
             break;
         }
+        if (o->rate > 0 && i == 0) {
+            /* the pace starts once the first event is acknowledged: what a
+             * producer queues while it connects would otherwise arrive as
+             * one burst */
+            rd_kafka_flush(rk, o->timeout_s * 1000);
+            start = now_s();
+        }
         if (o->rate > 0) {
             double due = start + (double)(i + 1) / o->rate;
             double wait = due - now_s();
@@ -375,7 +382,8 @@ static void usage(FILE *out)
                  "      --hours N           event times spread over N hours (instead of days)\n"
                  "      --ts-now            event time = the wall clock when produced (for\n"
                  "                          freshness measurements; not deterministic)\n"
-                 "  -r, --rate N            events per second (default: as fast as possible)\n"
+                 "  -r, --rate N            events per second, paced from the first event's\n"
+                 "                          acknowledgement (default: as fast as possible)\n"
                  "      --dim NAME          add dims {NAME: vK}, K uniform in [0, --dim-values)\n"
                  "      --dim-values N      (default 3)\n"
                  "      --dim-list A,B,...  the dim's values: one of these, uniform (instead\n"
