@@ -273,7 +273,7 @@ static void *create_array_limited(const redisReadTask *task, int elements)
     return plain_create_array(task, elements);
 }
 
-static redisReader *reader_new(void)
+redisReader *lb_reply_reader_new(void)
 {
     redisReader *r = redisReaderCreate();
     if (!r)
@@ -359,7 +359,7 @@ static int node_connect(struct lb_cluster *cl, struct node *n)
         return -1;
     }
     tune_socket(n->fd);
-    n->reader = reader_new();
+    n->reader = lb_reply_reader_new();
     if (!n->reader || start_tls(cl, n) != 0) {
         node_close(cl, n);
         set_error(cl, "out of memory");
@@ -450,7 +450,7 @@ static int node_open(struct lb_cluster *cl, struct node *n)
         set_error(cl, "cannot connect to Redis %s: %s", n->name, strerror(err));
         return -1;
     }
-    if (!(n->reader = reader_new()))
+    if (!(n->reader = lb_reply_reader_new()))
         goto oom;
     if (!n->connecting) {
         tune_socket(n->fd);

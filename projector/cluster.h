@@ -97,6 +97,12 @@ enum lb_redis_action lb_redis_action(const char *message);
 enum lb_redis_error lb_redis_classify(const char *message);
 const char *lb_redis_error_name(enum lb_redis_error class);
 
+/* hiredis' reader as the client reads a node with it: an array header of
+ * more than a million elements is refused before anything is allocated (a
+ * hostile or broken node cannot make it allocate gigabytes). NULL when out
+ * of memory; free it with redisReaderFree. */
+redisReader *lb_reply_reader_new(void);
+
 /* One request: a run of RESP commands for one slot. A transaction
  * (is_txn) is MULTI, 'ncommands' commands, EXEC; otherwise 'ncommands' plain
  * commands, the last one's reply handed back. A request that 'writes' is

@@ -14,6 +14,9 @@
 #                        use 1-day ticks so hot players' totals stay in range
 #   --retractions R      the profile's retractions: allow or reject (allow);
 #                        best boards that reject them go without a script
+#   --dedupe D           the profile's dedupe: off, or a window such as 24h
+#                        (default: the projector's, on for boards that take
+#                        retractions and for sum boards)
 #   --decay              decaying boards (README "Decaying boards"): best,
 #                        retractions rejected, a patch window (1.0, 1.1, 1.2)
 #                        and an overall board at 10% per patch behind; adds
@@ -71,7 +74,7 @@ cd "$repo"
 
 events=2000000 boards=50 players=100000 zipf=1.1 days=7 replicas=0 runs=3 fresh_seconds=20
 load_linger=50
-aggregation=best retractions=allow decay=0 hot=0
+aggregation=best retractions=allow decay=0 hot=0 dedupe=""
 brokers="" redis="" out=""
 while (($#)); do
     case $1 in
@@ -83,6 +86,7 @@ while (($#)); do
     --replicas) replicas=$2 ;;
     --aggregation) aggregation=$2 ;;
     --retractions) retractions=$2 ;;
+    --dedupe) dedupe=$2 ;;
     --runs) runs=$2 ;;
     --fresh-seconds) fresh_seconds=$2 ;;
     --load-linger) load_linger=$2 ;;
@@ -122,6 +126,10 @@ best | latest | sum) ;;
     exit 2
     ;;
 esac
+if ((decay)) && [[ -n $dedupe ]]; then
+    echo "bench: --decay compares against boards without dedupe; leave --dedupe out" >&2
+    exit 2
+fi
 if ((decay)) && [[ $aggregation != best ]]; then
     echo "bench: --decay needs --aggregation best" >&2
     exit 2
@@ -276,6 +284,7 @@ profiles:
     aggregation: $aggregation
     retractions: ${4:-$retractions}
     $([[ $aggregation == sum ]] && echo 'tie_resolution: d')
+    $(case $dedupe in '') ;; off) echo 'dedupe: off' ;; *) echo "dedupe: {window: $dedupe}" ;; esac)
 ${5-}
 YAML
 }
@@ -509,7 +518,7 @@ ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
 {
     echo "leaderboard projector benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $cores cores ($cpu_model); Redis Cluster 3 masters + $replicas replica(s) each; Kafka 1 broker; all on this machine"
-    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly$( ((decay)) && echo "+patch (1.0, 1.1, 1.2) and an overall board (decay: 10% per patch, linear, max_age 10, in 0.1)"), aggregation $aggregation, retractions $retractions (each board's batch $([[ $aggregation/$retractions/$decay == best/reject/0 ]] && echo "one MULTI/EXEC, no script" || echo "one EVALSHA of the apply script")), batch 5000 events / 20 ms (defaults), runs $runs, pre-fill ${prefill_s}s"
+    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly$( ((decay)) && echo "+patch (1.0, 1.1, 1.2) and an overall board (decay: 10% per patch, linear, max_age 10, in 0.1)"), aggregation $aggregation, retractions $retractions, dedupe ${dedupe:-default} (each board's batch $([[ $aggregation/$retractions/$decay == best/reject/0 && ${dedupe:-off} == off ]] && echo "one MULTI/EXEC, no script" || echo "one EVALSHA of the apply script")), batch 5000 events / 20 ms (defaults), runs $runs, pre-fill ${prefill_s}s"
     echo
     row "metric" "median" "spread (min..max over $runs runs)"
     row "drain throughput, events/s" "$(fmt "$d_eps")" "$(awk -v s="$d_eps_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }')"
@@ -556,7 +565,7 @@ cat >"$out/results.json" <<JSON
 {
   "machine": {"cores": $cores, "cpu": "$cpu_model"},
   "parameters": {"events": $events, "boards": $boards, "players": $players, "zipf": $zipf,
-                 "days": $days, "aggregation": "$aggregation", "retractions": "$retractions", "redis_masters": 3, "redis_replicas": $replicas, "runs": $runs,
+                 "days": $days, "aggregation": "$aggregation", "retractions": "$retractions", "dedupe": "${dedupe:-default}", "redis_masters": 3, "redis_replicas": $replicas, "runs": $runs,
                  "batch_max_events": 5000, "batch_linger_ms": 20, "fresh_seconds": $fresh_seconds},
   "drain_events_per_s": {"median": $d_eps, "spread": "$d_eps_spread"},
   "drain_member_updates_per_s": {"median": $d_ups, "spread": "$d_ups_spread"},

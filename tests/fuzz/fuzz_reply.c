@@ -60,7 +60,7 @@ static void parse(const redisReply *r)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    redisReader *reader = redisReaderCreate();
+    redisReader *reader = lb_reply_reader_new();
     void *reply;
     if (!reader)
         return 0;
