@@ -1,6 +1,7 @@
 /* A real redis-server for a test; see redis_server.h. */
 #include "redis_server.h"
 #include "apply.h"
+#include "config.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -283,4 +284,20 @@ redisReply *redis_server_send(struct redis_server *s, const char *bytes, size_t 
             fail_msg("redis: %s", s->c->errstr);
     }
     return r;
+}
+
+struct lb_config *redis_server_config(const struct redis_server *server, const char *rest)
+{
+    char text[4096], err[512];
+    struct lb_config *config = NULL;
+    int n = snprintf(text, sizeof(text),
+                     "kafka: {brokers: b, topics: [t]}\n"
+                     "input: {schemas: {1: s.avsc}}\n"
+                     "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0, command_timeout: 500ms}\n"
+                     "%s",
+                     redis_server_port(server), rest);
+    assert_true(n > 0 && (size_t)n < sizeof(text));
+    if (lb_config_load_string("test.yaml", text, (size_t)n, &config, err, sizeof(err)) != 0)
+        fail_msg("the test's configuration: %s", err);
+    return config;
 }

@@ -46,4 +46,10 @@ redisReply *redis_server_command(struct redis_server *server, const char *format
 redisReply *redis_server_send(struct redis_server *server, const char *bytes, size_t len,
                               size_t replies);
 
+/* A configuration of this server (one node, no WAIT, 500 ms replies, schema
+ * id 1) followed by 'rest' (more YAML: profiles, ...; "" for none). Fails
+ * the test when it does not load. The caller frees it (lb_config_free). */
+struct lb_config;
+struct lb_config *redis_server_config(const struct redis_server *server, const char *rest);
+
 #endif

@@ -31,15 +31,8 @@ struct fixture {
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    char text[1024], err[512];
     f->redis = redis_server_start(1);
-    snprintf(text, sizeof(text),
-             "kafka: {brokers: b, topics: [t]}\n"
-             "input: {schemas: {1: s.avsc}}\n"
-             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0, command_timeout: 500ms}\n",
-             redis_server_port(f->redis));
-    assert_int_equal(
-        lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
+    f->config = redis_server_config(f->redis, "");
     struct lb_cluster_options options = lb_engine_cluster_options(f->config);
     f->cluster = lb_cluster_new(&options);
     assert_non_null(f->cluster);

@@ -30,18 +30,11 @@ struct fixture {
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    char text[1024], err[512];
     f->redis = redis_server_start(1);
-    snprintf(text, sizeof(text),
-             "kafka: {brokers: b, topics: [t]}\n"
-             "input: {schemas: {1: s.avsc}}\n"
-             "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0, command_timeout: 500ms}\n"
-             "profiles:\n"
-             "  - {name: hi, match: \"hb\", split: {shards: 3, top: 3, staleness: 40ms}}\n"
-             "  - {name: lo, match: \"ha\", order: asc, split: {shards: 3, top: 2}}\n",
-             redis_server_port(f->redis));
-    assert_int_equal(
-        lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
+    f->config = redis_server_config(
+        f->redis, "profiles:\n"
+                  "  - {name: hi, match: \"hb\", split: {shards: 3, top: 3, staleness: 40ms}}\n"
+                  "  - {name: lo, match: \"ha\", order: asc, split: {shards: 3, top: 2}}\n");
     f->options = lb_engine_cluster_options(f->config);
     f->tops = lb_tops_new(&(struct lb_tops_options){"lb:", &f->options});
     assert_non_null(f->tops);
