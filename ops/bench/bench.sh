@@ -31,7 +31,7 @@
 #                        Its events are not measured (the probes go alone,
 #                        linger 0), but on a small machine the broker's cost
 #                        of tiny produce requests comes out of Redis' share
-#                        (README "Freshness and the load's producer")
+#                        (README "Performance", "Measured again, 2026-11-25")
 #   --brokers HOST:PORT  use this running Kafka instead of starting one
 #   --redis HOST:PORT    use this running Redis Cluster instead of starting one
 #                        (Redis CPU is then not measured)
@@ -126,6 +126,10 @@ best | latest | sum) ;;
     exit 2
     ;;
 esac
+[[ $load_linger =~ ^[0-9]+$ ]] || {
+    echo "bench: --load-linger wants milliseconds, not '$load_linger'" >&2
+    exit 2
+}
 if ((decay)) && [[ -n $dedupe ]]; then
     echo "bench: --decay compares against boards without dedupe; leave --dedupe out" >&2
     exit 2
@@ -480,10 +484,10 @@ for ((run = 1; run <= runs; run++)); do
     cpu1=("$(cpu_seconds "${rpids[@]}")" "$(cpu_seconds "$projector_pid")"
         "$(cpu_seconds "${kpids[@]}")" "$(cpu_seconds "$load_pid")")
     wall=$(awk -v a="$wall0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
-    cores=""
-    for i in 0 1 2 3; do
-        cores+=$(awk -v n="$(cut -d' ' -f$((i + 1)) <<<"redis projector kafka load")" \
-            -v a="${cpu0[i]}" -v b="${cpu1[i]}" -v w="$wall" 'BEGIN { printf " %s_cores=%.2f", n, (b - a) / w }')
+    cores="" names=(redis projector kafka load)
+    for i in "${!names[@]}"; do
+        cores+=$(awk -v n="${names[i]}" -v a="${cpu0[i]}" -v b="${cpu1[i]}" -v w="$wall" \
+            'BEGIN { printf " %s_cores=%.2f", n, (b - a) / w }')
     done
     echo "$line$cores" | tee -a "$out/fresh.txt" >&2
     wait "$load_pid"

@@ -551,7 +551,9 @@ static int run_freshness(const struct lb_config *config, const char *topic, doub
            nprobes, lost, (long long)lat[n / 2], (long long)lat[n * 9 / 10],
            (long long)lat[n * 99 / 100], (long long)lat[n - 1]);
     free(lat);
-    status = lost || (probes_path && write_probes(probes_path, probes, nprobes) != 0) ? 1 : 0;
+    /* written also when probes were lost: that is when they tell most */
+    int written = !probes_path || write_probes(probes_path, probes, nprobes) == 0;
+    status = lost || !written ? 1 : 0;
 done:
     if (rk)
         rd_kafka_destroy(rk);
