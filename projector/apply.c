@@ -242,12 +242,15 @@ int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_
                 memcmp(rest, LB_FINAL_PREFIX ":", sizeof(LB_FINAL_PREFIX)) == 0) ||
                (rlen == sizeof(LB_FINAL_KEY) - 1 && memcmp(rest, LB_FINAL_KEY, rlen) == 0)) {
         parts->kind = LB_KEY_FINAL; /* replay leaves them alone */
+    } else if (rlen == sizeof(LB_OPEN_KEY) - 1 && memcmp(rest, LB_OPEN_KEY, rlen) == 0) {
+        parts->kind = LB_KEY_OPEN;
     } else if (rlen > slen && memcmp(rest + rlen - slen, LB_STAMPS_SUFFIX, slen) == 0) {
         parts->kind = LB_KEY_STAMPS;
         parts->window.len -= (uint32_t)slen;
     } else if (rlen == 0 || rest[0] == '~')
         parts->kind = LB_KEY_OTHER;
-    if (parts->kind == LB_KEY_MARKER || parts->kind == LB_KEY_FENCE || parts->kind == LB_KEY_SEEN)
+    if (parts->kind == LB_KEY_MARKER || parts->kind == LB_KEY_FENCE || parts->kind == LB_KEY_SEEN ||
+        parts->kind == LB_KEY_OPEN)
         parts->window = (struct lb_str){"", 0};
     return 0;
 }

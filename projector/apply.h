@@ -217,6 +217,7 @@ enum lb_key_kind {
     LB_KEY_SEEN,  /* the board's dedupe set */
     LB_KEY_TOP,   /* a split board's merged top of a window (window: its name) */
     LB_KEY_FINAL, /* final standings: ~final, or a closed window's frozen copy */
+    LB_KEY_OPEN,  /* final standings: the windows still to close (~open) */
     LB_KEY_OTHER, /* under the board's tag, but none of ours */
 };
 

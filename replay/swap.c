@@ -167,8 +167,7 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
             kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
             kp.kind == LB_KEY_MARKER || kp.kind == LB_KEY_FINAL || !window_selected(r, &kp))
             continue;
-        size_t len = strlen(live->items[i]), olen = sizeof("}:" LB_OPEN_KEY) - 1;
-        if (len > olen && strcmp(live->items[i] + len - olen, "}:" LB_OPEN_KEY) == 0)
+        if (kp.kind == LB_KEY_OPEN)
             continue; /* merged with the staging copy's, never dropped (swap.lua) */
         int replaced = 0;
         for (size_t j = 0; j < bk->targets.count && !replaced; j++)

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "apply.h"
 #include "window.h"
 
 static int64_t day_of(int year, unsigned month, unsigned day)
@@ -143,6 +144,34 @@ static void window_names_parse_back(void **state)
     assert_int_equal(lb_window_name_parse("alltime", &kind, &id), -1);
 }
 
+/* The key layout's parser tells a board's bookkeeping from its windows:
+ * replay's swap keeps the live ~open (merged), and leaves ~final alone. */
+static void key_kinds(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key;
+        enum lb_key_kind kind;
+        const char *window;
+    } cases[] = {
+        {"lb:{b}:~open", LB_KEY_OPEN, ""},
+        {"lb:{b}:~final", LB_KEY_FINAL, NULL},
+        {"lb:{b}:daily:2026-11-25", LB_KEY_WINDOW, "daily:2026-11-25"},
+        {"lb:{b}:~openx", LB_KEY_OTHER, NULL},
+        {"lb:{b}:~applied", LB_KEY_MARKER, ""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct lb_key_parts kp;
+        assert_int_equal(lb_key_parse("lb:", cases[i].key, strlen(cases[i].key), &kp), 0);
+        assert_int_equal(kp.kind, cases[i].kind);
+        assert_int_equal(kp.board.len, 1);
+        if (cases[i].window) {
+            assert_int_equal(kp.window.len, strlen(cases[i].window));
+            assert_memory_equal(kp.window.ptr, cases[i].window, kp.window.len);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -151,6 +180,7 @@ int main(void)
         cmocka_unit_test(spans_cover_exactly_their_window),
         cmocka_unit_test(times_before_1970_floor_correctly),
         cmocka_unit_test(window_names_parse_back),
+        cmocka_unit_test(key_kinds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
