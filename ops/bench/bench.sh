@@ -26,6 +26,14 @@
 #                        board when patch 1.3 comes (members/s, Redis CPU)
 #   --runs N             repetitions of each measurement; medians reported (3)
 #   --fresh-seconds N    length of each freshness run (20)
+#   --fresh-rate N       events/s of the freshness runs (half the median
+#                        drain): the same load for two builds compared
+#   --fresh-warmup N     seconds of the same load, projected and not
+#                        measured, before the first freshness run (60): a
+#                        broker just started spends 2 to 3 times the CPU on
+#                        it for its first minute or two (README "Performance",
+#                        "A freshly started broker"), which a 2-core machine
+#                        takes from Redis; 0 measures that too
 #   --load-linger MS     linger.ms of the freshness run's load producer (50):
 #                        how long it gathers events into one produce request.
 #                        Its events are not measured (the probes go alone,
@@ -73,6 +81,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 
 events=2000000 boards=50 players=100000 zipf=1.1 days=7 replicas=0 runs=3 fresh_seconds=20
+fresh_rate="" fresh_warmup=60
 load_linger=50
 aggregation=best retractions=allow decay=0 hot=0 dedupe=""
 brokers="" redis="" out=""
@@ -89,6 +98,8 @@ while (($#)); do
     --dedupe) dedupe=$2 ;;
     --runs) runs=$2 ;;
     --fresh-seconds) fresh_seconds=$2 ;;
+    --fresh-rate) fresh_rate=$2 ;;
+    --fresh-warmup) fresh_warmup=$2 ;;
     --load-linger) load_linger=$2 ;;
     --brokers) brokers=$2 ;;
     --redis) redis=$2 ;;
@@ -128,6 +139,14 @@ best | latest | sum) ;;
 esac
 [[ $load_linger =~ ^[0-9]+$ ]] || {
     echo "bench: --load-linger wants milliseconds, not '$load_linger'" >&2
+    exit 2
+}
+[[ -z $fresh_rate || $fresh_rate =~ ^[1-9][0-9]*$ ]] || {
+    echo "bench: --fresh-rate wants events per second, not '$fresh_rate'" >&2
+    exit 2
+}
+[[ $fresh_warmup =~ ^[0-9]+$ ]] || {
+    echo "bench: --fresh-warmup wants seconds, not '$fresh_warmup'" >&2
     exit 2
 }
 if ((decay)) && [[ -n $dedupe ]]; then
@@ -459,20 +478,40 @@ if ((decay)); then
 fi
 
 drain_eps=$(derive "$out/drain.txt" 'f["events"] / f["seconds"]' | median)
-fresh_rate=$(awk -v r="$drain_eps" 'BEGIN { printf "%d", r / 2 }')
-log "freshness at $fresh_rate events/s (half the median drain)"
+if [[ -n $fresh_rate ]]; then
+    log "freshness at $fresh_rate events/s (--fresh-rate; half the median drain is $(fmt "$drain_eps" 0 | awk '{ printf "%d", $1 / 2 }'))"
+else
+    fresh_rate=$(awk -v r="$drain_eps" 'BEGIN { printf "%d", r / 2 }')
+    log "freshness at $fresh_rate events/s (half the median drain)"
+fi
+# fresh_start RUN SECONDS: a projector of its own group at the end of the
+# fresh topic (projector_pid), then SECONDS of the load (load_pid)
+fresh_start() {
+    flush_redis
+    BENCH_GROUP=bench-fresh-$$-$1 "$bin/projector" --config "$out/fresh.yaml" \
+        >"$out/fresh-$1.log" 2>&1 &
+    projector_pid=$!
+    lb_wait_for 60 grep -q "assigned" "$out/fresh-$1.log"
+    "$bin/loadgen" --brokers "$brokers" --topic "$fresh_topic" --ts-now --rate "$fresh_rate" \
+        -n $((fresh_rate * $2)) --seed $((100 + ${1//[^0-9]/})) --boards "$boards" \
+        --players "$players" --zipf "$zipf" -X "linger.ms=$load_linger" \
+        2>"$out/fresh-load-$1.log" &
+    load_pid=$!
+}
+fresh_stop() {
+    wait "$load_pid"
+    kill -TERM "$projector_pid"
+    wait "$projector_pid"
+    projector_pid=""
+}
+if ((fresh_warmup > 0)); then
+    log "freshness: warming the broker with ${fresh_warmup}s of the same load (not measured)"
+    fresh_start warmup0 "$fresh_warmup"
+    fresh_stop
+fi
 : >"$out/fresh.txt"
 for ((run = 1; run <= runs; run++)); do
-    flush_redis
-    BENCH_GROUP=bench-fresh-$$-$run "$bin/projector" --config "$out/fresh.yaml" \
-        >"$out/fresh-$run.log" 2>&1 &
-    projector_pid=$!
-    lb_wait_for 60 grep -q "assigned" "$out/fresh-$run.log"
-    "$bin/loadgen" --brokers "$brokers" --topic "$fresh_topic" --ts-now --rate "$fresh_rate" \
-        -n $((fresh_rate * (fresh_seconds + 4))) --seed $((100 + run)) --boards "$boards" \
-        --players "$players" --zipf "$zipf" -X "linger.ms=$load_linger" \
-        2>"$out/fresh-load-$run.log" &
-    load_pid=$!
+    fresh_start "$run" $((fresh_seconds + 4))
     sleep 1
     mapfile -t rpids < <(redis_pids)
     mapfile -t kpids < <(kafka_pids)
@@ -490,10 +529,7 @@ for ((run = 1; run <= runs; run++)); do
             'BEGIN { printf " %s_cores=%.2f", n, (b - a) / w }')
     done
     echo "$line$cores" | tee -a "$out/fresh.txt" >&2
-    wait "$load_pid"
-    kill -TERM "$projector_pid"
-    wait "$projector_pid"
-    projector_pid=""
+    fresh_stop
 done
 
 # ---- the table ----------------------------------------------------------------
@@ -552,7 +588,7 @@ ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
     if ((started)); then
         for who in redis:Redis projector:projector kafka:"Kafka broker" load:"load (loadgen)"; do
             read -r m sp < <(stat_of "$out/fresh.txt" "f[\"${who%%:*}_cores\"]")
-            row "freshness, cores used: ${who#*:}" "$(fmt "$m" 2)" "$sp$([[ $who == redis:* ]] && echo " (the load's producer: linger.ms $load_linger)")"
+            row "freshness, cores used: ${who#*:}" "$(fmt "$m" 2)" "$sp$([[ $who == redis:* ]] && echo " (the load's producer: linger.ms $load_linger; the broker warmed by ${fresh_warmup}s of it first)")"
         done
     fi
     row "replay rebuild (all boards), events/s" "$(fmt "$replay_eps")" "$(awk -v s="$replay_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }') (plan, read, apply, swap)"
@@ -582,7 +618,7 @@ cat >"$out/results.json" <<JSON
   "projector_cpu_s_per_million_events": {"median": $cpu_m, "spread": "$cpu_spread"},
   "redis_cpu_s_per_million_events": $( ((started)) && echo "{\"median\": $rcpu_m, \"spread\": \"$rcpu_spread\"}" || echo null),
   "projector_peak_rss_mib": {"median": $rss_m, "spread": "$rss_spread"},
-  "freshness": {"rate_events_per_s": $fresh_rate, "load_linger_ms": $load_linger, "p50_ms": $p50, "p99_ms": $p99, "max_ms": $pmax},
+  "freshness": {"rate_events_per_s": $fresh_rate, "load_linger_ms": $load_linger, "broker_warmup_s": $fresh_warmup, "p50_ms": $p50, "p99_ms": $p99, "max_ms": $pmax},
   "replay_events_per_s": {"median": $replay_eps, "spread": "$replay_spread"}
 }
 JSON
