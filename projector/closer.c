@@ -413,6 +413,13 @@ static int keep_and_produce(struct lb_closer *c, struct pub *pub, uint32_t part,
         if (!e) {
             pub->produced++;
             rc = 0;
+            if (getenv("LB_FAULT_CRASH_BEFORE_ACK")) { /* tests: a pod lost in between */
+                LB_WARN("results",
+                        "LB_FAULT_CRASH_BEFORE_ACK: exiting with board '%s' window '%s' "
+                        "claimed and its record produced, not acknowledged",
+                        pub->board, pub->window);
+                _exit(70);
+            }
         } else
             lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
                          "final standings of board '%s' window '%s': %s; trying again", pub->board,
