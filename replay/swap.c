@@ -7,13 +7,14 @@
 /* The swap, atomically per board (see the top of the file).
  * KEYS: [1] live marker hash, [2] live marker sorted set, [3] staging
  *       marker hash, [4] staging marker sorted set, [5] the board's fence,
- *       then n staging keys, then their n live names, then live keys to
- *       delete.
- * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, then f
- *       pairs (marker field, last offset read from there).
+ *       [6] its ~final, then n staging keys, then their n live names, then
+ *       live keys to delete.
+ * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, [4] which
+ *       of the staging keys is ~open (1..n, 0: none), then f pairs (marker
+ *       field, last offset read from there).
  * A staging ~open (final standings: the windows to close) is merged into
- * the live one, less the windows the board's ~final names closed, instead
- * of replacing it; the live ~open is never deleted.
+ * the live one, less the windows ~final names closed, instead of replacing
+ * it; the live ~open is never deleted.
  * A swap that happens also lifts the fence, if replay had set one. Staging
  * keys always come with their marker hash (the apply script writes both),
  * so staging keys listed without it mean the swap was done already: the
@@ -142,6 +143,7 @@ static void delete_keys(struct replay *r, const struct strings *keys)
  * that nothing staged replaces. Marker keys are left out of both lists. */
 struct board_keys {
     struct strings staged, targets, extra;
+    size_t open; /* staged ~open: its place in 'staged' from 1, 0 none */
 };
 
 static void board_keys_of(struct replay *r, const char *board, size_t blen,
@@ -159,6 +161,8 @@ static void board_keys_of(struct replay *r, const char *board, size_t blen,
         char target[1024];
         snprintf(target, sizeof(target), "%s%s", r->config->key_prefix, staged->items[i] + sp);
         replay_strings_add(&bk->staged, staged->items[i], strlen(staged->items[i]));
+        if (kp.kind == LB_KEY_OPEN)
+            bk->open = bk->staged.count;
         replay_strings_add(&bk->targets, target, strlen(target));
     }
     for (size_t i = 0; i < live->count; i++) {
@@ -190,17 +194,18 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
 {
     size_t blen = strlen(board);
     struct lb_str id = {board, (uint32_t)blen};
-    char markers[4][600], fence[600];
+    char markers[4][600], fence[600], final[600];
     lb_marker_key(r->config->key_prefix, id, markers[0], sizeof(markers[0]));
     lb_marker_zset_key(r->config->key_prefix, id, markers[1], sizeof(markers[1]));
     lb_marker_key(r->staging_prefix, id, markers[2], sizeof(markers[2]));
     lb_marker_zset_key(r->staging_prefix, id, markers[3], sizeof(markers[3]));
     lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
-    size_t n = bk->staged.count, nkeys = 5 + 2 * n + bk->extra.count;
-    size_t argc = 3 + nkeys + 3 + 2 * r->plan.count;
+    lb_board_key(r->config->key_prefix, id, LB_FINAL_KEY, final, sizeof(final));
+    size_t n = bk->staged.count, nkeys = 6 + 2 * n + bk->extra.count;
+    size_t argc = 3 + nkeys + 4 + 2 * r->plan.count;
     const char **argv = calloc(argc, sizeof(char *));
     size_t *argvlen = calloc(argc, sizeof(size_t));
-    char(*numbers)[24] = calloc(r->plan.count + 3, sizeof(*numbers));
+    char(*numbers)[24] = calloc(r->plan.count + 4, sizeof(*numbers));
     if (!argv || !argvlen || !numbers) {
         free(argv);
         free(argvlen);
@@ -211,12 +216,14 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     snprintf(numbers[0], sizeof(numbers[0]), "%zu", nkeys);
     snprintf(numbers[1], sizeof(numbers[1]), "%zu", n);
     snprintf(numbers[2], sizeof(numbers[2]), "%zu", r->plan.count);
+    snprintf(numbers[3], sizeof(numbers[3]), "%zu", bk->open);
     argv[a++] = "EVAL";
     argv[a++] = lb_swap_lua;
     argv[a++] = numbers[0];
     for (size_t i = 0; i < 4; i++)
         argv[a++] = markers[i];
     argv[a++] = fence;
+    argv[a++] = final;
     for (size_t i = 0; i < n; i++)
         argv[a++] = bk->staged.items[i];
     for (size_t i = 0; i < n; i++)
@@ -226,11 +233,12 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     argv[a++] = numbers[1];
     argv[a++] = r->sel.windows.count ? "exact" : "advance";
     argv[a++] = numbers[2];
+    argv[a++] = numbers[3];
     for (size_t i = 0; i < r->plan.count; i++) {
-        snprintf(numbers[3 + i], sizeof(numbers[0]), "%lld",
+        snprintf(numbers[4 + i], sizeof(numbers[0]), "%lld",
                  (long long)(r->plan.parts[i].read_to - 1));
         argv[a++] = r->plan.parts[i].field;
-        argv[a++] = numbers[3 + i];
+        argv[a++] = numbers[4 + i];
     }
     for (size_t i = 0; i < a; i++)
         argvlen[i] = strlen(argv[i]);

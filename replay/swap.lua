@@ -3,7 +3,7 @@
 -- arguments and the answers. A board's marker is the larger of its hash
 -- (written by the apply script) and its sorted set (written with ZADD GT by
 -- boards without a script).
-local n, mode, f = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local n, mode, f, open = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if n > 0 and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then return {'gone'} end
 local function marker(hash, zset, field)
   local h = tonumber(redis.call('HGET', hash, field) or '-1')
@@ -11,7 +11,7 @@ local function marker(hash, zset, field)
   return math.max(h, z)
 end
 for i = 0, f - 1 do
-  local field, read = ARGV[4 + 2 * i], tonumber(ARGV[5 + 2 * i])
+  local field, read = ARGV[5 + 2 * i], tonumber(ARGV[6 + 2 * i])
   local live = marker(KEYS[1], KEYS[2], field)
   if live > read then return {'behind', field, string.format('%.0f', live)} end
   local staged = marker(KEYS[3], KEYS[4], field)
@@ -20,37 +20,37 @@ for i = 0, f - 1 do
   end
 end
 -- the windows the rebuild found open join the live ~open, but for those
--- its ~final names closed (the rebuild wrote their events before the
--- close): the closer would look at them for nothing (~final: the same
--- slot, named from ~open's name)
+-- ~final (KEYS[6]) names closed (the rebuild wrote their events before the
+-- close): the closer would look at them for nothing
 local function merge_open(staged, live)
-  local final = string.sub(live, 1, -5) .. 'final'
-  local open = redis.call('HGETALL', staged)
-  for j = 1, #open, 2 do
-    local st = redis.call('HGET', final, 's:' .. open[j])
-    if st ~= 'claimed' and st ~= 'published' then redis.call('HSET', live, open[j], open[j + 1]) end
+  local windows = redis.call('HGETALL', staged)
+  for j = 1, #windows, 2 do
+    local st = redis.call('HGET', KEYS[6], 's:' .. windows[j])
+    if st ~= 'claimed' and st ~= 'published' then
+      redis.call('HSET', live, windows[j], windows[j + 1])
+    end
   end
   redis.call('DEL', staged)
 end
 for i = 1, n do
-  if string.sub(KEYS[5 + n + i], -7) == '}:~open' then
-    merge_open(KEYS[5 + i], KEYS[5 + n + i])
-  elseif redis.call('EXISTS', KEYS[5 + i]) == 1 then
-    redis.call('RENAME', KEYS[5 + i], KEYS[5 + n + i])
+  if i == open then
+    merge_open(KEYS[6 + i], KEYS[6 + n + i])
+  elseif redis.call('EXISTS', KEYS[6 + i]) == 1 then
+    redis.call('RENAME', KEYS[6 + i], KEYS[6 + n + i])
   else
-    redis.call('DEL', KEYS[5 + n + i])
+    redis.call('DEL', KEYS[6 + n + i])
   end
 end
-for i = 6 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 7 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end
 if mode == 'advance' then
   -- into the key the board's writes use (no stray second marker key);
   -- never backwards: the checks above found both markers at or below
   local zset = redis.call('EXISTS', KEYS[2], KEYS[4]) > 0
   for i = 0, f - 1 do
     if zset then
-      redis.call('ZADD', KEYS[2], 'GT', ARGV[5 + 2 * i], ARGV[4 + 2 * i])
+      redis.call('ZADD', KEYS[2], 'GT', ARGV[6 + 2 * i], ARGV[5 + 2 * i])
     else
-      redis.call('HSET', KEYS[1], ARGV[4 + 2 * i], ARGV[5 + 2 * i])
+      redis.call('HSET', KEYS[1], ARGV[5 + 2 * i], ARGV[6 + 2 * i])
     end
   end
 end

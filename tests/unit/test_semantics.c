@@ -823,7 +823,7 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
  * dedupe set: the staging copies under "lb:~replay:" replace the live keys
  * if the live markers are not past 'read' on t:0. Returns the script's
  * first word. */
-static char *swap_alltime(int64_t read)
+static const char *swap_script(void)
 {
     char path[1024];
     const char *root = getenv("LB_SOURCE_DIR");
@@ -832,13 +832,20 @@ static char *swap_alltime(int64_t read)
     assert_non_null(f);
     static char script[8192];
     size_t n = fread(script, 1, sizeof(script) - 1, f);
+    assert_true(n < sizeof(script) - 1);
     script[n] = '\0';
     fclose(f);
+    return script;
+}
+
+static char *swap_alltime(int64_t read)
+{
+    const char *script = swap_script();
     redisReply *r = redis_server_command(
         redis,
-        "EVAL %s 9 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
-        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:~replay:{z}:alltime lb:~replay:{z}:~seen "
-        "lb:{z}:alltime lb:{z}:~seen 2 advance 1 t:0 %lld",
+        "EVAL %s 10 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:~replay:{z}:alltime "
+        "lb:~replay:{z}:~seen lb:{z}:alltime lb:{z}:~seen 2 advance 1 0 t:0 %lld",
         script, (long long)read);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     static char word[32];
@@ -892,6 +899,45 @@ static void zombie_then_swap(const char *profile, int64_t expected, const char *
     assert_int_equal(r->integer, 0); /* the swap kept to the board's marker key */
     freeReplyObject(r);
     harness_close(&h);
+}
+
+/* replay's swap of a board with final standings: the windows its rebuild
+ * found open join the live ~open (never replaced, never deleted), less
+ * those ~final names closed; the staging ~open goes. */
+static void a_swap_merges_the_open_windows_less_the_closed_ones(void **state)
+{
+    (void)state;
+    freeReplyObject(redis_server_command(redis, "FLUSHALL"));
+    freeReplyObject(redis_server_command(redis, "HSET lb:{z}:~open daily:2026-05-01 1"));
+    freeReplyObject(redis_server_command(
+        redis,
+        "HSET lb:~replay:{z}:~open daily:2026-05-02 2 daily:2026-05-03 3 daily:2026-05-04 4"));
+    freeReplyObject(redis_server_command(
+        redis, "HSET lb:{z}:~final s:daily:2026-05-02 published s:daily:2026-05-04 claimed"));
+    freeReplyObject(redis_server_command(redis, "HSET lb:~replay:{z}:~applied t:0 3"));
+    freeReplyObject(redis_server_command(redis, "ZADD lb:~replay:{z}:alltime 7 ann"));
+    redisReply *r = redis_server_command(
+        redis,
+        "EVAL %s 10 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:~replay:{z}:alltime "
+        "lb:~replay:{z}:~open lb:{z}:alltime lb:{z}:~open 2 advance 1 2 t:0 3",
+        swap_script());
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[0]->str, "ok");
+    freeReplyObject(r);
+    r = redis_server_command(redis, "HGETALL lb:{z}:~open");
+    assert_int_equal(r->elements, 4);
+    freeReplyObject(r);
+    r = redis_server_command(redis, "HMGET lb:{z}:~open daily:2026-05-01 daily:2026-05-03");
+    assert_string_equal(r->element[0]->str, "1");
+    assert_string_equal(r->element[1]->str, "3");
+    freeReplyObject(r);
+    r = redis_server_command(redis, "EXISTS lb:~replay:{z}:~open lb:{z}:alltime");
+    assert_int_equal(r->integer, 1); /* the staging ~open went, the window came */
+    freeReplyObject(r);
+    r = redis_server_command(redis, "HGET lb:{z}:~final s:daily:2026-05-02");
+    assert_string_equal(r->str, "published");
+    freeReplyObject(r);
 }
 
 static void a_zombie_batch_leaves_a_sum_board_and_its_marker_unchanged(void **state)
@@ -1146,6 +1192,7 @@ int main(void)
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_best_board_writes_nothing),
         cmocka_unit_test(a_wrong_type_in_a_transaction_fails_it_and_a_resend_is_exact),
         cmocka_unit_test(a_zombie_batch_leaves_a_sum_board_and_its_marker_unchanged),
+        cmocka_unit_test(a_swap_merges_the_open_windows_less_the_closed_ones),
         cmocka_unit_test(a_zombie_transaction_leaves_a_best_board_and_its_marker_unchanged),
         cmocka_unit_test(the_script_reads_the_markers_a_transaction_wrote),
         cmocka_unit_test(another_protocol_is_refused_and_writes_nothing),
