@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <librdkafka/rdkafka.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,8 +152,15 @@ static int parse_ids(const char *text, int32_t ids[3])
 /* ---- producing --------------------------------------------------------------- */
 
 static uint64_t delivered, failed;
-static double last_ack;  /* when the brokers last answered, or the queue was last empty */
-static int giving_up;    /* purging what is left: its failures are not news */
+static double last_ack; /* when the brokers last answered, or the queue was last empty */
+static int giving_up;   /* purging what is left: its failures are not news */
+static volatile sig_atomic_t stopping; /* SIGTERM or SIGINT: produce no more */
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stopping = 1;
+}
 static FILE *deliveries; /* --deliveries-out */
 
 static double now_s(void)
@@ -264,7 +272,8 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
     double start = now_s(), last_report = start;
     int status = 0;
 
-    for (uint64_t i = 0; i < o->count && status == 0; i++) {
+    uint64_t produced = 0;
+    for (uint64_t i = 0; i < o->count && status == 0 && !stopping; i++) {
         struct gen_event ev;
         gen_event(gen, i, &ev);
         size_t len = gen_encode(gen, &ev, buf);
@@ -314,6 +323,7 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
         }
         if (status != 0)
             break;
+        produced++;
         if (log)
             gen_print(log, &ev);
         rd_kafka_poll(rk, 0);
@@ -355,10 +365,13 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
         rd_kafka_poll(rk, 0);
     }
     double took = now_s() - start;
+    if (stopping)
+        fprintf(stderr, "loadgen: stopped by a signal after %llu of %llu events\n",
+                (unsigned long long)produced, (unsigned long long)o->count);
     fprintf(stderr, "loadgen: %llu events delivered, %llu failed, in %.2f s (%.0f/s)\n",
             (unsigned long long)delivered, (unsigned long long)failed, took,
             took > 0 ? (double)delivered / took : 0.0);
-    return status != 0 || failed || delivered != o->count ? -1 : 0;
+    return status != 0 || failed || delivered != produced ? -1 : 0;
 }
 
 static void usage(FILE *out)
@@ -421,9 +434,13 @@ static void usage(FILE *out)
                  "\n"
                  "TSV columns: event_id board player score ts_ms op dim_value\n"
                  "\n"
-                 "Exit status: 0 every event delivered; 1 failure (the brokers not reached or\n"
-                 "silent for --timeout, a delivery failed, the registry refused); 2 usage\n"
-                 "error (a bad command line, including a -X librdkafka refuses).\n"
+                 "SIGTERM or SIGINT stops it early: no more events are produced, those\n"
+                 "produced are delivered (and written by --events-out and --deliveries-out).\n"
+                 "\n"
+                 "Exit status: 0 every event produced was delivered; 1 failure (the brokers\n"
+                 "not reached or silent for --timeout, a delivery failed, the registry\n"
+                 "refused); 2 usage error (a bad command line, including a -X librdkafka\n"
+                 "refuses).\n"
                  "\n"
                  "Example:\n"
                  "  loadgen -n 100000 --boards 20 --players 5000 --days 30 --rate 20000\n");
@@ -728,6 +745,10 @@ int main(int argc, char **argv)
                     o.events_out && !log ? o.events_out : o.deliveries_out, strerror(errno));
             status = 1;
         } else {
+            struct sigaction sa = {.sa_handler = on_stop_signal};
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGTERM, &sa, NULL);
+            sigaction(SIGINT, &sa, NULL);
             status = reach_brokers(rk, &o) == 0 && produce_all(&o, gen, rk, log) == 0 ? 0 : 1;
         }
         rd_kafka_destroy(rk);

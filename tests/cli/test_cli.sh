@@ -80,7 +80,8 @@ table=$(
 0|3|out|^Exit status: 0 done \(or --verify found no difference\); 1 failure|replay --help
 0|3|out|^Exit status: 0 ok; 1 failure \(Redis unreachable or refusing\); 2 usage error|lbread --help
 0|3|out|^Exit status: 0 ok; 1 failure \(the brokers not reached within the timeout,|lbadmin --help
-0|3|out|^Exit status: 0 every event delivered; 1 failure|loadgen --help
+0|3|out|^Exit status: 0 every event produced was delivered; 1 failure|loadgen --help
+0|3|out|^SIGTERM or SIGINT stops it early|loadgen --help
 0|3|out|^Exit status: 0 ok; 1 failure \(Kafka or Redis unreachable or refusing, no probe|lbbench --help
 0|3|out|^e1-0[[:space:]]g[0-9]+[[:space:]]p[0-9]+[[:space:]]|loadgen --dry-run -n 3
 1|4|err|^lbadmin: $unreachable 3 s|lbadmin offsets --brokers $K --topic scores --group g --timeout 3
