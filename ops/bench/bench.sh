@@ -484,8 +484,8 @@ else
     fresh_rate=$(awk -v r="$drain_eps" 'BEGIN { printf "%d", r / 2 }')
     log "freshness at $fresh_rate events/s (half the median drain)"
 fi
-# fresh_start RUN SECONDS: a projector of its own group at the end of the
-# fresh topic (projector_pid), then SECONDS of the load (load_pid)
+# fresh_start NAME SEED SECONDS: a projector of its own group at the end of
+# the fresh topic (projector_pid), then SECONDS of the load (load_pid)
 fresh_start() {
     flush_redis
     BENCH_GROUP=bench-fresh-$$-$1 "$bin/projector" --config "$out/fresh.yaml" \
@@ -493,7 +493,7 @@ fresh_start() {
     projector_pid=$!
     lb_wait_for 60 grep -q "assigned" "$out/fresh-$1.log"
     "$bin/loadgen" --brokers "$brokers" --topic "$fresh_topic" --ts-now --rate "$fresh_rate" \
-        -n $((fresh_rate * $2)) --seed $((100 + ${1//[^0-9]/})) --boards "$boards" \
+        -n $((fresh_rate * $3)) --seed "$2" --boards "$boards" \
         --players "$players" --zipf "$zipf" -X "linger.ms=$load_linger" \
         2>"$out/fresh-load-$1.log" &
     load_pid=$!
@@ -506,12 +506,12 @@ fresh_stop() {
 }
 if ((fresh_warmup > 0)); then
     log "freshness: warming the broker with ${fresh_warmup}s of the same load (not measured)"
-    fresh_start warmup0 "$fresh_warmup"
+    fresh_start warmup 100 "$fresh_warmup"
     fresh_stop
 fi
 : >"$out/fresh.txt"
 for ((run = 1; run <= runs; run++)); do
-    fresh_start "$run" $((fresh_seconds + 4))
+    fresh_start "$run" $((100 + run)) $((fresh_seconds + 4))
     sleep 1
     mapfile -t rpids < <(redis_pids)
     mapfile -t kpids < <(kafka_pids)
