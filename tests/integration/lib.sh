@@ -8,7 +8,8 @@
 # every exit path. On failure the directory (logs included) is kept and the
 # tails of the logs are printed.
 #
-# Results and assertions go to stderr as "ok ..." / "FAIL ...".
+# Results and assertions go to stderr as "ok ..." / "FAIL ...", after the
+# seconds since the test started (where a slow test spends its time).
 
 set -euo pipefail
 
@@ -27,7 +28,7 @@ T_ON_EXIT=()
 # shellcheck disable=SC2034 # set by stop_projector, read by the tests
 STOP_STATUS=0
 
-log() { printf '%s: %s\n' "$T_NAME" "$*" >&2; }
+log() { printf '%s %4ds: %s\n' "$T_NAME" "$SECONDS" "$*" >&2; }
 fail() {
     log "FAIL: $*"
     exit 1

@@ -71,7 +71,7 @@ ok "a pod restarted caught up on an idle topic shows lag 0 from its first scrape
 grep -q 'CONFWARN' "$T_DIR/projector.log" &&
     fail "librdkafka warned about the configuration: $(grep -m 2 CONFWARN "$T_DIR/projector.log")"
 ok "a default start logs no CONFWARN (consumer properties stay out of the DLQ producer)"
-alerts_scrape healthy 3
+alerts_scrape healthy 2
 alerts_test healthy
 
 # 2. a key of the wrong type under one board holds that board only
@@ -105,7 +105,7 @@ metrics_scrape "$url" "$T_DIR/m"
 tail -n +$((logged + 1)) "$T_DIR/projector.log" | grep "board 'sum-3'.*WRONGTYPE: key $bad_key" >/dev/null ||
     fail "the log does not name the board, the key and WRONGTYPE"
 ok "a wrong-type key holds board sum-3 only: other boards change, each partition stops at its first sum-3 event"
-alerts_scrape board 3
+alerts_scrape board 2
 alerts_test board ProjectorBoardNeedsOperator ProjectorCommitsStalled
 redis_cli "$(live_ports | first)" -c DEL "$bad_key" >/dev/null
 wait "$producer" || fail "producer failed"
@@ -166,7 +166,7 @@ grep -q "not in the dead-letter topic 'scores-dlq-late' yet" "$T_DIR/late.log" |
     fail "the log does not say the dead-letter topic is the problem"
 grep -qi 'redis' <(tail -n +$((lines_before + 1)) "$T_DIR/late.log") && fail "the log blames Redis"
 ok "with the DLQ topic missing, partitions hold for the DLQ and the log says so"
-alerts_scrape dlq 3
+alerts_scrape dlq 2
 alerts_test dlq ProjectorHeldForDeadLetter ProjectorDeadLetterFailing ProjectorCommitsStalled
 while ((SECONDS - stall_started < 20)); do sleep 1; done
 t0=$SECONDS
@@ -193,7 +193,7 @@ on_exit 'kill -CONT "${pids[@]}" 2>/dev/null'
 kill -STOP "${pids[@]}"
 produce -n 2000 --seed 146 "${gen[@]}" --rate 2000
 lb_wait_for 20 held_now redis || fail "no partition shown held for Redis while Redis is frozen"
-alerts_scrape redis 3
+alerts_scrape redis 2
 kill -CONT "${pids[@]}"
 alerts_test redis ProjectorHeldForRedis ProjectorRedisDown ProjectorCommitsStalled
 wait_caught_up 120
@@ -202,7 +202,7 @@ wait_caught_up 120
 logged=$(wc -l <"$T_DIR/late.log")
 lb_kafka_stop 2>>"$T_DIR/kafka-restart.log" || fail "stopping Kafka failed"
 sleep 4
-alerts_scrape kafka 3
+alerts_scrape kafka 2
 alerts_test kafka ProjectorKafkaUnreachable
 sleep 5
 lb_kafka_start >>"$T_DIR/kafka-restart.log" 2>&1 || fail "Kafka did not start again"

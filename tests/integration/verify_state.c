@@ -47,7 +47,8 @@
  * tops are refreshed within the profile's staleness: when they are the only
  * difference, the state is unsettled (exit 3). --rank B/WINDOW/PLAYER
  * prints a player's expected rank across the window's shards (1 the
- * first) and its composite, and reads no node.
+ * first) and its composite, and reads no node; given more than once, one
+ * line per player, in the order given (the events are read once).
  * --tag B/PLAYER prints the hash tag of the keys PLAYER's events on board B
  * go to (B itself unless B is split), and reads nothing.
  *
@@ -1749,7 +1750,9 @@ int main(int argc, char **argv)
                                              {"deliveries", required_argument, NULL, 'V'},
                                              {"final", required_argument, NULL, 'Z'},
                                              {NULL, 0, NULL, 0}};
-    const char *events = NULL, *nodes = NULL, *rank = NULL, *tag = NULL, *deliveries = NULL;
+    const char *events = NULL, *nodes = NULL, *tag = NULL, *deliveries = NULL;
+    const char *rank[64];
+    size_t nranks = 0;
     const char *final = NULL;
     struct map closed = {0}, delivered = {0};
     struct rules r = {.prefix = "lb:",
@@ -1835,7 +1838,11 @@ int main(int argc, char **argv)
             break;
         }
         case 'R':
-            rank = optarg;
+            if (nranks == sizeof(rank) / sizeof(rank[0])) {
+                fprintf(stderr, "verify_state: more than %zu --rank\n", nranks);
+                return 2;
+            }
+            rank[nranks++] = optarg;
             break;
         case 'G':
             tag = optarg;
@@ -1883,7 +1890,7 @@ int main(int argc, char **argv)
         printf("%s\n", out);
         return 0;
     }
-    if (!events || (!nodes && !rank) || (final && !nodes) || r.resolution_ms <= 0) {
+    if (!events || (!nodes && !nranks) || (final && !nodes) || r.resolution_ms <= 0) {
         fprintf(stderr, "usage: verify_state --events FILE --nodes H:P,... [rules]\n");
         return 2;
     }
@@ -1922,8 +1929,12 @@ int main(int argc, char **argv)
     deliveries_free(&delivered);
     r.delivered = NULL;
     add_decayed(&r, &members, &keys);
-    if (rank) {
-        int rc = print_rank(&r, &members, rank);
+    if (nranks) {
+        int rc = 0;
+        for (size_t i = 0; i < nranks; i++) {
+            int one = print_rank(&r, &members, rank[i]);
+            rc = one > rc ? one : rc;
+        }
         map_free(&members);
         map_free(&keys);
         closed_free(&closed);
