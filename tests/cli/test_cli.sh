@@ -86,14 +86,14 @@ table=$(
 0|3|out|^Exit status: 0 ok; 1 failure \(Kafka or Redis unreachable or refusing, no probe|lbbench --help
 0|3|out|^e1-0[[:space:]]g[0-9]+[[:space:]]p[0-9]+[[:space:]]|loadgen --dry-run -n 3
 1|5|err|^lbadmin: $unreachable 3 s|lbadmin offsets --brokers $K --topic scores --group g --timeout 3
-1|11|err|^lbadmin: $unreachable 10 s|lbadmin offsets --brokers $K --topic scores --group g
+1|12|err|^lbadmin: $unreachable 10 s|lbadmin offsets --brokers $K --topic scores --group g
 1|5|err|^lbadmin: $unreachable 3 s|lbadmin dump --brokers $K --topic scores-dlq --timeout 3
 1|5|err|^lbadmin: $unreachable 3 s|lbadmin results --brokers $K --topic scores-results --board b --window daily:2026-11-23 --timeout 3
 1|4|err|^lbadmin: $unreachable 2 s|lbadmin wait-caught-up --brokers $K --topic scores --group g --timeout 2
 1|4|err|^lbadmin: $unreachable 2 s|lbadmin create-topic --brokers $K --topic scores --timeout 2
 1|4|err|^lbadmin: $unreachable 2 s|lbadmin redrive --brokers $K --topic scores-dlq --timeout 2
 1|5|err|^loadgen: $unreachable 3 s|loadgen -n 1 --brokers $K --timeout 3
-1|11|err|^loadgen: $unreachable 10 s|loadgen -n 1 --brokers $K
+1|12|err|^loadgen: $unreachable 10 s|loadgen -n 1 --brokers $K
 1|5|err|^replay: cannot reach Redis: .*127\.0\.0\.1:1|replay --config @ok@ --board g1
 1|5|err|^lbread: .*cannot connect to Redis 127\.0\.0\.1:1|lbread --config @ok@ --board g1
 1|5|err|^lbread: .*cannot connect to Redis 127\.0\.0\.1:1|lbread --config @kafka@ --board g1

@@ -71,7 +71,7 @@ for p in $(live_ports); do
 done
 redis_cli "$lost" FLUSHALL >/dev/null
 start_projector projector "$T_DIR/projector.yaml"
-"$BIN/replay" --config "$T_DIR/projector.yaml" --node "127.0.0.1:$lost" --max-rate 4000 \
+"$BIN/replay" --config "$T_DIR/projector.yaml" --node "127.0.0.1:$lost" --max-rate 8000 \
     >"$T_DIR/replay.out" 2>"$T_DIR/replay.err" &
 replay_pid=$!
 T_PIDS+=("$replay_pid")

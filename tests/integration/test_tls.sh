@@ -116,7 +116,7 @@ lose_board "$board"
 mapfile -t masters < <(slot_masters)
 hang_up_on_clients 0.2 "${masters[@]}"
 status=0
-"$BIN/replay" --config "$T_DIR/replay.yaml" --board "$board" --max-rate 3000 >"$T_DIR/hangup.out" \
+"$BIN/replay" --config "$T_DIR/replay.yaml" --board "$board" --max-rate 6000 >"$T_DIR/hangup.out" \
     2>"$T_DIR/hangup.err" || status=$?
 stop_hanging_up
 [[ $status == 0 ]] || fail "replay exited $status while TLS nodes hung up: $(tail -n 3 "$T_DIR/hangup.err")"
