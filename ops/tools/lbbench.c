@@ -463,14 +463,10 @@ static int poll_visible(struct lb_cluster *cl, const char *key, uint16_t slot, s
 }
 
 /* Each probe's send time (ms since the first) and latency, one line each,
- * to see when the slow ones came. */
-static int write_probes(const char *path, const struct probe *probes, size_t nprobes)
+ * to see when the slow ones came, to F (opened before the run: a path that
+ * cannot be written stops it before anything is measured); closes F. */
+static int write_probes(FILE *f, const char *path, const struct probe *probes, size_t nprobes)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "lbbench: cannot write %s: %s\n", path, strerror(errno));
-        return -1;
-    }
     fprintf(f, "sent_ms latency_ms\n");
     for (size_t i = 0; i < nprobes; i++)
         fprintf(f, "%lld %lld\n", (long long)(probes[i].ts_ms - probes[0].ts_ms),
@@ -485,6 +481,11 @@ static int write_probes(const char *path, const struct probe *probes, size_t npr
 static int run_freshness(const struct lb_config *config, const char *topic, double duration_s,
                          double probe_rate, const char *board, const char *probes_path)
 {
+    FILE *out = probes_path ? fopen(probes_path, "w") : NULL;
+    if (probes_path && !out) {
+        fprintf(stderr, "lbbench: cannot write %s: %s\n", probes_path, strerror(errno));
+        return 1;
+    }
     size_t max = (size_t)(duration_s * probe_rate) + 1, nprobes = 0, pending = 0, lost = 0;
     struct probe *probes = calloc(max, sizeof(*probes));
     struct gen_options gopts = {
@@ -552,9 +553,12 @@ static int run_freshness(const struct lb_config *config, const char *topic, doub
            (long long)lat[n * 99 / 100], (long long)lat[n - 1]);
     free(lat);
     /* written also when probes were lost: that is when they tell most */
-    int written = !probes_path || write_probes(probes_path, probes, nprobes) == 0;
+    int written = !out || write_probes(out, probes_path, probes, nprobes) == 0;
+    out = NULL;
     status = lost || !written ? 1 : 0;
 done:
+    if (out)
+        fclose(out);
     if (rk)
         rd_kafka_destroy(rk);
     lb_cluster_free(cl);
@@ -580,12 +584,12 @@ static void usage(FILE *out)
             "freshness: produces R probe events per second (default 50) for S seconds\n"
             "           (default 20) to topic T on board ID (default fresh) and polls Redis\n"
             "           until each is visible. --probes writes each probe's send time and\n"
-            "           latency (ms, -1 never visible) to FILE.\n"
+            "           latency (ms, -1 never visible) to FILE, opened before the run.\n"
             "\n"
             "Results go to stdout as key=value lines. Used by ops/bench/bench.sh.\n"
             "\n"
             "Exit status: 0 ok; 1 failure (Kafka or Redis unreachable or refusing, no probe\n"
-            "visible); 2 usage error; 3 invalid configuration.\n");
+            "visible, FILE not writable); 2 usage error; 3 invalid configuration.\n");
 }
 
 int main(int argc, char **argv)

@@ -151,6 +151,7 @@ table=$(
 2|3|err|^lbbench: unknown option '--bogus'|lbbench ceiling --config @ok@ --bogus
 2|3|err|^lbbench: unknown subcommand 'frob'|lbbench frob
 2|3|err|^lbbench: freshness needs --topic|lbbench freshness --config @ok@
+1|3|err|^lbbench: cannot write /nonexistent/p\.txt: No such file or directory|lbbench freshness --config @ok@ --topic t --probes /nonexistent/p.txt
 3|3|err|missing\.yaml: cannot open|projector --config @missing@
 3|3|err|missing\.yaml: cannot open|replay --config @missing@ --board g1
 3|3|err|bad\.yaml:[0-9]+: YAML syntax error|replay --config @bad@ --board g1

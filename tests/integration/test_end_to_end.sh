@@ -2,7 +2,7 @@
 # Events from the producer land in exactly the expected members and composite
 # scores of every window key; committed offsets end at the last offset + 1
 # and carry each partition's event-time watermark; SIGTERM leaves cleanly
-# with exit 0.
+# with exit 0. loadgen, paced, gives up on a topic that does not exist.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -38,3 +38,20 @@ stop_projector "$PROJECTOR_PID" 20
 grep -q 'msg="stopping: committing durable offsets' "$T_DIR/projector.log" ||
     fail "no orderly stop in the log"
 ok "SIGTERM: exit 0"
+
+# loadgen, paced, to a topic the broker does not have (no auto-creation):
+# its first event is never acknowledged (librdkafka waits 30 s for an
+# unknown topic to appear, topic.metadata.propagation.max.ms, longer than
+# --timeout); loadgen gives up after --timeout and says how many events
+# were not delivered
+status=0 t0=$SECONDS
+"$BIN/loadgen" --brokers "$BROKERS" --topic no-such-topic -n 5 --rate 100 --timeout 3 \
+    >"$T_DIR/nack.out" 2>&1 || status=$?
+took=$((SECONDS - t0))
+[[ $status == 1 ]] || fail "loadgen to a missing topic exited $status, not 1: $(tail -n 2 "$T_DIR/nack.out")"
+grep -q 'acknowledged no event of topic no-such-topic for 3 s' "$T_DIR/nack.out" ||
+    fail "loadgen does not say that nothing was acknowledged: $(tail -n 2 "$T_DIR/nack.out")"
+((took <= 10)) || fail "loadgen took $took s to give up on a missing topic (--timeout 3)"
+grep -Eq '; [1-9][0-9]* event\(s\) not delivered' "$T_DIR/nack.out" ||
+    fail "loadgen does not count the events not delivered: $(tail -n 2 "$T_DIR/nack.out")"
+ok "loadgen --rate to a missing topic: exit 1 after $took s, its events counted as not delivered"

@@ -16,7 +16,7 @@
 #     log say so, not Redis); SIGTERM during the 20 s stall exits within
 #     drain_timeout + 2 s with exit 6, and the log stays short;
 #  5. all of Redis frozen: partitions shown held for Redis;
-#  6. the Kafka broker down for ~20 s, within the consumer's session: logged
+#  6. the Kafka broker down for ~15 s, within the consumer's session: logged
 #     once when lost, once when back; events produced on its return are
 #     committed within 3 s.
 #
