@@ -155,13 +155,13 @@ static uint64_t delivered, failed;
 static double last_ack; /* when the brokers last answered, or the queue was last empty */
 static int giving_up;   /* purging what is left: its failures are not news */
 static volatile sig_atomic_t stopping; /* SIGTERM or SIGINT: produce no more */
+static FILE *deliveries;               /* --deliveries-out */
 
 static void on_stop_signal(int sig)
 {
     (void)sig;
     stopping = 1;
 }
-static FILE *deliveries; /* --deliveries-out */
 
 static double now_s(void)
 {

@@ -333,6 +333,24 @@ produce() {
     cat "$deliveries" >>"$T_DIR/delivered.tsv"
 }
 
+# load_start ARGS... - produce ARGS in the background until load_stop: a
+# load that runs through a repair, a replay or a reshard however long that
+# takes on this machine (give -n a cap it never reaches). Sets LOAD_PID.
+load_start() {
+    produce "$@" &
+    LOAD_PID=$!
+    T_PIDS+=("$LOAD_PID")
+    on_exit "pkill -TERM -P $LOAD_PID loadgen 2>/dev/null"
+}
+
+# load_stop WHAT - stops the load with SIGTERM: loadgen produces no more,
+# delivers what it produced, and produce records exactly those events.
+# Fails if the load had already ended before WHAT was done, or failed.
+load_stop() {
+    pkill -TERM -P "$LOAD_PID" loadgen || fail "the load ended before $1: nothing ran beside it"
+    wait "$LOAD_PID" || fail "the load failed"
+}
+
 # lose_board BOARD - deletes every key of BOARD (windows, markers, dedupe
 # set), on whichever node holds them.
 lose_board() {

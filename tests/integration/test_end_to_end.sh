@@ -45,7 +45,7 @@ ok "SIGTERM: exit 0"
 # --timeout); loadgen gives up after --timeout and says how many events
 # were not delivered
 status=0 t0=$SECONDS
-"$BIN/loadgen" --brokers "$BROKERS" --topic no-such-topic -n 5 --rate 100 --timeout 3 \
+timeout 30 "$BIN/loadgen" --brokers "$BROKERS" --topic no-such-topic -n 5 --rate 100 --timeout 3 \
     >"$T_DIR/nack.out" 2>&1 || status=$?
 took=$((SECONDS - t0))
 [[ $status == 1 ]] || fail "loadgen to a missing topic exited $status, not 1: $(tail -n 2 "$T_DIR/nack.out")"

@@ -65,10 +65,7 @@ ok "a: projector down through the loss, started after replay: exact"
 # b. projector running, full coverage required: everything pauses. The
 # load runs until the repair is done (SIGTERM: loadgen stops producing and
 # delivers what it produced; its cap of 300 s is never reached)
-produce -n 300000 --seed 123 "${gen[@]}" --rate 1000 &
-producer=$!
-T_PIDS+=("$producer")
-on_exit "pkill -TERM -P $producer loadgen 2>/dev/null"
+load_start -n 300000 --seed 123 "${gen[@]}" --rate 1000
 sleep 3
 logged=$(wc -l <"$T_DIR/projector.log")
 lose_shard "${original[1]}"
@@ -91,8 +88,7 @@ since_loss | grep -E 'CLUSTERDOWN|no Redis master serves slot' >/dev/null ||
 since_loss | grep -i 'dead-letter\|dlq' >/dev/null && fail "the log blames the DLQ"
 ok "b: the cluster refuses writes: every partition held, commits stopped, metrics and log say Redis"
 replace_shard b "$T_DIR/projector.yaml"
-pkill -TERM -P "$producer" loadgen || fail "the producer finished before the repair: nothing ran beside it"
-wait "$producer" || fail "producer failed"
+load_stop "the repair"
 check_exact b
 ok "b: projector running through the loss (full coverage required): exact"
 
@@ -114,11 +110,7 @@ lost_slot() { # SLOT: whether it is in the lost ranges
 # production until the repair is done, as in b: the checks below, the
 # runbook and replay all happen while it runs (a fixed 30 s was once not
 # enough on a loaded two-core machine under ASan)
-"$BIN/loadgen" --brokers "$BROKERS" --timeout 300 --events-out "$T_DIR/events.part" \
-    --deliveries-out "$T_DIR/deliveries.tsv" -n 300000 --seed 124 "${gen[@]}" --rate 1000 \
-    >>"$T_DIR/loadgen.log" 2>&1 &
-producer=$!
-T_PIDS+=("$producer")
+load_start --deliveries-out "$T_DIR/deliveries.tsv" -n 300000 --seed 124 "${gen[@]}" --rate 1000
 sleep 3
 lose_shard "${original[2]}"
 sleep 6
@@ -187,8 +179,6 @@ held() { awk -v r="reason=\"$1\"}" '$1 ~ /^lb_partition_held\{/ && index($1, r) 
     fail "metrics say $(held redis) partition(s) held for Redis and $(held top) for a merged top, the offsets $held_at and $held_top"
 ok "c: ${#lost_boards[@]} lost board(s) and the lost shards of split boards hold $held_at partition(s) exactly at their first event ($held_split of a split board), lost merged tops $held_top; $survivor_key kept changing"
 replace_shard c "$T_DIR/projector.yaml"
-kill -TERM "$producer" 2>/dev/null || fail "the producer finished before the repair: nothing ran beside it"
-wait "$producer" || fail "producer failed"
-cat "$T_DIR/events.part" >>"$T_DIR/events.tsv"
+load_stop "the repair"
 check_exact c
 ok "c: projector running through the loss (full coverage not required): exact"

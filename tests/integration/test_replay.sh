@@ -39,10 +39,7 @@ ok "flushed master $lost: $before keys (scores and markers) gone"
 
 # the load runs until replay is done (SIGTERM: loadgen stops producing and
 # delivers what it produced; its cap of 100 s is never reached)
-produce -n 300000 --seed 72 "${gen[@]}" --rate 3000 &
-producer=$!
-T_PIDS+=("$producer")
-on_exit "pkill -TERM -P $producer loadgen 2>/dev/null"
+load_start -n 300000 --seed 72 "${gen[@]}" --rate 3000
 sleep 2 # the projector writes the flushed slots again, from scratch
 replay --node "127.0.0.1:$lost" --dry-run >"$T_DIR/plan.out" || fail "replay --dry-run failed"
 grep -q 'replay plan' "$T_DIR/plan.out" || fail "no plan printed"
@@ -54,9 +51,8 @@ cat "$T_DIR/replay.out" >&2
 [[ $status == 0 ]] || fail "replay exited $status: $(cat "$T_DIR/replay.err")"
 grep -Eq 'events read .* [1-9][0-9]* of [1-9][0-9]* board\(s\) rebuilt' "$T_DIR/replay.out" ||
     fail "replay rebuilt no board"
-pkill -TERM -P "$producer" loadgen || fail "the producer finished before replay did: nothing ran beside it"
+load_stop "replay was done"
 ok "replay --node rebuilt the lost slots while events were produced and projected"
-wait "$producer" || fail "producer failed"
 wait_caught_up 120
 verify "${MODE_ORACLE[@]}"
 status=0

@@ -39,15 +39,11 @@ node_a=$(redis_port 0) node_b=$(redis_port 1)
 # the load runs through both moves, however long they take here: loadgen
 # stops on SIGTERM once they are done (at most 300 s of it) and delivers
 # what it produced
-produce -n 900000 --seed 52 --boards 200 --players 2000 --start "$START14" --days 14 --rate 3000 &
-producer=$!
-T_PIDS+=("$producer")
-on_exit "pkill -TERM -P $producer loadgen 2>/dev/null"
+load_start -n 900000 --seed 52 --boards 200 --players 2000 --start "$START14" --days 14 --rate 3000
 log "resharding: 3000 slots from $node_a to $node_b, 3000 back"
 reshard "$node_a" "$node_b"
 reshard "$node_b" "$node_a"
-pkill -TERM -P "$producer" loadgen || fail "the load ended before the last move"
-wait "$producer" || fail "producer failed"
+load_stop "the last move"
 log "$(grep -o 'stopped by a signal after [0-9]* of' "$T_DIR/loadgen.log" | tail -n 1) the events"
 wait_caught_up 120
 verify --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times
