@@ -121,7 +121,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LB_APPLY_VERSION 4 /* the protocol this release speaks */
+#define LB_APPLY_VERSION      4 /* the protocol this release speaks */
+#define LB_APPLY_TEXT_(v)     #v
+#define LB_APPLY_TEXT(v)      LB_APPLY_TEXT_(v)
+#define LB_APPLY_VERSION_TEXT LB_APPLY_TEXT(LB_APPLY_VERSION) /* "4", as requests carry it */
 
 /* The script's text and its SHA1 (40 hex digits), both from the build. */
 const char *lb_apply_script(void);

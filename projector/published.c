@@ -420,7 +420,7 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
     ARG("6", 1);
     for (size_t i = 0; i < 6; i++)
         ARG(keys[i], klen[i]);
-    ARG("4", 1); /* the protocol */
+    ARG(LB_APPLY_VERSION_TEXT, sizeof(LB_APPLY_VERSION_TEXT) - 1);
     ARG("C", 1);
     ARG(step, strlen(step));
     ARG(holder, strlen(holder));

@@ -210,7 +210,7 @@ static redisReply *script_step(struct lb_rebuild *r, struct job *j, const char *
     ARG("4", 1);
     for (size_t i = 0; i < 4; i++)
         ARG(keys[i], lb_board_key(r->o.key_prefix, id, rest[i], keys[i], KEY_MAX));
-    ARG("4", 1); /* the protocol */
+    ARG(LB_APPLY_VERSION_TEXT, sizeof(LB_APPLY_VERSION_TEXT) - 1);
     ARG("R", 1);
     ARG(step, strlen(step));
     ARG(r->holder, strlen(r->holder));

@@ -244,7 +244,7 @@ static redisReply *top_step(struct lb_tops *t, const struct window *w, const cha
         ARG("2", 1);
         ARG(state, slen);
         ARG(top, tlen);
-        ARG("4", 1); /* the protocol */
+        ARG(LB_APPLY_VERSION_TEXT, sizeof(LB_APPLY_VERSION_TEXT) - 1);
         ARG("T", 1);
         ARG(step, strlen(step));
         ARG(t->holder, strlen(t->holder));

@@ -241,7 +241,7 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
         expect(q.keys[5 + k], keys[k]);
     /* protocol, best, desc, 30 tie bits, earlier wins, 5 keys, 1 segment,
      * dedupe over 24 h (the default of a board that takes retractions) */
-    expect(q.args[1], "4");
+    expect(q.args[1], LB_APPLY_VERSION_TEXT);
     expect(q.args[2], "b");
     expect(q.args[3], "d");
     expect(q.args[4], "30");

@@ -970,7 +970,7 @@ static void another_protocol_is_refused_and_writes_nothing(void **state)
         lb_apply_script_sha());
     struct lb_apply_answer a;
     assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_PROTOCOL);
-    assert_string_equal(a.key, "4");
+    assert_string_equal(a.key, LB_APPLY_VERSION_TEXT);
     freeReplyObject(r);
     r = redis_server_command(redis, "DBSIZE");
     assert_int_equal(r->integer, 0);
@@ -983,12 +983,12 @@ static void a_bad_expiry_is_refused_before_any_write(void **state)
 {
     (void)state;
     freeReplyObject(redis_server_command(redis, "FLUSHALL"));
-    redisReply *r =
-        redis_server_command(redis,
-                             "EVALSHA %s 6 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence "
-                             "lb:{p}:~seen lb:{p}:alltime lb:{p}:daily:2026-05-01 4 b d 0 0 0 0 "
-                             "2 1 60 t:0 0 0 1 0 e1 7 n 0 1 0 7 ann a 0 1 0 7 ann",
-                             lb_apply_script_sha());
+    redisReply *r = redis_server_command(
+        redis,
+        "EVALSHA %s 6 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence "
+        "lb:{p}:~seen lb:{p}:alltime lb:{p}:daily:2026-05-01 " LB_APPLY_VERSION_TEXT " b d 0 0 0 0 "
+        "2 1 60 t:0 0 0 1 0 e1 7 n 0 1 0 7 ann a 0 1 0 7 ann",
+        lb_apply_script_sha());
     struct lb_apply_answer a;
     assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_BADARG);
     assert_string_equal(a.key, "lb:{p}:daily:2026-05-01");
