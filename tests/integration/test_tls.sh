@@ -18,13 +18,15 @@
 #  3. a wrong CA, a missing client certificate, plain TCP, an expired node
 #     certificate, a wrong Redis password and a wrong Kafka password each
 #     fail with one line naming the reason (replay: exit 1, nothing
-#     written); the projector holds instead of dropping anything and says
-#     why.
+#     written); so does replay with final standings configured when its
+#     user lacks Read on the results topic (then, granted it, it rebuilds
+#     the board exactly); the projector holds instead of dropping anything
+#     and says why.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 export REDIS_TLS=1 REDIS_TLS_AUTH_CLIENTS=yes KAFKA_SASL=1
-start_services scores:6,scores-dlq:1
+start_services scores:6,scores-dlq:1,scores-results:1
 certs=$(lb_tls_dir)
 export GROUP=lb-tls DLQ_TOPIC=scores-dlq
 # the Kafka ACLs of ops/runbooks/kafka-acl.md, by Kafka's own AclCommand
@@ -208,6 +210,32 @@ grep -qi 'authentication' "$T_DIR/wrong-password.err" ||
 grep -q 'not-the-password' "$T_DIR"/*.err "$T_DIR"/*.log && fail "a password was logged"
 log "wrong-password: $(cat "$T_DIR/wrong-password.err")"
 ok "a wrong Kafka password: exit 1, one line saying authentication failed, the password not logged"
+
+# replay for a configuration with final standings, run by an operator whose
+# Kafka user lacks the results topic's Read (ops/runbooks/kafka-acl.md):
+# refused before anything is written (a lost board's closed windows would
+# otherwise be rebuilt open), the topic and the reason named, the lease let
+# go; with the ACL granted the same run rebuilds the board exactly
+KAFKA_USER=replay write_config "$T_DIR/replay-results.yaml" "$MODE_PROFILES$MODE_RESULTS"
+lose_board "$board"
+status=0
+started=$SECONDS
+"$BIN/replay" --config "$T_DIR/replay-results.yaml" --board "$board" >/dev/null \
+    2>"$T_DIR/results-denied.err" || status=$?
+took=$((SECONDS - started))
+[[ $status == 1 ]] || fail "replay without Read on the results topic exited $status: $(cat "$T_DIR/results-denied.err")"
+grep -q 'results topic scores-results: .*[Aa]uthorization' "$T_DIR/results-denied.err" ||
+    fail "the results topic's denied Read is not named: $(cat "$T_DIR/results-denied.err")"
+((took < 30)) || fail "replay took ${took}s to give up on a denied results topic"
+left=$(for port in $(live_ports); do redis_cli "$port" --scan --pattern "lb:{$board}:*"; done)
+[[ -z $left ]] || fail "replay refused but wrote: $(head -n 3 <<<"$left")"
+log "results-denied (${took}s): $(head -n 1 "$T_DIR/results-denied.err")"
+acl --allow-principal User:replay --operation Read --topic scores-results ||
+    fail "AclCommand failed: $(tail -n 5 "$T_DIR/acl.log")"
+"$BIN/replay" --config "$T_DIR/replay-results.yaml" --board "$board" >"$T_DIR/replay.out" 2>&1 ||
+    fail "replay with Read on the results topic failed: $(tail -n 5 "$T_DIR/replay.out")"
+verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000
+ok "replay without Read on the results topic: exit 1 in ${took}s naming it, nothing written; granted, exact"
 
 # the projector with a wrong CA holds (nothing dropped) and says why
 write_config "$T_DIR/wrong-ca.yaml" "$MODE_PROFILES" \
