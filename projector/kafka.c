@@ -491,6 +491,11 @@ int lb_kafka_topic_max_bytes(rd_kafka_t *rk, const char *topic, int timeout_ms, 
                      rd_kafka_event_error_string(ev));
         else if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
             rc = 1;
+        else if (e == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+            snprintf(err, errlen,
+                     "describing topic %s: %s (this Kafka user needs DescribeConfigs on the "
+                     "topic: ops/runbooks/kafka-acl.md)",
+                     topic, rd_kafka_err2str(e));
         else if (e)
             snprintf(err, errlen, "describing topic %s: %s", topic,
                      n && rd_kafka_ConfigResource_error_string(rs[0])

@@ -21,7 +21,10 @@
 #     written); so does replay with final standings configured when its
 #     user lacks Read on the results topic (then, granted it, it rebuilds
 #     the board exactly); the projector holds instead of dropping anything
-#     and says why.
+#     and says why;
+#  4. final standings under the runbook's Kafka ACLs: without DescribeConfigs
+#     on the results topic no window closes and the log says what to grant;
+#     granted, the projector closes and publishes them, exactly.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -250,3 +253,31 @@ start_projector projector "$T_DIR/projector.yaml"
 wait_caught_up 60
 verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times
 ok "a projector with the wrong CA said why and committed nothing; the right one then caught up exactly"
+
+# 4. final standings under the runbook's Kafka ACLs. First as an operator
+#    who forgot DescribeConfigs on the results topic (the runbook before it
+#    named it): the projector projects, closes no window, and says what to
+#    grant; granted, it closes the res-* boards' past days and publishes
+#    them, exactly
+stop_projector "$PROJECTOR_PID"
+acl --allow-principal User:projector --operation Write --operation Read --topic scores-results ||
+    fail "AclCommand failed: $(tail -n 5 "$T_DIR/acl.log")"
+write_config "$T_DIR/results.yaml" "$MODE_PROFILES$MODE_RESULTS"
+produce -n 900 --seed 185 "${gen[@]}" --boards 3 --board-prefix res-
+start_projector results "$T_DIR/results.yaml"
+wait_caught_up 60
+wait_log "$T_DIR/results.log" 'describing topic scores-results: .*needs DescribeConfigs on the topic: ops/runbooks/kafka-acl.md.*no window closes' 30
+first_day=$(date -u -d "$START" +daily:%Y-%m-%d)
+final_state() { redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2"; }
+[[ -z $(final_state res-0 "$first_day") ]] ||
+    fail "res-0 $first_day closed without the topic's size: $(final_state res-0 "$first_day")"
+log "without DescribeConfigs: $(grep -m 1 'needs DescribeConfigs' "$T_DIR/results.log" | sed 's/.*msg=//')"
+acl --allow-principal User:projector --operation DescribeConfigs --topic scores-results ||
+    fail "AclCommand failed: $(tail -n 5 "$T_DIR/acl.log")"
+day_published() { [[ $(final_state "$1" "$2") == published ]]; }
+lb_wait_for 30 day_published res-0 "$first_day" ||
+    fail "res-0 $first_day was not published: $(grep 'component=results' "$T_DIR/results.log" | tail -n 1)"
+verify "${MODE_ORACLE[@]}" "${MODE_RESULTS_ORACLE[@]}" --expiry-slack-ms 1000
+grep -q "^verify_state: [1-9][0-9]* closed windows checked" "$T_DIR/verify.out" ||
+    fail "no closed window checked: $(head -n 1 "$T_DIR/verify.out")"
+ok "final standings: without DescribeConfigs none closed and the log said what to grant; granted, published, exact"
