@@ -358,8 +358,9 @@ static void call_failed(struct lb_closer *c, const char *what, const redisReply 
 static redisReply *c_step(struct lb_closer *c, const struct pub *pub, const char *step,
                           const char **extra, const size_t *extralen, size_t nextra)
 {
-    redisReply *reply = lb_final_step(c->cluster, c->o.key_prefix, pub->board, pub->window, step,
-                                      c->holder, LB_CLOSER_LEASE_MS, extra, extralen, nextra);
+    redisReply *reply =
+        lb_final_step(c->cluster, c->o.key_prefix, pub->board, pub->window, step, c->holder,
+                      c->o.config->results_lease_ms, extra, extralen, nextra);
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
         reply->element[0]->type == REDIS_REPLY_STRING)
         return reply;

@@ -745,6 +745,15 @@ static const struct key_def results_keys[] = {
      .max = INT64_C(2592000000),
      .doc = "a partition with nothing left to read whose watermark is this far behind the "
             "topic's highest holds no window open"},
+    {.name = "lease",
+     .type = KT_DURATION,
+     .offset = C(results_lease_ms),
+     .def = "30s",
+     .min = 1000,
+     .max = INT64_C(3600000),
+     .doc = "how long a pod that claimed a closed window has to publish it: one that dies "
+            "holding it delays that window's publication this long (another pod then publishes "
+            "the same bytes)"},
     {.name = "keep",
      .type = KT_CHOICE,
      .offset = C(results_keep),

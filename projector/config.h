@@ -134,6 +134,7 @@ struct lb_config {
     char *results_topic;       /* NULL: no window has results */
     int64_t results_schema_id; /* the Confluent frame's id of leaderboard.v1.WindowResult */
     int64_t results_idle_ms;   /* a caught-up partition this far behind holds no close back */
+    int64_t results_lease_ms;  /* a publisher's lease: claim to done */
     int results_keep;          /* keep <prefix>{B}:final:<window> after publishing */
     int results_line;          /* 0: no results: section */
 

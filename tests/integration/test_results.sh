@@ -37,7 +37,7 @@ profiles="profiles:
       alltime: {}
       daily: {ttl: 30d, results: {top: 20, grace: 1h}}
       weekly: {ttl: 60d, results: {top: all, grace: 1h}}
-results: {topic: scores-results, schema_id: 1, idle: 10m}"
+results: {topic: scores-results, schema_id: 1, idle: 10m, lease: 10s}"
 write_config "$T_DIR/projector.yaml" "$profiles
 $METRICS_YAML"
 write_config "$T_DIR/projector-b.yaml" "$profiles" # the second pod: no metrics port
@@ -295,7 +295,7 @@ ok "replay --republish of res-0 $w0: killed, it left the day reopening (written,
 #    record may or may not have reached the broker); c2 after the broker
 #    acknowledged another window's record and before it marked it
 #    published. Both windows stay claimed; the next pod publishes them again
-#    once their leases ran out, with the same bytes
+#    once their leases (results.lease, 10 s here) ran out, with the same bytes
 stop_projector "$pod_a"
 crash_pod() { # NAME FAULT SEED: a pod started with FAULT=1 until it exits
     start_projector "$1" "$T_DIR/projector.yaml" "$2=1"

@@ -327,6 +327,7 @@ static void results_settings_and_errors(void **state)
     assert_string_equal(c->results_topic, "scores-results");
     assert_int_equal(c->results_schema_id, 12);
     assert_int_equal(c->results_idle_ms, 300000);
+    assert_int_equal(c->results_lease_ms, 30000);
     assert_int_equal(c->results_keep, 1);
     const struct lb_window_config *w = c->profiles[0].windows;
     assert_int_equal(w[0].results_top, 100);
@@ -354,6 +355,7 @@ static void results_settings_and_errors(void **state)
         {"{daily: {results: {}}}", "", 11, "need the top-level 'results: {topic, schema_id}'"},
         {"{daily: {results: {}}}", "results: {topic: r}", 9, "results: 'schema_id' is required"},
         {"{daily: {results: {}}}", "results: {schema_id: 0}", 9, "out of range"},
+        {"{daily: {results: {}}}", "results: {topic: r, schema_id: 1, lease: 500ms}", 9, "lease"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(text, sizeof(text), "%s%s%sprofiles:\n  - name: xp\n    windows: %s\n", minimal,
@@ -588,7 +590,7 @@ static void the_printed_configuration_loads_back_the_same(void **state)
         "redis:\n  nodes: [\"a:1\", \"[::1]:2\"]\n  key_prefix: \"\"\n  wait_replicas: 1\n"
         "  password: ${LB_TEST_SECRET}\n  user: u\n  tls: {enabled: false}\n"
         "metrics: {listen: \"127.0.0.1:9464\"}\nlog: {level: debug, format: json}\n"
-        "results: {topic: done, schema_id: 4, idle: 1m, keep: false}\n"
+        "results: {topic: done, schema_id: 4, idle: 1m, lease: 10s, keep: false}\n"
         "profiles:\n  - name: fast\n    match: [\"a-*\", \"b \\\"q\\\"\"]\n    order: asc\n"
         "    tie_break: latest\n    tie_resolution: ms\n    epoch: 2026-01-01T00:00:00.250Z\n"
         "    horizon: 2027-01-01T00:00:00Z\n    score_max: 1000\n"
