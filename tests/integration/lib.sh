@@ -351,6 +351,11 @@ load_stop() {
     wait "$LOAD_PID" || fail "the load failed"
 }
 
+# final_state BOARD WINDOW - the window's state in the board's ~final
+# (claimed, published, reopening, ...; empty while it has not closed)
+final_state() { redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2"; }
+window_published() { [[ $(final_state "$1" "$2") == published ]]; } # BOARD WINDOW
+
 # lose_board BOARD - deletes every key of BOARD (windows, markers, dedupe
 # set), on whichever node holds them.
 lose_board() {

@@ -87,10 +87,7 @@ acl_produce -n 900 --seed 80 --boards 3 --board-prefix res-
 start_projector acl "$T_DIR/acl.yaml"
 acl_caught_up 90
 first_day=$(date -u -d "$START" +daily:%Y-%m-%d)
-day_published() { # BOARD DAY
-    [[ $(redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2") == published ]]
-}
-lb_wait_for 30 day_published res-0 "$first_day" || fail "res-0 $first_day was not published"
+lb_wait_for 30 window_published res-0 "$first_day" || fail "res-0 $first_day was not published"
 verify "${acl_oracle[@]}"
 grep -q "^verify_state: [1-9][0-9]* closed windows checked" "$T_DIR/verify.out" ||
     fail "no closed window under the rule: $(head -n 1 "$T_DIR/verify.out")"

@@ -69,9 +69,6 @@ closed_windows() {
     done
     return 0
 }
-published() { # BOARD WINDOW: its state in ~final
-    redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2"
-}
 # same_as_oracle BOARD WINDOW [ORACLE ARGS...] - the published standings
 # (lbadmin results: the entries) equal the oracle's, ranks included
 same_as_oracle() {
@@ -117,7 +114,7 @@ all_published() {
     local b w
     for b in res-0 res-1 res-2; do
         for w in "${days[@]}"; do
-            [[ $(published "$b" "$w") == published ]] || return 1
+            [[ $(final_state "$b" "$w") == published ]] || return 1
         done
     done
 }
@@ -145,7 +142,7 @@ for b in res-0 res-1 res-2; do
     done
     # the last day has not closed
     last=$(date -u -d "$START + 2 days" +daily:%Y-%m-%d)
-    [[ " ${days[*]} " == *" $last "* || -z $(published "$b" "$last") ]] ||
+    [[ " ${days[*]} " == *" $last "* || -z $(final_state "$b" "$last") ]] ||
         fail "$b $last was closed before the watermark passed it"
 done
 dump_results
@@ -229,7 +226,7 @@ ok "late events: $late counted, dead-lettered once each as window_closed (redriv
 grep -Eq 'closed windows \(final standings\) not reopened: [1-9][0-9]* window write' "$T_DIR/replay.out" ||
     fail "replay did not leave late events out of the closed windows: $(tail -n 3 "$T_DIR/replay.out")"
 [[ $(digest "lb:{res-0}:${days[0]}") == "$day0" ]] || fail "replay changed the closed ${days[0]} of res-0"
-[[ $(digest "lb:{res-0}:final:${days[0]}") == "$final0" && $(published res-0 "${days[0]}") == published ]] ||
+[[ $(digest "lb:{res-0}:final:${days[0]}") == "$final0" && $(final_state res-0 "${days[0]}") == published ]] ||
     fail "replay touched the final standings of res-0 ${days[0]}"
 top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:alltime" 0 0 REV WITHSCORES | tail -n 1)
 (((${top%.*} >> 30) >= best)) || fail "replay left a late event out of alltime"
@@ -249,7 +246,7 @@ republished_key="{res-0}:$w0"
 "$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
     --max-rate 200 >"$T_DIR/replay-killed.out" 2>&1 &
 replay_pid=$!
-reopening() { [[ $(published res-0 "$w0") == reopening ]]; }
+reopening() { [[ $(final_state res-0 "$w0") == reopening ]]; }
 lb_wait_for 30 reopening || {
     kill -9 "$replay_pid" 2>/dev/null
     fail "replay --republish did not reopen res-0 $w0: $(tail -n 3 "$T_DIR/replay-killed.out")"
@@ -266,7 +263,7 @@ best=$(awk -F '\t' '$1 ~ /^e507-/ && $2 == "res-0" { if ($4 > m) m = $4 } END { 
 top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:$w0" 0 0 REV WITHSCORES | tail -n 1)
 (((${top%.*} >> 30) >= best)) || fail "the pod did not write a late event into the reopening res-0 $w0"
 sleep 3 # a closer check or more: it would have closed it again by now
-reopening || fail "res-0 $w0 is $(published res-0 "$w0") while replay has not rebuilt it"
+reopening || fail "res-0 $w0 is $(final_state res-0 "$w0") while replay has not rebuilt it"
 grep -q "board 'res-0' window '$w0' is being reopened by replay --republish" "$T_DIR/a.log" ||
     fail "the pod did not try to close res-0 $w0 (the late events listed it in ~open)
 $(unpublished)
@@ -278,8 +275,8 @@ dump_results
     fail "replay --republish failed: $(tail -n 3 "$T_DIR/replay-republish.out")"
 grep -q "^replay: 1 closed window(s) reopened and rebuilt from every event" "$T_DIR/replay-republish.out" ||
     fail "replay --republish did not say it reopened res-0 $w0: $(tail -n 3 "$T_DIR/replay-republish.out")"
-republished() { [[ $(published res-0 "$w0") == published ]]; }
-lb_wait_for 20 republished || fail "res-0 $w0 was not published again: $(published res-0 "$w0")"
+republished() { [[ $(final_state res-0 "$w0") == published ]]; }
+lb_wait_for 20 republished || fail "res-0 $w0 was not published again: $(final_state res-0 "$w0")"
 dump_results
 (($(wc -l <"$T_DIR/results.dump") == records + 1)) ||
     fail "$(($(wc -l <"$T_DIR/results.dump") - records)) record(s) published by the republication, not 1"
@@ -311,11 +308,17 @@ crashed_on() { # NAME WORD: the board and window the pod's fault line names
 }
 crash_pod c LB_FAULT_CRASH_BEFORE_ACK 503
 read -r ab aw <<<"$(crashed_on c claimed)"
-[[ -n $aw && $(published "$ab" "$aw") == claimed ]] ||
+[[ -n $aw && $(final_state "$ab" "$aw") == claimed ]] ||
     fail "no window left claimed by the kill before the acknowledgement ($ab $aw)"
+# its lease runs results.lease (10 s here) from the claim, not the default 30 s
+port=$(live_ports | first)
+until_ms=$(redis_cli "$port" -c HGET "lb:{$ab}:~final" "u:$aw")
+now_ms=$(redis_cli "$port" TIME | awk 'NR == 1 { s = $1 } NR == 2 { printf "%.0f", s * 1000 + int($1 / 1000) }')
+((until_ms - now_ms <= 10000)) ||
+    fail "the claim of {$ab}:$aw holds its lease $((until_ms - now_ms)) ms more: not results.lease (10 s)"
 crash_pod c2 LB_FAULT_CRASH_BEFORE_DONE 504
 read -r cb cw <<<"$(crashed_on c2 acknowledged)"
-[[ -n $cw && $(published "$cb" "$cw") == claimed ]] ||
+[[ -n $cw && $(final_state "$cb" "$cw") == claimed ]] ||
     fail "no window left claimed by the kill after the acknowledgement ($cb $cw)"
 start_projector d "$T_DIR/projector.yaml"
 pod_d=$PROJECTOR_PID

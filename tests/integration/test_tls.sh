@@ -268,14 +268,12 @@ start_projector results "$T_DIR/results.yaml"
 wait_caught_up 60
 wait_log "$T_DIR/results.log" 'describing topic scores-results: .*needs DescribeConfigs on the topic: ops/runbooks/kafka-acl.md.*no window closes' 30
 first_day=$(date -u -d "$START" +daily:%Y-%m-%d)
-final_state() { redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2"; }
 [[ -z $(final_state res-0 "$first_day") ]] ||
     fail "res-0 $first_day closed without the topic's size: $(final_state res-0 "$first_day")"
 log "without DescribeConfigs: $(grep -m 1 'needs DescribeConfigs' "$T_DIR/results.log" | sed 's/.*msg=//')"
 acl --allow-principal User:projector --operation DescribeConfigs --topic scores-results ||
     fail "AclCommand failed: $(tail -n 5 "$T_DIR/acl.log")"
-day_published() { [[ $(final_state "$1" "$2") == published ]]; }
-lb_wait_for 30 day_published res-0 "$first_day" ||
+lb_wait_for 30 window_published res-0 "$first_day" ||
     fail "res-0 $first_day was not published: $(grep 'component=results' "$T_DIR/results.log" | tail -n 1)"
 verify "${MODE_ORACLE[@]}" "${MODE_RESULTS_ORACLE[@]}" --expiry-slack-ms 1000
 grep -q "^verify_state: [1-9][0-9]* closed windows checked" "$T_DIR/verify.out" ||

@@ -355,7 +355,8 @@ static void results_settings_and_errors(void **state)
         {"{daily: {results: {}}}", "", 11, "need the top-level 'results: {topic, schema_id}'"},
         {"{daily: {results: {}}}", "results: {topic: r}", 9, "results: 'schema_id' is required"},
         {"{daily: {results: {}}}", "results: {schema_id: 0}", 9, "out of range"},
-        {"{daily: {results: {}}}", "results: {topic: r, schema_id: 1, lease: 500ms}", 9, "lease"},
+        {"{daily: {results: {}}}", "results: {topic: r, schema_id: 1, lease: 500ms}", 9,
+         "lease: 500ms is out of range"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(text, sizeof(text), "%s%s%sprofiles:\n  - name: xp\n    windows: %s\n", minimal,
