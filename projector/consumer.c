@@ -88,15 +88,20 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         LB_INFO("kafka", "assigned %d partition(s)", partitions->cnt);
         track_assignment(c, partitions);
-        assign(rk, partitions);
-        c->stats.assigned = partitions->cnt;
         /* A pause outlives unassign/assign in librdkafka: a new assignment
-         * starts fetching, whatever an earlier one was doing. */
+         * starts fetching, whatever an earlier one was doing. The resume
+         * goes first: librdkafka 2.0 drops a partition's operation older
+         * than the last one it served, and the fetch start of an assignment
+         * is made on its own thread once the committed offsets come back,
+         * so a resume sent after assign() could be served first and leave
+         * that partition never fetched, without a word. */
         if (partitions->cnt) {
             rd_kafka_resp_err_t perr = rd_kafka_resume_partitions(rk, partitions);
             if (perr)
                 LB_WARN("kafka", "resuming the new assignment: %s", rd_kafka_err2str(perr));
         }
+        assign(rk, partitions);
+        c->stats.assigned = partitions->cnt;
         return;
     }
     if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {

@@ -322,6 +322,7 @@ static int wait_caught_up(const struct options *o)
     rd_kafka_t *rk = make_client(o, RD_KAFKA_CONSUMER, &status);
     double moved_at = 0;
     int64_t lag = -1, initial = -1, moved_from = 0;
+    char where[160] = ""; /* which partitions lag, and by how much */
     if (!rk)
         return status;
     if (reach_brokers(rk, o) != 0) {
@@ -336,9 +337,14 @@ static int wait_caught_up(const struct options *o)
             continue;
         }
         int64_t committed = 0;
+        size_t at = 0;
         lag = 0;
         for (int p = 0; p < n; p++) {
-            lag += po[p].committed >= 0 || po[p].high > po[p].low ? lag_of(&po[p]) : 0;
+            int64_t behind = po[p].committed >= 0 || po[p].high > po[p].low ? lag_of(&po[p]) : 0;
+            if (behind && at < sizeof(where) - 1) /* truncated past the buffer */
+                at += (size_t)snprintf(where + at, sizeof(where) - at, "%s%d: %lld", at ? ", " : "",
+                                       p, (long long)behind);
+            lag += behind;
             committed += po[p].committed >= 0 ? po[p].committed - po[p].low : 0;
         }
         free(po);
@@ -362,8 +368,8 @@ static int wait_caught_up(const struct options *o)
         usleep(100000);
     }
     if (lag > 0)
-        failed("group %s still lags %lld events on %s after %d s", o->group, (long long)lag,
-               o->topic, o->timeout_s);
+        failed("group %s still lags %lld events on %s after %d s (by partition: %s)", o->group,
+               (long long)lag, o->topic, o->timeout_s, where);
     rd_kafka_destroy(rk);
     return 1;
 }

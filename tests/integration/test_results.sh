@@ -464,6 +464,12 @@ for p in 0 1; do
     produce "${idle_gen[@]}" --partition "$p" -n 600 --seed "$((520 + p))" --days 2 \
         --start "$(date -u -d "$START + 1 day" +%Y-%m-%dT%H:%M:%SZ)"
 done
+# (nothing read yet: wait-caught-up gives up naming each partition's lag)
+status=0
+"$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle --group lb-idle \
+    --timeout 1 >"$T_DIR/lags.out" 2>&1 || status=$?
+{ ((status == 1)) && grep -q "still lags 2100 events on idle after 1 s (by partition: 0: 900, 1: 900, 2: 300)" \
+    "$T_DIR/lags.out"; } || fail "wait-caught-up (exit $status): $(cat "$T_DIR/lags.out")"
 start_projector idle "$T_DIR/idle.yaml"
 "$BIN/lbadmin" wait-caught-up --brokers "$BROKERS" "${KAFKA_X[@]}" --topic idle --group lb-idle \
     --timeout 120 >>"$T_DIR/lbadmin.log" 2>&1 || fail "group lb-idle did not catch up"
