@@ -337,6 +337,47 @@ struct closed_board {
     struct strings reopened; /* --republish: its windows this run reopened, not yet marked */
 };
 
+/* The board's entry in r->closed, found through r->closed_at; NULL when it
+ * has none yet. A replay of many boards with results looks one up for
+ * every event of theirs. */
+static struct closed_board *closed_find(const struct replay *r, struct lb_str board)
+{
+    if (!r->closed_cap)
+        return NULL;
+    size_t mask = r->closed_cap - 1;
+    for (size_t pos = hash_text(board.ptr, board.len) & mask; r->closed_at[pos];
+         pos = (pos + 1) & mask) {
+        struct closed_board *cb = &r->closed[r->closed_at[pos] - 1];
+        if (strlen(cb->board) == board.len && memcmp(cb->board, board.ptr, board.len) == 0)
+            return cb;
+    }
+    return NULL;
+}
+
+/* Indexes r->closed[i] by its board (the table kept at most half full).
+ * Returns -1 when out of memory. */
+static int closed_index(struct replay *r, size_t i)
+{
+    if ((i + 1) * 2 > r->closed_cap) {
+        size_t cap = r->closed_cap ? r->closed_cap * 2 : 64;
+        size_t *at = calloc(cap, sizeof(*at));
+        if (!at)
+            return -1;
+        free(r->closed_at);
+        r->closed_at = at;
+        r->closed_cap = cap;
+        for (size_t k = 0; k < i; k++)
+            if (closed_index(r, k) != 0)
+                return -1;
+    }
+    const char *b = r->closed[i].board;
+    size_t mask = r->closed_cap - 1, pos = hash_text(b, strlen(b)) & mask;
+    while (r->closed_at[pos])
+        pos = (pos + 1) & mask;
+    r->closed_at[pos] = i + 1;
+    return 0;
+}
+
 static redisReply *read_final(struct replay *r, struct lb_str board)
 {
     char key[1024];
@@ -507,26 +548,22 @@ static int reopen(struct replay *r, struct closed_board *cb)
 
 int replay_mark_reopened(struct replay *r, const char *board)
 {
+    struct closed_board *cb = closed_find(r, (struct lb_str){board, (uint32_t)strlen(board)});
     int rc = 0;
-    for (size_t i = 0; i < r->nclosed; i++) {
-        struct closed_board *cb = &r->closed[i];
-        if (strcmp(cb->board, board) != 0)
-            continue;
-        for (size_t k = 0; k < cb->reopened.count; k++) {
-            redisReply *reply = final_step(r, board, cb->reopened.items[k], "reopened");
-            const char *word = answer_word(reply);
-            if (word && strcmp(word, "ok") == 0) {
-                r->republished++;
-            } else {
-                say_step_failed(r, board, cb->reopened.items[k], "reopened", reply);
-                rc = -1;
-            }
-            if (reply)
-                freeReplyObject(reply);
+    for (size_t k = 0; cb && k < cb->reopened.count; k++) {
+        redisReply *reply = final_step(r, board, cb->reopened.items[k], "reopened");
+        const char *word = answer_word(reply);
+        if (word && strcmp(word, "ok") == 0) {
+            r->republished++;
+        } else {
+            say_step_failed(r, board, cb->reopened.items[k], "reopened", reply);
+            rc = -1;
         }
-        if (rc == 0)
-            replay_strings_free(&cb->reopened);
+        if (reply)
+            freeReplyObject(reply);
     }
+    if (cb && rc == 0)
+        replay_strings_free(&cb->reopened);
     return rc;
 }
 
@@ -561,18 +598,19 @@ void replay_report_reopening(const struct replay *r)
 
 static const redisReply *closed_fields(struct replay *r, struct lb_str board)
 {
-    for (size_t i = 0; i < r->nclosed; i++)
-        if (strlen(r->closed[i].board) == board.len &&
-            memcmp(r->closed[i].board, board.ptr, board.len) == 0)
-            return r->closed[i].fields;
+    const struct closed_board *known = closed_find(r, board);
+    if (known)
+        return known->fields;
     struct closed_board *more = realloc(r->closed, (r->nclosed + 1) * sizeof(*more));
     if (!more)
         return NULL;
     r->closed = more;
     struct closed_board *cb = &r->closed[r->nclosed];
     *cb = (struct closed_board){strndup(board.ptr, board.len), NULL, {0}};
-    if (!cb->board)
+    if (!cb->board || closed_index(r, r->nclosed) != 0) {
+        free(cb->board);
         return NULL;
+    }
     r->nclosed++;
     cb->fields = read_final(r, board);
     if (r->published) {
@@ -635,6 +673,8 @@ void replay_closed_free(struct replay *r)
             freeReplyObject(r->closed[i].fields);
     }
     free(r->closed);
+    free(r->closed_at);
     r->closed = NULL;
-    r->nclosed = 0;
+    r->closed_at = NULL;
+    r->nclosed = r->closed_cap = 0;
 }

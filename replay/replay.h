@@ -120,6 +120,7 @@ struct replay {
     int tty;
     struct closed_board *closed; /* boards' closed windows, read as met (common.c) */
     size_t nclosed;
+    size_t *closed_at, closed_cap;  /* closed by board: index + 1 (open addressing) */
     struct lb_published *published; /* the results topic (NULL: no results, or --verify) */
     size_t restored;                /* closed windows put back from it */
     int restore_failed;             /* one could not be: the run fails */

@@ -139,6 +139,92 @@ static void delete_keys(struct replay *r, const struct strings *keys)
 
 /* ---- swap and verify --------------------------------------------------------------- */
 
+/* The keys a scan found, parsed once and ordered by board, so that a board's
+ * own keys are found by a binary search: a replay of many boards does not
+ * parse every key again for every board. */
+struct indexed_key {
+    struct lb_key_parts kp;
+    const char *key;
+};
+struct key_index {
+    struct indexed_key *keys;
+    size_t count;
+};
+
+static int board_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c ? c : (alen > blen) - (alen < blen);
+}
+
+static int by_board(const void *a, const void *b)
+{
+    const struct indexed_key *x = a, *y = b;
+    int c = board_cmp(x->kp.board.ptr, x->kp.board.len, y->kp.board.ptr, y->kp.board.len);
+    return c ? c : strcmp(x->key, y->key);
+}
+
+/* The keys of 'keys' under 'prefix' (those that parse), by board. Returns
+ * -1 when out of memory. */
+static int key_index_build(struct key_index *ix, const char *prefix, const struct strings *keys)
+{
+    ix->count = 0;
+    ix->keys = malloc((keys->count ? keys->count : 1) * sizeof(*ix->keys));
+    if (!ix->keys)
+        return -1;
+    for (size_t i = 0; i < keys->count; i++) {
+        struct indexed_key *k = &ix->keys[ix->count];
+        k->key = keys->items[i];
+        ix->count += lb_key_parse(prefix, k->key, strlen(k->key), &k->kp) == 0;
+    }
+    qsort(ix->keys, ix->count, sizeof(*ix->keys), by_board);
+    return 0;
+}
+
+/* The first of the board's keys in 'ix'; they run up to the first of
+ * another board. */
+static const struct indexed_key *key_index_first(const struct key_index *ix, const char *board,
+                                                 size_t blen)
+{
+    size_t lo = 0, hi = ix->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct lb_str *b = &ix->keys[mid].kp.board;
+        if (board_cmp(b->ptr, b->len, board, blen) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return &ix->keys[lo];
+}
+
+static int of_board(const struct key_index *ix, const struct indexed_key *k, const char *board,
+                    size_t blen)
+{
+    return k < ix->keys + ix->count && k->kp.board.len == blen &&
+           memcmp(k->kp.board.ptr, board, blen) == 0;
+}
+
+static void key_index_free(struct key_index *ix)
+{
+    free(ix->keys);
+    ix->keys = NULL;
+    ix->count = 0;
+}
+
+/* A scan's live and staging keys, indexed: ix[0] live, ix[1] staging.
+ * Returns -1 when out of memory (said); key_index_free both either way. */
+static int index_scan(const struct replay *r, const struct strings *live,
+                      const struct strings *staged, struct key_index ix[2])
+{
+    if (key_index_build(&ix[0], r->config->key_prefix, live) == 0 &&
+        key_index_build(&ix[1], r->staging_prefix, staged) == 0)
+        return 0;
+    fprintf(stderr, "replay: out of memory indexing %zu keys by board\n",
+            live->count + staged->count);
+    return -1;
+}
+
 /* The keys of one board: staging keys with their live names, and live keys
  * that nothing staged replaces. Marker keys are left out of both lists. */
 struct board_keys {
@@ -147,37 +233,35 @@ struct board_keys {
 };
 
 static void board_keys_of(struct replay *r, const char *board, size_t blen,
-                          const struct strings *live, const struct strings *staged,
+                          const struct key_index *live, const struct key_index *staged,
                           struct board_keys *bk)
 {
     size_t sp = strlen(r->staging_prefix);
     memset(bk, 0, sizeof(*bk));
-    for (size_t i = 0; i < staged->count; i++) {
-        struct lb_key_parts kp;
-        if (lb_key_parse(r->staging_prefix, staged->items[i], strlen(staged->items[i]), &kp) != 0 ||
-            kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
-            kp.kind == LB_KEY_MARKER || kp.kind == LB_KEY_FINAL || !window_selected(r, &kp))
+    for (const struct indexed_key *k = key_index_first(staged, board, blen);
+         of_board(staged, k, board, blen); k++) {
+        if (k->kp.kind == LB_KEY_MARKER || k->kp.kind == LB_KEY_FINAL ||
+            !window_selected(r, &k->kp))
             continue;
         char target[1024];
-        snprintf(target, sizeof(target), "%s%s", r->config->key_prefix, staged->items[i] + sp);
-        replay_strings_add(&bk->staged, staged->items[i], strlen(staged->items[i]));
-        if (kp.kind == LB_KEY_OPEN)
+        snprintf(target, sizeof(target), "%s%s", r->config->key_prefix, k->key + sp);
+        replay_strings_add(&bk->staged, k->key, strlen(k->key));
+        if (k->kp.kind == LB_KEY_OPEN)
             bk->open = bk->staged.count;
         replay_strings_add(&bk->targets, target, strlen(target));
     }
-    for (size_t i = 0; i < live->count; i++) {
-        struct lb_key_parts kp;
-        if (lb_key_parse(r->config->key_prefix, live->items[i], strlen(live->items[i]), &kp) != 0 ||
-            kp.board.len != blen || memcmp(kp.board.ptr, board, blen) != 0 ||
-            kp.kind == LB_KEY_MARKER || kp.kind == LB_KEY_FINAL || !window_selected(r, &kp))
+    for (const struct indexed_key *k = key_index_first(live, board, blen);
+         of_board(live, k, board, blen); k++) {
+        if (k->kp.kind == LB_KEY_MARKER || k->kp.kind == LB_KEY_FINAL ||
+            !window_selected(r, &k->kp))
             continue;
-        if (kp.kind == LB_KEY_OPEN)
+        if (k->kp.kind == LB_KEY_OPEN)
             continue; /* merged with the staging copy's, never dropped (swap.lua) */
         int replaced = 0;
         for (size_t j = 0; j < bk->targets.count && !replaced; j++)
-            replaced = strcmp(bk->targets.items[j], live->items[i]) == 0;
+            replaced = strcmp(bk->targets.items[j], k->key) == 0;
         if (!replaced)
-            replay_strings_add(&bk->extra, live->items[i], strlen(live->items[i]));
+            replay_strings_add(&bk->extra, k->key, strlen(k->key));
     }
 }
 
@@ -593,7 +677,8 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             }
         }
         struct strings live = {0}, staged = {0}, boards = replay_boards_of(&r->sel.seen);
-        if (replay_scan_keys(r, &live, &staged, 0) != 0)
+        struct key_index ix[2] = {{0}};
+        if (replay_scan_keys(r, &live, &staged, 0) != 0 || index_scan(r, &live, &staged, ix) != 0)
             status = -1;
         for (size_t b = 0; b < boards.count && status == 0; b++) {
             const char *board = boards.items[b];
@@ -605,7 +690,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
                 break;
             }
             struct board_keys bk;
-            board_keys_of(r, board, strlen(board), &live, &staged, &bk);
+            board_keys_of(r, board, strlen(board), &ix[0], &ix[1], &bk);
             int rc = swap_board(r, board, &bk);
             if (rc == 0 && replay_mark_reopened(r, board) != 0)
                 status = -1; /* swapped, but not closed again */
@@ -628,6 +713,8 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             else if (rc == 0)
                 fault_pause_after_swap();
         }
+        key_index_free(&ix[0]);
+        key_index_free(&ix[1]);
         replay_strings_free(&boards);
         replay_strings_free(&live);
         replay_strings_free(&staged);
@@ -677,15 +764,20 @@ int replay_verify_all(struct replay *r, struct verify_report *v)
             continue;
         }
         struct strings live = {0}, staged = {0};
-        if (replay_scan_keys(r, &live, &staged, 0) != 0) {
+        struct key_index ix[2] = {{0}};
+        if (replay_scan_keys(r, &live, &staged, 0) != 0 || index_scan(r, &live, &staged, ix) != 0) {
+            key_index_free(&ix[0]);
+            key_index_free(&ix[1]);
             replay_strings_free(&boards);
+            replay_strings_free(&live);
+            replay_strings_free(&staged);
             status = -1;
             break;
         }
         memset(v, 0, sizeof(*v));
         for (size_t b = 0; b < boards.count && status == 0; b++) {
             struct board_keys bk;
-            board_keys_of(r, boards.items[b], strlen(boards.items[b]), &live, &staged, &bk);
+            board_keys_of(r, boards.items[b], strlen(boards.items[b]), &ix[0], &ix[1], &bk);
             char overall[1024];
             int rebuilding = live_rebuilding(r, boards.items[b], overall, sizeof(overall));
             if (rebuilding) {
@@ -715,6 +807,8 @@ int replay_verify_all(struct replay *r, struct verify_report *v)
         for (size_t b = 0; b < boards.count && status == 0 && !moved; b++)
             moved = live_ahead(r, boards.items[b]) != 0;
         replay_strings_free(&boards);
+        key_index_free(&ix[0]);
+        key_index_free(&ix[1]);
         delete_keys(r, &staged);
         replay_strings_free(&live);
         replay_strings_free(&staged);
