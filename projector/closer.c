@@ -54,6 +54,8 @@ struct lb_closer {
     int64_t *due;  /* each one's earliest close instant in ~open (0: not read yet, and its
                     * ~final not either: a window a pod gone left claimed) */
     size_t nboards, cap_boards;
+    size_t *board_at, cap_at; /* boards by name: index + 1 (open addressing, at most half
+                               * full): every board request written looks its board up */
     struct pub **pubs;
     size_t npubs, cap_pubs;
     int64_t next_check, next_sweep;
@@ -205,20 +207,46 @@ void lb_closer_free(struct lb_closer *c, int timeout_ms)
         free(c->boards[i]);
     free(c->boards);
     free(c->due);
+    free(c->board_at);
     for (size_t i = 0; i < c->npubs; i++)
         pub_free(c->pubs[i]);
     free(c->pubs);
     free(c);
 }
 
+/* The place of boards[i] in board_at. */
+static void index_board(struct lb_closer *c, size_t i)
+{
+    size_t mask = c->cap_at - 1;
+    size_t pos = lb_fnv1a(LB_FNV1A_BASIS, c->boards[i], strlen(c->boards[i])) & mask;
+    while (c->board_at[pos])
+        pos = (pos + 1) & mask;
+    c->board_at[pos] = i + 1;
+}
+
+/* The board's place in boards, or -1 when this pod does not know it. */
+static long find_board(const struct lb_closer *c, struct lb_str board)
+{
+    if (!c->cap_at)
+        return -1;
+    size_t mask = c->cap_at - 1;
+    for (size_t pos = lb_fnv1a(LB_FNV1A_BASIS, board.ptr, board.len) & mask; c->board_at[pos];
+         pos = (pos + 1) & mask) {
+        size_t i = c->board_at[pos] - 1;
+        if (strlen(c->boards[i]) == board.len && memcmp(c->boards[i], board.ptr, board.len) == 0)
+            return (long)i;
+    }
+    return -1;
+}
+
 void lb_closer_note(struct lb_closer *c, struct lb_str board, int opened)
 {
-    for (size_t i = 0; i < c->nboards; i++)
-        if (strlen(c->boards[i]) == board.len && memcmp(c->boards[i], board.ptr, board.len) == 0) {
-            if (opened)
-                c->due[i] = 0; /* a late event may open a window the watermark passed */
-            return;
-        }
+    long known = find_board(c, board);
+    if (known >= 0) {
+        if (opened)
+            c->due[known] = 0; /* a late event may open a window the watermark passed */
+        return;
+    }
     if (c->nboards == c->cap_boards) {
         size_t cap = c->cap_boards ? 2 * c->cap_boards : 16;
         char **more = realloc(c->boards, cap * sizeof(*more));
@@ -230,11 +258,23 @@ void lb_closer_note(struct lb_closer *c, struct lb_str board, int opened)
         c->due = due;
         c->cap_boards = cap;
     }
+    if ((c->nboards + 1) * 2 > c->cap_at) {
+        size_t cap = c->cap_at ? 2 * c->cap_at : 32;
+        size_t *at = calloc(cap, sizeof(*at));
+        if (!at)
+            return; /* the sweep finds it */
+        free(c->board_at);
+        c->board_at = at;
+        c->cap_at = cap;
+        for (size_t i = 0; i < c->nboards; i++)
+            index_board(c, i);
+    }
     char *copy = strndup(board.ptr, board.len);
     if (!copy)
         return;
     c->due[c->nboards] = 0;
-    c->boards[c->nboards++] = copy;
+    c->boards[c->nboards] = copy;
+    index_board(c, c->nboards++);
 }
 
 /* ---- the close watermark ---------------------------------------------------------- */

@@ -84,7 +84,8 @@ done < <(sed -n 's/.*lb\.source\.partition=\([0-9]*\) lb\.source\.offset=\([0-9]
 export GROUP=lb-dlq-stall
 DLQ_TOPIC=scores-dlq-late write_config "$T_DIR/stall.yaml"
 start_projector stall "$T_DIR/stall.yaml"
-sleep 15
+wait_log "$T_DIR/stall.log" 'held at offset [0-9]* (dlq)' 30
+sleep 3 # three commit intervals: a commit past a held poison event would show by now
 stalled=0
 while read -r p c h; do
     [[ $c == - ]] && c=0
