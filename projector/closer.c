@@ -4,6 +4,7 @@
 #include "clock.h"
 #include "kafka.h"
 #include "log.h"
+#include "names.h"
 #include "published.h"
 #include "results.h"
 #include "slot.h"
@@ -50,12 +51,11 @@ struct lb_closer {
     rd_kafka_t *producer;
     rd_kafka_topic_t *topic;
     char holder[128];
-    char **boards; /* boards with results, known to this pod */
-    int64_t *due;  /* each one's earliest close instant in ~open (0: not read yet, and its
-                    * ~final not either: a window a pod gone left claimed) */
-    size_t nboards, cap_boards;
-    size_t *board_at, cap_at; /* boards by name: index + 1 (open addressing, at most half
-                               * full): every board request written looks its board up */
+    struct lb_names boards; /* boards with results, known to this pod: every board
+                             * request written is looked up in it */
+    int64_t *due;           /* each one's earliest close instant in ~open (0: not read yet, and its
+                             * ~final not either: a window a pod gone left claimed), at its place */
+    size_t cap_due;
     struct pub **pubs;
     size_t npubs, cap_pubs;
     int64_t next_check, next_sweep;
@@ -203,78 +203,33 @@ void lb_closer_free(struct lb_closer *c, int timeout_ms)
         rd_kafka_destroy(c->producer);
     lb_cluster_free(c->cluster);
     lb_sweep_free(&c->scan);
-    for (size_t i = 0; i < c->nboards; i++)
-        free(c->boards[i]);
-    free(c->boards);
+    lb_names_free(&c->boards);
     free(c->due);
-    free(c->board_at);
     for (size_t i = 0; i < c->npubs; i++)
         pub_free(c->pubs[i]);
     free(c->pubs);
     free(c);
 }
 
-/* The place of boards[i] in board_at. */
-static void index_board(struct lb_closer *c, size_t i)
-{
-    size_t mask = c->cap_at - 1;
-    size_t pos = lb_fnv1a(LB_FNV1A_BASIS, c->boards[i], strlen(c->boards[i])) & mask;
-    while (c->board_at[pos])
-        pos = (pos + 1) & mask;
-    c->board_at[pos] = i + 1;
-}
-
-/* The board's place in boards, or -1 when this pod does not know it. */
-static long find_board(const struct lb_closer *c, struct lb_str board)
-{
-    if (!c->cap_at)
-        return -1;
-    size_t mask = c->cap_at - 1;
-    for (size_t pos = lb_fnv1a(LB_FNV1A_BASIS, board.ptr, board.len) & mask; c->board_at[pos];
-         pos = (pos + 1) & mask) {
-        size_t i = c->board_at[pos] - 1;
-        if (strlen(c->boards[i]) == board.len && memcmp(c->boards[i], board.ptr, board.len) == 0)
-            return (long)i;
-    }
-    return -1;
-}
-
 void lb_closer_note(struct lb_closer *c, struct lb_str board, int opened)
 {
-    long known = find_board(c, board);
+    long known = lb_names_find(&c->boards, board.ptr, board.len);
     if (known >= 0) {
         if (opened)
             c->due[known] = 0; /* a late event may open a window the watermark passed */
         return;
     }
-    if (c->nboards == c->cap_boards) {
-        size_t cap = c->cap_boards ? 2 * c->cap_boards : 16;
-        char **more = realloc(c->boards, cap * sizeof(*more));
-        if (more)
-            c->boards = more;
-        int64_t *due = more ? realloc(c->due, cap * sizeof(*due)) : NULL;
+    if (c->boards.count == c->cap_due) {
+        size_t cap = c->cap_due ? 2 * c->cap_due : 16;
+        int64_t *due = realloc(c->due, cap * sizeof(*due));
         if (!due)
             return; /* the sweep finds it */
         c->due = due;
-        c->cap_boards = cap;
+        c->cap_due = cap;
     }
-    if ((c->nboards + 1) * 2 > c->cap_at) {
-        size_t cap = c->cap_at ? 2 * c->cap_at : 32;
-        size_t *at = calloc(cap, sizeof(*at));
-        if (!at)
-            return; /* the sweep finds it */
-        free(c->board_at);
-        c->board_at = at;
-        c->cap_at = cap;
-        for (size_t i = 0; i < c->nboards; i++)
-            index_board(c, i);
-    }
-    char *copy = strndup(board.ptr, board.len);
-    if (!copy)
-        return;
-    c->due[c->nboards] = 0;
-    c->boards[c->nboards] = copy;
-    index_board(c, c->nboards++);
+    long i = lb_names_add(&c->boards, board.ptr, board.len);
+    if (i >= 0)
+        c->due[i] = 0;
 }
 
 /* ---- the close watermark ---------------------------------------------------------- */
@@ -839,12 +794,13 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     /* a board's ~open is read again when the watermark reached its
      * earliest close, and every sweep (a late event may have opened an
      * older window) */
-    for (size_t b = 0; b < c->nboards; b++) {
+    for (size_t b = 0; b < c->boards.count; b++) {
+        const char *board = c->boards.items[b];
         int first = !c->due[b];
         if (swept || first || recheck || (watermark >= 0 && watermark >= c->due[b]))
-            c->due[b] = look(c, c->boards[b], LB_OPEN_KEY, watermark);
+            c->due[b] = look(c, board, LB_OPEN_KEY, watermark);
         if (swept || busy || first) /* claimed windows whose publisher may be gone */
-            look(c, c->boards[b], LB_FINAL_KEY, watermark);
+            look(c, board, LB_FINAL_KEY, watermark);
     }
 }
 

@@ -67,54 +67,12 @@ void replay_strings_free(struct strings *s)
     memset(s, 0, sizeof(*s));
 }
 
-static uint64_t hash_text(const char *p, size_t len)
+void replay_names_add(struct lb_names *set, const char *id, size_t len)
 {
-    return lb_fnv1a(LB_FNV1A_BASIS, p, len);
-}
-
-void replay_board_set_add(struct board_set *set, const char *id, size_t len)
-{
-    if ((set->count + 1) * 2 > set->cap) {
-        struct board_set bigger = {.cap = set->cap ? set->cap * 2 : 64};
-        bigger.slots = calloc(bigger.cap, sizeof(char *));
-        if (!bigger.slots) {
-            fprintf(stderr, "replay: out of memory\n");
-            exit(EXIT_BROKEN);
-        }
-        for (size_t i = 0; i < set->cap; i++)
-            if (set->slots[i])
-                replay_board_set_add(&bigger, set->slots[i], strlen(set->slots[i]));
-        for (size_t i = 0; i < set->cap; i++)
-            free(set->slots[i]);
-        free(set->slots);
-        *set = bigger;
+    if (lb_names_add(set, id, len) < 0) {
+        fprintf(stderr, "replay: out of memory\n");
+        exit(EXIT_BROKEN);
     }
-    size_t pos = hash_text(id, len) & (set->cap - 1);
-    while (set->slots[pos]) {
-        if (strlen(set->slots[pos]) == len && memcmp(set->slots[pos], id, len) == 0)
-            return;
-        pos = (pos + 1) & (set->cap - 1);
-    }
-    set->slots[pos] = strndup(id, len);
-    set->count++;
-}
-
-int replay_board_set_contains(const struct board_set *set, const char *id, size_t len)
-{
-    if (!set->cap)
-        return 0;
-    size_t pos = hash_text(id, len) & (set->cap - 1);
-    for (; set->slots[pos]; pos = (pos + 1) & (set->cap - 1))
-        if (strlen(set->slots[pos]) == len && memcmp(set->slots[pos], id, len) == 0)
-            return 1;
-    return 0;
-}
-
-void replay_board_set_free(struct board_set *set)
-{
-    for (size_t i = 0; i < set->cap; i++)
-        free(set->slots[i]);
-    free(set->slots);
 }
 
 /* ---- the selection -------------------------------------------------------------------- */
@@ -192,10 +150,9 @@ int replay_filter_event(void *ctx, const struct lb_event *ev)
         if (sel->tops)
             note_windows(sel, ev, profile, lb_crc16(tag, len) & (LB_SLOTS - 1));
     }
-    if (!replay_board_selected(sel, id.ptr, id.len) ||
-        replay_board_set_contains(&sel->done, id.ptr, id.len))
+    if (!replay_board_selected(sel, id.ptr, id.len) || lb_names_has(&sel->done, id.ptr, id.len))
         return 0;
-    replay_board_set_add(&sel->seen, id.ptr, id.len);
+    replay_names_add(&sel->seen, id.ptr, id.len);
     return 1;
 }
 
@@ -332,51 +289,10 @@ int replay_exec_retrying(struct replay *r, const char *what, struct lb_request *
 /* The close offsets of a board's closed windows, read once from its live
  * ~final: "o:<window>" -> "topic:partition=offset,...". */
 struct closed_board {
-    char *board;
+    const char *board;       /* r->closed_boards' copy */
     redisReply *fields;      /* HGETALL, or NULL: none */
     struct strings reopened; /* --republish: its windows this run reopened, not yet marked */
 };
-
-/* The board's entry in r->closed, found through r->closed_at; NULL when it
- * has none yet. A replay of many boards with results looks one up for
- * every event of theirs. */
-static struct closed_board *closed_find(const struct replay *r, struct lb_str board)
-{
-    if (!r->closed_cap)
-        return NULL;
-    size_t mask = r->closed_cap - 1;
-    for (size_t pos = hash_text(board.ptr, board.len) & mask; r->closed_at[pos];
-         pos = (pos + 1) & mask) {
-        struct closed_board *cb = &r->closed[r->closed_at[pos] - 1];
-        if (strlen(cb->board) == board.len && memcmp(cb->board, board.ptr, board.len) == 0)
-            return cb;
-    }
-    return NULL;
-}
-
-/* Indexes r->closed[i] by its board (the table kept at most half full).
- * Returns -1 when out of memory. */
-static int closed_index(struct replay *r, size_t i)
-{
-    if ((i + 1) * 2 > r->closed_cap) {
-        size_t cap = r->closed_cap ? r->closed_cap * 2 : 64;
-        size_t *at = calloc(cap, sizeof(*at));
-        if (!at)
-            return -1;
-        free(r->closed_at);
-        r->closed_at = at;
-        r->closed_cap = cap;
-        for (size_t k = 0; k < i; k++)
-            if (closed_index(r, k) != 0)
-                return -1;
-    }
-    const char *b = r->closed[i].board;
-    size_t mask = r->closed_cap - 1, pos = hash_text(b, strlen(b)) & mask;
-    while (r->closed_at[pos])
-        pos = (pos + 1) & mask;
-    r->closed_at[pos] = i + 1;
-    return 0;
-}
 
 static redisReply *read_final(struct replay *r, struct lb_str board)
 {
@@ -548,7 +464,8 @@ static int reopen(struct replay *r, struct closed_board *cb)
 
 int replay_mark_reopened(struct replay *r, const char *board)
 {
-    struct closed_board *cb = closed_find(r, (struct lb_str){board, (uint32_t)strlen(board)});
+    long at = lb_names_find(&r->closed_boards, board, strlen(board));
+    struct closed_board *cb = at >= 0 ? &r->closed[at] : NULL;
     int rc = 0;
     for (size_t k = 0; cb && k < cb->reopened.count; k++) {
         redisReply *reply = final_step(r, board, cb->reopened.items[k], "reopened");
@@ -588,7 +505,7 @@ void replay_announce_reopened(struct replay *r)
 
 void replay_report_reopening(const struct replay *r)
 {
-    for (size_t i = 0; i < r->nclosed; i++)
+    for (size_t i = 0; i < r->closed_boards.count; i++)
         for (size_t k = 0; k < r->closed[i].reopened.count; k++)
             fprintf(stderr,
                     "replay: board '%s' window '%s' is left reopening: no pod closes it until "
@@ -598,20 +515,19 @@ void replay_report_reopening(const struct replay *r)
 
 static const redisReply *closed_fields(struct replay *r, struct lb_str board)
 {
-    const struct closed_board *known = closed_find(r, board);
-    if (known)
-        return known->fields;
-    struct closed_board *more = realloc(r->closed, (r->nclosed + 1) * sizeof(*more));
-    if (!more)
-        return NULL;
-    r->closed = more;
-    struct closed_board *cb = &r->closed[r->nclosed];
-    *cb = (struct closed_board){strndup(board.ptr, board.len), NULL, {0}};
-    if (!cb->board || closed_index(r, r->nclosed) != 0) {
-        free(cb->board);
-        return NULL;
+    long at = lb_names_find(&r->closed_boards, board.ptr, board.len);
+    if (at >= 0)
+        return r->closed[at].fields;
+    size_t n = r->closed_boards.count;
+    struct closed_board *more = realloc(r->closed, (n + 1) * sizeof(*more));
+    if (!more) {
+        fprintf(stderr, "replay: out of memory\n");
+        exit(EXIT_BROKEN);
     }
-    r->nclosed++;
+    r->closed = more;
+    replay_names_add(&r->closed_boards, board.ptr, board.len);
+    struct closed_board *cb = &r->closed[n];
+    *cb = (struct closed_board){r->closed_boards.items[n], NULL, {0}};
     cb->fields = read_final(r, board);
     if (r->published) {
         struct restoring rs = {r, cb->board, cb->fields, 0};
@@ -666,15 +582,12 @@ int replay_closed_window(void *ctx, struct lb_str board, const struct lb_window_
 
 void replay_closed_free(struct replay *r)
 {
-    for (size_t i = 0; i < r->nclosed; i++) {
-        free(r->closed[i].board);
+    for (size_t i = 0; i < r->closed_boards.count; i++) {
         replay_strings_free(&r->closed[i].reopened);
         if (r->closed[i].fields)
             freeReplyObject(r->closed[i].fields);
     }
     free(r->closed);
-    free(r->closed_at);
     r->closed = NULL;
-    r->closed_at = NULL;
-    r->nclosed = r->closed_cap = 0;
+    lb_names_free(&r->closed_boards);
 }

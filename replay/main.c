@@ -530,7 +530,7 @@ int main(int argc, char **argv)
                    "again\n",
                    r.republished);
         }
-        if (status == EXIT_OK && r.nclosed)
+        if (status == EXIT_OK && r.closed_boards.count)
             printf("replay: closed windows (final standings) not reopened: %llu window "
                    "write(s) at or past their close left out; final standings untouched\n",
                    (unsigned long long)ps->closed_left_out);
@@ -563,8 +563,8 @@ out:
     lb_config_free(r.config);
     replay_strings_free(&r.sel.boards);
     replay_strings_free(&r.sel.windows);
-    replay_board_set_free(&r.sel.seen);
-    replay_board_set_free(&r.sel.done);
-    replay_board_set_free(&r.fenced);
+    lb_names_free(&r.sel.seen);
+    lb_names_free(&r.sel.done);
+    lb_names_free(&r.fenced);
     return status;
 }

@@ -20,6 +20,7 @@
 #include "tops.h"
 #include "resp.h"
 #include "slot.h"
+#include "names.h"
 #include "published.h"
 
 #include <errno.h>
@@ -54,21 +55,15 @@ struct strings {
     size_t count, cap;
 };
 
-/* A set of board ids (open addressing). */
-struct board_set {
-    char **slots;
-    size_t cap, count;
-};
-
 /* What to rebuild: slots (--slots, --node), boards, windows. */
 struct selection {
     uint8_t slots[LB_SLOTS];        /* 1: the slot is selected */
     int any_slots;                  /* --slots or --node given */
     struct strings boards;          /* --board patterns */
     struct strings windows;         /* --window suffixes */
-    struct board_set seen;          /* selected boards that had events (a split board's: its
-                                       shards' tags) */
-    struct board_set done;          /* boards already swapped: no more staging writes */
+    struct lb_names seen;           /* selected boards that had events (a split board's: its
+                                     shards' tags) */
+    struct lb_names done;           /* boards already swapped: no more staging writes */
     const struct lb_config *config; /* the profiles: split boards' shards */
     /* split boards: the windows of theirs replay read, whose merged tops
      * it refreshes once it swapped (NULL: no profile splits) */
@@ -106,8 +101,8 @@ struct options {
 struct replay {
     struct options o;
     struct replay_lease lease;
-    struct board_set fenced; /* boards whose fence replay set */
-    char selection[400];     /* the selection as given, for the journal */
+    struct lb_names fenced; /* boards whose fence replay set */
+    char selection[400];    /* the selection as given, for the journal */
     struct lb_config *config;
     char staging_prefix[128];
     struct lb_engine *engine;         /* writes under staging_prefix */
@@ -118,9 +113,8 @@ struct replay {
     uint64_t read, applied_batches;
     double started, last_progress;
     int tty;
-    struct closed_board *closed; /* boards' closed windows, read as met (common.c) */
-    size_t nclosed;
-    size_t *closed_at, closed_cap;  /* closed by board: index + 1 (open addressing) */
+    struct lb_names closed_boards;  /* boards met whose ~final was read (common.c) */
+    struct closed_board *closed;    /* each one's closed windows, at its place */
     struct lb_published *published; /* the results topic (NULL: no results, or --verify) */
     size_t restored;                /* closed windows put back from it */
     int restore_failed;             /* one could not be: the run fails */
@@ -144,9 +138,8 @@ void replay_keep_lease(struct replay *r);
 void replay_strings_add(struct strings *s, const char *text, size_t len);
 int replay_encode_command(struct lb_buf *buf, int argc, const char **argv);
 void replay_strings_free(struct strings *s);
-void replay_board_set_add(struct board_set *set, const char *id, size_t len);
-int replay_board_set_contains(const struct board_set *set, const char *id, size_t len);
-void replay_board_set_free(struct board_set *set);
+void replay_names_add(struct lb_names *set, const char *id,
+                      size_t len); /* exits when out of memory */
 int replay_board_selected(const struct selection *sel, const char *board, size_t len);
 int replay_filter_event(void *ctx, const struct lb_event *ev);
 /* lb_plan_closed_fn: a window whose final standings were published leaves
@@ -187,7 +180,7 @@ int replay_extend_to_latest(struct replay *r);
 /* swap.c */
 int replay_scan_keys(struct replay *r, struct strings *live, struct strings *staged,
                      int all_staged);
-struct strings replay_boards_of(const struct board_set *set);
+struct strings replay_boards_of(const struct lb_names *set);
 int replay_fence_boards(struct replay *r, const struct strings *boards, int lift);
 int replay_swap_all(struct replay *r, size_t *swapped);
 int replay_verify_all(struct replay *r, struct verify_report *v);

@@ -571,12 +571,11 @@ static int live_ahead(struct replay *r, const char *board)
 }
 
 /* A copy of the set's ids: the set may grow while the list is in use. */
-struct strings replay_boards_of(const struct board_set *set)
+struct strings replay_boards_of(const struct lb_names *set)
 {
     struct strings list = {0};
-    for (size_t i = 0; i < set->cap; i++)
-        if (set->slots[i])
-            replay_strings_add(&list, set->slots[i], strlen(set->slots[i]));
+    for (size_t i = 0; i < set->count; i++)
+        replay_strings_add(&list, set->items[i], strlen(set->items[i]));
     return list;
 }
 
@@ -600,8 +599,8 @@ int replay_fence_boards(struct replay *r, const struct strings *boards, int lift
     for (size_t b = 0; status == 0 && b < boards->count; b++) {
         const char *board = boards->items[b];
         size_t blen = strlen(board);
-        if (replay_board_set_contains(&r->sel.done, board, blen) ||
-            (lift && !replay_board_set_contains(&r->fenced, board, blen)))
+        if (lb_names_has(&r->sel.done, board, blen) ||
+            (lift && !lb_names_has(&r->fenced, board, blen)))
             continue;
         size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen},
                                    fence, sizeof(fence));
@@ -614,7 +613,7 @@ int replay_fence_boards(struct replay *r, const struct strings *boards, int lift
         }
         reqs[n++] = (struct lb_request){.slot = lb_key_slot(fence, flen), .ncommands = 1};
         if (!lift)
-            replay_board_set_add(&r->fenced, board, blen);
+            replay_names_add(&r->fenced, board, blen);
     }
     for (size_t i = 0; status == 0 && i < n; i++) {
         reqs[i].bytes = buf.data + at[i];
@@ -682,7 +681,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             status = -1;
         for (size_t b = 0; b < boards.count && status == 0; b++) {
             const char *board = boards.items[b];
-            if (replay_board_set_contains(&r->sel.done, board, strlen(board)))
+            if (lb_names_has(&r->sel.done, board, strlen(board)))
                 continue;
             replay_keep_lease(r);
             if (replay_interrupted) {
@@ -695,7 +694,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             if (rc == 0 && replay_mark_reopened(r, board) != 0)
                 status = -1; /* swapped, but not closed again */
             if (rc == 0) {
-                replay_board_set_add(&r->sel.done, board, strlen(board));
+                replay_names_add(&r->sel.done, board, strlen(board));
                 (*swapped)++;
                 replay_journal_swapped(&r->lease, board);
             }

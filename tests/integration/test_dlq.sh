@@ -85,7 +85,7 @@ export GROUP=lb-dlq-stall
 DLQ_TOPIC=scores-dlq-late write_config "$T_DIR/stall.yaml"
 start_projector stall "$T_DIR/stall.yaml"
 wait_log "$T_DIR/stall.log" 'held at offset [0-9]* (dlq)' 30
-sleep 3 # three commit intervals: a commit past a held poison event would show by now
+sleep 3 # commits go every 200 ms: one past a held poison event would show by now
 stalled=0
 while read -r p c h; do
     [[ $c == - ]] && c=0
