@@ -523,7 +523,7 @@ static int encode_transaction(struct encoder *en, const struct lb_plan_board *b,
     p = lb_resp_bulk(p, "GT", 2);
     for (uint32_t s = b->first_segment; s != LB_PLAN_NONE; s = en->v.segments[s].next) {
         const struct lb_plan_segment *seg = &en->v.segments[s];
-        char field[300];
+        char field[LB_MARKER_FIELD_MAX];
         p = lb_resp_bulk_int(p, seg->last);
         p = lb_resp_bulk(p, field,
                          lb_marker_field(seg->topic, seg->partition, field, sizeof(field)));
@@ -627,7 +627,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
         return -1;
     for (uint32_t number = 1; number <= nseg; number++) {
         const struct lb_plan_segment *seg = en->segs[number];
-        char field[300];
+        char field[LB_MARKER_FIELD_MAX];
         p = lb_resp_bulk(p, field,
                          lb_marker_field(seg->topic, seg->partition, field, sizeof(field)));
         p = lb_resp_bulk_int(p, seg->first);

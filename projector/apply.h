@@ -207,7 +207,10 @@ size_t lb_top_key(const char *prefix, struct lb_str board, struct lb_str window,
  * merged top's): "<host>:<pid>:<nanoseconds>", unique per client made. */
 void lb_lease_holder(char *out, size_t cap);
 
-/* The marker's field for a topic-partition: "<topic>:<partition>". */
+/* The marker's field for a topic-partition: "<topic>:<partition>", in
+ * LB_MARKER_FIELD_MAX bytes at most: a Kafka topic name is 249 bytes at
+ * most. */
+#define LB_MARKER_FIELD_MAX (249 + 1 + 11 + 1)
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap);
 
 #define LB_STAMPS_SUFFIX ":~ts"

@@ -54,8 +54,8 @@ enum exclusion_kind {
 
 struct exclusion {
     uint32_t txn;
-    uint8_t kind;   /* enum exclusion_kind */
-    char what[200]; /* a marker field ("<topic>:<partition>") or a member */
+    uint8_t kind;                   /* enum exclusion_kind */
+    char what[LB_MARKER_FIELD_MAX]; /* a marker field ("<topic>:<partition>") or a member */
     int64_t marker; /* EXCLUDE_APPLIED: the last offset already applied; duplicates: theirs */
 };
 
@@ -738,7 +738,7 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
 static enum record_fate fate_of(const struct slot *slot, uint32_t txn, const struct lb_record *r,
                                 const struct lb_event *ev)
 {
-    char field[300];
+    char field[LB_MARKER_FIELD_MAX];
     lb_marker_field(r->topic, r->partition, field, sizeof(field));
     for (size_t x = 0; x < slot->nexclusions; x++) {
         const struct exclusion *e = &slot->exclusions[x];
@@ -760,7 +760,8 @@ static enum record_fate fate_of(const struct slot *slot, uint32_t txn, const str
 
 /* Plans again, in slot->rebuilt, every board with exclusions or that was
  * planned again before (its bytes live there), leaving out the excluded
- * events. */
+ * events. Exclusions that leave nothing out would send the same requests
+ * again, to get the same answers, forever: that fails the run. */
 static int rebuild(struct lb_pipeline *p, struct slot *slot)
 {
     int64_t now_ms = slot->now_ms;
@@ -770,6 +771,7 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
     uint32_t *map = calloc(slot->count ? slot->count : 1, sizeof(*map));
     if (!map)
         return -1;
+    size_t left_out = 0;
     for (size_t i = 0; i < slot->count; i++) {
         uint32_t txn = slot->txn_of[i], again = UINT32_MAX;
         const struct lb_record *r = &slot->records[i];
@@ -791,8 +793,10 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
         if (slot->fate[i] == FATE_WITHHELD)
             p->stats.withheld++;
         count_duplicate(p, slot->fate[i]);
-        if (slot->fate[i] != FATE_PLANNED)
+        if (slot->fate[i] != FATE_PLANNED) {
+            left_out++;
             continue;
+        }
         struct lb_position pos = {r->topic, r->partition, r->offset};
         enum lb_reject reason;
         if (lb_plan_add(slot->rebuilt, &ev, &pos, now_ms, &again, &reason) < 0 ||
@@ -801,6 +805,16 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
             return -1; /* it was accepted by the same planner before */
         }
         map[i] = again;
+    }
+    if (!left_out) {
+        const struct exclusion *x = &slot->exclusions[slot->nexclusions - 1];
+        LB_ERROR("pipeline",
+                 "internal error: the apply script named events to leave out ('%s', %lld) "
+                 "that match none of the batch's records; stopping rather than sending the "
+                 "same requests forever",
+                 x->what, (long long)x->marker);
+        free(map);
+        return -1;
     }
     if (lb_apply_encode(&slot->encoded_rebuilt, slot->rebuilt, p->key_prefix) != 0) {
         free(map);
@@ -846,7 +860,7 @@ static int withhold(struct lb_pipeline *p, struct slot *slot)
             !held_contains(&p->held, txns[txn].board.ptr, txns[txn].board.len, r->topic,
                            r->partition))
             continue;
-        char field[300];
+        char field[LB_MARKER_FIELD_MAX];
         lb_marker_field(r->topic, r->partition, field, sizeof(field));
         int known = 0;
         for (size_t x = before; x < slot->nexclusions && !known; x++)

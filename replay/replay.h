@@ -74,13 +74,13 @@ struct selection {
 struct part {
     const char *topic;
     int32_t partition;
-    int64_t low, high; /* watermarks */
-    int64_t from, end; /* read [from, end) */
-    int64_t committed; /* the live group's, or -1 */
-    int64_t read_to;   /* next offset to read */
-    int gap;           /* events in the range were deleted by retention */
-    uint64_t consumed; /* messages read */
-    char field[300];   /* its applied-marker field */
+    int64_t low, high;               /* watermarks */
+    int64_t from, end;               /* read [from, end) */
+    int64_t committed;               /* the live group's, or -1 */
+    int64_t read_to;                 /* next offset to read */
+    int gap;                         /* events in the range were deleted by retention */
+    uint64_t consumed;               /* messages read */
+    char field[LB_MARKER_FIELD_MAX]; /* its applied-marker field */
 };
 
 /* Every partition of the configured topics, in the order read. */
