@@ -127,7 +127,7 @@ static int in_list(const rd_kafka_topic_partition_list_t *list, const rd_kafka_m
 static int is_partition(const rd_kafka_message_t *msg, const char *topic, int32_t partition)
 {
     const char *name = rd_kafka_topic_name(msg->rkt);
-    return msg->partition == partition && name && strcmp(name, topic) == 0;
+    return msg->partition == partition && name && topic && strcmp(name, topic) == 0;
 }
 
 /* Remembers to release the partition's held pairs before the first batch

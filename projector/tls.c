@@ -269,7 +269,7 @@ ssize_t lb_tls_write(lb_tls_conn *conn, const void *buf, size_t len, short *want
 
 int lb_tls_went_astray(lb_tls_conn *conn)
 {
-    char byte, why[8];
+    char byte, why[256]; /* not read: only whether it went astray */
     size_t got = 0;
     short want = 0;
     ERR_clear_error();

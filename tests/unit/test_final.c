@@ -59,7 +59,7 @@ static void run(struct fixture *f, const char *format, const char *arg)
 static void step(struct fixture *f, const char *name, const char *holder, const char **extra,
                  size_t nextra, const char *want)
 {
-    size_t extralen[8];
+    size_t extralen[8] = {0};
     for (size_t i = 0; i < nextra; i++)
         extralen[i] = strlen(extra[i]);
     redisReply *r = lb_final_step(f->cluster, "lb:", "fb", WINDOW, name, holder, 30000, extra,

@@ -669,7 +669,7 @@ static void a_sum_leaving_its_range_is_refused_whole(void **state)
                          round == 0 ? LB_APPLY_OK : LB_APPLY_OVERFLOW);
     }
     assert_string_equal(h.overflow[0], "ann");
-    int64_t score;
+    int64_t score = 0;
     assert_true(score_of(redis, "lb:{x}:alltime", "ann", &score));
     assert_true(score >> 30 == 80);
     assert_int_equal(marker_of(redis, "x", "t:0"), 0);
