@@ -6,6 +6,7 @@
 #include "log.h"
 #include "names.h"
 #include "published.h"
+#include "resp.h"
 #include "results.h"
 #include "slot.h"
 #include "sweep.h"
@@ -19,6 +20,11 @@
 #include <unistd.h>
 
 #define KEY_MAX 1024
+/* Boards whose ~open and ~final one round of reads covers: every master's
+ * reads of a round go in one pipeline, not one call each (a sweep reads
+ * every known board, and a round trip per board held the pod's loop for
+ * as many). */
+#define LOOK_BOARDS 256
 
 /* A window being published by this pod. */
 struct pub {
@@ -63,8 +69,9 @@ struct lb_closer {
     int scan_final;
     char reopened[200]; /* LB_REOPENED_KEY's "at" as last read */
     int reopened_read;
-    int busy;    /* a claim found another publisher's lease: look again at the next check */
-    int recheck; /* windows due waited for the results topic: read ~open again next check */
+    size_t round; /* boards read in one round (LOOK_BOARDS; tests set fewer) */
+    int busy;     /* a claim found another publisher's lease: look again at the next check */
+    int recheck;  /* windows due waited for the results topic: read ~open again next check */
     struct lb_closer_stats stats;
     struct lb_ratelimit said, reopening_said;
 };
@@ -137,6 +144,10 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->wake, NULL);
     lb_lease_holder(c->holder, sizeof(c->holder));
+    c->round = LOOK_BOARDS;
+    const char *round = getenv("LB_FAULT_CLOSER_ROUND"); /* tests: rounds of a few boards */
+    if (round && atoi(round) > 0 && atoi(round) < LOOK_BOARDS)
+        c->round = (size_t)atoi(round);
     struct lb_kafka_options kafka = lb_config_kafka(options->config);
     struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
                                      .defaults = defaults,
@@ -340,13 +351,18 @@ static void *watch(void *arg)
 
 /* A call that failed: counted, and said at most every 10 s (an ACL rule
  * without the command shows here as NOPERM naming it). */
-static void call_failed(struct lb_closer *c, const char *what, const redisReply *r)
+static void call_failed_because(struct lb_closer *c, const char *what, const char *why)
 {
     c->stats.failures++;
-    lb_log_every(&c->said, 10000, LB_LOG_WARN, "results", "%s failed: %s; trying again", what,
-                 !r                             ? lb_cluster_error(c->cluster)
-                 : r->type == REDIS_REPLY_ERROR ? r->str
-                                                : "unexpected answer");
+    lb_log_every(&c->said, 10000, LB_LOG_WARN, "results", "%s failed: %s; trying again", what, why);
+}
+
+static void call_failed(struct lb_closer *c, const char *what, const redisReply *r)
+{
+    call_failed_because(c, what,
+                        !r                             ? lb_cluster_error(c->cluster)
+                        : r->type == REDIS_REPLY_ERROR ? r->str
+                                                       : "unexpected answer");
 }
 
 /* One "C" step of 'pub'; NULL when the call failed (logged). */
@@ -657,24 +673,14 @@ static void start(struct lb_closer *c, const char *board, const char *window, in
         pub_free(pub);
 }
 
-/* The windows of 'board' in its 'hash' (~open: those whose close instant
- * the watermark reached; ~final: those claimed and not published). Returns
- * the earliest close instant of those left open (INT64_MAX: none), or 0. */
-static int64_t look(struct lb_closer *c, const char *board, const char *hash, int64_t watermark)
+/* The windows of 'board' in its ~open ('open') or ~final, as HGETALL
+ * answered ('r', freed here): those of ~open whose close instant the
+ * watermark reached, and those of ~final claimed and not published, are
+ * started. Returns the earliest close instant of those left open
+ * (INT64_MAX: none). */
+static int64_t look(struct lb_closer *c, const char *board, int open, redisReply *r,
+                    int64_t watermark)
 {
-    char key[KEY_MAX];
-    size_t klen = lb_board_key(c->o.key_prefix, (struct lb_str){board, (uint32_t)strlen(board)},
-                               hash, key, sizeof(key));
-    const char *argv[] = {"HGETALL", key};
-    size_t argvlen[] = {7, klen};
-    redisReply *r = lb_cluster_command(c->cluster, lb_key_slot(key, klen), 2, argv, argvlen);
-    if (!r || r->type != REDIS_REPLY_ARRAY) {
-        call_failed(c, "reading the windows to close (HGETALL)", r);
-        if (r)
-            freeReplyObject(r);
-        return 0;
-    }
-    int open = strcmp(hash, LB_OPEN_KEY) == 0;
     int64_t due = INT64_MAX;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const char *f = r->element[i]->str, *v = r->element[i + 1]->str;
@@ -688,6 +694,73 @@ static int64_t look(struct lb_closer *c, const char *board, const char *hash, in
     }
     freeReplyObject(r);
     return due;
+}
+
+/* One round of a check, from board 'from' on: reads the ~open of each
+ * board that is due (the watermark reached its earliest close; every
+ * sweep, since a late event may have opened an older window; not read
+ * yet), and the ~final of each whose claimed windows may have lost their
+ * publisher; then starts what they name. A board whose read failed is read
+ * again at the next check. Returns the place after the last board. */
+static size_t look_round(struct lb_closer *c, size_t from, int swept, int busy, int recheck,
+                         int64_t watermark)
+{
+    size_t at[2 * LOOK_BOARDS], n = 0, b = from, bytes = 0;
+    uint8_t open[2 * LOOK_BOARDS];
+    size_t prefix = strlen(c->o.key_prefix);
+    for (; b < c->boards.count && b - from < c->round; b++) {
+        int first = !c->due[b];
+        int want[2] = {swept || busy || first, /* ~final */
+                       swept || first || recheck || (watermark >= 0 && watermark >= c->due[b])};
+        for (int o = 1; o >= 0; o--)
+            if (want[o]) {
+                at[n] = b;
+                open[n++] = (uint8_t)o;
+                bytes += prefix + strlen(c->boards.items[b]) + 4 * LB_RESP_HEADER_MAX + 32;
+            }
+    }
+    if (!n)
+        return b;
+    struct lb_request *reqs = calloc(n, sizeof(*reqs));
+    char *buf = malloc(bytes), *p = buf;
+    if (!reqs || !buf) {
+        free(reqs);
+        free(buf);
+        call_failed_because(c, "reading the windows to close", "out of memory");
+        return b;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *name = c->boards.items[at[i]];
+        char key[KEY_MAX];
+        size_t klen = lb_board_key(c->o.key_prefix, (struct lb_str){name, (uint32_t)strlen(name)},
+                                   open[i] ? LB_OPEN_KEY : LB_FINAL_KEY, key, sizeof(key));
+        reqs[i] = (struct lb_request){.slot = lb_key_slot(key, klen), .ncommands = 1, .bytes = p};
+        p = lb_resp_header(p, '*', 2);
+        p = lb_resp_bulk(p, "HGETALL", 7);
+        p = lb_resp_bulk(p, key, klen);
+        reqs[i].len = (size_t)(p - reqs[i].bytes);
+    }
+    lb_cluster_exec(c->cluster, reqs, n);
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = reqs[i].reply;
+        if (!reqs[i].ok || !r || r->type != REDIS_REPLY_ARRAY) {
+            call_failed_because(c, "reading the windows to close (HGETALL)",
+                                !reqs[i].ok ? reqs[i].error
+                                : r         ? "unexpected answer"
+                                            : "no answer");
+            if (r)
+                freeReplyObject(r);
+            if (open[i])
+                c->due[at[i]] = 0;
+            continue;
+        }
+        int64_t due = look(c, c->boards.items[at[i]], open[i], r, watermark);
+        if (open[i])
+            c->due[at[i]] = due;
+    }
+    free(reqs);
+    free(buf);
+    return b;
 }
 
 static void sweep_each(void *ctx, const redisReply *key)
@@ -791,17 +864,8 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     int64_t watermark = c->read_watermark;
     pthread_mutex_unlock(&c->lock);
     c->stats.watermark = watermark;
-    /* a board's ~open is read again when the watermark reached its
-     * earliest close, and every sweep (a late event may have opened an
-     * older window) */
-    for (size_t b = 0; b < c->boards.count; b++) {
-        const char *board = c->boards.items[b];
-        int first = !c->due[b];
-        if (swept || first || recheck || (watermark >= 0 && watermark >= c->due[b]))
-            c->due[b] = look(c, board, LB_OPEN_KEY, watermark);
-        if (swept || busy || first) /* claimed windows whose publisher may be gone */
-            look(c, board, LB_FINAL_KEY, watermark);
-    }
+    for (size_t b = 0; b < c->boards.count;)
+        b = look_round(c, b, swept, busy, recheck, watermark);
 }
 
 int64_t lb_closer_next_due(const struct lb_closer *c)

@@ -24,6 +24,9 @@
 START=$(date -u -d "$((3 + $(date -u -d '3 days ago' +%u) % 7)) days ago" +%Y-%m-%dT00:00:00Z)
 start_services
 export GROUP=lb-results DLQ_TOPIC=scores-dlq # late events are dead-lettered too
+# the closer reads the boards' ~open and ~final two boards a round (256 by
+# default): the three boards take two rounds
+export LB_FAULT_CLOSER_ROUND=2
 for t in scores-results scores-dlq; do
     "$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic "$t" \
         --partitions 3 >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create $t"
