@@ -70,8 +70,14 @@ struct lb_closer {
     char reopened[200]; /* LB_REOPENED_KEY's "at" as last read */
     int reopened_read;
     size_t round; /* boards read in one round (LOOK_BOARDS; tests set fewer) */
-    int busy;     /* a claim found another publisher's lease: look again at the next check */
-    int recheck;  /* windows due waited for the results topic: read ~open again next check */
+    /* windows a check starts: until then (LB_CLOSER_STEP_MS on), and how
+     * many more (tests set a few); those left are started at the next
+     * step, which comes at once (deferred) */
+    int64_t starts_until;
+    size_t starts_left, max_starts;
+    int deferred;
+    int busy;    /* a claim found another publisher's lease: look again at the next check */
+    int recheck; /* windows due waited for the results topic: read ~open again next check */
     struct lb_closer_stats stats;
     struct lb_ratelimit said, reopening_said;
 };
@@ -148,6 +154,10 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
     const char *round = getenv("LB_FAULT_CLOSER_ROUND"); /* tests: rounds of a few boards */
     if (round && atoi(round) > 0 && atoi(round) < LOOK_BOARDS)
         c->round = (size_t)atoi(round);
+    c->max_starts = SIZE_MAX;
+    const char *starts = getenv("LB_FAULT_CLOSER_STARTS"); /* tests: a few windows a step */
+    if (starts && atoi(starts) > 0)
+        c->max_starts = (size_t)atoi(starts);
     struct lb_kafka_options kafka = lb_config_kafka(options->config);
     struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
                                      .defaults = defaults,
@@ -673,11 +683,24 @@ static void start(struct lb_closer *c, const char *board, const char *window, in
         pub_free(pub);
 }
 
+/* Whether the check may start one more window (LB_CLOSER_STEP_MS): the
+ * pod's batches wait meanwhile. When not, the next step checks again. */
+static int may_start(struct lb_closer *c)
+{
+    if (!c->starts_left || lb_monotonic_ms() >= c->starts_until) {
+        c->deferred = 1;
+        return 0;
+    }
+    c->starts_left--;
+    return 1;
+}
+
 /* The windows of 'board' in its ~open ('open') or ~final, as HGETALL
  * answered ('r', freed here): those of ~open whose close instant the
  * watermark reached, and those of ~final claimed and not published, are
- * started. Returns the earliest close instant of those left open
- * (INT64_MAX: none). */
+ * started while the check may start more. Returns the earliest close
+ * instant of those of ~open not started (INT64_MAX: none): at or before
+ * the watermark when some that closed wait for the next step. */
 static int64_t look(struct lb_closer *c, const char *board, int open, redisReply *r,
                     int64_t watermark)
 {
@@ -685,12 +708,16 @@ static int64_t look(struct lb_closer *c, const char *board, int open, redisReply
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const char *f = r->element[i]->str, *v = r->element[i + 1]->str;
         int64_t closes = strtoll(v, NULL, 10);
-        if (open && watermark >= 0 && closes <= watermark)
+        if (open && watermark >= 0 && closes <= watermark && may_start(c))
             start(c, board, f, watermark);
         else if (open && closes < due)
             due = closes;
-        else if (!open && strncmp(f, "s:", 2) == 0 && strcmp(v, "claimed") == 0)
-            start(c, board, f + 2, watermark);
+        else if (!open && strncmp(f, "s:", 2) == 0 && strcmp(v, "claimed") == 0) {
+            if (may_start(c))
+                start(c, board, f + 2, watermark);
+            else
+                c->busy = 1; /* every board's ~final is read at the next check */
+        }
     }
     freeReplyObject(r);
     return due;
@@ -864,8 +891,13 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     int64_t watermark = c->read_watermark;
     pthread_mutex_unlock(&c->lock);
     c->stats.watermark = watermark;
+    c->starts_until = lb_monotonic_ms() + LB_CLOSER_STEP_MS;
+    c->starts_left = c->max_starts;
+    c->deferred = 0;
     for (size_t b = 0; b < c->boards.count;)
         b = look_round(c, b, swept, busy, recheck, watermark);
+    if (c->deferred) /* windows closed that this check did not start: at once */
+        c->next_check = now_ms;
 }
 
 int64_t lb_closer_next_due(const struct lb_closer *c)

@@ -40,6 +40,7 @@
 
 #define LB_CLOSER_CHECK_MS   2000   /* the watermark and the boards' open windows */
 #define LB_CLOSER_SWEEP_MS   60000  /* every master, for boards this pod does not know */
+#define LB_CLOSER_STEP_MS    50     /* a check starts windows for this long; the rest next step */
 #define LB_CLOSER_PART_BYTES 900000 /* a record's bytes, at most (Kafka's default 1 MB) */
 #define LB_CLOSER_FRAMING    4096   /* what a record batch adds to the bytes */
 
