@@ -766,12 +766,17 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
 {
     int64_t now_ms = slot->now_ms;
     lb_plan_reset(slot->rebuilt);
-    for (size_t x = 0; x < slot->nexclusions; x++)
+    /* progress: a board planned again for the first time (its request is
+     * made of its planned events alone: one left out within the batch, a
+     * retry, no longer stretches its segment), or an event left out */
+    size_t progress = 0;
+    for (size_t x = 0; x < slot->nexclusions; x++) {
+        progress += !slot->txn_rebuilt[slot->exclusions[x].txn];
         slot->txn_rebuilt[slot->exclusions[x].txn] = 1;
+    }
     uint32_t *map = calloc(slot->count ? slot->count : 1, sizeof(*map));
     if (!map)
         return -1;
-    size_t left_out = 0;
     for (size_t i = 0; i < slot->count; i++) {
         uint32_t txn = slot->txn_of[i], again = UINT32_MAX;
         const struct lb_record *r = &slot->records[i];
@@ -794,7 +799,7 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
             p->stats.withheld++;
         count_duplicate(p, slot->fate[i]);
         if (slot->fate[i] != FATE_PLANNED) {
-            left_out++;
+            progress++;
             continue;
         }
         struct lb_position pos = {r->topic, r->partition, r->offset};
@@ -806,7 +811,7 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
         }
         map[i] = again;
     }
-    if (!left_out) {
+    if (!progress) {
         const struct exclusion *x = &slot->exclusions[slot->nexclusions - 1];
         LB_ERROR("pipeline",
                  "internal error: the apply script named events to leave out ('%s', %lld) "
