@@ -70,11 +70,10 @@ struct lb_closer {
     char reopened[200]; /* LB_REOPENED_KEY's "at" as last read */
     int reopened_read;
     size_t round; /* boards read in one round (LOOK_BOARDS; tests set fewer) */
-    /* windows a check starts: until then (LB_CLOSER_STEP_MS on), and how
-     * many more (tests set a few); those left are started at the next
-     * step, which comes at once (deferred) */
-    int64_t starts_until;
-    size_t starts_left, max_starts;
+    /* a check starts windows until then (step_ms after its first, which
+     * always goes; 0: none started yet); those left are started at the
+     * next step, which comes at once (deferred) */
+    int64_t starts_until, step_ms; /* LB_CLOSER_STEP_MS; tests set less */
     int deferred;
     int busy;    /* a claim found another publisher's lease: look again at the next check */
     int recheck; /* windows due waited for the results topic: read ~open again next check */
@@ -154,10 +153,10 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
     const char *round = getenv("LB_FAULT_CLOSER_ROUND"); /* tests: rounds of a few boards */
     if (round && atoi(round) > 0 && atoi(round) < LOOK_BOARDS)
         c->round = (size_t)atoi(round);
-    c->max_starts = SIZE_MAX;
-    const char *starts = getenv("LB_FAULT_CLOSER_STARTS"); /* tests: a few windows a step */
-    if (starts && atoi(starts) > 0)
-        c->max_starts = (size_t)atoi(starts);
+    c->step_ms = LB_CLOSER_STEP_MS;
+    const char *step = getenv("LB_FAULT_CLOSER_STEP_MS"); /* tests: 0, one window a step */
+    if (step && atoi(step) >= 0 && atoi(step) < LB_CLOSER_STEP_MS)
+        c->step_ms = atoi(step);
     struct lb_kafka_options kafka = lb_config_kafka(options->config);
     struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
                                      .defaults = defaults,
@@ -683,15 +682,18 @@ static void start(struct lb_closer *c, const char *board, const char *window, in
         pub_free(pub);
 }
 
-/* Whether the check may start one more window (LB_CLOSER_STEP_MS): the
- * pod's batches wait meanwhile. When not, the next step checks again. */
+/* Whether the check may start one more window: the first always, more
+ * for LB_CLOSER_STEP_MS from it (the pod's batches wait meanwhile). When
+ * not, the next step checks again. */
 static int may_start(struct lb_closer *c)
 {
-    if (!c->starts_left || lb_monotonic_ms() >= c->starts_until) {
+    int64_t now = lb_monotonic_ms();
+    if (!c->starts_until) {
+        c->starts_until = now + c->step_ms;
+    } else if (now >= c->starts_until) {
         c->deferred = 1;
         return 0;
     }
-    c->starts_left--;
     return 1;
 }
 
@@ -754,6 +756,7 @@ static size_t look_round(struct lb_closer *c, size_t from, int swept, int busy, 
         free(reqs);
         free(buf);
         call_failed_because(c, "reading the windows to close", "out of memory");
+        c->recheck = c->busy = 1; /* every board's ~open and ~final at the next check */
         return b;
     }
     for (size_t i = 0; i < n; i++) {
@@ -779,6 +782,8 @@ static size_t look_round(struct lb_closer *c, size_t from, int swept, int busy, 
                 freeReplyObject(r);
             if (open[i])
                 c->due[at[i]] = 0;
+            else
+                c->busy = 1;
             continue;
         }
         int64_t due = look(c, c->boards.items[at[i]], open[i], r, watermark);
@@ -891,8 +896,7 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     int64_t watermark = c->read_watermark;
     pthread_mutex_unlock(&c->lock);
     c->stats.watermark = watermark;
-    c->starts_until = lb_monotonic_ms() + LB_CLOSER_STEP_MS;
-    c->starts_left = c->max_starts;
+    c->starts_until = 0; /* set by the first start */
     c->deferred = 0;
     for (size_t b = 0; b < c->boards.count;)
         b = look_round(c, b, swept, busy, recheck, watermark);

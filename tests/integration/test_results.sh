@@ -25,10 +25,10 @@ START=$(date -u -d "$((3 + $(date -u -d '3 days ago' +%u) % 7)) days ago" +%Y-%m
 start_services
 export GROUP=lb-results DLQ_TOPIC=scores-dlq # late events are dead-lettered too
 # the closer reads the boards' ~open and ~final two boards a round (256 by
-# default): the three boards take two rounds; and starts one window a check
-# (as many as 50 ms allow by default): the others that closed wait for the
-# next step
-export LB_FAULT_CLOSER_ROUND=2 LB_FAULT_CLOSER_STARTS=1
+# default): the three boards take two rounds; and starts windows for 0 ms
+# after a check's first (50 ms by default): one a check, the others that
+# closed wait for the next step
+export LB_FAULT_CLOSER_ROUND=2 LB_FAULT_CLOSER_STEP_MS=0
 for t in scores-results scores-dlq; do
     "$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic "$t" \
         --partitions 3 >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create $t"
