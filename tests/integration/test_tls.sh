@@ -12,6 +12,7 @@
 #     another master (the MOVED that follows must carry a TLS port); the
 #     oracle, reading over its own TLS connections, finds the state exact;
 #     then a master is SIGKILLed under load (failover over TLS): exact;
+#     lbadmin offsets and wait-caught-up work as replay's Kafka user;
 #  2. a lost board is rebuilt by replay over TLS, also while the nodes close
 #     its connections mid-write (CLIENT KILL in a loop), and lbread reads
 #     the top over TLS, the same as redis-cli --tls;
@@ -62,6 +63,15 @@ gen=("${MODE_GEN[@]}")
 start_projector projector "$T_DIR/projector.yaml"
 produce -n 10000 --seed 181 "${gen[@]}" --rate 20000
 wait_caught_up 60
+# an on-call's lbadmin offsets and wait-caught-up under replay's user (Read
+# on the topic, Describe on the group), not the admin's
+admin_x=("${KAFKA_X[@]}")
+KAFKA_X=()
+for p in $(lb_kafka_client_props replay); do KAFKA_X+=(-X "$p"); done
+wait_caught_up 30
+assert_committed_at_end
+KAFKA_X=("${admin_x[@]}")
+ok "lbadmin offsets and wait-caught-up under replay's Kafka user"
 mapfile -t masters < <(slot_masters)
 ((${#masters[@]} == 3)) || fail "expected 3 masters, found ${#masters[@]}"
 # the board whose slot is nearest the start of its master's range: moving
