@@ -2,6 +2,7 @@
  * large enough for a whole batch; reset keeps only that one, so a steady
  * stream of batches settles on a single chunk and no malloc at all. */
 #include "arena.h"
+#include "resp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -125,4 +126,18 @@ void lb_buf_free(struct lb_buf *buf)
     free(buf->data);
     buf->data = NULL;
     buf->len = buf->cap = 0;
+}
+
+int lb_buf_command(struct lb_buf *buf, int argc, const char **argv, const size_t *argvlen)
+{
+    size_t need = LB_RESP_HEADER_MAX;
+    for (int i = 0; i < argc; i++)
+        need += LB_RESP_HEADER_MAX + (argvlen ? argvlen[i] : strlen(argv[i])) + 2;
+    if (lb_buf_reserve(buf, need) != 0)
+        return -1;
+    char *p = lb_resp_header(buf->data + buf->len, '*', (uint64_t)argc);
+    for (int i = 0; i < argc; i++)
+        p = lb_resp_bulk(p, argv[i], argvlen ? argvlen[i] : strlen(argv[i]));
+    buf->len = (size_t)(p - buf->data);
+    return 0;
 }

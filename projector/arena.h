@@ -50,6 +50,10 @@ struct lb_buf {
  * (the buffer is unchanged). */
 int lb_buf_reserve(struct lb_buf *buf, size_t extra);
 int lb_buf_append(struct lb_buf *buf, const void *bytes, size_t len);
+/* Appends one command in RESP: argv[i] of argvlen[i] bytes (NULL: each a
+ * NUL-terminated string). Returns 0, or -1 when out of memory (the buffer
+ * is unchanged). */
+int lb_buf_command(struct lb_buf *buf, int argc, const char **argv, const size_t *argvlen);
 void lb_buf_free(struct lb_buf *buf);
 
 #endif

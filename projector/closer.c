@@ -6,7 +6,6 @@
 #include "log.h"
 #include "names.h"
 #include "published.h"
-#include "resp.h"
 #include "results.h"
 #include "slot.h"
 #include "sweep.h"
@@ -734,43 +733,46 @@ static int64_t look(struct lb_closer *c, const char *board, int open, redisReply
 static size_t look_round(struct lb_closer *c, size_t from, int swept, int busy, int recheck,
                          int64_t watermark)
 {
-    size_t at[2 * LOOK_BOARDS], n = 0, b = from, bytes = 0;
+    size_t at[2 * LOOK_BOARDS], cmd[2 * LOOK_BOARDS], n = 0, b = from;
+    uint16_t slot[2 * LOOK_BOARDS];
     uint8_t open[2 * LOOK_BOARDS];
-    size_t prefix = strlen(c->o.key_prefix);
+    struct lb_buf buf = {0};
+    int oom = 0;
     for (; b < c->boards.count && b - from < c->round; b++) {
         int first = !c->due[b];
         int want[2] = {swept || busy || first, /* ~final */
                        swept || first || recheck || (watermark >= 0 && watermark >= c->due[b])};
-        for (int o = 1; o >= 0; o--)
-            if (want[o]) {
-                at[n] = b;
-                open[n++] = (uint8_t)o;
-                bytes += prefix + strlen(c->boards.items[b]) + 4 * LB_RESP_HEADER_MAX + 32;
-            }
+        const char *name = c->boards.items[b];
+        for (int o = 1; o >= 0 && !oom; o--) {
+            if (!want[o])
+                continue;
+            char key[KEY_MAX];
+            size_t klen =
+                lb_board_key(c->o.key_prefix, (struct lb_str){name, (uint32_t)strlen(name)},
+                             o ? LB_OPEN_KEY : LB_FINAL_KEY, key, sizeof(key));
+            const char *argv[] = {"HGETALL", key};
+            size_t argvlen[] = {7, klen};
+            at[n] = b;
+            open[n] = (uint8_t)o;
+            slot[n] = lb_key_slot(key, klen);
+            cmd[n++] = buf.len;
+            oom = lb_buf_command(&buf, 2, argv, argvlen) != 0;
+        }
     }
-    if (!n)
-        return b;
-    struct lb_request *reqs = calloc(n, sizeof(*reqs));
-    char *buf = malloc(bytes), *p = buf;
-    if (!reqs || !buf) {
-        free(reqs);
-        free(buf);
+    struct lb_request *reqs = n && !oom ? calloc(n, sizeof(*reqs)) : NULL;
+    if (n && !reqs) {
+        lb_buf_free(&buf);
         call_failed_because(c, "reading the windows to close", "out of memory");
         c->recheck = c->busy = 1; /* every board's ~open and ~final at the next check */
         return b;
     }
-    for (size_t i = 0; i < n; i++) {
-        const char *name = c->boards.items[at[i]];
-        char key[KEY_MAX];
-        size_t klen = lb_board_key(c->o.key_prefix, (struct lb_str){name, (uint32_t)strlen(name)},
-                                   open[i] ? LB_OPEN_KEY : LB_FINAL_KEY, key, sizeof(key));
-        reqs[i] = (struct lb_request){.slot = lb_key_slot(key, klen), .ncommands = 1, .bytes = p};
-        p = lb_resp_header(p, '*', 2);
-        p = lb_resp_bulk(p, "HGETALL", 7);
-        p = lb_resp_bulk(p, key, klen);
-        reqs[i].len = (size_t)(p - reqs[i].bytes);
-    }
-    lb_cluster_exec(c->cluster, reqs, n);
+    for (size_t i = 0; i < n; i++) /* the buffer has stopped moving */
+        reqs[i] = (struct lb_request){.slot = slot[i],
+                                      .ncommands = 1,
+                                      .bytes = buf.data + cmd[i],
+                                      .len = (i + 1 < n ? cmd[i + 1] : buf.len) - cmd[i]};
+    if (n)
+        lb_cluster_exec(c->cluster, reqs, n);
     for (size_t i = 0; i < n; i++) {
         redisReply *r = reqs[i].reply;
         if (!reqs[i].ok || !r || r->type != REDIS_REPLY_ARRAY) {
@@ -791,7 +793,7 @@ static size_t look_round(struct lb_closer *c, size_t from, int swept, int busy, 
             c->due[at[i]] = due;
     }
     free(reqs);
-    free(buf);
+    lb_buf_free(&buf);
     return b;
 }
 

@@ -44,21 +44,6 @@ void replay_strings_add(struct strings *s, const char *text, size_t len)
     s->count++;
 }
 
-/* Appends one command in RESP to 'buf'. */
-int replay_encode_command(struct lb_buf *buf, int argc, const char **argv)
-{
-    size_t need = LB_RESP_HEADER_MAX;
-    for (int i = 0; i < argc; i++)
-        need += LB_RESP_HEADER_MAX + strlen(argv[i]) + 2;
-    if (lb_buf_reserve(buf, need) != 0)
-        return -1;
-    char *p = lb_resp_header(buf->data + buf->len, '*', (uint64_t)argc);
-    for (int i = 0; i < argc; i++)
-        p = lb_resp_bulk(p, argv[i], strlen(argv[i]));
-    buf->len = (size_t)(p - buf->data);
-    return 0;
-}
-
 void replay_strings_free(struct strings *s)
 {
     for (size_t i = 0; i < s->count; i++)

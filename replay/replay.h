@@ -136,7 +136,6 @@ void replay_on_signal(int sig);
 double replay_mono_s(void);
 void replay_keep_lease(struct replay *r);
 void replay_strings_add(struct strings *s, const char *text, size_t len);
-int replay_encode_command(struct lb_buf *buf, int argc, const char **argv);
 void replay_strings_free(struct strings *s);
 void replay_names_add(struct lb_names *set, const char *id,
                       size_t len); /* exits when out of memory */

@@ -607,7 +607,7 @@ int replay_fence_boards(struct replay *r, const struct strings *boards, int lift
         const char *set[] = {"SET", fence, r->lease.owner, "PX", ttl};
         const char *del[] = {"DEL", fence};
         at[n] = buf.len;
-        if (replay_encode_command(&buf, lift ? 2 : 5, lift ? del : set) != 0) {
+        if (lb_buf_command(&buf, lift ? 2 : 5, lift ? del : set, NULL) != 0) {
             status = -1;
             break;
         }

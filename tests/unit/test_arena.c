@@ -1,4 +1,4 @@
-/* The per-batch arena and the growable buffer. */
+/* The per-batch arena and the growable buffer (commands in RESP). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,12 +57,32 @@ static void buffer_grows_and_keeps_content(void **state)
     assert_null(buf.data);
 }
 
+/* Commands appended in RESP, as the Redis protocol spells them: arguments
+ * by their lengths (bytes after a NUL included) or, without lengths, as
+ * strings. */
+static void commands_are_appended_in_resp(void **state)
+{
+    (void)state;
+    struct lb_buf buf = {0};
+    const char *get[] = {"HGETALL", "lb:{b}:~open"};
+    assert_int_equal(lb_buf_command(&buf, 2, get, NULL), 0);
+    const char *set[] = {"SET", "k\0x"};
+    size_t setlen[] = {3, 3};
+    assert_int_equal(lb_buf_command(&buf, 2, set, setlen), 0);
+    static const char want[] = "*2\r\n$7\r\nHGETALL\r\n$12\r\nlb:{b}:~open\r\n"
+                               "*2\r\n$3\r\nSET\r\n$3\r\nk\0x\r\n";
+    assert_int_equal(buf.len, sizeof(want) - 1);
+    assert_memory_equal(buf.data, want, sizeof(want) - 1);
+    lb_buf_free(&buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(allocations_are_aligned_and_distinct),
         cmocka_unit_test(reset_keeps_one_chunk_for_the_next_batch),
         cmocka_unit_test(buffer_grows_and_keeps_content),
+        cmocka_unit_test(commands_are_appended_in_resp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
