@@ -74,7 +74,8 @@ struct lb_closer {
      * next step, which comes at once (deferred) */
     int64_t starts_until, step_ms; /* LB_CLOSER_STEP_MS; tests set less */
     int deferred;
-    int busy;    /* a claim found another publisher's lease: look again at the next check */
+    int busy;    /* a claim found another publisher's lease, or a window's claim or what follows
+                  * it failed: every ~final read again at the next check */
     int recheck; /* windows due waited for the results topic: read ~open again next check */
     struct lb_closer_stats stats;
     struct lb_ratelimit said, reopening_said;
@@ -84,14 +85,16 @@ static void *watch(void *arg);
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 {
+    struct lb_closer *c = opaque;
     struct pub *pub = msg->_private;
     (void)rk;
-    (void)opaque;
     if (msg->err) {
         pub->failed = 1;
         pub->lost++;
-        LB_WARN("results", "final standings of board '%s' window '%s' not delivered: %s",
-                pub->board, pub->window, rd_kafka_err2str(msg->err));
+        c->stats.failures++;
+        lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
+                     "final standings of board '%s' window '%s' not delivered: %s; trying again",
+                     pub->board, pub->window, rd_kafka_err2str(msg->err));
     } else {
         pub->acked++;
     }
@@ -127,6 +130,16 @@ static rd_kafka_topic_t *results_topic(rd_kafka_t *producer, const char *name)
     return t;
 }
 
+/* A test's setting from the environment, used when it is at least 'least'
+ * and less than the pod's own value 'normal', which is kept otherwise: a
+ * test may make the closer smaller, never larger. */
+static int test_setting(const char *name, int least, int normal)
+{
+    const char *v = getenv(name);
+    int n = v ? atoi(v) : normal;
+    return n >= least && n < normal ? n : normal;
+}
+
 struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *err, size_t errlen,
                                 enum lb_error_class *class)
 {
@@ -148,14 +161,8 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->wake, NULL);
     lb_lease_holder(c->holder, sizeof(c->holder));
-    c->round = LOOK_BOARDS;
-    const char *round = getenv("LB_FAULT_CLOSER_ROUND"); /* tests: rounds of a few boards */
-    if (round && atoi(round) > 0 && atoi(round) < LOOK_BOARDS)
-        c->round = (size_t)atoi(round);
-    c->step_ms = LB_CLOSER_STEP_MS;
-    const char *step = getenv("LB_FAULT_CLOSER_STEP_MS"); /* tests: 0, one window a step */
-    if (step && atoi(step) >= 0 && atoi(step) < LB_CLOSER_STEP_MS)
-        c->step_ms = atoi(step);
+    c->round = (size_t)test_setting("LB_FAULT_CLOSER_ROUND", 1, LOOK_BOARDS);   /* a few boards */
+    c->step_ms = test_setting("LB_FAULT_CLOSER_STEP_MS", 0, LB_CLOSER_STEP_MS); /* one a step */
     struct lb_kafka_options kafka = lb_config_kafka(options->config);
     struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
                                      .defaults = defaults,
@@ -580,8 +587,10 @@ static void finish(struct lb_closer *c, struct pub *pub)
     const char *extra[] = {c->o.config->results_keep ? "1" : "0"};
     size_t extralen[] = {1};
     redisReply *reply = c_step(c, pub, "done", extra, extralen, 1);
-    if (!reply)
-        return; /* claimed again once the lease ran out */
+    if (!reply) {
+        c->busy = 1; /* this pod's claim, taken again at the next check */
+        return;
+    }
     if (is_word(reply, 0, "ok")) {
         c->stats.published++;
         c->stats.records += pub->parts;
@@ -643,25 +652,31 @@ static int restore(struct lb_closer *c, struct pub *pub)
     return rc;
 }
 
-/* Starts publishing 'window' of 'board' (claim, then produce). */
-static void start(struct lb_closer *c, const char *board, const char *window, int64_t watermark)
+/* Starts publishing 'window' of 'board' (claim, then produce). -1 when a
+ * claim or what follows it failed: the board's ~open and every ~final are
+ * read again at the next check (busy), where the window still is, listed
+ * or claimed by this pod. A restore that failed is tried at the next sweep
+ * instead: its read of the results topic may wait 10 s. */
+static int start(struct lb_closer *c, const char *board, const char *window, int64_t watermark)
 {
     const struct lb_profile *profile = lb_config_profile_for(c->o.config, board, strlen(board));
     enum lb_window_kind kind;
     int64_t id;
     if (!profile || lb_window_name_parse(window, &kind, &id) != 0 || pending(c, board, window))
-        return;
+        return 0;
     const struct lb_window_config *wc = NULL;
     for (size_t i = 0; i < profile->nwindows; i++)
         if (profile->windows[i].kind == kind && profile->windows[i].results_top >= 0)
             wc = &profile->windows[i];
     if (!wc)
-        return; /* results taken out of the configuration: left as they are */
+        return 0; /* results taken out of the configuration: left as they are */
     if (c->npubs == c->cap_pubs) {
         size_t cap = c->cap_pubs ? 2 * c->cap_pubs : 8;
         struct pub **more = realloc(c->pubs, cap * sizeof(*more));
-        if (!more)
-            return;
+        if (!more) {
+            c->busy = 1;
+            return -1;
+        }
         c->pubs = more;
         c->cap_pubs = cap;
     }
@@ -669,16 +684,19 @@ static void start(struct lb_closer *c, const char *board, const char *window, in
     if (!pub || !(pub->board = strdup(board)) || !(pub->window = strdup(window))) {
         if (pub)
             pub_free(pub);
-        return;
+        c->busy = 1;
+        return -1;
     }
     pub->profile = profile;
     pub->wc = wc;
-    if (restore(c, pub) == 0)
-        claim(c, pub, watermark);
+    int rc = restore(c, pub) == 0 && claim(c, pub, watermark) != 0 ? -1 : 0;
     if (pub->in_flight) /* until every record produced was reported */
         c->pubs[c->npubs++] = pub;
     else
         pub_free(pub);
+    if (rc)
+        c->busy = 1;
+    return rc;
 }
 
 /* Whether the check may start one more window: the first always, more
@@ -709,9 +727,10 @@ static int64_t look(struct lb_closer *c, const char *board, int open, redisReply
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const char *f = r->element[i]->str, *v = r->element[i + 1]->str;
         int64_t closes = strtoll(v, NULL, 10);
-        if (open && watermark >= 0 && closes <= watermark && may_start(c))
-            start(c, board, f, watermark);
-        else if (open && closes < due)
+        if (open && watermark >= 0 && closes <= watermark && may_start(c)) {
+            if (start(c, board, f, watermark) != 0 && closes < due)
+                due = closes; /* ~open read again at the next check */
+        } else if (open && closes < due)
             due = closes;
         else if (!open && strncmp(f, "s:", 2) == 0 && strcmp(v, "claimed") == 0) {
             if (may_start(c))
@@ -836,6 +855,7 @@ static int sweep_page(struct lb_closer *c, int64_t now_ms)
     }
     c->scan_final = 0;
     c->next_sweep = now_ms + LB_CLOSER_SWEEP_MS;
+    c->stats.sweeps++;
     return 1;
 }
 
@@ -882,6 +902,8 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
         }
         if (!pub->failed)
             finish(c, pub);
+        else
+            c->busy = 1; /* a record not delivered: claimed again at the next check */
         pub_free(pub);
         c->pubs[i] = c->pubs[--c->npubs];
     }

@@ -57,6 +57,7 @@ struct lb_closer_stats {
     uint64_t records;   /* records (parts) acknowledged */
     uint64_t failures;  /* steps that failed (tried again) */
     uint64_t restored;  /* windows put back from the results topic (~final lost) */
+    uint64_t sweeps;    /* sweeps of every master that completed */
     int64_t watermark;  /* the close watermark last read, -1 unknown */
 };
 

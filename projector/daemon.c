@@ -756,6 +756,10 @@ static void publish(struct daemon *d, int now)
         counter(&t, "lb_results_failures_total",
                 "Steps of final standings that failed (Redis, Kafka): tried again.");
         lb_text_printf(&t, "lb_results_failures_total %llu\n", (unsigned long long)cs->failures);
+        counter(&t, "lb_results_sweeps_total",
+                "Sweeps of every master for boards with windows to close or claimed that "
+                "completed (at the start, then every minute).");
+        lb_text_printf(&t, "lb_results_sweeps_total %llu\n", (unsigned long long)cs->sweeps);
         gauge(&t, "lb_results_watermark_seconds",
               "The close watermark last read (event time the whole topic has committed), or -1.");
         lb_text_printf(&t, "lb_results_watermark_seconds %.3f\n",

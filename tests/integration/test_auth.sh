@@ -132,7 +132,14 @@ acl_setuser() { # RULE...
 rule=$(grep '^user projector ' "$REDIS_ACL_FILE")
 mapfile -t commands < <(tr ' ' '\n' <<<"$rule" | sed -n 's/^+//p' | grep -vx asking)
 ((${#commands[@]} >= 20)) || fail "only ${#commands[@]} commands in the projector's rule"
+window_claimed() { [[ $(final_state "$1" "$2") == claimed ]]; } # BOARD WINDOW
+sweeps_over() { # the pod's first sweep of every master has completed
+    local n
+    n=$(curl -sf "$METRICS_URL/metrics" | awk '$1 == "lb_results_sweeps_total" { print $2 }')
+    ((${n:-0} > 0))
+}
 seed=100
+published_again=()
 for cmd in "${commands[@]}"; do
     seed=$((seed + 1))
     acl_setuser "-$cmd"
@@ -163,10 +170,31 @@ for cmd in "${commands[@]}"; do
         acl_setuser "+$cmd"
         sleep 3
     fi
+    if [[ $cmd == hgetall || $cmd == del || $cmd == hsetnx || $cmd == hkeys ]]; then
+        # the closer's refused read (HGETALL), claim (DEL: the day still in
+        # ~open), keep (HSETNX: claimed by this pod) or done (HKEYS: its
+        # records sent) is tried again: allowed again, the same pod
+        # publishes the day it could not
+        # (the pod's first sweep reads every board's ~open and ~final and
+        # would find the day again: the refusal outlasts it)
+        lb_wait_for 30 sweeps_over || fail "the pod's first sweep did not complete"
+        if [[ $cmd == hsetnx || $cmd == hkeys ]]; then # refused after the claim
+            lb_wait_for 30 window_claimed "res-$seed-0" "$first_day" ||
+                fail "without +$cmd res-$seed-0 $first_day was not claimed: $(final_state "res-$seed-0" "$first_day")"
+        fi
+        sleep 2
+        ! window_published "res-$seed-0" "$first_day" ||
+            fail "without +$cmd res-$seed-0 $first_day was published: the retry is not tested"
+        acl_setuser "+$cmd"
+        lb_wait_for 30 window_published "res-$seed-0" "$first_day" ||
+            fail "allowed +$cmd again, the pod did not publish res-$seed-0 $first_day: $(final_state "res-$seed-0" "$first_day")"
+        published_again+=("$cmd")
+    fi
     stop_projector "$PROJECTOR_PID"
     acl_setuser "+$cmd"
 done
-ok "each of the ${#commands[@]} commands of the projector's rule but ASKING is needed: without it, NOPERM naming it"
+((${#published_again[@]} == 4)) || fail "the closer's steps tried again: only ${published_again[*]}"
+ok "each of the ${#commands[@]} commands of the projector's rule but ASKING is needed: without it, NOPERM naming it; the closer's (${published_again[*]}) allowed again, the same pod published the day"
 
 # ASKING: a new board's slot is migrating (MIGRATING on its master,
 # IMPORTING on another, no key moved yet), so the projector's writes meet ASK
