@@ -265,12 +265,13 @@ verify "${MODE_ORACLE[@]}" --expiry-slack-ms 1000 # MIGRATE moves TTLs as relati
 ok "a projector with the wrong CA said why and committed nothing; the right one then caught up exactly"
 
 # 4. final standings under the runbook's Kafka ACLs. First as an operator
-#    who forgot DescribeConfigs on the results topic (the runbook before it
-#    named it): the projector projects, closes no window, and says what to
-#    grant; granted, it closes the res-* boards' past days and publishes
-#    them, exactly
+#    who forgot DescribeConfigs and Write on the results topic (the runbook
+#    before it named DescribeConfigs): the projector projects, closes no
+#    window, and says what to grant; with DescribeConfigs it claims the
+#    res-* boards' past days and the broker refuses their records; with
+#    Write the same pod publishes them, exactly
 stop_projector "$PROJECTOR_PID"
-acl --allow-principal User:projector --operation Write --operation Read --topic scores-results ||
+acl --allow-principal User:projector --operation Read --topic scores-results ||
     fail "AclCommand failed: $(tail -n 5 "$T_DIR/acl.log")"
 write_config "$T_DIR/results.yaml" "$MODE_PROFILES$MODE_RESULTS"
 produce -n 900 --seed 185 "${gen[@]}" --boards 3 --board-prefix res-
@@ -284,9 +285,15 @@ first_day=$(date -u -d "$START" +daily:%Y-%m-%d)
 log "without DescribeConfigs: $(grep -m 1 'needs DescribeConfigs' "$T_DIR/results.log" | sed 's/.*msg=//')"
 acl --allow-principal User:projector --operation DescribeConfigs --topic scores-results ||
     fail "AclCommand failed: $(tail -n 5 "$T_DIR/acl.log")"
+wait_log "$T_DIR/results.log" "final standings of board 'res-.*: .*[Aa]uthorization failed; trying again" 30
+[[ $(final_state res-0 "$first_day") == claimed ]] ||
+    fail "res-0 $first_day without Write on the topic: '$(final_state res-0 "$first_day")', not claimed"
+log "without Write: $(grep -m 1 '[Aa]uthorization failed; trying again' "$T_DIR/results.log" | sed 's/.*msg=//')"
+acl --allow-principal User:projector --operation Write --topic scores-results ||
+    fail "AclCommand failed: $(tail -n 5 "$T_DIR/acl.log")"
 lb_wait_for 30 window_published res-0 "$first_day" ||
     fail "res-0 $first_day was not published: $(grep 'component=results' "$T_DIR/results.log" | tail -n 1)"
 verify "${MODE_ORACLE[@]}" "${MODE_RESULTS_ORACLE[@]}" --expiry-slack-ms 1000
 grep -q "^verify_state: [1-9][0-9]* closed windows checked" "$T_DIR/verify.out" ||
     fail "no closed window checked: $(head -n 1 "$T_DIR/verify.out")"
-ok "final standings: without DescribeConfigs none closed and the log said what to grant; granted, published, exact"
+ok "final standings: without DescribeConfigs none closed and the log said what to grant; without Write claimed, the broker's refusal logged; granted, the same pod published, exact"
