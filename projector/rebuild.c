@@ -106,7 +106,9 @@ void lb_rebuild_sweep(struct lb_rebuild *r)
 
 /* Whether the board of a ~decay hash the sweep found has work: a rebuild
  * flagged (its holder may be gone), or a rule other than this pod's (the
- * settings changed; the board may get no event to notice). */
+ * settings changed; the board may get no event to notice). A read that
+ * failed finds it too: its first step (take) reads the same and answers
+ * done when there is nothing to do, and is tried again while it fails. */
 static int sweep_finds(struct lb_rebuild *r, const redisReply *key, struct lb_str board)
 {
     const struct lb_profile *profile = lb_config_profile_for(r->o.config, board.ptr, board.len);
@@ -118,7 +120,7 @@ static int sweep_finds(struct lb_rebuild *r, const redisReply *key, struct lb_st
     size_t argvlen[] = {5, key->len, 10, 4};
     redisReply *got =
         lb_cluster_command(r->cluster, lb_key_slot(key->str, key->len), 4, argv, argvlen);
-    int finds = got && got->type == REDIS_REPLY_ARRAY && got->elements == 2 &&
+    int finds = !got || got->type != REDIS_REPLY_ARRAY || got->elements != 2 ||
                 (got->element[0]->type == REDIS_REPLY_STRING ||
                  got->element[1]->type != REDIS_REPLY_STRING || got->element[1]->len != rlen ||
                  memcmp(got->element[1]->str, rule, rlen) != 0);

@@ -14,6 +14,17 @@ static int swept(const struct lb_sweep *w, const char *owner)
     return 0;
 }
 
+/* The first slot from 'slot' on served by a master not swept yet in this
+ * sweep; slots that no master serves (a shard lost) are passed over: their
+ * keys cannot be read, and the other masters' can. LB_SLOTS when none. */
+static uint32_t next_slot(const struct lb_sweep *w, struct lb_cluster *cluster, uint32_t slot)
+{
+    for (const char *owner; slot < LB_SLOTS; slot++)
+        if ((owner = lb_cluster_slot_owner(cluster, (uint16_t)slot)) && !swept(w, owner))
+            break;
+    return slot;
+}
+
 int lb_sweep_page(struct lb_sweep *w, struct lb_cluster *cluster, const char *pattern,
                   const char *type, unsigned count, void (*each)(void *ctx, const redisReply *key),
                   void *ctx, redisReply **failed)
@@ -21,8 +32,10 @@ int lb_sweep_page(struct lb_sweep *w, struct lb_cluster *cluster, const char *pa
     *failed = NULL;
     if (!w->running) {
         w->running = 1;
-        w->slot = 0;
         w->ndone = 0;
+        w->slot = next_slot(w, cluster, 0);
+        if (w->slot == LB_SLOTS)
+            w->slot = 0; /* no map yet: the call loads it, or says why not */
         snprintf(w->cursor, sizeof(w->cursor), "0");
     }
     char n[16];
@@ -56,9 +69,7 @@ int lb_sweep_page(struct lb_sweep *w, struct lb_cluster *cluster, const char *pa
             snprintf(w->done[w->ndone++], sizeof(done[0]), "%s", owner);
         }
     }
-    while (++w->slot < LB_SLOTS && (owner = lb_cluster_slot_owner(cluster, (uint16_t)w->slot)) &&
-           swept(w, owner))
-        ;
+    w->slot = next_slot(w, cluster, w->slot + 1);
     if (w->slot < LB_SLOTS)
         return 0;
     w->running = 0;

@@ -3,7 +3,8 @@
  * boards' search for unfinished rebuilds (rebuild.c) and the final
  * standings' search for boards with windows to close (closer.c). Each
  * master is scanned once per sweep, found through the slots it serves in
- * the client's slot map.
+ * the client's slot map; slots no master serves (a shard lost with its
+ * replicas) are passed over, so that a sweep of the others completes.
  */
 #ifndef LB_SWEEP_H
 #define LB_SWEEP_H

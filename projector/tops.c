@@ -302,6 +302,8 @@ static int is_answer(const redisReply *reply, const char *word)
 /* An answer of the script other than the step's own: a key of the wrong
  * type ({"wrongtype", key}) or a command the ACL user may not run
  * ({"noperm", command}), which an operator must fix. Logged; -1. */
+/* The script refused the step (a key of another type, a command the ACL
+ * rule refuses): -2, a board an operator must fix. */
 static int refused(struct lb_tops *t, const struct window *w, const redisReply *reply)
 {
     const redisReply *what = reply->elements > 1 ? reply->element[1] : NULL;
@@ -310,13 +312,14 @@ static int refused(struct lb_tops *t, const struct window *w, const redisReply *
                  "(an operator must fix the key or the ACL rule)",
                  w->board, w->name, reply->element[0]->str,
                  what && what->type == REDIS_REPLY_STRING ? what->str : "");
-    return -1;
+    return -2;
 }
 
 /* A shard read that failed: Redis's error as it said it (a NOPERM names
- * the command), or the client's. */
-static void said_refused(struct lb_tops *t, const struct window *w, const char *command,
-                         const redisReply *reply)
+ * the command), or the client's. -2 when an operator must act (WRONGTYPE,
+ * NOPERM), -1 when Redis may recover by itself. */
+static int said_refused(struct lb_tops *t, const struct window *w, const char *command,
+                        const redisReply *reply)
 {
     lb_log_every(&t->failed_said, 10000, LB_LOG_WARN, "tops",
                  "merged top of board '%s' window '%s': %s of a shard failed: %s; trying again",
@@ -324,10 +327,15 @@ static void said_refused(struct lb_tops *t, const struct window *w, const char *
                  reply && reply->type == REDIS_REPLY_ERROR ? reply->str
                  : reply                                   ? "an unexpected reply"
                                                            : lb_cluster_error(t->cluster));
+    enum lb_redis_error class = !reply ? lb_cluster_error_class(t->cluster)
+                                : reply->type == REDIS_REPLY_ERROR ? lb_redis_classify(reply->str)
+                                                                   : LB_REDIS_RETRY;
+    return class == LB_REDIS_FIX ? -2 : -1;
 }
 
 /* Reads the shards of 'w', merges them and writes the merged top under
- * generation 'gen'. 0 written, 1 stale, -1 failed. */
+ * generation 'gen'. 0 written, 1 stale, -1 failed, -2 refused (an
+ * operator's). */
 static int read_and_write(struct lb_tops *t, const struct window *w, const char *gen)
 {
     const struct lb_profile *profile = w->profile;
@@ -354,7 +362,7 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
         size_t pl[] = {11, klen};
         redisReply *r = lb_cluster_command(t->cluster, slot, 2, pt, pl);
         if (!r || r->type != REDIS_REPLY_INTEGER) {
-            said_refused(t, w, "PEXPIRETIME (Redis 7.0 or later)", r);
+            rc = said_refused(t, w, "PEXPIRETIME (Redis 7.0 or later)", r);
             if (r)
                 freeReplyObject(r);
             goto out;
@@ -368,7 +376,7 @@ static int read_and_write(struct lb_tops *t, const struct window *w, const char 
         size_t zl[] = {6, klen, 1, strlen(stop), desc ? 3 : 10, 10};
         if (!(tops[i] = lb_cluster_command(t->cluster, slot, desc ? 6 : 5, zr, zl)) ||
             tops[i]->type != REDIS_REPLY_ARRAY) {
-            said_refused(t, w, "ZRANGE", tops[i]);
+            rc = said_refused(t, w, "ZRANGE", tops[i]);
             goto out;
         }
         nall += tops[i]->elements / 2;
@@ -441,7 +449,7 @@ static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
     if (is_answer(reply, "go") && reply->elements > 1) {
         rc = read_and_write(t, w, reply->element[1]->str);
         if (rc < 0)
-            w->failed = LB_HOLD_REDIS;
+            w->failed = rc == -2 ? LB_HOLD_BOARD : LB_HOLD_REDIS;
         if (rc == 0) {
             t->stats.refreshed++;
             lb_histogram_observe(&t->stats.staleness, (double)(lb_monotonic_ms() - since) / 1000.0);
@@ -463,6 +471,11 @@ static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
     return rc != 0;
 }
 
+/* Refreshes the windows due ('all': every one noted). A step stops at the
+ * first window whose Redis failed (a node down or silent can take a
+ * command timeout a call): the others due stay due, for the next steps,
+ * so that one node gone holds the pod's loop a call a step, not a call
+ * for each of its windows. */
 static size_t run(struct lb_tops *t, int64_t now_ms, int all)
 {
     for (size_t i = 0; i < t->count; i++) {
@@ -471,6 +484,8 @@ static size_t run(struct lb_tops *t, int64_t now_ms, int all)
             continue;
         if (refresh(t, w, now_ms) == 0)
             t->pending--;
+        else if (!all && w->failed == LB_HOLD_REDIS)
+            break;
     }
     return t->pending;
 }

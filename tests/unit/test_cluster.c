@@ -20,6 +20,7 @@
 #include "fake_redis.h"
 #include "log.h"
 #include "oom.h"
+#include "sweep.h"
 
 /* How a fake node behaves; the handler below reads it. */
 struct script {
@@ -41,6 +42,7 @@ struct script {
     int close_after_shards;    /* hang up right after answering CLUSTER SHARDS */
     int close_on_ping;         /* hang up instead of answering PING */
     const char *evalsha_reply; /* reply to EVALSHA once the script is cached */
+    const char *scan_reply;    /* reply to SCAN (default: cursor 0, no key) */
 };
 
 #define SCRIPT     "return 1"
@@ -85,6 +87,8 @@ static const char *handler(struct fake_redis *fake, int argc, char **argv, void 
         s->queued_error = 0;
         return "+OK\r\n";
     }
+    if (strcmp(argv[0], "SCAN") == 0)
+        return s->scan_reply ? s->scan_reply : "*2\r\n$1\r\n0\r\n*0\r\n";
     if (strcmp(argv[0], "WAIT") == 0)
         return s->close_on_wait ? NULL : s->wait_reply ? s->wait_reply : ":1\r\n";
     if (strcmp(argv[0], "EXEC") == 0) {
@@ -1011,22 +1015,30 @@ static void a_node_hanging_up_mid_write_fails_the_requests_without_sigpipe(void 
     stop_nodes(&n);
 }
 
+/* As Redis 7.0.15 answers CLUSTER SHARDS once a master and its replica
+ * are gone: the dead master is still listed, with health "fail". Its
+ * shard holds slots 8192-16383, or 0-8191 when 'lost_first'; the master
+ * on 'port' the others. */
+static void lost_shard_reply(char *out, size_t cap, int port, int lost_first)
+{
+    const char *low = "*2\r\n:0\r\n:8191\r\n", *high = "*2\r\n:8192\r\n:16383\r\n";
+    snprintf(out, cap,
+             "*2\r\n"
+             "*4\r\n$5\r\nslots\r\n%s$5\r\nnodes\r\n*1\r\n"
+             "*8\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n"
+             "$6\r\nmaster\r\n$6\r\nhealth\r\n$6\r\nonline\r\n"
+             "*4\r\n$5\r\nslots\r\n%s$5\r\nnodes\r\n*1\r\n"
+             "*8\r\n$4\r\nport\r\n:1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n"
+             "$6\r\nmaster\r\n$6\r\nhealth\r\n$4\r\nfail\r\n",
+             lost_first ? high : low, port, lost_first ? low : high);
+}
+
 static void a_failed_master_serves_nothing(void **state)
 {
     (void)state;
     struct nodes n;
     start_nodes(&n, -1, NULL);
-    /* as Redis 7.0.15 answers once a master and its replica are gone: the
-     * dead master is still listed, with health "fail" */
-    snprintf(n.a.shards[0], sizeof(n.a.shards[0]),
-             "*2\r\n"
-             "*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:8191\r\n$5\r\nnodes\r\n*1\r\n"
-             "*8\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n"
-             "$6\r\nmaster\r\n$6\r\nhealth\r\n$6\r\nonline\r\n"
-             "*4\r\n$5\r\nslots\r\n*2\r\n:8192\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n"
-             "*8\r\n$4\r\nport\r\n:1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n"
-             "$6\r\nmaster\r\n$6\r\nhealth\r\n$4\r\nfail\r\n",
-             n.a.port);
+    lost_shard_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, 0);
     assert_int_equal(lb_cluster_refresh(n.cl), 0);
     assert_null(lb_cluster_slot_owner(n.cl, 9000));
     assert_non_null(lb_cluster_slot_owner(n.cl, 100));
@@ -1035,6 +1047,41 @@ static void a_failed_master_serves_nothing(void **state)
     assert_int_equal(exec_one(n.cl, &req), 1);
     assert_non_null(strstr(req.error, "no Redis master serves slot 9000"));
     stop_nodes(&n);
+}
+
+static void count_key(void *ctx, const redisReply *key)
+{
+    (void)key;
+    (*(int *)ctx)++;
+}
+
+/* The closer's and the rebuilds' sweeps while a shard is lost: the masters
+ * left are scanned and the sweep completes, whether the lost slots come
+ * after the first master's or before. */
+static void a_sweep_passes_over_the_slots_of_a_lost_shard(void **state)
+{
+    (void)state;
+    for (int lost_first = 0; lost_first < 2; lost_first++) {
+        struct nodes n;
+        start_nodes(&n, -1, NULL);
+        lost_shard_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, lost_first);
+        n.a.scan_reply = "*2\r\n$1\r\n0\r\n*1\r\n$4\r\nlb:k\r\n";
+        assert_int_equal(lb_cluster_refresh(n.cl), 0);
+        struct lb_sweep sweep = {0};
+        redisReply *failed = NULL;
+        int keys = 0, rc, pages = 0;
+        while ((rc = lb_sweep_page(&sweep, n.cl, "lb:*", NULL, 100, count_key, &keys, &failed)) ==
+                   0 &&
+               ++pages < 10)
+            ;
+        if (failed)
+            freeReplyObject(failed);
+        assert_int_equal(rc, 1);
+        assert_int_equal(keys, 1);
+        expect_log(n.fa, "CLUSTER SHARDS\nSCAN 0 MATCH lb:* COUNT 100\n");
+        lb_sweep_free(&sweep);
+        stop_nodes(&n);
+    }
 }
 
 /* ---- out of memory ----------------------------------------------------------- */
@@ -1116,6 +1163,7 @@ int main(void)
         cmocka_unit_test(nodes_that_left_the_cluster_are_forgotten),
         cmocka_unit_test(a_node_hanging_up_mid_write_fails_the_requests_without_sigpipe),
         cmocka_unit_test(a_failed_master_serves_nothing),
+        cmocka_unit_test(a_sweep_passes_over_the_slots_of_a_lost_shard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

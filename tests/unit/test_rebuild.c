@@ -268,34 +268,58 @@ static void a_changed_tax_retaxes_the_board(void **state)
     assert_int_equal(overall(f, "dan"), expected(f, "dan", "1.9", 100, 12000));
 }
 
-/* The same change on a board that gets no event: the sweep of a pod with
- * the new settings finds its rule stale and rebuilds it. */
-static void a_changed_tax_reaches_an_idle_board_through_the_sweep(void **state)
+/* ann in 1.9, bob in 2.0, taxed 10%; then a pod whose settings tax 20%
+ * (the engine opened again), which no event reaches. */
+static void an_idle_board_taxed_anew(struct fixture *f)
 {
-    struct fixture *f = *state;
     submit(f, "ann", 109, "1.9", MAY1);
     submit(f, "bob", 150, "2.0", MAY1 + 1000);
     drain(f);
     close_engine(f);
     open_engine(f, "tax: 0.2");
+}
+
+/* A sweep, stepped until it noted a board (at most 200 ms); how many are
+ * pending then. */
+static size_t sweep(struct fixture *f)
+{
     lb_rebuild_sweep(f->engine->rebuild);
     for (int i = 0; i < 20 && lb_rebuild_pending(f->engine->rebuild) == 0; i++) {
         usleep(10000);
         lb_rebuild_step(f->engine->rebuild, lb_monotonic_ms());
     }
-    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 1);
+    return lb_rebuild_pending(f->engine->rebuild);
+}
+
+/* The same change on a board that gets no event: the sweep of a pod with
+ * the new settings finds its rule stale and rebuilds it. */
+static void a_changed_tax_reaches_an_idle_board_through_the_sweep(void **state)
+{
+    struct fixture *f = *state;
+    an_idle_board_taxed_anew(f);
+    assert_int_equal(sweep(f), 1);
     drain(f);
     assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080));
     /* swept again: nothing left to do */
     close_engine(f);
     open_engine(f, "tax: 0.2");
-    lb_rebuild_sweep(f->engine->rebuild);
-    for (int i = 0; i < 20; i++) {
-        usleep(10000);
-        lb_rebuild_step(f->engine->rebuild, lb_monotonic_ms());
-    }
-    assert_int_equal(lb_rebuild_pending(f->engine->rebuild), 0);
+    assert_int_equal(sweep(f), 0);
     assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->started, 0);
+}
+
+/* The same, while the pod's rule may not read the board's state (HMGET
+ * refused a moment): the sweep notes the board all the same, and it is
+ * rebuilt once it can be read. */
+static void an_idle_board_the_sweep_could_not_read_is_rebuilt(void **state)
+{
+    struct fixture *f = *state;
+    an_idle_board_taxed_anew(f);
+    freeReplyObject(redis_server_command(f->redis, "ACL SETUSER default -hmget"));
+    size_t pending = sweep(f);
+    freeReplyObject(redis_server_command(f->redis, "ACL SETUSER default +hmget"));
+    assert_int_equal(pending, 1);
+    drain(f);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 13080));
 }
 
 /* ops/runbooks/decaying-boards.md, "A patch that should not exist": the
@@ -391,6 +415,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_configured_list_orders_and_limits_the_patches, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_mistyped_patch_is_taken_out_as_the_runbook_says, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(an_idle_board_the_sweep_could_not_read_is_rebuilt, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_changed_tax_reaches_an_idle_board_through_the_sweep,
                                         setup, teardown),
