@@ -542,6 +542,11 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
         free(pub->offsets);
         pub->offsets = strndup(o->type == REDIS_REPLY_STRING ? o->str : "",
                                o->type == REDIS_REPLY_STRING ? o->len : 0);
+        if (!pub->offsets) { /* every record carries them */
+            call_failed_because(c, "claiming a window", "out of memory");
+            freeReplyObject(reply);
+            return -1;
+        }
         char key[KEY_MAX];
         size_t klen =
             lb_final_key(c->o.key_prefix, (struct lb_str){pub->board, (uint32_t)strlen(pub->board)},
@@ -620,7 +625,7 @@ static int restore(struct lb_closer *c, struct pub *pub)
     size_t part = c->part_bytes;
     pthread_mutex_unlock(&c->lock);
     if (!lb_published_ready(c->index) || !part) {
-        c->recheck = 1;
+        c->recheck = c->busy = 1; /* ~open and ~final read again at the next check */
         if (!c->index_waited++)
             LB_INFO("results",
                     "closing windows waits until results topic %s was read and its "
@@ -930,9 +935,15 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
 
 int64_t lb_closer_next_due(const struct lb_closer *c)
 {
-    if (c->npubs || c->scan.running || c->scan_final) /* acknowledgements to read, a sweep */
+    if (c->scan.running || c->scan_final) /* a sweep: a page a step */
         return 0;
-    return c->next_check < c->next_sweep ? c->next_check : c->next_sweep;
+    int64_t due = c->next_check < c->next_sweep ? c->next_check : c->next_sweep;
+    if (c->npubs) { /* acknowledgements to read: every 10 ms, not at once (the broker
+                     * may take message.timeout.ms to say a record was lost) */
+        int64_t soon = lb_monotonic_ms() + 10;
+        due = soon < due ? soon : due;
+    }
+    return due;
 }
 
 const struct lb_closer_stats *lb_closer_stats(const struct lb_closer *c)
