@@ -459,7 +459,7 @@ static int page(struct lb_rebuild *r, struct job *j)
         int64_t raw = composite >> bits; /* arithmetic: the floor */
         int64_t tie = composite - raw * (INT64_C(1) << bits);
         if (lb_decay_taxed(&decay->rule, raw, age, &taxed) != 0) {
-            rc = -1; /* the load check rules this out */
+            rc = -2; /* the load check rules this out for scores within the profile's */
             break;
         }
         extra[2 + 2 * i] = numbers[i];
@@ -467,6 +467,15 @@ static int page(struct lb_rebuild *r, struct job *j)
                                                (long long)(taxed * (INT64_C(1) << bits) + tie));
         extra[3 + 2 * i] = member->str;
         extralen[3 + 2 * i] = member->len;
+    }
+    if (rc != 0) {
+        r->stats.failures++;
+        lb_log_every(&r->failed_said, 10000, LB_LOG_ERROR, "decay",
+                     "rebuild of board '%s': %s; trying again", j->board,
+                     rc == -2 ? "a score of its boards cannot be taxed within 64 bits (written "
+                                "under other settings?)"
+                              : "out of memory");
+        rc = -1;
     }
     redisReply *reply = rc == 0 ? script_step(r, j, "chunk", nextra, extra, extralen) : NULL;
     free(extra);
