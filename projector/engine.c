@@ -71,10 +71,12 @@ struct lb_cluster_options lb_engine_cluster_options(const struct lb_config *conf
 }
 
 static void on_applied(void *ctx, const struct lb_plan_view *plan, uint32_t board,
-                       const struct lb_apply_answer *answer)
+                       const struct lb_apply_answer *answer, int replanned)
 {
     struct lb_engine *e = ctx;
     const struct lb_plan_board *b = &plan->boards[board];
+    if (e->applied)
+        e->applied(e->applied_ctx, plan, board, answer, replanned);
     if (answer->rebuilding && e->rebuild)
         lb_rebuild_note(e->rebuild, b->id);
     if (e->closer && b->profile && lb_profile_has_results(b->profile))
@@ -97,8 +99,9 @@ static void on_applied(void *ctx, const struct lb_plan_view *plan, uint32_t boar
             (!gates || lb_tops_note(e->tops, b->base, b->profile,
                                     (struct lb_str){name, (uint32_t)len}, gates, ngates, now) != 0))
             LB_WARN("tops",
-                    "out of memory: window '%s' of board '%.*s' is left out of its "
-                    "merged top until it changes again",
+                    "out of memory: window '%s' of board '%.*s': its merged top may show "
+                    "this batch only once the window changes again, and its partitions' "
+                    "commits may not wait for it",
                     name, (int)b->base.len, b->base.ptr);
     }
     free(gates);
@@ -122,6 +125,10 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
     }
     /* replay writes under its staging prefix */
     const char *prefix = options && options->key_prefix ? options->key_prefix : config->key_prefix;
+    if (options) {
+        e->applied = options->applied;
+        e->applied_ctx = options->applied_ctx;
+    }
     struct lb_pipeline_options pipeline = {
         {config->profiles, config->nprofiles}, prefix, config->max_future_ms};
     if (!(e->cluster = lb_cluster_new(&e->cluster_options)) ||

@@ -22,6 +22,10 @@ struct lb_engine_options {
     /* the keyspace the pipeline writes (borrowed: must outlive the engine);
      * NULL: the configuration's prefix */
     const char *key_prefix;
+    /* called with each board request applied (replay: what it wrote
+     * into staging); NULL: none */
+    lb_pipeline_applied_fn applied;
+    void *applied_ctx;
 };
 
 struct lb_engine {
@@ -42,6 +46,8 @@ struct lb_engine {
     struct lb_closer *closer;
     /* what the clients were made from, for more clients of the same cluster */
     struct lb_cluster_options cluster_options;
+    lb_pipeline_applied_fn applied; /* lb_engine_options' */
+    void *applied_ctx;
 };
 
 /* The cluster options of every program that writes through the pipeline:

@@ -672,7 +672,7 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
             /* the first plan: a board planned again holds fewer windows */
             struct lb_plan_view view;
             lb_plan_view(slot->plan, &view);
-            p->on_applied(p->applied_ctx, &view, txn, &a);
+            p->on_applied(p->applied_ctx, &view, txn, &a, slot->txn_rebuilt[txn]);
         }
         return 0;
     case LB_APPLY_PARTIAL:

@@ -78,9 +78,11 @@ struct lb_pipeline_failure {
 /* Called with each board of a batch whose request was applied: board
  * 'board' of 'plan' (its windows), with the script's answer (rebuilding: its
  * decaying overall board is being rebuilt, rebuild.h; opened: a window of
- * it will close, closer.h). */
+ * it will close, closer.h); 'replanned': the request written was planned
+ * again without some of its events (the script named them), so the
+ * board's segments in 'plan' may reach past what its markers now say. */
 typedef void (*lb_pipeline_applied_fn)(void *ctx, const struct lb_plan_view *plan, uint32_t board,
-                                       const struct lb_apply_answer *answer);
+                                       const struct lb_apply_answer *answer, int replanned);
 
 /* Called between retries: spend up to 'backoff_ms' (polling Kafka, say) and
  * return 0 to retry, or non-zero to give up on what is still failing. */

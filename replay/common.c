@@ -271,6 +271,19 @@ int replay_exec_retrying(struct replay *r, const char *what, struct lb_request *
 
 /* ---- closed windows (README "Final standings") ------------------------------------- */
 
+int replay_closed_unknown(const struct replay *r)
+{
+    if (!r->restore_failed)
+        return 0;
+    fprintf(stderr,
+            "replay: the closed windows of a board could not be read from its ~final%s%s (see "
+            "above): they would be rebuilt open; nothing more was swapped in. Run replay "
+            "again.\n",
+            r->config->results_topic ? " or put back from results topic " : "",
+            r->config->results_topic ? r->config->results_topic : "");
+    return 1;
+}
+
 /* The close offsets of a board's closed windows, read once from its live
  * ~final: "o:<window>" -> "topic:partition=offset,...". */
 struct closed_board {
@@ -285,9 +298,17 @@ static redisReply *read_final(struct replay *r, struct lb_str board)
     size_t klen = lb_board_key(r->config->key_prefix, board, LB_FINAL_KEY, key, sizeof(key));
     const char *argv[] = {"HGETALL", key};
     size_t argvlen[] = {7, klen};
-    /* the lease's connections: the engine's carry batches in flight */
-    redisReply *reply =
-        lb_cluster_command(r->lease_cluster, lb_key_slot(key, klen), 2, argv, argvlen);
+    /* the lease's connections: the engine's carry batches in flight;
+     * retried while Redis recovers, as every call of replay's */
+    redisReply *reply;
+    int64_t since = lb_monotonic_ms();
+    for (int attempt = 1;; attempt++) {
+        reply = lb_cluster_command(r->lease_cluster, lb_key_slot(key, klen), 2, argv, argvlen);
+        if (reply || lb_cluster_error_class(r->lease_cluster) != LB_REDIS_RETRY ||
+            replay_retry_pause(r, "reading a board's ~final", lb_cluster_error(r->lease_cluster),
+                               attempt, since) != 0)
+            break;
+    }
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements)
         return reply;
     if (!reply) { /* which windows closed is not known: they could be rebuilt open */

@@ -357,7 +357,8 @@ int main(int argc, char **argv)
     snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%s", r.config->key_prefix,
              STAGING_INFIX);
     enum lb_error_class class;
-    struct lb_engine_options eopts = {.key_prefix = r.staging_prefix};
+    struct lb_engine_options eopts = {
+        .key_prefix = r.staging_prefix, .applied = replay_note_written, .applied_ctx = &r};
     if (!(r.engine = lb_engine_open(r.config, &eopts, err, sizeof(err), &class))) {
         fprintf(stderr, "%s%s\n", class == LB_ERROR_CONFIG ? "" : "replay: ", err);
         lb_config_free(r.config);
@@ -467,11 +468,7 @@ int main(int argc, char **argv)
         status = EXIT_BROKEN;
         goto out;
     }
-    if (r.restore_failed) { /* logged: its closed windows would be rebuilt open */
-        fprintf(stderr,
-                "replay: a closed window could not be put back from results topic %s; "
-                "nothing was swapped in. Run replay again.\n",
-                r.config->results_topic);
+    if (replay_closed_unknown(&r)) {
         status = EXIT_BROKEN;
         goto out;
     }
@@ -566,5 +563,6 @@ out:
     lb_names_free(&r.sel.seen);
     lb_names_free(&r.sel.done);
     lb_names_free(&r.fenced);
+    replay_written_free(&r);
     return status;
 }

@@ -11,6 +11,58 @@ static struct part *part_of(struct replay *r, const char *topic, int32_t partiti
     return NULL;
 }
 
+void replay_note_written(void *ctx, const struct lb_plan_view *plan, uint32_t board,
+                         const struct lb_apply_answer *answer, int replanned)
+{
+    struct replay *r = ctx;
+    const struct lb_plan_board *b = &plan->boards[board];
+    (void)answer;
+    if (replanned) /* its plan may reach past what was written: a lower bound is kept */
+        return;
+    long at = lb_names_add(&r->written, b->id.ptr, b->id.len);
+    if (at >= 0 && (size_t)at >= r->cap_wrote) {
+        size_t cap = r->cap_wrote ? 2 * r->cap_wrote : 64;
+        int64_t **more = realloc(r->wrote, cap * sizeof(*more));
+        if (more) {
+            memset(more + r->cap_wrote, 0, (cap - r->cap_wrote) * sizeof(*more));
+            r->wrote = more;
+            r->cap_wrote = cap;
+        }
+    }
+    if (at < 0 || (size_t)at >= r->cap_wrote) {
+        r->wrote_failed = 1;
+        return;
+    }
+    if (!r->wrote[at]) {
+        if (!(r->wrote[at] = malloc((r->plan.count ? r->plan.count : 1) * sizeof(int64_t)))) {
+            r->wrote_failed = 1;
+            return;
+        }
+        for (size_t i = 0; i < r->plan.count; i++)
+            r->wrote[at][i] = -1;
+    }
+    for (uint32_t s = b->first_segment; s != LB_PLAN_NONE; s = plan->segments[s].next) {
+        const struct lb_plan_segment *seg = &plan->segments[s];
+        struct part *p = part_of(r, seg->topic, seg->partition);
+        if (p && seg->last > r->wrote[at][p - r->plan.parts])
+            r->wrote[at][p - r->plan.parts] = seg->last;
+    }
+}
+
+int64_t replay_written(const struct replay *r, const char *board, size_t part)
+{
+    long at = lb_names_find(&r->written, board, strlen(board));
+    return at >= 0 && r->wrote[at] && part < r->plan.count ? r->wrote[at][part] : -1;
+}
+
+void replay_written_free(struct replay *r)
+{
+    for (size_t i = 0; i < r->written.count; i++)
+        free(r->wrote[i]);
+    free(r->wrote);
+    lb_names_free(&r->written);
+}
+
 static int64_t remaining(const struct replay *r)
 {
     int64_t left = 0;
@@ -92,9 +144,11 @@ void replay_progress(struct replay *r, int final)
     }
 }
 
-/* Always "ready": replay retries a failing batch until it is written (Redis
- * failing over, a node being replaced), saying why at every failed round,
- * rate-limited; an interrupt gives up. */
+/* Between retries of a failing batch: replay retries until it is written
+ * while Redis recovers by itself (failing over, a node being replaced),
+ * saying why at every failed round, rate-limited; an interrupt gives up,
+ * and so does an error an operator must fix (WRONGTYPE, NOPERM, OOM),
+ * saying what it is. */
 static int wait_between_retries(void *ctx, int64_t backoff_ms)
 {
     struct replay *r = ctx;
@@ -104,6 +158,13 @@ static int wait_between_retries(void *ctx, int64_t backoff_ms)
     replay_keep_lease(r);
     if (replay_interrupted)
         return -1;
+    if (f->needs_fix) { /* retrying will not help: the operator's, now */
+        fprintf(stderr,
+                "replay: writing to Redis failed: %s (a key of another type, the ACL rule, "
+                "maxmemory); fix it and run replay again\n",
+                f->reason);
+        return -1;
+    }
     if (lb_ratelimit_allow(&said, 5000, &suppressed))
         fprintf(stderr,
                 "replay: writing to Redis failed (attempt %u, %zu board request(s)): %s; "
@@ -200,9 +261,12 @@ static void kafka_trouble(struct replay *r, const rd_kafka_message_t *m, int bro
     uint64_t suppressed;
     (void)r;
     if (broken)
-        fprintf(stderr, "replay: reading %s [%d] from Kafka failed: %s\n",
+        fprintf(stderr, "replay: reading %s [%d] from Kafka failed: %s%s\n",
                 m->rkt ? rd_kafka_topic_name(m->rkt) : "?", m->partition,
-                rd_kafka_message_errstr(m));
+                rd_kafka_message_errstr(m),
+                m->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
+                    ? " (replay's Kafka user needs Read on the topic: ops/runbooks/kafka-acl.md)"
+                    : "");
     else if (lb_ratelimit_allow(&said, 5000, &suppressed))
         fprintf(stderr, "replay: Kafka: %s; waiting for the brokers%s\n",
                 rd_kafka_message_errstr(m), suppressed ? " (earlier messages suppressed)" : "");
@@ -216,9 +280,17 @@ static int finish_rebuilds(struct replay *r, int status)
     struct lb_rebuild *rebuild = r->engine->rebuild;
     if (status != 0 || !rebuild || !lb_rebuild_pending(rebuild))
         return status;
-    size_t left = lb_rebuild_drain(rebuild, lb_monotonic_ms() + 10 * 60000);
+    /* in slices of a second: the lease renewed, an interrupt heard */
+    size_t left = lb_rebuild_pending(rebuild);
+    for (int64_t until = lb_monotonic_ms() + 10 * 60000;
+         left && !replay_interrupted && lb_monotonic_ms() < until;) {
+        left = lb_rebuild_drain(rebuild, lb_monotonic_ms() + 1000);
+        replay_keep_lease(r);
+    }
     if (left == 0)
         return 0;
+    if (replay_interrupted)
+        return -1;
     fprintf(stderr,
             "replay: %zu decaying board(s) whose overall board could not be rebuilt in 10 "
             "minutes (see the log); nothing was swapped for them\n",
@@ -260,14 +332,17 @@ static int read_until_end(struct replay *r)
     double batch_started = replay_mono_s(), budget_start = replay_mono_s();
     uint64_t budget_read = 0;
     while (status == 0 && remaining(r) > 0 && !replay_interrupted) {
+        replay_keep_lease(r); /* also while Kafka gives nothing (a call every 10 s) */
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, flow.inflight ? 0 : 100);
         if (m && m->err) {
             /* A broker restarting or unreachable is reported here too:
              * librdkafka reconnects by itself, so only what cannot heal
-             * (retention deleting what replay still has to read, a fatal
-             * client error) stops replay. */
+             * (retention deleting what replay still has to read, a topic
+             * this Kafka user may not read, a fatal client error) stops
+             * replay. */
             int broken = m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE ||
                          m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+                         m->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
                          rd_kafka_fatal_error(r->reader, NULL, 0);
             if (broken || m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 kafka_trouble(r, m, broken);

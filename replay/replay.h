@@ -120,6 +120,15 @@ struct replay {
     int restore_failed;             /* one could not be: the run fails */
     size_t reopened, republished;   /* --republish: windows reopened, marked reopened */
     int reopen_failed;              /* one could not be reopened: the run fails */
+    /* What replay wrote into staging (read.c replay_note_written): per
+     * board (its tag) at its place in 'written', the last offset of each
+     * part (plan order) that its applied requests covered, -1 none. The
+     * swap refuses a staging copy whose markers hold less (its node
+     * restarted empty meanwhile): swap.lua's 'lost'. */
+    struct lb_names written;
+    int64_t **wrote;
+    size_t cap_wrote;
+    int wrote_failed; /* out of memory noting it: no board is swapped */
 };
 
 /* What --verify found, for its report and exit code. */
@@ -146,6 +155,9 @@ int replay_filter_event(void *ctx, const struct lb_event *ev);
 int replay_closed_window(void *ctx, struct lb_str board, const struct lb_window_config *window,
                          int64_t window_id, const struct lb_position *pos);
 void replay_closed_free(struct replay *r);
+/* Whether a board's closed windows are not known (its ~final could not be
+ * read, or a window not put back): said, and nothing may be swapped. */
+int replay_closed_unknown(const struct replay *r);
 /* --republish: once 'board' was swapped in, its windows this run reopened
  * are marked reopened, for the pods to close and publish again; 0, or -1
  * (said on stderr). */
@@ -173,6 +185,13 @@ int replay_print_plan(const struct plan *plan, const struct options *o, const ch
 
 /* read.c */
 void replay_progress(struct replay *r, int final);
+/* The engine's applied hook (lb_engine_options): notes in r->wrote. */
+void replay_note_written(void *ctx, const struct lb_plan_view *plan, uint32_t board,
+                         const struct lb_apply_answer *answer, int replanned);
+/* The last offset of plan part 'part' written into board 'board''s
+ * staging copy, -1 none. */
+int64_t replay_written(const struct replay *r, const char *board, size_t part);
+void replay_written_free(struct replay *r);
 int replay_read_until_end(struct replay *r);
 int replay_extend_to_latest(struct replay *r);
 

@@ -10,8 +10,9 @@
  *       [6] its ~final, then n staging keys, then their n live names, then
  *       live keys to delete.
  * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, [4] which
- *       of the staging keys is ~open (1..n, 0: none), then f pairs (marker
- *       field, last offset read from there).
+ *       of the staging keys is ~open (1..n, 0: none), then f triples (marker
+ *       field, last offset read from there, last offset replay wrote into
+ *       this board's staging copy from there or -1).
  * A staging ~open (final standings: the windows to close) is merged into
  * the live one, less the windows ~final names closed, instead of replacing
  * it; the live ~open is never deleted.
@@ -19,7 +20,10 @@
  * keys always come with their marker hash (the apply script writes both),
  * so staging keys listed without it mean the swap was done already: the
  * script then answers {"gone"} and changes nothing, which makes sending it
- * again after a lost reply safe. */
+ * again after a lost reply safe. A staging marker below what replay wrote
+ * (the node restarted empty, or failed over without the writes, since)
+ * answers {"lost", field, staged, written}: the copy lacks events, nothing
+ * is swapped and the run fails. */
 /* From the build (swap_lua.c, generated from replay/swap.lua). */
 extern const char lb_swap_lua[];
 
@@ -123,18 +127,22 @@ static int window_selected(const struct replay *r, const struct lb_key_parts *kp
     return 0;
 }
 
-/* Whether a live key is a leaderboard (not markers, stamps or a fence). */
-static void delete_keys(struct replay *r, const struct strings *keys)
+/* Deletes 'keys' one by one (each retried while Redis recovers); -1 when
+ * one could not be deleted (said why). */
+static int delete_keys(struct replay *r, const struct strings *keys)
 {
+    int failed = 0;
     for (size_t i = 0; i < keys->count; i++) {
         const char *argv[] = {"DEL", keys->items[i]};
         size_t argvlen[] = {3, strlen(keys->items[i])};
         redisReply *reply =
             replay_redis_call(r, "deleting a staging key", lb_key_slot(keys->items[i], argvlen[1]),
                               2, argv, argvlen, NULL);
+        failed |= !reply || reply->type == REDIS_REPLY_ERROR;
         if (reply)
             freeReplyObject(reply);
     }
+    return failed ? -1 : 0;
 }
 
 /* ---- swap and verify --------------------------------------------------------------- */
@@ -286,10 +294,10 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
     lb_board_key(r->config->key_prefix, id, LB_FINAL_KEY, final, sizeof(final));
     size_t n = bk->staged.count, nkeys = 6 + 2 * n + bk->extra.count;
-    size_t argc = 3 + nkeys + 4 + 2 * r->plan.count;
+    size_t argc = 3 + nkeys + 4 + 3 * r->plan.count;
     const char **argv = calloc(argc, sizeof(char *));
     size_t *argvlen = calloc(argc, sizeof(size_t));
-    char(*numbers)[24] = calloc(r->plan.count + 4, sizeof(*numbers));
+    char(*numbers)[24] = calloc(2 * r->plan.count + 4, sizeof(*numbers));
     if (!argv || !argvlen || !numbers) {
         free(argv);
         free(argvlen);
@@ -319,10 +327,12 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     argv[a++] = numbers[2];
     argv[a++] = numbers[3];
     for (size_t i = 0; i < r->plan.count; i++) {
-        snprintf(numbers[4 + i], sizeof(numbers[0]), "%lld",
-                 (long long)(r->plan.parts[i].read_to - 1));
+        char *read = numbers[4 + 2 * i], *wrote = numbers[5 + 2 * i];
+        snprintf(read, sizeof(numbers[0]), "%lld", (long long)(r->plan.parts[i].read_to - 1));
+        snprintf(wrote, sizeof(numbers[0]), "%lld", (long long)replay_written(r, board, i));
         argv[a++] = r->plan.parts[i].field;
-        argv[a++] = numbers[4 + i];
+        argv[a++] = read;
+        argv[a++] = wrote;
     }
     for (size_t i = 0; i < a; i++)
         argvlen[i] = strlen(argv[i]);
@@ -344,6 +354,13 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
                 "replay: the staging copy of board '%s' vanished before its swap (deleted by "
                 "hand?); run replay again\n",
                 board);
+    } else if (answer && strcmp(answer, "lost") == 0 && reply->elements == 4) {
+        fprintf(stderr,
+                "replay: the staging copy of board '%s' lacks events replay wrote into it (%s: "
+                "it holds them up to offset %s, replay wrote up to %s): its node restarted "
+                "empty or failed over without them; nothing was swapped for it; run replay "
+                "again\n",
+                board, reply->element[1]->str, reply->element[2]->str, reply->element[3]->str);
     } else if (answer) {
         rc = strcmp(answer, "ok") == 0 || strcmp(answer, "gone") == 0 ? 0 : 1;
     } else {
@@ -633,11 +650,16 @@ int replay_fence_boards(struct replay *r, const struct strings *boards, int lift
     return status;
 }
 
-/* A pause after each swap, for the tests that kill replay between two
- * boards (LB_FAULT_SWAP_PAUSE_MS). */
-static void fault_pause_after_swap(void)
+/* A pause of the milliseconds environment variable 'name' says, for the
+ * tests: after each swap (LB_FAULT_SWAP_PAUSE_MS: replay killed between two
+ * boards), before the first swap round (LB_FAULT_SWAP_START_PAUSE_MS: a
+ * node restarted empty then), after a compare of --verify
+ * (LB_FAULT_VERIFY_PAUSE_MS: the projector moving then). */
+static void fault_pause(const char *name)
 {
-    const char *ms = getenv("LB_FAULT_SWAP_PAUSE_MS");
+    const char *ms = getenv(name);
+    if (ms && atol(ms) > 0)
+        fprintf(stderr, "replay: %s: pausing %s ms\n", name, ms);
     for (long left = ms ? atol(ms) : 0; left > 0 && !replay_interrupted; left -= 50)
         usleep(50000);
 }
@@ -651,6 +673,11 @@ int replay_swap_all(struct replay *r, size_t *swapped)
 {
     int status = 0;
     *swapped = 0;
+    if (r->wrote_failed) { /* nothing could check its staging copy */
+        fprintf(stderr, "replay: out of memory noting what was written; nothing swapped\n");
+        return -1;
+    }
+    fault_pause("LB_FAULT_SWAP_START_PAUSE_MS");
     for (int attempt = 0; status == 0 && r->sel.done.count < r->sel.seen.count; attempt++) {
         if (attempt == SWAP_ATTEMPTS) {
             fprintf(stderr,
@@ -674,6 +701,10 @@ int replay_swap_all(struct replay *r, size_t *swapped)
                 status = -1;
                 break;
             }
+        }
+        if (replay_closed_unknown(r)) { /* a board first met while catching up */
+            status = -1;
+            break;
         }
         struct strings live = {0}, staged = {0}, boards = replay_boards_of(&r->sel.seen);
         struct key_index ix[2] = {{0}};
@@ -710,7 +741,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             if (rc < 0)
                 status = -1;
             else if (rc == 0)
-                fault_pause_after_swap();
+                fault_pause("LB_FAULT_SWAP_PAUSE_MS");
         }
         key_index_free(&ix[0]);
         key_index_free(&ix[1]);
@@ -802,13 +833,16 @@ int replay_verify_all(struct replay *r, struct verify_report *v)
             board_keys_free(&bk);
         }
         /* still valid only if the projector did not move meanwhile */
+        fault_pause("LB_FAULT_VERIFY_PAUSE_MS");
         int moved = 0;
         for (size_t b = 0; b < boards.count && status == 0 && !moved; b++)
             moved = live_ahead(r, boards.items[b]) != 0;
         replay_strings_free(&boards);
         key_index_free(&ix[0]);
         key_index_free(&ix[1]);
-        delete_keys(r, &staged);
+        /* moved: the copy is read on, from where it is, and compared again */
+        if (!moved || status != 0)
+            delete_keys(r, &staged);
         replay_strings_free(&live);
         replay_strings_free(&staged);
         if (!moved || status != 0)
@@ -827,8 +861,13 @@ int replay_clear_staging(struct replay *r, size_t *deleted)
 {
     struct strings live = {0}, staged = {0};
     int rc = replay_scan_keys(r, &live, &staged, 1);
-    if (rc == 0)
-        delete_keys(r, &staged);
+    if (rc == 0 && delete_keys(r, &staged) != 0) {
+        /* a marker left without its data would have events skipped, data
+         * without its marker events applied twice */
+        fprintf(stderr, "replay: staging keys of an earlier run could not all be deleted; "
+                        "run replay again once Redis answers\n");
+        rc = -1;
+    }
     if (deleted)
         *deleted = staged.count;
     replay_strings_free(&live);

@@ -11,10 +11,13 @@ local function marker(hash, zset, field)
   return math.max(h, z)
 end
 for i = 0, f - 1 do
-  local field, read = ARGV[5 + 2 * i], tonumber(ARGV[6 + 2 * i])
+  local field, read, wrote = ARGV[5 + 3 * i], tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i])
+  local staged = marker(KEYS[3], KEYS[4], field)
+  if staged < wrote then
+    return {'lost', field, string.format('%.0f', staged), string.format('%.0f', wrote)}
+  end
   local live = marker(KEYS[1], KEYS[2], field)
   if live > read then return {'behind', field, string.format('%.0f', live)} end
-  local staged = marker(KEYS[3], KEYS[4], field)
   if mode == 'exact' and live < staged then
     return {'differ', field, string.format('%.0f', live), string.format('%.0f', staged)}
   end
@@ -48,9 +51,9 @@ if mode == 'advance' then
   local zset = redis.call('EXISTS', KEYS[2], KEYS[4]) > 0
   for i = 0, f - 1 do
     if zset then
-      redis.call('ZADD', KEYS[2], 'GT', ARGV[6 + 2 * i], ARGV[5 + 2 * i])
+      redis.call('ZADD', KEYS[2], 'GT', ARGV[6 + 3 * i], ARGV[5 + 3 * i])
     else
-      redis.call('HSET', KEYS[1], ARGV[5 + 2 * i], ARGV[6 + 2 * i])
+      redis.call('HSET', KEYS[1], ARGV[5 + 3 * i], ARGV[6 + 3 * i])
     end
   end
 end

@@ -62,6 +62,24 @@ cat "$T_DIR/verify.out" >&2
 grep -q ' 0 differing' "$T_DIR/verify.out" || fail "replay --verify reported differences"
 ok "the rebuilt shard equals the oracle, and replay --verify agrees"
 
+# --verify while the projector applies events between a compare and its
+# check that nothing moved: the copy is read on and compared again, and
+# no difference is made up
+LB_FAULT_VERIFY_PAUSE_MS=2000 "$BIN/replay" --config "$T_DIR/projector.yaml" \
+    --node "127.0.0.1:$lost" --verify >"$T_DIR/verify-moved.out" 2>"$T_DIR/verify-moved.err" &
+vpid=$!
+T_PIDS+=("$vpid")
+wait_log "$T_DIR/verify-moved.err" 'LB_FAULT_VERIFY_PAUSE_MS: pausing' 60
+produce -n 300 --seed 74 "${gen[@]}"
+wait_caught_up 60
+status=0
+wait "$vpid" || status=$?
+[[ $status == 0 ]] || fail "replay --verify, the projector moving meanwhile, exited $status: $(tail -n 3 "$T_DIR/verify-moved.out")"
+grep -q ' 0 differing' "$T_DIR/verify-moved.out" || fail "replay --verify made up differences"
+(($(grep -c 'LB_FAULT_VERIFY_PAUSE_MS: pausing' "$T_DIR/verify-moved.err") >= 2)) ||
+    fail "--verify compared once: the projector did not move during its compare"
+ok "replay --verify while the projector moved during its compare: read on, compared again, 0 differing"
+
 # --verify notices a loss (and says so with exit 5)
 key=$(redis_cli "$lost" --scan --pattern 'lb:{sum-*}:alltime' | first)
 [[ -n $key ]] || fail "no sum board on $lost"
@@ -234,6 +252,30 @@ grep -m 2 'failed (attempt' "$T_DIR/hangup.err" >&2
 wait_caught_up 120
 verify "${MODE_ORACLE[@]}"
 ok "nodes hanging up on replay mid-run: it retried (no SIGPIPE) and the state is exact"
+
+# g. the master of the boards being rebuilt restarts empty (FLUSHALL, its
+# replica follows) after replay wrote their staging copies and before it
+# swaps them: it swaps nothing that lacks what it wrote, says so and fails;
+# run again, the state is exact
+# (a master that does not hold replay's lease: losing that is another path)
+lease_slot=$(redis_cli "$lost" CLUSTER KEYSLOT lb:~replay-lease)
+lease_master=$(redis_cli "$lost" CLUSTER NODES | awk -v slot="$lease_slot" '$3 ~ /master/ {
+    for (i = 9; i <= NF; i++) { n = split($i, r, "-"); if (slot + 0 >= r[1] + 0 && slot + 0 <= r[n] + 0) { split($2, a, "[:@]"); print a[2]; exit } } }')
+emptied=$(printf '%s\n' "${masters[@]}" | grep -vx "$lease_master" | first)
+[[ -n $lease_master && -n $emptied ]] || fail "no master of the lease's slot $lease_slot, or no other"
+replay_bg emptied LB_FAULT_SWAP_START_PAUSE_MS=3000 -- --node "127.0.0.1:$emptied"
+wait_log "$T_DIR/emptied.err" 'LB_FAULT_SWAP_START_PAUSE_MS: pausing' 60
+redis_cli "$emptied" FLUSHALL >/dev/null
+status=0
+wait "$rpid" || status=$?
+[[ $status == 1 ]] || fail "replay whose staging copies were lost exited $status: $(tail -n 3 "$T_DIR/emptied.err")"
+grep -q "replay: the staging copy of board '.*' lacks events replay wrote into it (.*): its node restarted empty" \
+    "$T_DIR/emptied.err" || fail "replay did not say the copy lacks events: $(tail -n 3 "$T_DIR/emptied.err")"
+replay --node "127.0.0.1:$emptied" >"$T_DIR/emptied-again.out" 2>&1 ||
+    fail "replay after the restart failed: $(tail -n 3 "$T_DIR/emptied-again.out")"
+wait_caught_up 120
+verify "${MODE_ORACLE[@]}"
+ok "a master restarted empty between replay's writes and its swap: nothing swapped, exit 1 naming it; run again, exact"
 
 # replay's exit 1 paths: Kafka or Redis unreachable, one line each
 unreachable() { # NAME SED PATTERN: replay on a config edited by SED must say PATTERN

@@ -819,10 +819,7 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
     lb_config_free(config);
 }
 
-/* replay's swap script (replay/swap.lua) on board z's alltime key and its
- * dedupe set: the staging copies under "lb:~replay:" replace the live keys
- * if the live markers are not past 'read' on t:0. Returns the script's
- * first word. */
+/* replay's swap script (replay/swap.lua). */
 static const char *swap_script(void)
 {
     char path[1024];
@@ -838,15 +835,19 @@ static const char *swap_script(void)
     return script;
 }
 
-static char *swap_alltime(int64_t read)
+/* The swap on board z's alltime key and its dedupe set: the staging copies
+ * under "lb:~replay:" replace the live keys if the live markers are not
+ * past 'read' on t:0 and the staging markers hold 'wrote' (what replay
+ * wrote there). Returns the script's first word. */
+static char *swap_alltime(int64_t read, int64_t wrote)
 {
     const char *script = swap_script();
     redisReply *r = redis_server_command(
         redis,
         "EVAL %s 10 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
         "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:~replay:{z}:alltime "
-        "lb:~replay:{z}:~seen lb:{z}:alltime lb:{z}:~seen 2 advance 1 0 t:0 %lld",
-        script, (long long)read);
+        "lb:~replay:{z}:~seen lb:{z}:alltime lb:{z}:~seen 2 advance 1 0 t:0 %lld %lld",
+        script, (long long)read, (long long)wrote);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     static char word[32];
     snprintf(word, sizeof(word), "%s", r->element[0]->str);
@@ -883,8 +884,11 @@ static void zombie_then_swap(const char *profile, int64_t expected, const char *
      * would lose the newer batch: refused while the marker says 3 */
     assert_int_equal(apply_events_under(&h, "lb:~replay:", evs, pos, 4), LB_APPLY_OK);
     freeReplyObject(redis_server_command(redis, "ZADD lb:~replay:{z}:alltime 1 stale"));
-    assert_string_equal(swap_alltime(1), "behind");
-    assert_string_equal(swap_alltime(3), "ok");
+    assert_string_equal(swap_alltime(1, 3), "behind");
+    /* a copy whose marker is below what replay wrote into it (its node
+     * restarted empty, then took replay's later writes) is not swapped */
+    assert_string_equal(swap_alltime(3, 4), "lost");
+    assert_string_equal(swap_alltime(3, 3), "ok");
     redisReply *r = redis_server_command(redis, "ZRANGE lb:{z}:alltime 0 -1 WITHSCORES");
     assert_int_equal(r->elements, 4); /* ann and the marked staging member */
     freeReplyObject(r);
@@ -899,6 +903,33 @@ static void zombie_then_swap(const char *profile, int64_t expected, const char *
     assert_int_equal(r->integer, 0); /* the swap kept to the board's marker key */
     freeReplyObject(r);
     harness_close(&h);
+}
+
+/* A board whose staging copy is gone whole (its node restarted empty after
+ * replay wrote it, before the swap): replay finds no staging key, and the
+ * swap, told what replay wrote, changes nothing rather than delete the
+ * live keys and move the markers past events it no longer holds. */
+static void a_swap_of_a_copy_that_lost_writes_changes_nothing(void **state)
+{
+    (void)state;
+    freeReplyObject(redis_server_command(redis, "FLUSHALL"));
+    freeReplyObject(redis_server_command(redis, "ZADD lb:{z}:alltime 7 ann"));
+    freeReplyObject(redis_server_command(redis, "HSET lb:{z}:~applied t:0 3"));
+    redisReply *r =
+        redis_server_command(redis,
+                             "EVAL %s 7 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+                             "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:alltime "
+                             "0 advance 1 0 t:0 9 8",
+                             swap_script());
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 4);
+    assert_string_equal(r->element[0]->str, "lost");
+    assert_string_equal(r->element[2]->str, "-1");
+    assert_string_equal(r->element[3]->str, "8");
+    freeReplyObject(r);
+    int64_t score;
+    assert_true(score_of(redis, "lb:{z}:alltime", "ann", &score));
+    assert_int_equal(marker_of(redis, "z", "t:0"), 3);
 }
 
 /* replay's swap of a board with final standings: the windows its rebuild
@@ -920,7 +951,7 @@ static void a_swap_merges_the_open_windows_less_the_closed_ones(void **state)
         redis,
         "EVAL %s 10 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
         "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:~replay:{z}:alltime "
-        "lb:~replay:{z}:~open lb:{z}:alltime lb:{z}:~open 2 advance 1 2 t:0 3",
+        "lb:~replay:{z}:~open lb:{z}:alltime lb:{z}:~open 2 advance 1 2 t:0 3 3",
         swap_script());
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(r->element[0]->str, "ok");
@@ -1196,6 +1227,7 @@ int main(void)
         cmocka_unit_test(a_wrong_type_in_a_transaction_fails_it_and_a_resend_is_exact),
         cmocka_unit_test(a_zombie_batch_leaves_a_sum_board_and_its_marker_unchanged),
         cmocka_unit_test(a_swap_merges_the_open_windows_less_the_closed_ones),
+        cmocka_unit_test(a_swap_of_a_copy_that_lost_writes_changes_nothing),
         cmocka_unit_test(a_zombie_transaction_leaves_a_best_board_and_its_marker_unchanged),
         cmocka_unit_test(the_script_reads_the_markers_a_transaction_wrote),
         cmocka_unit_test(another_protocol_is_refused_and_writes_nothing),
