@@ -35,6 +35,7 @@ struct pub {
     uint32_t produced, lost; /* records produced; of those, not delivered */
     int in_flight;           /* produced: acknowledgements pending */
     int failed;              /* a part was not delivered: claimed again later */
+    int64_t done_again;      /* every part acknowledged, "done" failed: tried again then */
 };
 
 struct lb_closer {
@@ -587,15 +588,15 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
     return rc;
 }
 
-static void finish(struct lb_closer *c, struct pub *pub)
+/* Marks 'pub' published once every part was acknowledged; -1 when the
+ * call failed (tried again: its records are not sent again). */
+static int finish(struct lb_closer *c, struct pub *pub)
 {
     const char *extra[] = {c->o.config->results_keep ? "1" : "0"};
     size_t extralen[] = {1};
     redisReply *reply = c_step(c, pub, "done", extra, extralen, 1);
-    if (!reply) {
-        c->busy = 1; /* this pod's claim, taken again at the next check */
-        return;
-    }
+    if (!reply)
+        return -1;
     if (is_word(reply, 0, "ok")) {
         c->stats.published++;
         c->stats.records += pub->parts;
@@ -603,6 +604,7 @@ static void finish(struct lb_closer *c, struct pub *pub)
                 pub->board, pub->window, pub->parts);
     }
     freeReplyObject(reply);
+    return 0; /* or stale: another publisher took it over */
 }
 
 /* ---- finding windows ---------------------------------------------------------------- */
@@ -894,7 +896,8 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     rd_kafka_poll(c->producer, 0);
     for (size_t i = 0; i < c->npubs;) {
         struct pub *pub = c->pubs[i];
-        if (pub->in_flight && pub->acked + pub->lost < pub->produced) {
+        if ((pub->in_flight && pub->acked + pub->lost < pub->produced) ||
+            (pub->done_again && now_ms < pub->done_again)) {
             i++;
             continue;
         }
@@ -905,9 +908,12 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
                     pub->board, pub->window);
             _exit(70);
         }
-        if (!pub->failed)
-            finish(c, pub);
-        else
+        if (!pub->failed && finish(c, pub) != 0) { /* kept while its lease lasts */
+            pub->done_again = now_ms + LB_CLOSER_CHECK_MS;
+            i++;
+            continue;
+        }
+        if (pub->failed)
             c->busy = 1; /* a record not delivered: claimed again at the next check */
         pub_free(pub);
         c->pubs[i] = c->pubs[--c->npubs];
@@ -938,10 +944,12 @@ int64_t lb_closer_next_due(const struct lb_closer *c)
     if (c->scan.running || c->scan_final) /* a sweep: a page a step */
         return 0;
     int64_t due = c->next_check < c->next_sweep ? c->next_check : c->next_sweep;
-    if (c->npubs) { /* acknowledgements to read: every 10 ms, not at once (the broker
-                     * may take message.timeout.ms to say a record was lost) */
-        int64_t soon = lb_monotonic_ms() + 10;
-        due = soon < due ? soon : due;
+    for (size_t i = 0; i < c->npubs; i++) {
+        /* acknowledgements to read: every 10 ms, not at once (the broker may
+         * take message.timeout.ms to say a record was lost); a "done" to try
+         * again */
+        int64_t at = c->pubs[i]->done_again ? c->pubs[i]->done_again : lb_monotonic_ms() + 10;
+        due = at < due ? at : due;
     }
     return due;
 }

@@ -85,7 +85,8 @@ void lb_closer_note(struct lb_closer *closer, struct lb_str board, int opened);
 void lb_closer_step(struct lb_closer *closer, int64_t now_ms);
 
 /* When lb_closer_step next has something to do (monotonic ms; at once
- * while a sweep runs, 10 ms on while records are in flight). */
+ * while a sweep runs, 10 ms on while records are in flight, and when a
+ * failed "done" is tried again). */
 int64_t lb_closer_next_due(const struct lb_closer *closer);
 
 const struct lb_closer_stats *lb_closer_stats(const struct lb_closer *closer);

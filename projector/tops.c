@@ -47,6 +47,7 @@ struct lb_tops {
     uint32_t *index; /* open addressing: 1 + a window's place, 0 empty */
     size_t index_cap;
     size_t pending;
+    size_t cursor; /* where a step starts: after the window the last one stopped at */
     char **topics; /* the gates' topics */
     uint32_t ntopics;
     struct lb_tops_stats stats;
@@ -301,9 +302,7 @@ static int is_answer(const redisReply *reply, const char *word)
 
 /* An answer of the script other than the step's own: a key of the wrong
  * type ({"wrongtype", key}) or a command the ACL user may not run
- * ({"noperm", command}), which an operator must fix. Logged; -1. */
-/* The script refused the step (a key of another type, a command the ACL
- * rule refuses): -2, a board an operator must fix. */
+ * ({"noperm", command}), which an operator must fix. Logged; -2. */
 static int refused(struct lb_tops *t, const struct window *w, const redisReply *reply)
 {
     const redisReply *what = reply->elements > 1 ? reply->element[1] : NULL;
@@ -432,15 +431,15 @@ out:
 }
 
 /* One refresh of 'w': 0 its merged top is current, 1 not yet (busy, stale
- * or failed: tried again). */
-static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
+ * or failed: tried again 100 ms after the call). */
+static int refresh(struct lb_tops *t, struct window *w)
 {
     int64_t since = w->since;
     redisReply *reply = top_step(t, w, "take", NULL, NULL, 0);
     if (!reply) {
         t->stats.failures++;
         w->failed = LB_HOLD_REDIS;
-        w->due = now_ms + LB_TOPS_RETRY_MS;
+        w->due = lb_monotonic_ms() + LB_TOPS_RETRY_MS; /* from after the call */
         return 1;
     }
     /* the refresh is synchronous: no change is noted while it reads */
@@ -467,25 +466,30 @@ static int refresh(struct lb_tops *t, struct window *w, int64_t now_ms)
     }
     freeReplyObject(reply);
     if (rc)
-        w->due = now_ms + LB_TOPS_RETRY_MS;
+        w->due = lb_monotonic_ms() + LB_TOPS_RETRY_MS; /* from after the call */
     return rc != 0;
 }
 
 /* Refreshes the windows due ('all': every one noted). A step stops at the
  * first window whose Redis failed (a node down or silent can take a
- * command timeout a call): the others due stay due, for the next steps,
- * so that one node gone holds the pod's loop a call a step, not a call
- * for each of its windows. */
+ * command timeout a call): the others due stay due, and the next step
+ * starts after it, so that one node gone holds the pod's loop a call a
+ * step, not a call for each of its windows, and windows of other nodes
+ * still take their turn. */
 static size_t run(struct lb_tops *t, int64_t now_ms, int all)
 {
-    for (size_t i = 0; i < t->count; i++) {
+    size_t n = t->count, from = t->cursor < n ? t->cursor : 0;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (from + k) % n;
         struct window *w = &t->windows[i];
         if (!w->since || (!all && w->due > now_ms))
             continue;
-        if (refresh(t, w, now_ms) == 0)
+        if (refresh(t, w) == 0) {
             t->pending--;
-        else if (!all && w->failed == LB_HOLD_REDIS)
+        } else if (!all && w->failed == LB_HOLD_REDIS) {
+            t->cursor = i + 1;
             break;
+        }
     }
     return t->pending;
 }

@@ -17,7 +17,8 @@ void replay_note_written(void *ctx, const struct lb_plan_view *plan, uint32_t bo
     struct replay *r = ctx;
     const struct lb_plan_board *b = &plan->boards[board];
     (void)answer;
-    if (replanned) /* its plan may reach past what was written: a lower bound is kept */
+    if (replanned || r->o.verify) /* its plan may reach past what was written; --verify swaps
+                                   * nothing */
         return;
     long at = lb_names_add(&r->written, b->id.ptr, b->id.len);
     if (at >= 0 && (size_t)at >= r->cap_wrote) {
@@ -52,12 +53,14 @@ void replay_note_written(void *ctx, const struct lb_plan_view *plan, uint32_t bo
 int64_t replay_written(const struct replay *r, const char *board, size_t part)
 {
     long at = lb_names_find(&r->written, board, strlen(board));
-    return at >= 0 && r->wrote[at] && part < r->plan.count ? r->wrote[at][part] : -1;
+    return at >= 0 && (size_t)at < r->cap_wrote && r->wrote[at] && part < r->plan.count
+               ? r->wrote[at][part]
+               : -1;
 }
 
 void replay_written_free(struct replay *r)
 {
-    for (size_t i = 0; i < r->written.count; i++)
+    for (size_t i = 0; i < r->written.count && i < r->cap_wrote; i++)
         free(r->wrote[i]);
     free(r->wrote);
     lb_names_free(&r->written);

@@ -17,13 +17,15 @@
  * the live one, less the windows ~final names closed, instead of replacing
  * it; the live ~open is never deleted.
  * A swap that happens also lifts the fence, if replay had set one. Staging
- * keys always come with their marker hash (the apply script writes both),
- * so staging keys listed without it mean the swap was done already: the
- * script then answers {"gone"} and changes nothing, which makes sending it
- * again after a lost reply safe. A staging marker below what replay wrote
- * (the node restarted empty, or failed over without the writes, since)
- * answers {"lost", field, staged, written}: the copy lacks events, nothing
- * is swapped and the run fails. */
+ * keys always come with their marker hash (the apply script writes both):
+ * staging keys listed without it, where replay wrote nothing, were deleted
+ * by hand, and the script answers {"vanished"}. A swap leaves in place of the staging
+ * marker hash one field, "~swapped" (deleted after the round, or expiring
+ * in 5 minutes): a resend after a lost reply answers {"gone"} and changes
+ * nothing. A staging marker below what replay wrote (the node restarted
+ * empty, or failed over without the writes, since) answers {"lost", field,
+ * staged, written}: the copy lacks events, nothing is swapped and the run
+ * fails. */
 /* From the build (swap_lua.c, generated from replay/swap.lua). */
 extern const char lb_swap_lua[];
 
@@ -338,10 +340,8 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
         argvlen[i] = strlen(argv[i]);
     /* Sent again after a lost reply: the script answers "gone" when its
      * staging copy has already been swapped in (see swap.lua). */
-    int tries = 0;
-    redisReply *reply =
-        replay_redis_call(r, "swapping a board", lb_crc16(board, blen) & (LB_SLOTS - 1), (int)a,
-                          argv, argvlen, &tries);
+    redisReply *reply = replay_redis_call(
+        r, "swapping a board", lb_crc16(board, blen) & (LB_SLOTS - 1), (int)a, argv, argvlen, NULL);
     int rc = -1;
     const char *answer = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
                                  reply->element[0]->type == REDIS_REPLY_STRING
@@ -349,7 +349,7 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
                              : NULL;
     if (!reply) {
         /* said by replay_redis_call */
-    } else if (answer && strcmp(answer, "gone") == 0 && tries == 1) {
+    } else if (answer && strcmp(answer, "vanished") == 0) {
         fprintf(stderr,
                 "replay: the staging copy of board '%s' vanished before its swap (deleted by "
                 "hand?); run replay again\n",
@@ -596,6 +596,84 @@ struct strings replay_boards_of(const struct lb_names *set)
     return list;
 }
 
+/* One command per board of 'boards', pipelined and retried while Redis
+ * recovers: 'make' appends board b's command to 'buf' and says its slot,
+ * or answers 1 to leave the board out (-1: out of memory). Returns 0, or
+ * -1 when the commands could not all be done ('what' said why); '*sent'
+ * the boards sent. */
+typedef int (*board_command_fn)(struct replay *r, const char *board, size_t blen,
+                                struct lb_buf *buf, uint16_t *slot);
+
+static int per_board(struct replay *r, const struct strings *boards, const char *what,
+                     board_command_fn make, size_t *sent)
+{
+    struct lb_buf buf = {0};
+    struct lb_request *reqs = calloc(boards->count ? boards->count : 1, sizeof(*reqs));
+    size_t *at = calloc(boards->count ? boards->count : 1, sizeof(*at)), n = 0;
+    int status = reqs && at ? 0 : -1;
+    for (size_t b = 0; status == 0 && b < boards->count; b++) {
+        at[n] = buf.len;
+        int rc = make(r, boards->items[b], strlen(boards->items[b]), &buf, &reqs[n].slot);
+        if (rc < 0)
+            status = -1;
+        else if (rc == 0)
+            reqs[n++].ncommands = 1;
+    }
+    for (size_t i = 0; status == 0 && i < n; i++) {
+        reqs[i].bytes = buf.data + at[i];
+        reqs[i].len = (i + 1 < n ? at[i + 1] : buf.len) - at[i];
+    }
+    if (status == 0 && n && replay_exec_retrying(r, what, reqs, n) != 0)
+        status = -1;
+    *sent = n;
+    free(reqs);
+    free(at);
+    lb_buf_free(&buf);
+    return status;
+}
+
+static int set_fence(struct replay *r, const char *board, size_t blen, struct lb_buf *buf,
+                     uint16_t *slot)
+{
+    char fence[600], ttl[24];
+    if (lb_names_has(&r->sel.done, board, blen))
+        return 1;
+    size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, fence,
+                               sizeof(fence));
+    snprintf(ttl, sizeof(ttl), "%d", FENCE_TTL_MS);
+    const char *set[] = {"SET", fence, r->lease.owner, "PX", ttl};
+    *slot = lb_key_slot(fence, flen);
+    if (lb_buf_command(buf, 5, set, NULL) != 0)
+        return -1;
+    replay_names_add(&r->fenced, board, blen);
+    return 0;
+}
+
+static int lift_fence(struct replay *r, const char *board, size_t blen, struct lb_buf *buf,
+                      uint16_t *slot)
+{
+    char fence[600];
+    if (lb_names_has(&r->sel.done, board, blen) || !lb_names_has(&r->fenced, board, blen))
+        return 1;
+    size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, fence,
+                               sizeof(fence));
+    const char *del[] = {"DEL", fence};
+    *slot = lb_key_slot(fence, flen);
+    return lb_buf_command(buf, 2, del, NULL) != 0 ? -1 : 0;
+}
+
+/* The "~swapped" mark a swap left in place of the staging markers. */
+static int delete_swap_mark(struct replay *r, const char *board, size_t blen, struct lb_buf *buf,
+                            uint16_t *slot)
+{
+    char key[600];
+    size_t klen =
+        lb_marker_key(r->staging_prefix, (struct lb_str){board, (uint32_t)blen}, key, sizeof(key));
+    const char *del[] = {"DEL", key};
+    *slot = lb_key_slot(key, klen);
+    return lb_buf_command(buf, 2, del, NULL) != 0 ? -1 : 0;
+}
+
 /* Sets (or, with 'lift', deletes) the fence of every board in 'boards' that
  * is not swapped yet, in one pipeline per node. A fenced board takes no
  * writes from the live projector (the apply script answers "fenced" and the
@@ -607,46 +685,14 @@ struct strings replay_boards_of(const struct lb_names *set)
  * pause if replay dies meanwhile. */
 int replay_fence_boards(struct replay *r, const struct strings *boards, int lift)
 {
-    struct lb_buf buf = {0};
-    struct lb_request *reqs = calloc(boards->count ? boards->count : 1, sizeof(*reqs));
-    size_t *at = calloc(boards->count ? boards->count : 1, sizeof(*at)), n = 0;
-    int status = reqs && at ? 0 : -1;
-    char fence[600], ttl[24];
-    snprintf(ttl, sizeof(ttl), "%d", FENCE_TTL_MS);
-    for (size_t b = 0; status == 0 && b < boards->count; b++) {
-        const char *board = boards->items[b];
-        size_t blen = strlen(board);
-        if (lb_names_has(&r->sel.done, board, blen) ||
-            (lift && !lb_names_has(&r->fenced, board, blen)))
-            continue;
-        size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen},
-                                   fence, sizeof(fence));
-        const char *set[] = {"SET", fence, r->lease.owner, "PX", ttl};
-        const char *del[] = {"DEL", fence};
-        at[n] = buf.len;
-        if (lb_buf_command(&buf, lift ? 2 : 5, lift ? del : set, NULL) != 0) {
-            status = -1;
-            break;
-        }
-        reqs[n++] = (struct lb_request){.slot = lb_key_slot(fence, flen), .ncommands = 1};
-        if (!lift)
-            replay_names_add(&r->fenced, board, blen);
-    }
-    for (size_t i = 0; status == 0 && i < n; i++) {
-        reqs[i].bytes = buf.data + at[i];
-        reqs[i].len = (i + 1 < n ? at[i + 1] : buf.len) - at[i];
-    }
-    if (status == 0 && n &&
-        replay_exec_retrying(r, lift ? "lifting fences" : "setting fences", reqs, n) != 0)
-        status = -1;
+    size_t n = 0;
+    int status = per_board(r, boards, lift ? "lifting fences" : "setting fences",
+                           lift ? lift_fence : set_fence, &n);
     if (status == 0 && n && !lift)
         LB_INFO("replay",
                 "fenced %zu board(s): the live projector waits while replay catches up "
                 "and swaps them",
                 n);
-    free(reqs);
-    free(at);
-    lb_buf_free(&buf);
     return status;
 }
 
@@ -707,6 +753,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             break;
         }
         struct strings live = {0}, staged = {0}, boards = replay_boards_of(&r->sel.seen);
+        struct strings marked = {0}; /* swapped in this round: their "~swapped" marks */
         struct key_index ix[2] = {{0}};
         if (replay_scan_keys(r, &live, &staged, 0) != 0 || index_scan(r, &live, &staged, ix) != 0)
             status = -1;
@@ -726,6 +773,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
                 status = -1; /* swapped, but not closed again */
             if (rc == 0) {
                 replay_names_add(&r->sel.done, board, strlen(board));
+                replay_strings_add(&marked, board, strlen(board));
                 (*swapped)++;
                 replay_journal_swapped(&r->lease, board);
             }
@@ -743,6 +791,9 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             else if (rc == 0)
                 fault_pause("LB_FAULT_SWAP_PAUSE_MS");
         }
+        size_t deleted;
+        per_board(r, &marked, "deleting the swaps' marks", delete_swap_mark, &deleted);
+        replay_strings_free(&marked); /* those left expire in 5 minutes */
         key_index_free(&ix[0]);
         key_index_free(&ix[1]);
         replay_strings_free(&boards);

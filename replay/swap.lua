@@ -4,7 +4,9 @@
 -- (written by the apply script) and its sorted set (written with ZADD GT by
 -- boards without a script).
 local n, mode, f, open = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-if n > 0 and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then return {'gone'} end
+-- swapped already (a resend after a lost reply): the swap leaves this field
+-- in place of the staging markers, for a few minutes
+if redis.call('HGET', KEYS[3], '~swapped') then return {'gone'} end
 local function marker(hash, zset, field)
   local h = tonumber(redis.call('HGET', hash, field) or '-1')
   local z = tonumber(redis.call('ZSCORE', zset, field) or '-1')
@@ -22,6 +24,9 @@ for i = 0, f - 1 do
     return {'differ', field, string.format('%.0f', live), string.format('%.0f', staged)}
   end
 end
+-- staging keys without their markers, which replay wrote nothing into
+-- (deleted by hand?)
+if n > 0 and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then return {'vanished'} end
 -- the windows the rebuild found open join the live ~open, but for those
 -- ~final (KEYS[6]) names closed (the rebuild wrote their events before the
 -- close): the closer would look at them for nothing
@@ -58,4 +63,6 @@ if mode == 'advance' then
   end
 end
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+redis.call('HSET', KEYS[3], '~swapped', '1')
+redis.call('PEXPIRE', KEYS[3], 300000)
 return {'ok'}

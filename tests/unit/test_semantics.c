@@ -897,8 +897,21 @@ static void zombie_then_swap(const char *profile, int64_t expected, const char *
     assert_true(score_of(redis, "lb:{z}:alltime", "stale", &score));
     assert_int_equal(marker_of(redis, "z", "t:0"), 3);
     r = redis_server_command(redis, "KEYS lb:~replay:*");
-    assert_int_equal(r->elements, 0); /* staging keys and markers are gone */
+    assert_int_equal(r->elements, 1); /* staging keys and markers are gone, */
+    assert_string_equal(r->element[0]->str, "lb:~replay:{z}:~applied");
     freeReplyObject(r);
+    r = redis_server_command(redis, "HGETALL lb:~replay:{z}:~applied");
+    assert_int_equal(r->elements, 2); /* but for the mark of the swap */
+    assert_string_equal(r->element[0]->str, "~swapped");
+    freeReplyObject(r);
+    /* sent again (its reply lost): done already, nothing changes */
+    assert_string_equal(swap_alltime(3, 3), "gone");
+    assert_true(score_of(redis, "lb:{z}:alltime", "ann", &score));
+    assert_int_equal(score, expected);
+    assert_int_equal(marker_of(redis, "z", "t:0"), 3);
+    /* without the mark (its node restarted empty meanwhile): lost */
+    freeReplyObject(redis_server_command(redis, "DEL lb:~replay:{z}:~applied"));
+    assert_string_equal(swap_alltime(3, 3), "lost");
     r = redis_server_command(redis, "EXISTS %s", unused_marker);
     assert_int_equal(r->integer, 0); /* the swap kept to the board's marker key */
     freeReplyObject(r);
