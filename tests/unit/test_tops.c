@@ -303,9 +303,10 @@ static void a_top_key_of_another_type_is_counted_and_retried(void **state)
 }
 
 /* Redis silent (each call waits a command timeout): a step makes one call
- * and leaves the other window due, rather than a call for each, and the
- * next step tries the other; the records of the first wait for Redis;
- * both tops are written once Redis answers. */
+ * and leaves the other window due, rather than a call for each (a second
+ * step makes one more; which window it tries is not told apart here: the
+ * turn-taking over several silent nodes is not staged); the records of
+ * the first wait for Redis; both tops are written once Redis answers. */
 static void a_silent_redis_costs_a_step_one_call(void **state)
 {
     struct fixture *f = *state;
@@ -318,7 +319,7 @@ static void a_silent_redis_costs_a_step_one_call(void **state)
     redis_server_pause(f->redis, 1);
     assert_int_equal(lb_tops_step(f->tops, lb_monotonic_ms() + 10000), 2);
     assert_int_equal(lb_tops_stats(f->tops)->failures, 1);
-    /* the next step starts after it: the other window's turn */
+    /* one call again */
     assert_int_equal(lb_tops_step(f->tops, lb_monotonic_ms() + 10000), 2);
     redis_server_pause(f->redis, 0);
     assert_int_equal(lb_tops_stats(f->tops)->failures, 2);
