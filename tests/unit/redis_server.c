@@ -182,19 +182,21 @@ struct redis_server *redis_server_start_tls(int cluster, const struct redis_serv
     return s;
 }
 
-void redis_server_start_pair(struct redis_server *servers[2])
+void redis_server_start_masters(struct redis_server **servers, int n)
 {
-    servers[0] = start_one(1, NULL);
-    servers[1] = start_one(1, NULL);
-    add_slots(servers[0], 0, 8191);
-    add_slots(servers[1], 8192, 16383);
-    redisReply *r = redis_server_command(servers[0], "CLUSTER MEET 127.0.0.1 %d %d",
-                                         servers[1]->port, servers[1]->bus_port);
-    if (r->type == REDIS_REPLY_ERROR)
-        fail_msg("CLUSTER MEET: %s", r->str);
-    freeReplyObject(r);
-    wait_cluster_ok(servers[0], 2);
-    wait_cluster_ok(servers[1], 2);
+    for (int i = 0; i < n; i++) {
+        servers[i] = start_one(1, NULL);
+        add_slots(servers[i], i * 16384 / n, (i + 1) * 16384 / n - 1);
+    }
+    for (int i = 1; i < n; i++) {
+        redisReply *r = redis_server_command(servers[0], "CLUSTER MEET 127.0.0.1 %d %d",
+                                             servers[i]->port, servers[i]->bus_port);
+        if (r->type == REDIS_REPLY_ERROR)
+            fail_msg("CLUSTER MEET: %s", r->str);
+        freeReplyObject(r);
+    }
+    for (int i = 0; i < n; i++)
+        wait_cluster_ok(servers[i], (size_t)n);
 }
 
 void redis_server_pause(struct redis_server *s, int paused)

@@ -28,9 +28,10 @@ struct redis_server_tls {
 struct redis_server *redis_server_start_tls(int cluster, const struct redis_server_tls *tls);
 int redis_server_tls_port(const struct redis_server *server);
 
-/* Two masters of one cluster: slots 0-8191 on servers[0], 8192-16383 on
- * servers[1]. Each is stopped with redis_server_stop. */
-void redis_server_start_pair(struct redis_server *servers[2]);
+/* 'n' masters of one cluster, the slots split evenly in order (two:
+ * 0-8191 on servers[0], 8192-16383 on servers[1]). Each is stopped with
+ * redis_server_stop. */
+void redis_server_start_masters(struct redis_server **servers, int n);
 
 /* Stops (SIGSTOP) or resumes (SIGCONT) the server: a node that stalls. */
 void redis_server_pause(struct redis_server *server, int paused);

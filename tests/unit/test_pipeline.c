@@ -131,7 +131,7 @@ static int setup_pair(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     struct redis_server *pair[2];
-    redis_server_start_pair(pair);
+    redis_server_start_masters(pair, 2);
     f->redis = pair[0];
     f->redis2 = pair[1];
     open_pipeline(f, "1s", 1);
