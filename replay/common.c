@@ -452,15 +452,27 @@ static int reopen(struct replay *r, struct closed_board *cb)
                     cb->board, f + 2);
             continue;
         }
+        /* noted first: a run killed next leaves it named, never unnamed */
+        if (replay_journal_reopening(&r->lease, cb->board, f + 2, 1) != 0) {
+            fprintf(stderr, "replay: board '%s' window '%s' not reopened (see above)\n", cb->board,
+                    f + 2);
+            r->reopen_failed = 1;
+            continue;
+        }
         redisReply *reply = final_step(r, cb->board, f + 2, "reopen");
         const char *word = answer_word(reply);
         if (word && strcmp(word, "ok") == 0) {
             replay_strings_add(&cb->reopened, f + 2, strlen(f + 2));
             r->reopened++;
             any = 1;
-        } else if (!word || strcmp(word, "open") != 0) {
-            say_step_failed(r, cb->board, f + 2, "reopen", reply);
-            r->reopen_failed = 1;
+        } else {
+            /* not reopening only when the script said so */
+            if (word && (strcmp(word, "open") == 0 || strcmp(word, "claimed") == 0))
+                replay_journal_reopening(&r->lease, cb->board, f + 2, 0);
+            if (!word || strcmp(word, "open") != 0) {
+                say_step_failed(r, cb->board, f + 2, "reopen", reply);
+                r->reopen_failed = 1;
+            }
         }
         if (reply)
             freeReplyObject(reply);
@@ -478,6 +490,7 @@ int replay_mark_reopened(struct replay *r, const char *board)
         const char *word = answer_word(reply);
         if (word && strcmp(word, "ok") == 0) {
             r->republished++;
+            replay_journal_reopening(&r->lease, board, cb->reopened.items[k], 0);
         } else {
             say_step_failed(r, board, cb->reopened.items[k], "reopened", reply);
             rc = -1;

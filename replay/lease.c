@@ -7,6 +7,7 @@
  * never extends or deletes a lease another run has taken since.
  */
 #include "lease.h"
+#include "apply.h"
 #include "clock.h"
 #include "slot.h"
 
@@ -120,6 +121,7 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
     lease->cluster = cluster;
     snprintf(lease->key, sizeof(lease->key), "%s~replay-lease", prefix);
     snprintf(lease->journal, sizeof(lease->journal), "%s~replay-journal", prefix);
+    snprintf(lease->reopening, sizeof(lease->reopening), "%s~replay-reopening", prefix);
     owner_name(lease->owner, sizeof(lease->owner));
     snprintf(ttl, sizeof(ttl), "%d", LB_LEASE_TTL_MS);
 
@@ -205,55 +207,103 @@ void replay_lease_release(struct replay_lease *lease)
     lease->held = 0;
 }
 
-int replay_journal_read(struct lb_cluster *cluster, const char *prefix, struct replay_leftover *out)
+/* Appends 'text' to the list of examples 'list' (the first five). */
+static void add_example(char *list, size_t cap, size_t count, const char *text)
 {
-    char key[256];
-    memset(out, 0, sizeof(*out));
-    snprintf(key, sizeof(key), "%s~replay-journal", prefix);
-    char cursor[32] = "0";
-    do {
-        const char *argv[] = {"HSCAN", key, cursor, "COUNT", "500"};
-        redisReply *reply = command(cluster, key, 5, argv);
-        if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-            reply->element[0]->type != REDIS_REPLY_STRING ||
-            reply->element[1]->type != REDIS_REPLY_ARRAY) {
-            if (reply)
-                freeReplyObject(reply);
-            return -1;
-        }
-        snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
-        const redisReply *fields = reply->element[1];
-        for (size_t i = 0; i + 1 < fields->elements; i += 2) {
-            const char *name = fields->element[i]->str, *value = fields->element[i + 1]->str;
-            if (!name || !value)
-                continue;
-            out->found = 1;
-            if (strcmp(name, "owner") == 0)
-                describe_owner(value, out->owner, sizeof(out->owner));
-            else if (strcmp(name, "started") == 0)
-                snprintf(out->started, sizeof(out->started), "%s", value);
-            else if (strcmp(name, "selection") == 0)
-                snprintf(out->selection, sizeof(out->selection), "%s", value);
-            else if (strncmp(name, "swapped:", 8) == 0) {
-                size_t used = strlen(out->examples);
-                if (out->swapped++ < 5 && used + strlen(name + 8) + 3 < sizeof(out->examples))
-                    snprintf(out->examples + used, sizeof(out->examples) - used, "%s%s",
-                             used ? ", " : "", name + 8);
-            }
-        }
+    size_t used = strlen(list);
+    if (count <= 5 && used + strlen(text) + 3 < cap)
+        snprintf(list + used, cap - used, "%s%s", used ? ", " : "", text);
+}
+
+static void journal_field(struct replay_leftover *out, const char *name, const char *value)
+{
+    out->found = 1;
+    if (strcmp(name, "owner") == 0)
+        describe_owner(value, out->owner, sizeof(out->owner));
+    else if (strcmp(name, "started") == 0)
+        snprintf(out->started, sizeof(out->started), "%s", value);
+    else if (strcmp(name, "selection") == 0)
+        snprintf(out->selection, sizeof(out->selection), "%s", value);
+    else if (strncmp(name, "swapped:", 8) == 0)
+        add_example(out->examples, sizeof(out->examples), ++out->swapped, name + 8);
+}
+
+/* "<window> <board>": named when its ~final still says reopening (or could
+ * not be read); otherwise the note is stale (a run killed just before its
+ * reopen step or just after handing the window back) and, with 'tidy' (the
+ * lease held), deleted. */
+static void reopening_field(struct lb_cluster *cluster, const char *prefix, const char *key,
+                            const char *name, int tidy, struct replay_leftover *out)
+{
+    const char *space = strchr(name, ' ');
+    char text[300], final[600], field[300];
+    if (!space)
+        return;
+    snprintf(field, sizeof(field), "s:%.*s", (int)(space - name), name);
+    lb_board_key(prefix, (struct lb_str){space + 1, (uint32_t)strlen(space + 1)}, LB_FINAL_KEY,
+                 final, sizeof(final));
+    const char *hget[] = {"HGET", final, field};
+    redisReply *reply = command(cluster, final, 3, hget);
+    int stale = reply && (reply->type == REDIS_REPLY_NIL ||
+                          (reply->type == REDIS_REPLY_STRING && strcmp(reply->str, "reopening")));
+    if (reply)
         freeReplyObject(reply);
-    } while (strcmp(cursor, "0") != 0);
+    if (stale) {
+        const char *hdel[] = {"HDEL", key, name};
+        if (tidy && (reply = command(cluster, key, 3, hdel)))
+            freeReplyObject(reply);
+        return;
+    }
+    snprintf(text, sizeof(text), "%.*s of %s", (int)(space - name), name, space + 1);
+    add_example(out->reopening_examples, sizeof(out->reopening_examples), ++out->reopening, text);
+}
+
+int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy,
+                        struct replay_leftover *out)
+{
+    char keys[2][256];
+    memset(out, 0, sizeof(*out));
+    snprintf(keys[0], sizeof(keys[0]), "%s~replay-journal", prefix);
+    snprintf(keys[1], sizeof(keys[1]), "%s~replay-reopening", prefix);
+    for (int k = 0; k < 2; k++) {
+        char cursor[32] = "0";
+        do {
+            const char *argv[] = {"HSCAN", keys[k], cursor, "COUNT", "500"};
+            redisReply *reply = command(cluster, keys[k], 5, argv);
+            if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+                reply->element[0]->type != REDIS_REPLY_STRING ||
+                reply->element[1]->type != REDIS_REPLY_ARRAY) {
+                if (reply)
+                    freeReplyObject(reply);
+                return -1;
+            }
+            snprintf(cursor, sizeof(cursor), "%s", reply->element[0]->str);
+            const redisReply *fields = reply->element[1];
+            for (size_t i = 0; i + 1 < fields->elements; i += 2) {
+                const char *name = fields->element[i]->str, *value = fields->element[i + 1]->str;
+                if (name && value && k == 0)
+                    journal_field(out, name, value);
+                else if (name && k == 1)
+                    reopening_field(cluster, prefix, keys[1], name, tidy, out);
+            }
+            freeReplyObject(reply);
+        } while (strcmp(cursor, "0") != 0);
+    }
     return 0;
 }
 
-static void journal_command(struct replay_lease *lease, int argc, const char **argv)
+/* A command on argv[1], the journal or the reopening windows; -1 failed
+ * (said). */
+static int journal_command(struct replay_lease *lease, int argc, const char **argv)
 {
-    redisReply *reply = command(lease->cluster, lease->journal, argc, argv);
-    if (!reply || reply->type == REDIS_REPLY_ERROR)
-        fprintf(stderr, "replay: updating the journal %s failed: %s\n", lease->journal,
+    redisReply *reply = command(lease->cluster, argv[1], argc, argv);
+    int failed = !reply || reply->type == REDIS_REPLY_ERROR;
+    if (failed)
+        fprintf(stderr, "replay: updating %s failed: %s\n", argv[1],
                 reply ? reply->str : lb_cluster_error(lease->cluster));
     if (reply)
         freeReplyObject(reply);
+    return failed ? -1 : 0;
 }
 
 void replay_journal_start(struct replay_lease *lease, const char *selection)
@@ -283,4 +333,14 @@ void replay_journal_finish(struct replay_lease *lease)
 {
     const char *argv[] = {"DEL", lease->journal};
     journal_command(lease, 2, argv);
+}
+
+int replay_journal_reopening(struct replay_lease *lease, const char *board, const char *window,
+                             int on)
+{
+    char field[600];
+    snprintf(field, sizeof(field), "%s %s", window, board);
+    const char *set[] = {"HSET", lease->reopening, field, lease->owner};
+    const char *del[] = {"HDEL", lease->reopening, field};
+    return journal_command(lease, on ? 4 : 3, on ? set : del);
 }

@@ -12,6 +12,13 @@
  *                            "swapped:<board>" field per board swapped. It is
  *                            deleted when a run finishes, so a journal found
  *                            at start is the record of a run that did not.
+ *   <prefix>~replay-reopening a hash, one field "<window> <board>" per closed
+ *                            window a --republish reopened and has not yet
+ *                            handed back to the pods (README "Final
+ *                            standings"). It outlives the runs: one killed
+ *                            meanwhile leaves its windows there, no pod
+ *                            closes them, and every later run names them
+ *                            until a --republish of them completes.
  *
  * Because only the lease holder writes staging keys, every staging key found
  * while holding the lease is a leftover, never a live run's key.
@@ -30,7 +37,7 @@
 
 struct replay_lease {
     struct lb_cluster *cluster; /* borrowed */
-    char key[256], journal[256];
+    char key[256], journal[256], reopening[256];
     char owner[160]; /* our lease value */
     int held;
     int64_t renewed_ms; /* monotonic */
@@ -40,8 +47,10 @@ struct replay_lease {
 struct replay_leftover {
     int found;
     char owner[160], started[40], selection[300];
-    size_t swapped;     /* boards it swapped */
-    char examples[300]; /* the first few of them */
+    size_t swapped;               /* boards it swapped */
+    char examples[300];           /* the first few of them */
+    size_t reopening;             /* windows left reopening (by any run) */
+    char reopening_examples[300]; /* the first few, "<window> of <board>" */
 };
 
 /* Takes the lease for the keyspace under 'prefix'. Returns 0 when held, 1
@@ -58,8 +67,10 @@ int replay_lease_keep(struct replay_lease *lease);
 /* Gives the lease up if it is still ours. Accepts a lease never taken. */
 void replay_lease_release(struct replay_lease *lease);
 
-/* Reads an earlier run's journal into 'out' (out->found = 0 when none). */
-int replay_journal_read(struct lb_cluster *cluster, const char *prefix,
+/* Reads an earlier run's journal into 'out' (out->found = 0 when none),
+ * and the windows left reopening whose ~final still says so (out->reopening;
+ * with 'tidy', the lease held, the notes of the others are deleted). */
+int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy,
                         struct replay_leftover *out);
 
 /* Starts our journal (replacing an old one); records a swapped board;
@@ -69,5 +80,11 @@ int replay_journal_read(struct lb_cluster *cluster, const char *prefix,
 void replay_journal_start(struct replay_lease *lease, const char *selection);
 void replay_journal_swapped(struct replay_lease *lease, const char *board);
 void replay_journal_finish(struct replay_lease *lease);
+
+/* Notes that 'window' of 'board' is being reopened ('on': before the
+ * reopen step, which must not go ahead when this fails) or is not (0: handed
+ * back to the pods, or not reopened). -1 when it failed (said). */
+int replay_journal_reopening(struct replay_lease *lease, const char *board, const char *window,
+                             int on);
 
 #endif

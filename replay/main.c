@@ -82,7 +82,7 @@ static int print_leftovers(struct replay *r)
 {
     struct replay_leftover old;
     struct strings live = {0}, staged = {0};
-    if (replay_journal_read(r->engine->cluster, r->config->key_prefix, &old) != 0 ||
+    if (replay_journal_read(r->engine->cluster, r->config->key_prefix, !r->o.dry_run, &old) != 0 ||
         replay_scan_keys(r, &live, &staged, 1) != 0) {
         fprintf(stderr, "replay: cannot read what an earlier run left in Redis: %s\n",
                 lb_cluster_error(r->engine->cluster));
@@ -97,6 +97,11 @@ static int print_leftovers(struct replay *r)
                old.swapped > 5 ? ", ...)"
                : old.swapped   ? ")"
                                : "");
+    if (old.reopening)
+        printf("  %zu closed window(s) left reopening by a replay --republish that did not "
+               "finish (%s%s): no pod publishes them until a replay --republish of them "
+               "completes\n",
+               old.reopening, old.reopening_examples, old.reopening > 5 ? ", ..." : "");
     if (staged.count)
         printf("  %zu staging key(s) left by an earlier run %s\n", staged.count,
                r->o.dry_run ? "would be deleted" : "are deleted before reading");
@@ -122,7 +127,11 @@ static int finish(struct replay *r, int status)
         replay_journal_finish(&r->lease);
     } else {
         struct strings fenced = replay_boards_of(&r->fenced);
-        replay_fence_boards(r, &fenced, 1);
+        if (fenced.count && replay_fence_boards(r, &fenced, 1) != 0)
+            fprintf(stderr,
+                    "replay: the fences this run set could not all be lifted: the live "
+                    "projector holds those boards until their fences expire (%d s at most)\n",
+                    FENCE_TTL_MS / 1000);
         replay_strings_free(&fenced);
         size_t deleted = 0;
         int cleared = replay_clear_staging(r, &deleted) == 0;

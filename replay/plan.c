@@ -81,7 +81,14 @@ int replay_make_plan(rd_kafka_t *meta, const struct lb_config *config, const str
             return -1;
         }
         int n = md->topics[0].partition_cnt;
-        plan->parts = realloc(plan->parts, (plan->count + (size_t)n) * sizeof(*plan->parts));
+        struct part *grown = realloc(plan->parts, (plan->count + (size_t)n) * sizeof(*grown));
+        if (!grown && plan->count + (size_t)n > 0) {
+            fprintf(stderr, "replay: out of memory planning %d partition(s) of topic %s\n", n,
+                    config->topics[t]);
+            rd_kafka_metadata_destroy(md);
+            return -1;
+        }
+        plan->parts = grown;
         for (int i = 0; i < n; i++) {
             struct part *p = &plan->parts[plan->count++];
             memset(p, 0, sizeof(*p));

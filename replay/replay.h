@@ -48,6 +48,7 @@ enum {
 #define SWAP_ATTEMPTS    30
 #define KAFKA_TIMEOUT_MS 10000
 #define FENCE_TTL_MS     60000
+#define DELETE_CHUNK     5000 /* staging keys deleted per pipeline */
 
 /* A growable list of owned strings. */
 struct strings {

@@ -129,24 +129,6 @@ static int window_selected(const struct replay *r, const struct lb_key_parts *kp
     return 0;
 }
 
-/* Deletes 'keys' one by one (each retried while Redis recovers); -1 when
- * one could not be deleted (said why). */
-static int delete_keys(struct replay *r, const struct strings *keys)
-{
-    int failed = 0;
-    for (size_t i = 0; i < keys->count; i++) {
-        const char *argv[] = {"DEL", keys->items[i]};
-        size_t argvlen[] = {3, strlen(keys->items[i])};
-        redisReply *reply =
-            replay_redis_call(r, "deleting a staging key", lb_key_slot(keys->items[i], argvlen[1]),
-                              2, argv, argvlen, NULL);
-        failed |= !reply || reply->type == REDIS_REPLY_ERROR;
-        if (reply)
-            freeReplyObject(reply);
-    }
-    return failed ? -1 : 0;
-}
-
 /* ---- swap and verify --------------------------------------------------------------- */
 
 /* The keys a scan found, parsed once and ordered by board, so that a board's
@@ -596,24 +578,24 @@ struct strings replay_boards_of(const struct lb_names *set)
     return list;
 }
 
-/* One command per board of 'boards', pipelined and retried while Redis
- * recovers: 'make' appends board b's command to 'buf' and says its slot,
- * or answers 1 to leave the board out (-1: out of memory). Returns 0, or
- * -1 when the commands could not all be done ('what' said why); '*sent'
- * the boards sent. */
-typedef int (*board_command_fn)(struct replay *r, const char *board, size_t blen,
-                                struct lb_buf *buf, uint16_t *slot);
+/* One command per item of 'items' (boards, or keys), pipelined and retried
+ * while Redis recovers: 'make' appends item i's command to 'buf' and says
+ * its slot, or answers 1 to leave the item out (-1: out of memory).
+ * Returns 0, or -1 when the commands could not all be done ('what' said
+ * why); '*sent' the items sent. */
+typedef int (*item_command_fn)(struct replay *r, const char *item, size_t len, struct lb_buf *buf,
+                               uint16_t *slot);
 
-static int per_board(struct replay *r, const struct strings *boards, const char *what,
-                     board_command_fn make, size_t *sent)
+static int per_item(struct replay *r, const struct strings *items, const char *what,
+                    item_command_fn make, size_t *sent)
 {
     struct lb_buf buf = {0};
-    struct lb_request *reqs = calloc(boards->count ? boards->count : 1, sizeof(*reqs));
-    size_t *at = calloc(boards->count ? boards->count : 1, sizeof(*at)), n = 0;
+    struct lb_request *reqs = calloc(items->count ? items->count : 1, sizeof(*reqs));
+    size_t *at = calloc(items->count ? items->count : 1, sizeof(*at)), n = 0;
     int status = reqs && at ? 0 : -1;
-    for (size_t b = 0; status == 0 && b < boards->count; b++) {
+    for (size_t i = 0; status == 0 && i < items->count; i++) {
         at[n] = buf.len;
-        int rc = make(r, boards->items[b], strlen(boards->items[b]), &buf, &reqs[n].slot);
+        int rc = make(r, items->items[i], strlen(items->items[i]), &buf, &reqs[n].slot);
         if (rc < 0)
             status = -1;
         else if (rc == 0)
@@ -630,6 +612,29 @@ static int per_board(struct replay *r, const struct strings *boards, const char 
     free(at);
     lb_buf_free(&buf);
     return status;
+}
+
+static int delete_key(struct replay *r, const char *key, size_t len, struct lb_buf *buf,
+                      uint16_t *slot)
+{
+    (void)r;
+    const char *del[] = {"DEL", key};
+    *slot = lb_key_slot(key, len);
+    return lb_buf_command(buf, 2, del, NULL) != 0 ? -1 : 0;
+}
+
+/* Deletes 'keys', pipelined per node, DELETE_CHUNK at a time; -1 when one
+ * could not be deleted (said why). */
+static int delete_keys(struct replay *r, const struct strings *keys)
+{
+    size_t sent;
+    for (size_t from = 0; from < keys->count; from += DELETE_CHUNK) {
+        size_t n = keys->count - from < DELETE_CHUNK ? keys->count - from : DELETE_CHUNK;
+        struct strings chunk = {keys->items + from, n, n};
+        if (per_item(r, &chunk, "deleting staging keys", delete_key, &sent) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int set_fence(struct replay *r, const char *board, size_t blen, struct lb_buf *buf,
@@ -686,8 +691,8 @@ static int delete_swap_mark(struct replay *r, const char *board, size_t blen, st
 int replay_fence_boards(struct replay *r, const struct strings *boards, int lift)
 {
     size_t n = 0;
-    int status = per_board(r, boards, lift ? "lifting fences" : "setting fences",
-                           lift ? lift_fence : set_fence, &n);
+    int status = per_item(r, boards, lift ? "lifting fences" : "setting fences",
+                          lift ? lift_fence : set_fence, &n);
     if (status == 0 && n && !lift)
         LB_INFO("replay",
                 "fenced %zu board(s): the live projector waits while replay catches up "
@@ -792,7 +797,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
                 fault_pause("LB_FAULT_SWAP_PAUSE_MS");
         }
         size_t deleted;
-        per_board(r, &marked, "deleting the swaps' marks", delete_swap_mark, &deleted);
+        per_item(r, &marked, "deleting the swaps' marks", delete_swap_mark, &deleted);
         replay_strings_free(&marked); /* those left expire in 5 minutes */
         key_index_free(&ix[0]);
         key_index_free(&ix[1]);

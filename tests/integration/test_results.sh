@@ -258,6 +258,8 @@ lb_wait_for 30 reopening || {
 }
 kill -9 "$replay_pid" 2>/dev/null
 wait "$replay_pid" 2>/dev/null || true
+[[ $(redis_cli "$(live_ports | first)" -c HEXISTS "lb:~replay-reopening" "$w0 res-0") == 1 ]] ||
+    fail "the killed replay left no note of res-0 $w0 in lb:~replay-reopening"
 dump_results
 records=$(wc -l <"$T_DIR/results.dump")
 week_before=$(digest "lb:{res-0}:final:${days[2]}")
@@ -275,11 +277,21 @@ $(unpublished)
 $(curl -sf "$METRICS_URL/metrics" | grep '^lb_results')"
 dump_results
 (($(wc -l <"$T_DIR/results.dump") == records)) || fail "res-0 $w0 was published while reopening"
+# and a note whose window is not reopening (a run killed before its reopen
+# step): not named, deleted
+redis_cli "$(live_ports | first)" -c HSET "lb:~replay-reopening" "daily:2000-01-01 res-0" x >/dev/null
 "$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
     >"$T_DIR/replay-republish.out" 2>&1 ||
     fail "replay --republish failed: $(tail -n 3 "$T_DIR/replay-republish.out")"
 grep -q "^replay: 1 closed window(s) reopened and rebuilt from every event" "$T_DIR/replay-republish.out" ||
     fail "replay --republish did not say it reopened res-0 $w0: $(tail -n 3 "$T_DIR/replay-republish.out")"
+# the killed run's window, named in this run's plan (the stale note not); handed
+# back, no longer (the stale note deleted)
+grep -q "^  1 closed window(s) left reopening by a replay --republish that did not finish ($w0 of res-0)" \
+    "$T_DIR/replay-republish.out" ||
+    fail "the plan did not name res-0 $w0 left reopening: $(head -n 12 "$T_DIR/replay-republish.out")"
+[[ $(redis_cli "$(live_ports | first)" -c HLEN "lb:~replay-reopening") == 0 ]] ||
+    fail "lb:~replay-reopening still names a window: $(redis_cli "$(live_ports | first)" -c HKEYS "lb:~replay-reopening")"
 republished() { [[ $(final_state res-0 "$w0") == published ]]; }
 lb_wait_for 20 republished || fail "res-0 $w0 was not published again: $(final_state res-0 "$w0")"
 dump_results
@@ -290,7 +302,7 @@ dump_results
 [[ $(digest "lb:{res-0}:final:${days[2]}") == "$week_before" ]] || fail "the republication changed res-0's closed week"
 verify "${oracle[@]}"
 same_as_oracle res-0 "$w0"
-ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed); run again, the day was rebuilt from every event and published again, as the oracle ranks it"
+ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed), which the next run's plan named; run again, the day was rebuilt from every event and published again, as the oracle ranks it"
 
 # 3. pods killed between the claim and the acknowledgement: c after it
 #    produced a window's record and before the broker acknowledged it (the
