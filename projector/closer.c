@@ -680,26 +680,21 @@ static int start(struct lb_closer *c, const char *board, const char *window, int
     if (c->npubs == c->cap_pubs) {
         size_t cap = c->cap_pubs ? 2 * c->cap_pubs : 8;
         struct pub **more = realloc(c->pubs, cap * sizeof(*more));
-        if (!more) {
-            c->busy = 1;
-            return -1;
+        if (more) {
+            c->pubs = more;
+            c->cap_pubs = cap;
         }
-        c->pubs = more;
-        c->cap_pubs = cap;
     }
-    struct pub *pub = calloc(1, sizeof(*pub));
-    if (!pub || !(pub->board = strdup(board)) || !(pub->window = strdup(window))) {
-        if (pub)
-            pub_free(pub);
-        c->busy = 1;
-        return -1;
+    int rc = -1; /* out of memory unless tried */
+    struct pub *pub = c->npubs < c->cap_pubs ? calloc(1, sizeof(*pub)) : NULL;
+    if (pub && (pub->board = strdup(board)) && (pub->window = strdup(window))) {
+        pub->profile = profile;
+        pub->wc = wc;
+        rc = restore(c, pub) == 0 && claim(c, pub, watermark) != 0 ? -1 : 0;
     }
-    pub->profile = profile;
-    pub->wc = wc;
-    int rc = restore(c, pub) == 0 && claim(c, pub, watermark) != 0 ? -1 : 0;
-    if (pub->in_flight) /* until every record produced was reported */
+    if (pub && pub->in_flight) /* until every record produced was reported */
         c->pubs[c->npubs++] = pub;
-    else
+    else if (pub)
         pub_free(pub);
     if (rc)
         c->busy = 1;
