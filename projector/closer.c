@@ -59,9 +59,13 @@ struct lb_closer {
     char holder[128];
     struct lb_names boards; /* boards with results, known to this pod: every board
                              * request written is looked up in it */
-    int64_t *due;           /* each one's earliest close instant in ~open (0: not read yet, and its
-                             * ~final not either: a window a pod gone left claimed), at its place */
-    size_t cap_due;
+    struct known {
+        int64_t due; /* its earliest close instant in ~open (0: not read yet, and its ~final
+                      * not either: a window a pod gone left claimed) */
+        int again;   /* its ~final read again at the next check: a window's claim or what
+                      * follows failed, found another publisher's lease, or waits */
+    } * known;       /* each board's, at its place */
+    size_t cap_known;
     struct pub **pubs;
     size_t npubs, cap_pubs;
     int64_t next_check, next_sweep;
@@ -75,8 +79,8 @@ struct lb_closer {
      * next step, which comes at once (deferred) */
     int64_t starts_until, step_ms; /* LB_CLOSER_STEP_MS; tests set less */
     int deferred;
-    int busy;    /* a claim found another publisher's lease, or a window's claim or what follows
-                  * it failed: every ~final read again at the next check */
+    int busy;    /* out of memory, or the results topic not read yet: every ~final read again
+                  * at the next check */
     int recheck; /* windows due waited for the results topic: read ~open again next check */
     struct lb_closer_stats stats;
     struct lb_ratelimit said, reopening_said;
@@ -231,7 +235,7 @@ void lb_closer_free(struct lb_closer *c, int timeout_ms)
     lb_cluster_free(c->cluster);
     lb_sweep_free(&c->scan);
     lb_names_free(&c->boards);
-    free(c->due);
+    free(c->known);
     for (size_t i = 0; i < c->npubs; i++)
         pub_free(c->pubs[i]);
     free(c->pubs);
@@ -243,20 +247,31 @@ void lb_closer_note(struct lb_closer *c, struct lb_str board, int opened)
     long known = lb_names_find(&c->boards, board.ptr, board.len);
     if (known >= 0) {
         if (opened)
-            c->due[known] = 0; /* a late event may open a window the watermark passed */
+            c->known[known].due = 0; /* a late event may open a window the watermark passed */
         return;
     }
-    if (c->boards.count == c->cap_due) {
-        size_t cap = c->cap_due ? 2 * c->cap_due : 16;
-        int64_t *due = realloc(c->due, cap * sizeof(*due));
-        if (!due)
+    if (c->boards.count == c->cap_known) {
+        size_t cap = c->cap_known ? 2 * c->cap_known : 16;
+        struct known *more = realloc(c->known, cap * sizeof(*more));
+        if (!more)
             return; /* the sweep finds it */
-        c->due = due;
-        c->cap_due = cap;
+        c->known = more;
+        c->cap_known = cap;
     }
     long i = lb_names_add(&c->boards, board.ptr, board.len);
     if (i >= 0)
-        c->due[i] = 0;
+        c->known[i] = (struct known){0, 0};
+}
+
+/* The ~final of 'board' read again at the next check (every board's when
+ * it is not known). */
+static void again(struct lb_closer *c, const char *board)
+{
+    long i = lb_names_find(&c->boards, board, strlen(board));
+    if (i >= 0)
+        c->known[i].again = 1;
+    else
+        c->busy = 1;
 }
 
 /* ---- the close watermark ---------------------------------------------------------- */
@@ -565,7 +580,7 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
         if (frozen)
             freeReplyObject(frozen);
     } else if (is_word(reply, 0, "busy")) {
-        c->busy = 1;
+        again(c, pub->board);
     } else if (is_word(reply, 0, "reopening")) {
         /* replay --republish rebuilds it: reopened once done (a sweep
          * finds it then) */
@@ -660,9 +675,9 @@ static int restore(struct lb_closer *c, struct pub *pub)
 }
 
 /* Starts publishing 'window' of 'board' (claim, then produce). -1 when a
- * claim or what follows it failed: the board's ~open and every ~final are
- * read again at the next check (busy), where the window still is, listed
- * or claimed by this pod. A restore that failed is tried at the next sweep
+ * claim or what follows it failed: the board's ~open and ~final are read
+ * again at the next check (again()), where the window still is, listed or
+ * claimed by this pod. A restore that failed is tried at the next sweep
  * instead: its read of the results topic may wait 10 s. */
 static int start(struct lb_closer *c, const char *board, const char *window, int64_t watermark)
 {
@@ -697,7 +712,7 @@ static int start(struct lb_closer *c, const char *board, const char *window, int
     else if (pub)
         pub_free(pub);
     if (rc)
-        c->busy = 1;
+        again(c, board);
     return rc;
 }
 
@@ -738,7 +753,7 @@ static int64_t look(struct lb_closer *c, const char *board, int open, redisReply
             if (may_start(c))
                 start(c, board, f + 2, watermark);
             else
-                c->busy = 1; /* every board's ~final is read at the next check */
+                again(c, board); /* its ~final is read at the next check */
         }
     }
     freeReplyObject(r);
@@ -760,9 +775,12 @@ static size_t look_round(struct lb_closer *c, size_t from, int swept, int busy, 
     struct lb_buf buf = {0};
     int oom = 0;
     for (; b < c->boards.count && b - from < c->round; b++) {
-        int first = !c->due[b];
-        int want[2] = {swept || busy || first, /* ~final */
-                       swept || first || recheck || (watermark >= 0 && watermark >= c->due[b])};
+        struct known *k = &c->known[b];
+        int first = !k->due;
+        int want[2] = {swept || busy || first || k->again, /* ~final */
+                       swept || first || recheck || (watermark >= 0 && watermark >= k->due)};
+        if (want[0])
+            k->again = 0; /* read now */
         const char *name = c->boards.items[b];
         for (int o = 1; o >= 0 && !oom; o--) {
             if (!want[o])
@@ -804,14 +822,14 @@ static size_t look_round(struct lb_closer *c, size_t from, int swept, int busy, 
             if (r)
                 freeReplyObject(r);
             if (open[i])
-                c->due[at[i]] = 0;
+                c->known[at[i]].due = 0;
             else
-                c->busy = 1;
+                c->known[at[i]].again = 1;
             continue;
         }
         int64_t due = look(c, c->boards.items[at[i]], open[i], r, watermark);
         if (open[i])
-            c->due[at[i]] = due;
+            c->known[at[i]].due = due;
     }
     free(reqs);
     lb_buf_free(&buf);
@@ -909,7 +927,7 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
             continue;
         }
         if (pub->failed)
-            c->busy = 1; /* a record not delivered: claimed again at the next check */
+            again(c, pub->board); /* a record not delivered: claimed again at the next check */
         pub_free(pub);
         c->pubs[i] = c->pubs[--c->npubs];
     }

@@ -185,6 +185,14 @@ for cmd in "${commands[@]}"; do
         sleep 2
         ! window_published "res-$seed-0" "$first_day" ||
             fail "without +$cmd res-$seed-0 $first_day was published: the retry is not tested"
+        if [[ $cmd == hsetnx ]]; then
+            # the failing board's ~final is read again at each check (2 s),
+            # not every board's: res-0, with nothing to close, stays unread
+            sleep 4
+            idle=$(redis_cli "$(live_ports | first)" -c OBJECT IDLETIME "lb:{res-0}:~final")
+            ((idle >= 4)) ||
+                fail "without +$cmd the ~final of res-0 (nothing to close) was read ${idle} s ago: read again at each check"
+        fi
         acl_setuser "+$cmd"
         lb_wait_for 30 window_published "res-$seed-0" "$first_day" ||
             fail "allowed +$cmd again, the pod did not publish res-$seed-0 $first_day: $(final_state "res-$seed-0" "$first_day")"
