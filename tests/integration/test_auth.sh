@@ -188,8 +188,9 @@ for cmd in "${commands[@]}"; do
         if [[ $cmd == hsetnx ]]; then
             # the failing board's ~final is read again at each check (2 s),
             # not every board's: res-0, with nothing to close, stays unread
-            sleep 4
+            sleep 5
             idle=$(redis_cli "$(live_ports | first)" -c OBJECT IDLETIME "lb:{res-0}:~final")
+            [[ $idle =~ ^[0-9]+$ ]] || fail "no ~final of res-0 to watch: OBJECT IDLETIME answered '$idle'"
             ((idle >= 4)) ||
                 fail "without +$cmd the ~final of res-0 (nothing to close) was read ${idle} s ago: read again at each check"
         fi
