@@ -677,8 +677,9 @@ static int restore(struct lb_closer *c, struct pub *pub)
 /* Starts publishing 'window' of 'board' (claim, then produce). -1 when a
  * claim or what follows it failed: the board's ~final (again()), and its
  * ~open while the window is listed there (look()), are read again at the
- * next check, where the window still is, listed or claimed by this pod. A restore that failed is
- * tried at the next sweep instead: its read of the results topic may wait 10 s. */
+ * next check, where the window still is, listed or claimed by this pod.
+ * A restore that failed is tried at the next sweep instead: its read of
+ * the results topic may wait 10 s. */
 static int start(struct lb_closer *c, const char *board, const char *window, int64_t watermark)
 {
     const struct lb_profile *profile = lb_config_profile_for(c->o.config, board, strlen(board));
