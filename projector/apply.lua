@@ -142,7 +142,7 @@ end
 --       closed at, n: players, o: each partition's close offset, h: and u:
 --       the publisher's lease, r:<w>:<part> the record's bytes), [5] the
 --       window key, [6] the final key.
--- ARGV: [2] C, [3] claim|keep|done|restore|reopen|reopened, [4] holder, [5]
+-- ARGV: [2] C, [3] claim|keep|done|restore|reopen|reopened|unreopen, [4] holder, [5]
 --       lease in ms, [6] the window ("weekly:2026-W48"); claim: [7] top (0:
 --       all), [8] d|a, [9] closed at (ms); keep: [7] part, [8] its bytes
 --       (the first kept stay: the answer is them); done: [7] 1 keep the
@@ -184,6 +184,15 @@ if ARGV[2] == 'C' then
     if st[1] ~= 'reopening' then return {'stale', st[1] or ''} end
     redis.call('HSET', KEYS[3], w, redis.call('HGET', KEYS[4], 'c:' .. w) or '0')
     redis.call('HSET', KEYS[4], 's:' .. w, 'reopened')
+    return {'ok'}
+  end
+  -- unreopen (replay --republish): one left reopening whose live key has
+  -- since expired (its ttl) cannot be rebuilt: published again as it
+  -- closed (its final key and its record stand), out of ~open
+  if ARGV[3] == 'unreopen' then
+    if st[1] ~= 'reopening' then return {'stale', st[1] or ''} end
+    redis.call('HSET', KEYS[4], 's:' .. w, 'published')
+    redis.call('HDEL', KEYS[3], w)
     return {'ok'}
   end
   local t = redis.call('TIME')

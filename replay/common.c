@@ -429,6 +429,27 @@ static int window_expired(const struct replay *r, const char *board, const char 
     return 0;
 }
 
+/* --republish: a window an earlier run left reopening whose live key has
+ * since expired cannot be rebuilt: it is put back as published, as it
+ * closed (its final key and its record stand), and its note goes. */
+static void put_back(struct replay *r, struct closed_board *cb, const char *window)
+{
+    redisReply *reply = final_step(r, cb->board, window, "unreopen");
+    const char *word = answer_word(reply);
+    if (word && strcmp(word, "ok") == 0) {
+        replay_journal_reopening(&r->lease, cb->board, window, 0);
+        fprintf(stderr,
+                "replay: board '%s' window '%s' was left reopening and its live key expired "
+                "(ttl): not rebuilt, published again as it closed (its final standings stand)\n",
+                cb->board, window);
+    } else {
+        say_step_failed(r, cb->board, window, "unreopen", reply);
+        r->reopen_failed = 1;
+    }
+    if (reply)
+        freeReplyObject(reply);
+}
+
 /* --republish: the board's closed windows in the selection are reopened
  * before its events are read (the apply script's reopen step): nobody
  * closes them while replay rebuilds them from every event, and the pods
@@ -446,10 +467,14 @@ static int reopen(struct replay *r, struct closed_board *cb)
         if (!selected)
             continue;
         if (window_expired(r, cb->board, f + 2)) {
-            fprintf(stderr,
-                    "replay: board '%s' window '%s' not reopened: its live key expired (ttl), "
-                    "so its final standings stand as published\n",
-                    cb->board, f + 2);
+            const char *state = cb->fields->element[i + 1]->str;
+            if (state && strcmp(state, "reopening") == 0)
+                put_back(r, cb, f + 2);
+            else
+                fprintf(stderr,
+                        "replay: board '%s' window '%s' not reopened: its live key expired "
+                        "(ttl), so its final standings stand as published\n",
+                        cb->board, f + 2);
             continue;
         }
         /* noted first: a run killed next leaves it named, never unnamed */

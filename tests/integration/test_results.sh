@@ -304,6 +304,47 @@ verify "${oracle[@]}"
 same_as_oracle res-0 "$w0"
 ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed), which the next run's plan named; run again, the day was rebuilt from every event and published again, as the oracle ranks it"
 
+# the same day left reopening by a killed --republish again, and not run
+# again until its ttl had passed: its live key expired (staged with a
+# configuration whose daily ttl is 2 h: the day ended days ago). It
+# cannot be rebuilt: --republish puts it back published, as it closed (its
+# final standings and record stand, nothing is published again), out of
+# ~open, its note gone; the pods no longer try to close it
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
+    --max-rate 200 >"$T_DIR/replay-killed2.out" 2>&1 &
+replay_pid=$!
+lb_wait_for 30 reopening || {
+    kill -9 "$replay_pid" 2>/dev/null
+    fail "replay --republish did not reopen res-0 $w0 again: $(tail -n 3 "$T_DIR/replay-killed2.out")"
+}
+kill -9 "$replay_pid" 2>/dev/null
+wait "$replay_pid" 2>/dev/null || true
+redis_cli "$(live_ports | first)" -c HSET "lb:{res-0}:~open" "$w0" 1 >/dev/null # a late event's listing
+final_before=$(digest "lb:{res-0}:final:$w0")
+dump_results
+records=$(wc -l <"$T_DIR/results.dump")
+sed 's/daily: {ttl: 30d,/daily: {ttl: 2h,/' "$T_DIR/projector.yaml" >"$T_DIR/expired.yaml"
+grep -q 'ttl: 2h' "$T_DIR/expired.yaml" || fail "no daily ttl to shorten in projector.yaml"
+"$BIN/replay" --config "$T_DIR/expired.yaml" --board res-0 --window "$w0" --republish \
+    >"$T_DIR/replay-expired.out" 2>&1 ||
+    fail "replay --republish of an expired day failed: $(tail -n 3 "$T_DIR/replay-expired.out")"
+grep -q "board 'res-0' window '$w0' was left reopening and its live key expired" "$T_DIR/replay-expired.out" ||
+    fail "replay did not say it put res-0 $w0 back: $(grep -m 3 "res-0" "$T_DIR/replay-expired.out")"
+[[ $(final_state res-0 "$w0") == published ]] || fail "res-0 $w0 is $(final_state res-0 "$w0"), not published"
+[[ $(redis_cli "$(live_ports | first)" -c HEXISTS "lb:{res-0}:~open" "$w0") == 0 ]] ||
+    fail "res-0 $w0 is still listed in ~open"
+[[ $(redis_cli "$(live_ports | first)" -c HLEN "lb:~replay-reopening") == 0 ]] ||
+    fail "lb:~replay-reopening still names a window: $(redis_cli "$(live_ports | first)" -c HKEYS "lb:~replay-reopening")"
+[[ $(digest "lb:{res-0}:final:$w0") == "$final_before" ]] || fail "the final standings of res-0 $w0 changed"
+sleep 3 # a closer check or more
+dump_results
+(($(wc -l <"$T_DIR/results.dump") == records)) || fail "res-0 $w0 was published again"
+# the live day, gone with the short ttl, rebuilt as it closed for what follows
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" \
+    >"$T_DIR/replay-day.out" 2>&1 || fail "replay --board res-0 --window $w0 failed: $(tail -n 3 "$T_DIR/replay-day.out")"
+verify "${oracle[@]}"
+ok "res-0 $w0 left reopening again, its ttl passed: replay --republish put it back published as it closed, out of ~open, nothing published again"
+
 # 3. pods killed between the claim and the acknowledgement: c after it
 #    produced a window's record and before the broker acknowledged it (the
 #    record may or may not have reached the broker); c2 after the broker

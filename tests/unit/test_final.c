@@ -160,11 +160,35 @@ static void only_published_windows_reopen(void **state)
     step(f, "reopened", "replay-1", NULL, 0, "stale claimed");
 }
 
+/* A window left reopening whose live key expired (replay --republish
+ * killed, not run again within the ttl): unreopen puts it back published,
+ * as it closed, out of ~open; only a reopening one. */
+static void a_window_left_reopening_is_put_back_as_published(void **state)
+{
+    struct fixture *f = *state;
+    run(f, "ZADD lb:{fb}:%s 30 a 20 b", WINDOW);
+    const char *claim[] = {"0", "d", "1000"}, *done[] = {"1"};
+    step(f, "claim", "pod-a", claim, 3, "go 1000 2 ");
+    step(f, "unreopen", "replay-1", NULL, 0, "stale claimed");
+    step(f, "done", "pod-a", done, 1, "ok");
+    step(f, "unreopen", "replay-1", NULL, 0, "stale published");
+    step(f, "reopen", "replay-1", NULL, 0, "ok");
+    run(f, "HSET lb:{fb}:~open %s 900", WINDOW); /* a pod wrote an event there */
+    run(f, "DEL lb:{fb}:%s", WINDOW);            /* its ttl */
+    step(f, "unreopen", "replay-2", NULL, 0, "ok");
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
+    assert_field(f, "lb:{fb}:~open", WINDOW, NULL);
+    assert_final(f, "a b");
+    step(f, "claim", "pod-a", claim, 3, "published");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(a_window_closes_reopens_and_closes_again, setup, teardown),
         cmocka_unit_test_setup_teardown(only_published_windows_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_window_left_reopening_is_put_back_as_published, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
