@@ -24,8 +24,9 @@ struct unknown {
 struct lb_registry {
     CURLM *multi;
     CURL *curl;
-    int32_t asking; /* the id of the request in flight, or -1 */
-    char *base;     /* the url without a trailing '/' */
+    int32_t asking; /* the id of the request in flight, if 'in_flight' */
+    int in_flight;
+    char *base; /* the url without a trailing '/' */
     struct curl_slist *headers;
     char errbuf[CURL_ERROR_SIZE];
     char *body;
@@ -72,7 +73,6 @@ struct lb_registry *lb_registry_new(const struct lb_registry_options *o, char *e
     if (!r || !(r->base = strdup(o->url)) || !(r->curl = curl_easy_init()) ||
         !(r->multi = curl_multi_init()))
         goto nomem;
-    r->asking = -1;
     size_t n = strlen(r->base);
     while (n > 0 && r->base[n - 1] == '/')
         r->base[--n] = '\0';
@@ -122,7 +122,7 @@ void lb_registry_free(struct lb_registry *r)
 {
     if (!r)
         return;
-    if (r->multi && r->asking >= 0)
+    if (r->multi && r->in_flight)
         curl_multi_remove_handle(r->multi, r->curl);
     if (r->multi)
         curl_multi_cleanup(r->multi);
@@ -203,6 +203,7 @@ static int start(struct lb_registry *r, int32_t id)
         curl_multi_add_handle(r->multi, r->curl) != CURLM_OK)
         return -1;
     r->asking = id;
+    r->in_flight = 1;
     return 0;
 }
 
@@ -211,9 +212,10 @@ static enum answer read_answer(struct lb_registry *r, CURLcode rc, char **schema
                                size_t whylen)
 {
     long status = 0;
-    if (r->too_big) {
-        snprintf(why, whylen, "the registry answered with more than 1 MiB");
-        return A_UNUSABLE;
+    if (r->too_big) { /* a schema that big cannot serve; an error page says nothing */
+        curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
+        snprintf(why, whylen, "its answer (HTTP %ld) was over 1 MiB", status);
+        return status == 200 ? A_UNUSABLE : A_DOWN;
     }
     if (rc != CURLE_OK) {
         snprintf(why, whylen, "%.150s", *r->errbuf ? r->errbuf : curl_easy_strerror(rc));
@@ -319,7 +321,7 @@ static int settle(struct lb_registry *r, struct lb_decoder *decoder, int32_t id,
 static int drive(struct lb_registry *r, struct lb_decoder *decoder, int64_t mono_ms, int budget_ms)
 {
     int64_t until = lb_monotonic_ms() + budget_ms;
-    while (r->asking >= 0) {
+    while (r->in_flight) {
         int running = 0, left = 0, done = 0;
         CURLcode rc = CURLE_OK;
         CURLMsg *msg;
@@ -334,7 +336,7 @@ static int drive(struct lb_registry *r, struct lb_decoder *decoder, int64_t mono
             char why[192] = "", *schema = NULL;
             int32_t id = r->asking;
             curl_multi_remove_handle(r->multi, r->curl);
-            r->asking = -1;
+            r->in_flight = 0;
             enum answer a = read_answer(r, rc, &schema, why, sizeof(why));
             int status = settle(r, decoder, id, a, schema, why, sizeof(why), mono_ms);
             free(schema);
@@ -366,11 +368,11 @@ static int decided(const struct lb_registry *r, const struct lb_decoder *decoder
 int lb_registry_resolve(struct lb_registry *r, struct lb_decoder *decoder, int32_t id,
                         int64_t mono_ms)
 {
-    if (decided(r, decoder, id, mono_ms))
+    if (id < 0 || decided(r, decoder, id, mono_ms)) /* no registry id is negative */
         return 1;
     if (drive(r, decoder, mono_ms, 0) != 0)
         return -1;
-    if (r->asking < 0 && mono_ms >= r->stats.retry_at && !decided(r, decoder, id, mono_ms)) {
+    if (!r->in_flight && mono_ms >= r->stats.retry_at && !decided(r, decoder, id, mono_ms)) {
         if (start(r, id) != 0)
             return -1;
         if (drive(r, decoder, mono_ms, ASK_BUDGET_MS) != 0)

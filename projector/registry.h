@@ -52,7 +52,8 @@ void lb_registry_free(struct lb_registry *registry);
 
 /* Whether 'decoder' can decide now about records of schema id 'id': 1 when
  * it can (it has the schema or refuses it, or the registry does not know the
- * id: such records are rejected), 0 when not now (no answer yet, or no answer
+ * id, or the id is negative, which no registry gives: such records are
+ * rejected), 0 when not now (no answer yet, or no answer
  * at all: the records must wait), -1 when out of memory. Starts a request
  * only when none is in flight and the registry is not backed off. 'mono_ms'
  * is the monotonic clock. */

@@ -21,10 +21,25 @@ static char paths[16][128];
 static int port;
 static struct MHD_Daemon *server;
 
+/* A body of more than 1 MiB. */
+static const char *big(void)
+{
+    static char text[1200001];
+    if (!text[0])
+        memset(text, 'x', sizeof(text) - 1);
+    return text;
+}
+
 /* What the registry answers for id 'id' (under the base path /base). */
 static unsigned canned(int id, const char **body)
 {
     switch (id) {
+    case 10:
+        *body = big();
+        return 200;
+    case 11: /* a proxy's error page */
+        *body = big();
+        return 503;
     case 1:
         *body = "{\"schema\": \"{\\\"type\\\": \\\"record\\\", \\\"name\\\": \\\"ScoreEvent\\\", "
                 "\\\"namespace\\\": \\\"leaderboard.v1\\\", \\\"fields\\\": [{\\\"name\\\": "
@@ -193,12 +208,33 @@ static void an_unknown_id_is_rejected_and_asked_for_again_later(void **state)
     lb_decoder_free(d);
 }
 
+/* A negative id off the wire (00 FF FF FF FF ...): no registry gives one,
+ * so its records are rejected at once, nothing is asked, and the next id is
+ * asked for as usual. */
+static void a_negative_id_is_rejected_without_asking(void **state)
+{
+    (void)state;
+    struct lb_decoder *d = lb_decoder_new(LB_WIRE_CONFLUENT);
+    struct lb_registry *r = open_registry("/base", NULL, NULL);
+    char detail[200];
+    assert_int_equal(lb_registry_resolve(r, d, -1, 1000), 1);
+    assert_int_equal(lb_registry_resolve(r, d, INT32_MIN, 1000), 1);
+    assert_int_equal(decode_id(d, -1, detail, sizeof(detail)), LB_REJECT_UNKNOWN_SCHEMA);
+    assert_int_equal(lb_registry_resolve(r, d, 1, 1001), 1);
+    assert_true(lb_decoder_has(d, 1));
+    assert_int_equal(lb_registry_stats(r)->fetched, 1);
+    assert_int_equal(lb_registry_stats(r)->unknown, 0);
+    lb_registry_free(r);
+    lb_decoder_free(d);
+}
+
 static void no_answer_makes_records_wait_with_back_off(void **state)
 {
     (void)state;
-    static const int ids[] = {3, 4, 7}; /* 404 without 40403, 500, not JSON */
-    static const char *const whys[] = {"without error_code 40403", "HTTP 500", "not {\"schema\""};
-    for (size_t k = 0; k < 3; k++) {
+    static const int ids[] = {3, 4, 7, 11}; /* 404 without 40403, 500, not JSON, a big 503 */
+    static const char *const whys[] = {"without error_code 40403", "HTTP 500", "not {\"schema\"",
+                                       "(HTTP 503) was over 1 MiB"};
+    for (size_t k = 0; k < 4; k++) {
         struct lb_decoder *d = lb_decoder_new(LB_WIRE_CONFLUENT);
         struct lb_registry *r = open_registry("/base", NULL, NULL);
         int id = ids[k];
@@ -236,11 +272,12 @@ static void no_answer_makes_records_wait_with_back_off(void **state)
 static void schemas_that_cannot_serve_are_refused_for_good(void **state)
 {
     (void)state;
-    static const int ids[] = {5, 6, 8};
-    static const char *const whys[] = {"PROTOBUF schema", "schema references", "board"};
+    static const int ids[] = {5, 6, 8, 10};
+    static const char *const whys[] = {"PROTOBUF schema", "schema references", "board",
+                                       "(HTTP 200) was over 1 MiB"};
     struct lb_decoder *d = lb_decoder_new(LB_WIRE_CONFLUENT);
     struct lb_registry *r = open_registry("/base", NULL, NULL);
-    for (size_t k = 0; k < 3; k++) {
+    for (size_t k = 0; k < 4; k++) {
         char detail[200];
         int id = ids[k];
         assert_int_equal(lb_registry_resolve(r, d, id, 1000), 1);
@@ -251,7 +288,7 @@ static void schemas_that_cannot_serve_are_refused_for_good(void **state)
         if (!strstr(detail, "the registry's schema cannot be read") || !strstr(detail, whys[k]))
             fail_msg("id %d: detail \"%s\"", id, detail);
     }
-    assert_int_equal(lb_registry_stats(r)->unusable, 3);
+    assert_int_equal(lb_registry_stats(r)->unusable, 4);
     assert_int_equal(lb_registry_stats(r)->failures, 0);
     lb_registry_free(r);
     lb_decoder_free(d);
@@ -298,6 +335,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_fetched_schema_serves_and_is_asked_for_once),
         cmocka_unit_test(an_unknown_id_is_rejected_and_asked_for_again_later),
+        cmocka_unit_test(a_negative_id_is_rejected_without_asking),
         cmocka_unit_test(no_answer_makes_records_wait_with_back_off),
         cmocka_unit_test(schemas_that_cannot_serve_are_refused_for_good),
         cmocka_unit_test(a_slow_answer_runs_on_while_its_records_wait),
