@@ -42,8 +42,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DETAIL_MAX 200
-
 /* A held-back write is retried in place this long before it is held (and
  * retried by reading its partition again). */
 #define RETRY_IN_PLACE_MS 1000
@@ -53,8 +51,6 @@ struct batch {
     struct lb_batch base; /* first: a struct lb_batch * of ours is a struct batch * */
     uint8_t *skip;        /* its partition was revoked or rewound: not settled */
     uint8_t *dlq;         /* enum lb_dlq_state of each record */
-    uint8_t *reason;      /* enum lb_reject of each dead-lettered record */
-    char (*detail)[DETAIL_MAX];
 };
 
 static struct batch *batch_of(struct lb_batch *base)
@@ -836,8 +832,6 @@ static void on_reject(void *ctx, const struct lb_record *r, enum lb_reject reaso
         struct batch *b = candidates[k];
         if (b && r >= b->base.records && r < b->base.records + b->base.n) {
             size_t i = (size_t)(r - b->base.records);
-            b->reason[i] = (uint8_t)reason;
-            snprintf(b->detail[i], sizeof(b->detail[i]), "%s", detail);
             b->dlq[i] = (uint8_t)lb_dlq_send(d->dlq, b->base.msgs[i], reason, detail);
             return;
         }
@@ -848,7 +842,10 @@ static void on_reject(void *ctx, const struct lb_record *r, enum lb_reject reaso
  * acknowledged, sending again what failed. What is still not there after
  * that (a second; the drain timeout when stopping) holds its partition at
  * it: the partition is read again later, and the record sent again. The
- * rest of the stream does not wait for it. */
+ * rest of the stream does not wait for it. Every record is looked up, not
+ * only those rejected in this batch: one read again after a hold is not
+ * always rejected again (the apply script skips what its markers hold,
+ * and decides some rejects there), and its copy is as much in flight. */
 static void settle_dlq(struct daemon *d, struct batch *b)
 {
     int64_t now = lb_monotonic_ms(), until = now + 1000, backoff = 100, retry_at = now;
@@ -859,9 +856,9 @@ static void settle_dlq(struct daemon *d, struct batch *b)
     for (;;) {
         size_t pending = 0, failed = 0;
         for (size_t i = 0; i < b->base.n; i++) {
-            if (b->dlq[i] == LB_DLQ_NONE)
-                continue;
-            b->dlq[i] = (uint8_t)lb_dlq_state(d->dlq, b->base.msgs[i]);
+            enum lb_dlq_state st = lb_dlq_state(d->dlq, b->base.msgs[i]);
+            if (st != LB_DLQ_NONE || b->dlq[i] != LB_DLQ_FAILED) /* failed: out of memory */
+                b->dlq[i] = (uint8_t)st;
             pending += b->dlq[i] == LB_DLQ_PENDING;
             failed += b->dlq[i] == LB_DLQ_FAILED;
         }
@@ -880,9 +877,9 @@ static void settle_dlq(struct daemon *d, struct batch *b)
         }
         if (failed && now >= retry_at) {
             for (size_t i = 0; i < b->base.n; i++)
-                if (b->dlq[i] == LB_DLQ_FAILED)
-                    b->dlq[i] = (uint8_t)lb_dlq_send(d->dlq, b->base.msgs[i],
-                                                     (enum lb_reject)b->reason[i], b->detail[i]);
+                if (b->dlq[i] == LB_DLQ_FAILED &&
+                    lb_dlq_send_again(d->dlq, b->base.msgs[i]) != LB_DLQ_NONE)
+                    b->dlq[i] = (uint8_t)lb_dlq_state(d->dlq, b->base.msgs[i]);
             retry_at = now + backoff;
             backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
         }
@@ -1018,10 +1015,7 @@ int lb_daemon_run(const struct lb_config *config, struct lb_engine *engine,
     for (int b = 0; b < 2; b++) {
         d.batches[b].skip = calloc(max, 1);
         d.batches[b].dlq = calloc(max, 1);
-        d.batches[b].reason = calloc(max, 1);
-        d.batches[b].detail = calloc(max, sizeof(*d.batches[b].detail));
-        allocated = allocated && d.batches[b].skip && d.batches[b].dlq && d.batches[b].reason &&
-                    d.batches[b].detail;
+        allocated = allocated && d.batches[b].skip && d.batches[b].dlq;
     }
     if (!allocated) {
         LB_ERROR("daemon", "out of memory");
@@ -1180,8 +1174,6 @@ done:
     for (int b = 0; b < 2; b++) {
         free(d.batches[b].skip);
         free(d.batches[b].dlq);
-        free(d.batches[b].reason);
-        free(d.batches[b].detail);
     }
     free(d.carry);
     for (size_t i = 0; i < d.nreleases; i++)

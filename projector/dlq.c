@@ -27,7 +27,9 @@ struct entry {
     uint8_t state;        /* enum lb_dlq_state */
     uint8_t by_reference; /* 0: whole; 1: without the value; 2: without key and value */
     uint8_t forgotten;    /* committed: free once nothing is in flight */
-    unsigned in_flight;   /* deliveries whose report is still to come */
+    uint8_t reason;       /* enum lb_reject, and 'detail': what a copy sent again says */
+    char *detail;
+    unsigned in_flight; /* deliveries whose report is still to come */
 };
 
 struct lb_dlq {
@@ -142,6 +144,7 @@ static void free_entry(struct lb_dlq *dlq, struct entry *e)
     *link = e->next;
     dlq->count--;
     free(e->topic);
+    free(e->detail);
     free(e);
 }
 
@@ -329,20 +332,15 @@ static rd_kafka_resp_err_t produce(struct lb_dlq *dlq, struct entry *e,
     return err;
 }
 
-enum lb_dlq_state lb_dlq_send(struct lb_dlq *dlq, const rd_kafka_message_t *msg,
-                              enum lb_reject reason, const char *detail)
+/* Produces the copy of 'msg' that entry 'e' stands for, by reference when
+ * the producer finds it too large. */
+static enum lb_dlq_state send_entry(struct lb_dlq *dlq, struct entry *e,
+                                    const rd_kafka_message_t *msg)
 {
     const char *source = rd_kafka_topic_name(msg->rkt);
-    struct entry *e = entry_for(dlq, source, msg->partition, msg->offset);
-    if (!e) {
-        LB_ERROR("dlq", "out of memory dead-lettering %s [%d] at offset %lld; its partition holds",
-                 source, msg->partition, (long long)msg->offset);
-        return LB_DLQ_FAILED;
-    }
-    if (e->state == LB_DLQ_DONE || e->state == LB_DLQ_PENDING)
-        return (enum lb_dlq_state)e->state; /* read again: not a second copy */
     for (;;) {
-        rd_kafka_resp_err_t err = produce(dlq, e, msg, reason, detail);
+        rd_kafka_resp_err_t err =
+            produce(dlq, e, msg, (enum lb_reject)e->reason, e->detail ? e->detail : "");
         if (!err) {
             e->state = LB_DLQ_PENDING;
             break;
@@ -370,8 +368,37 @@ enum lb_dlq_state lb_dlq_send(struct lb_dlq *dlq, const rd_kafka_message_t *msg,
     return (enum lb_dlq_state)e->state;
 }
 
+enum lb_dlq_state lb_dlq_send(struct lb_dlq *dlq, const rd_kafka_message_t *msg,
+                              enum lb_reject reason, const char *detail)
+{
+    const char *source = rd_kafka_topic_name(msg->rkt);
+    struct entry *e = entry_for(dlq, source, msg->partition, msg->offset);
+    if (!e) {
+        LB_ERROR("dlq", "out of memory dead-lettering %s [%d] at offset %lld; its partition holds",
+                 source, msg->partition, (long long)msg->offset);
+        return LB_DLQ_FAILED;
+    }
+    if (e->state == LB_DLQ_DONE || e->state == LB_DLQ_PENDING)
+        return (enum lb_dlq_state)e->state; /* read again: not a second copy */
+    if (e->state == LB_DLQ_NONE) {
+        e->reason = (uint8_t)reason;
+        e->detail = strdup(detail ? detail : ""); /* NULL: sent without it */
+    }
+    return send_entry(dlq, e, msg);
+}
+
+enum lb_dlq_state lb_dlq_send_again(struct lb_dlq *dlq, const rd_kafka_message_t *msg)
+{
+    struct entry *e = lookup(dlq, rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset);
+    if (!e || e->state != LB_DLQ_FAILED)
+        return e ? (enum lb_dlq_state)e->state : LB_DLQ_NONE;
+    return send_entry(dlq, e, msg);
+}
+
 enum lb_dlq_state lb_dlq_state(const struct lb_dlq *dlq, const rd_kafka_message_t *msg)
 {
+    if (!dlq->count) /* the common case: nothing dead-lettered that is not committed */
+        return LB_DLQ_NONE;
     const struct entry *e = lookup(dlq, rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset);
     return e ? (enum lb_dlq_state)e->state : LB_DLQ_NONE;
 }

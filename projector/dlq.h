@@ -80,6 +80,13 @@ void lb_dlq_free(struct lb_dlq *dlq, int timeout_ms);
 enum lb_dlq_state lb_dlq_send(struct lb_dlq *dlq, const rd_kafka_message_t *msg,
                               enum lb_reject reason, const char *detail);
 
+/* Sends the copy of 'msg' again, as lb_dlq_send first described it, when
+ * its last attempt failed (a record read again may not be rejected again:
+ * the apply script skips what its markers hold, and its reject, decided
+ * there, is not made again). Returns the record's state (LB_DLQ_NONE: it
+ * was never dead-lettered). */
+enum lb_dlq_state lb_dlq_send_again(struct lb_dlq *dlq, const rd_kafka_message_t *msg);
+
 /* The state of the dead-letter copy of source record 'msg'. */
 enum lb_dlq_state lb_dlq_state(const struct lb_dlq *dlq, const rd_kafka_message_t *msg);
 

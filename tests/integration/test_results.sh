@@ -499,6 +499,38 @@ verify "${oracle[@]}"
 stop_projector "$PROJECTOR_PID"
 ok "a master restarted empty under a running pod: the pod put res-1's closed day back from the results topic, published nothing, and replay --node made every board exact"
 
+# 3b. late events while the dead-letter topic cannot be written (a pod whose
+#     dlq_topic does not exist yet). A late event counts for the windows
+#     still open: the apply script writes it there, leaves its closed day
+#     out (window_closed) and moves the markers past it. Its partition holds
+#     at it (its copy is not in the topic) and is read again; the script
+#     then skips it and does not reject it again, yet its copy is still not
+#     there: the partition stays held until the topic exists, and then every
+#     late event is dead-lettered
+DLQ_TOPIC=scores-dlq-late write_config "$T_DIR/dlq-late.yaml" "$profiles"
+held_at=$(committed_offsets)
+produce -n 200 --seed 530 --boards 3 --board-prefix res- --players 300 --score-max 100000 \
+    --start "$START" --days 2
+start_projector dlq-late "$T_DIR/dlq-late.yaml"
+wait_log "$T_DIR/dlq-late.log" 'held at offset [0-9]* (dlq)' 30
+sleep 6 # read again several times (100 ms, doubling): each time skipped by the script
+[[ $(committed_offsets | awk '{ print $1, $2 }') == "$(awk '{ print $1, $2 }' <<<"$held_at")" ]] ||
+    fail "with the dead-letter topic missing, commits passed late events:
+before: $(tr '\n' ' ' <<<"$held_at")
+now:    $(committed_offsets | tr '\n' ' ')"
+"$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-dlq-late \
+    --partitions 1 >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create scores-dlq-late"
+wait_caught_up 120
+"$BIN/lbadmin" dump --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-dlq-late --timeout 20 \
+    >"$T_DIR/dlq-late.dump" 2>>"$T_DIR/lbadmin.log" || fail "cannot read scores-dlq-late"
+want=$(grep -c '^e530-' "$T_DIR/events.tsv")
+got=$(grep ' lb.reason=window_closed ' "$T_DIR/dlq-late.dump" |
+    grep -o 'lb\.source\.partition=[0-9]* lb\.source\.offset=[0-9]*' | sort -u | wc -l)
+((got == want)) || fail "$got of the $want late events are in scores-dlq-late"
+stop_projector "$PROJECTOR_PID"
+verify "${oracle[@]}"
+ok "late events with the dead-letter topic missing: their partitions held, read again (the script skipping them) and still held; once it existed all $want were dead-lettered"
+
 # 4. idle partitions (topic idle, 4 partitions, its own group and key
 #    prefix): the first day on partitions 0 to 2, the next two days on 0 and
 #    1 only. Partition 2 falls idle (caught up, its watermark days behind the
