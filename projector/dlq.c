@@ -265,6 +265,7 @@ void lb_dlq_free(struct lb_dlq *dlq, int timeout_ms)
         for (struct entry *e = dlq->buckets[b], *next; e; e = next) {
             next = e->next;
             free(e->topic);
+            free(e->detail);
             free(e);
         }
     free(dlq->buckets);
