@@ -876,10 +876,13 @@ static void settle_dlq(struct daemon *d, struct batch *b)
             return;
         }
         if (failed && now >= retry_at) {
-            for (size_t i = 0; i < b->base.n; i++)
-                if (b->dlq[i] == LB_DLQ_FAILED &&
-                    lb_dlq_send_again(d->dlq, b->base.msgs[i]) != LB_DLQ_NONE)
-                    b->dlq[i] = (uint8_t)lb_dlq_state(d->dlq, b->base.msgs[i]);
+            for (size_t i = 0; i < b->base.n; i++) {
+                enum lb_dlq_state st = b->dlq[i] == LB_DLQ_FAILED
+                                           ? lb_dlq_send_again(d->dlq, b->base.msgs[i])
+                                           : LB_DLQ_NONE;
+                if (st != LB_DLQ_NONE) /* none: not noted (out of memory), stays failed */
+                    b->dlq[i] = (uint8_t)st;
+            }
             retry_at = now + backoff;
             backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
         }
