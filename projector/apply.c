@@ -115,6 +115,14 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
     return build_key(out, cap, prefix, board, rest, strlen(rest), NULL, 0);
 }
 
+size_t lb_intact_key(const char *prefix, uint16_t slot, char *out, size_t cap)
+{
+    char tag[24];
+    size_t tlen = lb_slot_tag(slot, tag, sizeof(tag));
+    int n = snprintf(out, cap, "%s%s{%s}", prefix, LB_INTACT_KEY, tag);
+    return tlen && n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
 size_t lb_final_key(const char *prefix, struct lb_str board, const char *window, char *out,
                     size_t cap)
 {

@@ -159,6 +159,14 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
  * "at" replay --republish changes once it reopened windows; the closers
  * read it at each check and look for them at once. */
 #define LB_REOPENED_KEY "~reopened"
+/* "<prefix>~intact{<tag>}", one per slot (lb_slot_tag; a hash: "by" and
+ * "at"): the slot's shard holds what the projector wrote, not a node
+ * replaced empty or flushed since. Written once for every slot when the
+ * cluster holds none (a new deployment), and by replay for the slots it
+ * rebuilt; a claim of a window whose board's slot has none waits
+ * (apply.lua "C", published.h lb_intact_*). */
+#define LB_INTACT_KEY "~intact"
+size_t lb_intact_key(const char *prefix, uint16_t slot, char *out, size_t cap);
 /* "<prefix>{<board>}:final:<window>" */
 size_t lb_final_key(const char *prefix, struct lb_str board, const char *window, char *out,
                     size_t cap);

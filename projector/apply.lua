@@ -141,7 +141,9 @@ end
 --       claimed|published, or reopening|reopened (replay --republish), c:
 --       closed at, n: players, o: each partition's close offset, h: and u:
 --       the publisher's lease, r:<w>:<part> the record's bytes), [5] the
---       window key, [6] the final key.
+--       window key, [6] the final key, [7] the slot's ~intact mark (apply.h:
+--       none, and the node was replaced empty or flushed since; a claim
+--       then freezes nothing and answers lost, until replay rebuilt it).
 -- ARGV: [2] C, [3] claim|keep|done|restore|reopen|reopened|unreopen, [4] holder, [5]
 --       lease in ms, [6] the window ("weekly:2026-W48"); claim: [7] top (0:
 --       all), [8] d|a, [9] closed at (ms); keep: [7] part, [8] its bytes
@@ -205,6 +207,9 @@ if ARGV[2] == 'C' then
     if st[1] == 'reopening' then return {'reopening'} end
     if st[2] and st[2] ~= ARGV[4] and tonumber(st[3]) > now then return {'busy', st[2]} end
     if not st[1] or st[1] == 'reopened' then
+      local intact = redis.pcall('EXISTS', KEYS[7])
+      if type(intact) == 'table' then return refused(intact, 'exists') or {'error', intact.err} end
+      if intact == 0 then return {'lost'} end
       -- the standings, frozen with each partition's close offset: the
       -- first offset whose events come too late (the board's markers + 1)
       for _, k in ipairs({5, 6}) do

@@ -82,8 +82,10 @@ struct lb_closer {
     int busy;    /* out of memory, or the results topic not read yet: every ~final read again
                   * at the next check */
     int recheck; /* windows due waited for the results topic: read ~open again next check */
+    int64_t next_intact; /* the slots' ~intact marks read (again) then: 0 at once */
+    int intact_seen;     /* read once: a cluster without any mark is no longer taken as new */
     struct lb_closer_stats stats;
-    struct lb_ratelimit said, reopening_said;
+    struct lb_ratelimit said, reopening_said, lost_said;
 };
 
 static void *watch(void *arg);
@@ -163,6 +165,7 @@ struct lb_closer *lb_closer_new(const struct lb_closer_options *options, char *e
     }
     c->o = *options;
     c->stats.watermark = c->read_watermark = -1;
+    c->stats.unrebuilt_slots = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->wake, NULL);
     lb_lease_holder(c->holder, sizeof(c->holder));
@@ -555,6 +558,8 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
         int64_t closed_at = integer_of(reply, 1), players = integer_of(reply, 2);
         const redisReply *o = reply->element[3];
         c->stats.claimed++;
+        if (c->stats.unrebuilt_slots > 0)
+            c->next_intact = 0; /* replay may have marked them: read again at the next check */
         free(pub->offsets);
         pub->offsets = strndup(o->type == REDIS_REPLY_STRING ? o->str : "",
                                o->type == REDIS_REPLY_STRING ? o->len : 0);
@@ -581,6 +586,18 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
             freeReplyObject(frozen);
     } else if (is_word(reply, 0, "busy")) {
         again(c, pub->board);
+    } else if (is_word(reply, 0, "lost")) {
+        /* its node came back empty (or was flushed) and replay has not
+         * rebuilt it: frozen now, the standings would miss what was lost */
+        if (c->stats.unrebuilt_slots == 0)
+            c->next_intact = 0; /* the marks read again at the next check */
+        lb_log_every(&c->lost_said, 60000, LB_LOG_WARN, "results",
+                     "board '%s' window '%s' closed, but slot %u has no %s mark: its node was "
+                     "replaced empty or flushed and replay has not rebuilt it; the window "
+                     "closes once replay --node (or --slots) has (ops/runbooks/lost-shard.md)",
+                     pub->board, pub->window, (unsigned)lb_key_slot(pub->board, strlen(pub->board)),
+                     LB_INTACT_KEY);
+        rc = -1;
     } else if (is_word(reply, 0, "reopening")) {
         /* replay --republish rebuilds it: reopened once done (a sweep
          * finds it then) */
@@ -905,6 +922,49 @@ static int reopened(struct lb_closer *c)
     return changed;
 }
 
+/* Reads the slots' ~intact marks (apply.h): a cluster without any at the
+ * first read is new (or has not run this release yet) and every slot is
+ * marked; slots without one wait for replay. Read again every sweep
+ * interval while some are missing (and after a claim that went ahead: replay
+ * may have marked them), when a claim answers lost while none was, and
+ * soon when the read failed. Once read, a cluster without any lost every
+ * shard: nothing is marked. */
+static void check_intact(struct lb_closer *c, int64_t now_ms)
+{
+    uint8_t missing[LB_SLOTS];
+    char err[256];
+    long n = lb_intact_missing(c->cluster, c->o.key_prefix, missing, err, sizeof(err));
+    if (n == LB_SLOTS && !c->intact_seen) {
+        char by[200];
+        snprintf(by, sizeof(by), "projector %s (no slot had a mark)", c->holder);
+        n = lb_intact_mark(c->cluster, c->o.key_prefix, NULL, by, err, sizeof(err)) == 0 ? 0 : -1;
+        if (n == 0)
+            LB_INFO("results",
+                    "no slot had a %s mark (a new cluster, or the first start of this "
+                    "release): every slot marked",
+                    LB_INTACT_KEY);
+    } else if (n > 0 && n != c->stats.unrebuilt_slots) {
+        long first = 0;
+        while (!missing[first])
+            first++;
+        LB_WARN("results",
+                "%ld slot(s) have no %s mark (the first: %ld): their node was replaced empty or "
+                "flushed; windows of boards there close once replay --node (or --slots) has "
+                "rebuilt them (ops/runbooks/lost-shard.md)",
+                n, LB_INTACT_KEY, first);
+    }
+    if (n < 0) {
+        c->stats.failures++;
+        lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
+                     "reading the slots' %s marks: %s; trying again", LB_INTACT_KEY, err);
+    }
+    c->intact_seen |= n >= 0;
+    c->stats.unrebuilt_slots = n;
+    c->next_intact = n < 0 ? now_ms + 5 * LB_CLOSER_CHECK_MS
+                     : n   ? now_ms + LB_CLOSER_SWEEP_MS
+                           : INT64_MAX; /* until a claim answers lost */
+}
+
 void lb_closer_step(struct lb_closer *c, int64_t now_ms)
 {
     rd_kafka_poll(c->producer, 0);
@@ -941,6 +1001,8 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     if (reopened(c) && !c->scan.running && !c->scan_final)
         c->next_sweep = now_ms; /* the sweep starts at the next step */
     c->busy = c->recheck = 0;
+    if (now_ms >= c->next_intact)
+        check_intact(c, now_ms);
     pthread_mutex_lock(&c->lock);
     int64_t watermark = c->read_watermark;
     pthread_mutex_unlock(&c->lock);

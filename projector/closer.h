@@ -52,13 +52,14 @@ struct lb_closer_options {
 };
 
 struct lb_closer_stats {
-    uint64_t claimed;   /* windows frozen by this pod */
-    uint64_t published; /* windows whose every part the broker acknowledged */
-    uint64_t records;   /* records (parts) acknowledged */
-    uint64_t failures;  /* steps that failed (tried again) */
-    uint64_t restored;  /* windows put back from the results topic (~final lost) */
-    uint64_t sweeps;    /* sweeps of every master that completed */
-    int64_t watermark;  /* the close watermark last read, -1 unknown */
+    uint64_t claimed;     /* windows frozen by this pod */
+    uint64_t published;   /* windows whose every part the broker acknowledged */
+    uint64_t records;     /* records (parts) acknowledged */
+    uint64_t failures;    /* steps that failed (tried again) */
+    uint64_t restored;    /* windows put back from the results topic (~final lost) */
+    uint64_t sweeps;      /* sweeps of every master that completed */
+    int64_t watermark;    /* the close watermark last read, -1 unknown */
+    long unrebuilt_slots; /* slots without an ~intact mark as last read, -1 unknown */
 };
 
 struct lb_closer;

@@ -756,6 +756,10 @@ static void publish(struct daemon *d, int now)
                 "Sweeps of every master for boards with windows to close or claimed that "
                 "completed (at the start, then every minute).");
         lb_text_printf(&t, "lb_results_sweeps_total %llu\n", (unsigned long long)cs->sweeps);
+        gauge(&t, "lb_results_unrebuilt_slots",
+              "Slots without an ~intact mark as last read (their node replaced empty or flushed, "
+              "not rebuilt by replay yet: their windows do not close), or -1.");
+        lb_text_printf(&t, "lb_results_unrebuilt_slots %ld\n", cs->unrebuilt_slots);
         gauge(&t, "lb_results_watermark_seconds",
               "The close watermark last read (event time the whole topic has committed), or -1.");
         lb_text_printf(&t, "lb_results_watermark_seconds %.3f\n",

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define KEY_MAX 1024
 
@@ -399,14 +400,15 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
                           const char *const *extra, const size_t *extralen, size_t nextra)
 {
     struct lb_str id = {board, (uint32_t)strlen(board)};
-    char keys[6][KEY_MAX], lease[24];
-    size_t klen[6], n = 0;
+    char keys[7][KEY_MAX], lease[24];
+    size_t klen[7], n = 0;
     klen[0] = lb_marker_key(prefix, id, keys[0], KEY_MAX);
     klen[1] = lb_marker_zset_key(prefix, id, keys[1], KEY_MAX);
     klen[2] = lb_board_key(prefix, id, LB_OPEN_KEY, keys[2], KEY_MAX);
     klen[3] = lb_board_key(prefix, id, LB_FINAL_KEY, keys[3], KEY_MAX);
     klen[4] = lb_board_key(prefix, id, window, keys[4], KEY_MAX);
     klen[5] = lb_final_key(prefix, id, window, keys[5], KEY_MAX);
+    klen[6] = lb_intact_key(prefix, lb_key_slot(keys[3], klen[3]), keys[6], KEY_MAX);
     const char **argv = malloc((16 + nextra) * sizeof(*argv));
     size_t *argvlen = malloc((16 + nextra) * sizeof(*argvlen));
     if (!argv || !argvlen) {
@@ -417,8 +419,8 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
 #define ARG(s, l) (argv[n] = (s), argvlen[n++] = (l))
     ARG("EVALSHA", 7);
     ARG(lb_apply_script_sha(), 40);
-    ARG("6", 1);
-    for (size_t i = 0; i < 6; i++)
+    ARG("7", 1);
+    for (size_t i = 0; i < 7; i++)
         ARG(keys[i], klen[i]);
     ARG(LB_APPLY_VERSION_TEXT, sizeof(LB_APPLY_VERSION_TEXT) - 1);
     ARG("C", 1);
@@ -434,6 +436,112 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
     free(argv);
     free(argvlen);
     return reply;
+}
+
+/* One command per slot of 'which' (every slot when NULL), built by 'fn'
+ * with its mark's key; the replies in 'reqs' (LB_SLOTS, calloc'ed by the
+ * caller, replies freed by it). The number that failed (the first's
+ * reason in 'err'), or -1 out of memory. */
+static long intact_each(struct lb_cluster *cluster, const char *prefix, const uint8_t *which,
+                        int (*fn)(struct lb_buf *, const char *, size_t, void *), void *ctx,
+                        struct lb_request *reqs, char *err, size_t errlen)
+{
+    struct lb_buf buf = {0};
+    size_t at[LB_SLOTS], n = 0;
+    uint16_t slots[LB_SLOTS];
+    for (uint32_t slot = 0; slot < LB_SLOTS; slot++) {
+        if (which && !which[slot])
+            continue;
+        char key[KEY_MAX];
+        size_t klen = lb_intact_key(prefix, (uint16_t)slot, key, sizeof(key));
+        at[n] = buf.len;
+        slots[n++] = (uint16_t)slot;
+        if (!klen || fn(&buf, key, klen, ctx) != 0) {
+            lb_buf_free(&buf);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < n; i++) /* the buffer has stopped moving */
+        reqs[i] = (struct lb_request){.slot = slots[i],
+                                      .ncommands = 1,
+                                      .bytes = buf.data + at[i],
+                                      .len = (i + 1 < n ? at[i + 1] : buf.len) - at[i]};
+    long failed = n ? (long)lb_cluster_exec(cluster, reqs, n) : 0;
+    for (size_t i = 0; i < n && failed; i++)
+        if (!reqs[i].ok) {
+            snprintf(err, errlen, "slot %u: %s", (unsigned)reqs[i].slot, reqs[i].error);
+            break;
+        }
+    lb_buf_free(&buf);
+    return failed;
+}
+
+static int exists_command(struct lb_buf *buf, const char *key, size_t klen, void *ctx)
+{
+    (void)ctx;
+    const char *argv[] = {"EXISTS", key};
+    size_t argvlen[] = {6, klen};
+    return lb_buf_command(buf, 2, argv, argvlen);
+}
+
+static int mark_command(struct lb_buf *buf, const char *key, size_t klen, void *ctx)
+{
+    const char *const *what = ctx;
+    const char *argv[] = {"HSET", key, "by", what[0], "at", what[1]};
+    size_t argvlen[] = {4, klen, 2, strlen(what[0]), 2, strlen(what[1])};
+    return lb_buf_command(buf, 6, argv, argvlen);
+}
+
+static void free_replies(struct lb_request *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].reply)
+            freeReplyObject(reqs[i].reply);
+    free(reqs);
+}
+
+long lb_intact_missing(struct lb_cluster *cluster, const char *prefix, uint8_t *missing, char *err,
+                       size_t errlen)
+{
+    struct lb_request *reqs = calloc(LB_SLOTS, sizeof(*reqs));
+    if (!reqs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    long rc = intact_each(cluster, prefix, NULL, exists_command, NULL, reqs, err, errlen);
+    for (uint32_t slot = 0; rc == 0 && slot < LB_SLOTS; slot++) {
+        const redisReply *r = reqs[slot].reply;
+        if (!r || r->type != REDIS_REPLY_INTEGER) {
+            snprintf(err, errlen, "slot %u: unexpected answer to EXISTS", (unsigned)slot);
+            rc = -1;
+            break;
+        }
+        missing[slot] = r->integer == 0;
+    }
+    long count = 0;
+    for (uint32_t slot = 0; rc == 0 && slot < LB_SLOTS; slot++)
+        count += missing[slot];
+    free_replies(reqs, LB_SLOTS);
+    return rc == 0 ? count : -1;
+}
+
+int lb_intact_mark(struct lb_cluster *cluster, const char *prefix, const uint8_t *which,
+                   const char *by, char *err, size_t errlen)
+{
+    struct lb_request *reqs = calloc(LB_SLOTS, sizeof(*reqs));
+    if (!reqs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    char at[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    const char *what[] = {by, at};
+    long rc = intact_each(cluster, prefix, which, mark_command, (void *)what, reqs, err, errlen);
+    free_replies(reqs, LB_SLOTS);
+    return rc == 0 ? 0 : -1;
 }
 
 int lb_published_restore(struct lb_cluster *cluster, const char *key_prefix,

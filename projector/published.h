@@ -72,6 +72,16 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
                           const char *window, const char *step, const char *holder, int lease_ms,
                           const char *const *extra, const size_t *extralen, size_t nextra);
 
+/* The slots' "~intact" marks (apply.h LB_INTACT_KEY): sets 'missing'
+ * (LB_SLOTS bytes) to 1 for each slot without its mark and returns how
+ * many; -1 with 'err' (a node down, refused). */
+long lb_intact_missing(struct lb_cluster *cluster, const char *prefix, uint8_t *missing, char *err,
+                       size_t errlen);
+/* Writes the mark of each slot whose byte in 'which' is 1 (every slot when
+ * NULL): "by" 'by', "at" now. 0; -1 with 'err'. */
+int lb_intact_mark(struct lb_cluster *cluster, const char *prefix, const uint8_t *which,
+                   const char *by, char *err, size_t errlen);
+
 /* Puts back a closed window of 'board' from 'pub' through the apply
  * script (its ~final: published, closed-at, players, close offsets; its
  * final key, composites made again with the profile's scoring, when

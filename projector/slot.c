@@ -3,6 +3,7 @@
  * board per batch, never per event, so a table would buy nothing. */
 #include "slot.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,4 +58,28 @@ size_t lb_shard_tag(const char *board, size_t len, uint32_t shards, uint32_t sha
             return (size_t)n;
     }
     return 0; /* no CRC16 misses a range that wide so long */
+}
+
+/* The smallest k of each slot's tag "~s<k>": every slot is hit before k
+ * reaches about 170,000, once per process (about 25 ms). */
+static uint32_t slot_tag_k[LB_SLOTS];
+static pthread_once_t slot_tags_once = PTHREAD_ONCE_INIT;
+
+static void slot_tags_fill(void)
+{
+    char tag[24];
+    size_t left = LB_SLOTS;
+    for (uint32_t k = 0; left; k++) {
+        int n = snprintf(tag, sizeof(tag), "~s%u", k);
+        uint16_t slot = lb_crc16(tag, (size_t)n) & (LB_SLOTS - 1);
+        if (!slot_tag_k[slot] && (slot_tag_k[slot] = k + 1))
+            left--;
+    }
+}
+
+size_t lb_slot_tag(uint16_t slot, char *out, size_t cap)
+{
+    pthread_once(&slot_tags_once, slot_tags_fill);
+    int n = snprintf(out, cap, "~s%u", slot_tag_k[slot & (LB_SLOTS - 1)] - 1);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }

@@ -32,4 +32,8 @@ uint32_t lb_player_shard(const char *player, size_t len, uint32_t shards);
 size_t lb_shard_tag(const char *board, size_t len, uint32_t shards, uint32_t shard, char *out,
                     size_t cap);
 
+/* A hash tag whose slot is 'slot': "~s<k>", k the smallest such number,
+ * NUL-terminated. Its length, or 0 when it does not fit. */
+size_t lb_slot_tag(uint16_t slot, char *out, size_t cap);
+
 #endif

@@ -547,6 +547,43 @@ void replay_announce_reopened(struct replay *r)
         freeReplyObject(reply);
 }
 
+int replay_mark_intact(struct replay *r)
+{
+    if (!r->sel.any_slots || r->sel.boards.count || r->sel.windows.count)
+        return 0; /* some boards of the slots, not their whole shard */
+    uint8_t *missing = malloc(LB_SLOTS);
+    char err[256], by[300];
+    long n = missing ? lb_intact_missing(r->lease_cluster, r->config->key_prefix, missing, err,
+                                         sizeof(err))
+                     : (snprintf(err, sizeof(err), "out of memory"), -1);
+    size_t lost = 0;
+    for (uint32_t s = 0; n > 0 && s < LB_SLOTS; s++)
+        lost += r->sel.slots[s] && missing[s];
+    snprintf(by, sizeof(by), "replay %s", r->lease.owner);
+    /* none at all: no pod with final standings has run this release yet
+     * (the first to start marks every slot), unless every slot was lost
+     * and this run rebuilt them all */
+    size_t selected = 0;
+    for (uint32_t s = 0; s < LB_SLOTS; s++)
+        selected += r->sel.slots[s];
+    int rc = n < 0 ? -1
+             : n == LB_SLOTS && selected < LB_SLOTS
+                 ? 0
+                 : lb_intact_mark(r->lease_cluster, r->config->key_prefix, r->sel.slots, by, err,
+                                  sizeof(err));
+    if (rc != 0)
+        fprintf(stderr,
+                "replay: the rebuilt slots' %s marks not written (%s): closed windows of their "
+                "boards wait; run the same replay again\n",
+                LB_INTACT_KEY, err);
+    else if (lost && (n < LB_SLOTS || selected == LB_SLOTS))
+        printf("replay: %zu slot(s) without a %s mark (their node replaced empty or flushed) "
+               "marked rebuilt: their boards' windows close again\n",
+               lost, LB_INTACT_KEY);
+    free(missing);
+    return rc;
+}
+
 void replay_report_reopening(const struct replay *r)
 {
     for (size_t i = 0; i < r->closed_boards.count; i++)

@@ -525,6 +525,8 @@ int main(int argc, char **argv)
             status = EXIT_BROKEN;
         } else if (status == EXIT_OK && tops)
             printf("replay: %zu merged top(s) of split boards refreshed\n", tops);
+        if (status == EXIT_OK && replay_mark_intact(&r) != 0)
+            status = EXIT_BROKEN;
         if (status == EXIT_OK && r.restored)
             printf("replay: %zu closed window(s) put back from results topic %s (their board's "
                    "~final was gone): published as they closed, not reopened\n",

@@ -166,6 +166,12 @@ int replay_mark_reopened(struct replay *r, const char *board);
 /* --republish: tells the pods that windows were reopened (they look for
  * them at once instead of at their next sweep). */
 void replay_announce_reopened(struct replay *r);
+/* After a rebuild of whole slots (--slots or --node, no --board or
+ * --window): writes their ~intact marks (apply.h), so that their boards'
+ * windows close again; none where the cluster has none at all (the first
+ * pod to start marks every slot) unless it rebuilt every slot. 0; -1 said
+ * on stderr. */
+int replay_mark_intact(struct replay *r);
 /* --republish, a run that failed: names the windows it left reopening. */
 void replay_report_reopening(const struct replay *r);
 int replay_parse_slots(const char *text, struct selection *sel);

@@ -207,14 +207,20 @@ lose_shard() {
     log "lost the shard of $1: nodes ${dead//$'\n'/ } killed, data deleted, flagged failed"
 }
 
-# replace_shard N CONFIG - after lose_shard, ops/runbooks/lost-shard.md's
+# replace_shard N CONFIG [no-replay] - after lose_shard, ops/runbooks/lost-shard.md's
 # procedure run exactly as written: a new, empty node takes the lost slots
 # and replay --node rebuilds them (CONFIG's settings, every live node as a
 # seed: $T_DIR/replay-N.yaml). Sets NEW; the output (replay's included) in
-# $T_DIR/procedure-N.out.
+# $T_DIR/procedure-N.out. With no-replay, the procedure stops before its
+# last step, replay (the test runs it later, as the runbook writes it).
 replace_shard() {
     local n=$1 config=$2 port procedure=$T_DIR/lost-shard-procedure.sh
     [[ -s $procedure ]] || runbook_procedure "$repo/ops/runbooks/lost-shard.md" "$procedure"
+    if [[ ${3-} == no-replay ]]; then
+        grep -q '^replay ' "$procedure" || fail "the runbook's procedure has no replay step"
+        grep -v '^replay ' "$procedure" >"$T_DIR/lost-shard-no-replay.sh"
+        procedure=$T_DIR/lost-shard-no-replay.sh
+    fi
     port=$(lb_free_port_base 1) || fail "no free port for the new node"
     lb_redis_node_add "$port" || fail "the new node did not start"
     local survivors
@@ -232,6 +238,10 @@ replace_shard() {
         status=$?
     cat "$T_DIR/procedure-$n.out" >&2
     [[ $status == 0 ]] || fail "the runbook's procedure failed (exit $status)"
+    if [[ ${3-} == no-replay ]]; then
+        ok "the runbook's procedure put the empty node $NEW in the lost shard's place (no replay yet)"
+        return 0
+    fi
     grep -Eq 'events read .* [1-9][0-9]* of [1-9][0-9]* board\(s\) rebuilt' "$T_DIR/procedure-$n.out" ||
         fail "replay rebuilt no board"
     ok "the runbook's procedure put the empty node $NEW in the lost shard's place and replay rebuilt it"

@@ -13,7 +13,10 @@
 #     (Redis' default): everything pauses, and metrics and log say Redis;
 #  c. the same with cluster-require-full-coverage no: boards on the other
 #     shards keep changing, and each partition's commit stops exactly at its
-#     first event of a board on the lost shard.
+#     first event of a board on the lost shard;
+#  d. final standings: a day closes after the empty node serves the slots
+#     and before replay: boards elsewhere publish it, those on the new node
+#     wait for replay (the slots' ~intact marks), then publish it exact.
 #
 # Split boards (spl-*, lib.sh) have a shard on every master: each loss takes
 # one shard of each, and replay --node rebuilds it and refreshes their merged
@@ -182,3 +185,84 @@ replace_shard c "$T_DIR/projector.yaml"
 load_stop "the repair"
 check_exact c
 ok "c: projector running through the loss (full coverage not required): exact"
+
+# d. final standings: a day closes while its board's shard is being rebuilt.
+# The pod runs with res-* boards publishing their days (lib.sh MODE_RESULTS);
+# yesterday is open on them. The master holding res-0 is lost, a new empty
+# node takes its place (the runbook's procedure up to replay), and the pod
+# writes res-0 and its neighbours there again from what it had not
+# committed. Then events of today move the close watermark past yesterday:
+# boards on the other shards publish it, those of the new node must not
+# (frozen now, their standings would miss everything lost). Once replay
+# --node has rebuilt the node, they close from every event, exact.
+stop_projector "$PROJECTOR_PID"
+"$BIN/lbadmin" create-topic --brokers "$BROKERS" "${KAFKA_X[@]}" --topic scores-results \
+    --partitions 1 >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create scores-results"
+write_config "$T_DIR/results.yaml" "$MODE_PROFILES$MODE_RESULTS
+$METRICS_YAML"
+oracle=("${MODE_ORACLE[@]}" "${MODE_RESULTS_ORACLE[@]}")
+start_projector projector "$T_DIR/results.yaml"
+wait_log "$T_DIR/projector.log" 'every slot marked' 30
+yesterday=$(date -u -d "$START + 2 days" +daily:%Y-%m-%d)
+res_gen=(--boards 12 --players 300 --board-prefix res- --score-max 100000)
+produce -n 3000 --seed 125 "${res_gen[@]}" --start "$(date -u -d "$START + 2 days" +%FT%TZ)" --days 1
+wait_caught_up 120
+[[ -z $(final_state res-0 "$yesterday") ]] || fail "res-0 $yesterday closed before today's events"
+victim=""
+for p in $(slot_masters); do
+    [[ $(redis_cli "$p" EXISTS "lb:{res-0}:~open") == 1 ]] && victim=$p
+done
+[[ -n $victim ]] || fail "no master holds lb:{res-0}:~open"
+lost_res=() kept_res=()
+for ((i = 0; i < 12; i++)); do
+    if [[ $(redis_cli "$victim" EXISTS "lb:{res-$i}:~open") == 1 ]]; then
+        lost_res+=("res-$i")
+    else
+        kept_res+=("res-$i")
+    fi
+done
+((${#kept_res[@]} > 0)) || fail "every res board is on $victim"
+load_start -n 300000 --seed 126 "${res_gen[@]}" --start "$(date -u -d "$START + 2 days" +%FT%TZ)" \
+    --days 1 --rate 500
+sleep 2
+lose_shard "$victim"
+replace_shard d "$T_DIR/results.yaml" no-replay
+load_stop "the node's replacement"
+window_written() { [[ $(redis_cli "$(live_ports | first)" -c EXISTS "lb:{$1}:$2") == 1 ]]; }
+lb_wait_for 60 window_written res-0 "$yesterday" || fail "the pod did not write res-0 $yesterday again"
+logged=$(wc -l <"$T_DIR/projector.log")
+produce -n 600 --seed 127 "${res_gen[@]}" --hours 1 # up to now: past yesterday's end
+wait_caught_up 120
+all_published() {
+    local b
+    for b in "$@"; do
+        window_published "$b" "$yesterday" || return 1
+    done
+}
+lb_wait_for 60 all_published "${kept_res[@]}" ||
+    fail "the boards on the other shards did not publish $yesterday"
+sleep 5 # two closer checks or more
+for b in "${lost_res[@]}"; do
+    state=$(final_state "$b" "$yesterday")
+    [[ -z $state ]] || fail "$b $yesterday is $state before replay rebuilt its node"
+done
+since() { tail -n +$((logged + 1)) "$T_DIR/projector.log"; }
+since | grep "window '$yesterday' closed, but slot [0-9]* has no ~intact mark" >/dev/null ||
+    fail "the log does not say why the lost boards wait"
+new_slots=$(redis_cli "${NEW##*:}" CLUSTER NODES | awk '$3 ~ /myself/ {
+    for (i = 9; i <= NF; i++) { n = split($i, r, "-"); s += r[n] - r[1] + 1 } } END { print s }')
+lb_wait_for 10 metrics_series_is "$url" 'lb_results_unrebuilt_slots' "$new_slots" ||
+    fail "lb_results_unrebuilt_slots is not $new_slots: $(curl -sf "$url/metrics" | grep unrebuilt)"
+ok "d: ${#kept_res[@]} board(s) on the other shards published $yesterday; the ${#lost_res[@]} on the new node wait, $new_slots slot(s) unrebuilt"
+"$BIN/replay" --config "$T_DIR/replay-d.yaml" --node "$NEW" >"$T_DIR/replay-d.out" 2>&1 ||
+    fail "replay --node failed: $(tail -n 3 "$T_DIR/replay-d.out")"
+grep -q "^replay: $new_slots slot(s) without a ~intact mark .* marked rebuilt" "$T_DIR/replay-d.out" ||
+    fail "replay did not mark the $new_slots slots: $(grep -v '^replay: progress' "$T_DIR/replay-d.out" | tail -n 3)"
+lb_wait_for 60 all_published "${lost_res[@]}" || fail "the rebuilt boards did not publish $yesterday"
+lb_wait_for 10 metrics_series_is "$url" 'lb_results_unrebuilt_slots' 0 ||
+    fail "lb_results_unrebuilt_slots did not go back to 0"
+wait_caught_up 120
+verify "${oracle[@]}"
+grep -q "^verify_state: [1-9][0-9]* closed windows checked" "$T_DIR/verify.out" ||
+    fail "no closed window checked: $(head -n 1 "$T_DIR/verify.out")"
+ok "d: replay --node rebuilt the node; the ${#lost_res[@]} board(s) waiting published $yesterday from every event, exact"

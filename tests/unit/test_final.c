@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "published.h"
 #include "redis_server.h"
+#include "slot.h"
 
 #define WINDOW "daily:2026-11-22"
 
@@ -36,6 +37,9 @@ static int setup(void **state)
     struct lb_cluster_options options = lb_engine_cluster_options(f->config);
     f->cluster = lb_cluster_new(&options);
     assert_non_null(f->cluster);
+    char err[256];
+    if (lb_intact_mark(f->cluster, "lb:", NULL, "test", err, sizeof(err)) != 0)
+        fail_msg("%s", err); /* every slot's shard as the projector wrote it */
     *state = f;
     return 0;
 }
@@ -182,12 +186,54 @@ static void a_window_left_reopening_is_put_back_as_published(void **state)
     step(f, "claim", "pod-a", claim, 3, "published");
 }
 
+/* The node of the board's slot replaced empty or flushed (its ~intact
+ * mark gone with it) and the pods writing it again: a claim freezes
+ * nothing until replay rebuilt the slot and marked it. */
+static void a_claim_waits_for_a_lost_slot_to_be_rebuilt(void **state)
+{
+    struct fixture *f = *state;
+    run(f, "FLUSHALL%s", "");
+    run(f, "ZADD lb:{fb}:%s 30 a", WINDOW); /* written again after the loss */
+    run(f, "HSET lb:{fb}:~open %s 900", WINDOW);
+    char err[256];
+    uint8_t missing[LB_SLOTS];
+    assert_int_equal(lb_intact_missing(f->cluster, "lb:", missing, err, sizeof(err)), LB_SLOTS);
+    uint8_t board_slot[LB_SLOTS] = {0};
+    uint16_t slot = lb_key_slot("{fb}", 4);
+    board_slot[slot] = 1;
+    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err)), 0);
+    assert_int_equal(lb_intact_missing(f->cluster, "lb:", missing, err, sizeof(err)), LB_SLOTS - 1);
+    assert_int_equal(missing[slot], 0);
+    board_slot[slot] = 0;
+    board_slot[(slot + 1) % LB_SLOTS] = 1; /* its neighbour's mark does not count */
+    run(f, "FLUSHALL%s", "");
+    run(f, "ZADD lb:{fb}:%s 30 a", WINDOW);
+    run(f, "HSET lb:{fb}:~open %s 900", WINDOW);
+    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err)), 0);
+    const char *claim[] = {"0", "d", "1000"};
+    step(f, "claim", "pod-a", claim, 3, "lost");
+    assert_field(f, "lb:{fb}:~open", WINDOW, "900");
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, NULL);
+    assert_field(f, "lb:{fb}:~final", "h:" WINDOW, NULL);
+    redisReply *r = redis_server_command(f->redis, "EXISTS lb:{fb}:final:" WINDOW);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    /* replay rebuilt it (a member the loss took) and marked the slot */
+    run(f, "ZADD lb:{fb}:%s 40 z", WINDOW);
+    board_slot[slot] = 1;
+    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err)), 0);
+    step(f, "claim", "pod-a", claim, 3, "go 1000 2 ");
+    assert_final(f, "z a");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(a_window_closes_reopens_and_closes_again, setup, teardown),
         cmocka_unit_test_setup_teardown(only_published_windows_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(a_window_left_reopening_is_put_back_as_published, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_claim_waits_for_a_lost_slot_to_be_rebuilt, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
