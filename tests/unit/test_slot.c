@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -65,6 +66,25 @@ static void every_window_of_a_board_shares_its_slot(void **state)
         assert_int_equal(slot_of(keys[i]), slot_of("g456"));
 }
 
+/* Each slot's ~intact mark lives under a tag of its own slot (CRC16 as
+ * checked above against Redis); tags are short and distinct. */
+static void every_slot_has_a_tag_of_its_own(void **state)
+{
+    (void)state;
+    char tag[24], key[40];
+    for (uint32_t slot = 0; slot < LB_SLOTS; slot++) {
+        size_t n = lb_slot_tag((uint16_t)slot, tag, sizeof(tag));
+        assert_true(n >= 3 && n <= 9);
+        assert_int_equal(tag[n], '\0');
+        snprintf(key, sizeof(key), "lb:~intact{%s}", tag);
+        assert_int_equal(slot_of(key), slot);
+    }
+    /* the smallest number: "~s0" is slot 10320's (redis-cli CLUSTER KEYSLOT '~s0') */
+    assert_int_equal(lb_slot_tag(10320, tag, sizeof(tag)), 3);
+    assert_string_equal(tag, "~s0");
+    assert_int_equal(lb_slot_tag(0, tag, 3), 0); /* does not fit */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -72,6 +92,7 @@ int main(void)
         cmocka_unit_test(plain_keys_hash_whole),
         cmocka_unit_test(hash_tag_is_first_brace_pair_with_content),
         cmocka_unit_test(every_window_of_a_board_shares_its_slot),
+        cmocka_unit_test(every_slot_has_a_tag_of_its_own),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
