@@ -156,8 +156,9 @@ size_t lb_board_key(const char *prefix, struct lb_str board, const char *rest, c
 #define LB_FINAL_KEY    "~final"
 #define LB_FINAL_PREFIX "final"
 /* "<prefix>~reopened" (beside the keyspace, no hash tag): a hash whose
- * "at" replay --republish changes once it reopened windows; the closers
- * read it at each check and look for them at once. */
+ * "at" replay changes once it reopened windows (--republish) or marked
+ * slots rebuilt (LB_INTACT_KEY); the closers read it at each check and
+ * look at once. */
 #define LB_REOPENED_KEY "~reopened"
 /* "<prefix>~intact{<tag>}", one per slot (lb_slot_tag; a hash: "by" and
  * "at"): the slot's shard holds what the projector wrote, not a node

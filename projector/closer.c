@@ -82,8 +82,12 @@ struct lb_closer {
     int busy;    /* out of memory, or the results topic not read yet: every ~final read again
                   * at the next check */
     int recheck; /* windows due waited for the results topic: read ~open again next check */
-    int64_t next_intact; /* the slots' ~intact marks read (again) then: 0 at once */
+    /* the slots' ~intact marks (apply.h), as last read: windows of boards
+     * in a slot without one are not claimed */
+    uint8_t missing[LB_SLOTS];
+    int64_t next_intact; /* read (again) then: 0 at once */
     int intact_seen;     /* read once: a cluster without any mark is no longer taken as new */
+    int marking_all;     /* the first read found none: every slot is marked, until done */
     struct lb_closer_stats stats;
     struct lb_ratelimit said, reopening_said, lost_said;
 };
@@ -540,6 +544,17 @@ static int publish(struct lb_closer *c, struct pub *pub, const redisReply *froze
     return rc;
 }
 
+/* A window due whose board's slot has no ~intact mark. */
+static void waits_for_replay(struct lb_closer *c, const char *board, const char *window,
+                             uint16_t slot)
+{
+    lb_log_every(&c->lost_said, 60000, LB_LOG_WARN, "results",
+                 "board '%s' window '%s' closed, but slot %u has no %s mark: its node was "
+                 "replaced empty or flushed and replay has not rebuilt it; the window "
+                 "closes once replay --node (or --slots) has (ops/runbooks/lost-shard.md)",
+                 board, window, (unsigned)slot, LB_INTACT_KEY);
+}
+
 /* Claims 'pub' (or takes over its claim) and publishes it. 0 in flight or
  * nothing to do (published, another's), -1 failed. */
 static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
@@ -558,8 +573,6 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
         int64_t closed_at = integer_of(reply, 1), players = integer_of(reply, 2);
         const redisReply *o = reply->element[3];
         c->stats.claimed++;
-        if (c->stats.unrebuilt_slots > 0)
-            c->next_intact = 0; /* replay may have marked them: read again at the next check */
         free(pub->offsets);
         pub->offsets = strndup(o->type == REDIS_REPLY_STRING ? o->str : "",
                                o->type == REDIS_REPLY_STRING ? o->len : 0);
@@ -589,14 +602,11 @@ static int claim(struct lb_closer *c, struct pub *pub, int64_t watermark)
     } else if (is_word(reply, 0, "lost")) {
         /* its node came back empty (or was flushed) and replay has not
          * rebuilt it: frozen now, the standings would miss what was lost */
-        if (c->stats.unrebuilt_slots == 0)
-            c->next_intact = 0; /* the marks read again at the next check */
-        lb_log_every(&c->lost_said, 60000, LB_LOG_WARN, "results",
-                     "board '%s' window '%s' closed, but slot %u has no %s mark: its node was "
-                     "replaced empty or flushed and replay has not rebuilt it; the window "
-                     "closes once replay --node (or --slots) has (ops/runbooks/lost-shard.md)",
-                     pub->board, pub->window, (unsigned)lb_key_slot(pub->board, strlen(pub->board)),
-                     LB_INTACT_KEY);
+        uint16_t slot = lb_key_slot(pub->board, strlen(pub->board));
+        if (!c->missing[slot])
+            c->next_intact = 0; /* lost since the last read: the marks read again */
+        c->missing[slot] = 1;
+        waits_for_replay(c, pub->board, pub->window, slot);
         rc = -1;
     } else if (is_word(reply, 0, "reopening")) {
         /* replay --republish rebuilds it: reopened once done (a sweep
@@ -696,7 +706,8 @@ static int restore(struct lb_closer *c, struct pub *pub)
  * ~open while the window is listed there (look()), are read again at the
  * next check, where the window still is, listed or claimed by this pod.
  * A restore that failed is tried at the next sweep instead: its read of
- * the results topic may wait 10 s. */
+ * the results topic may wait 10 s. Also -1 when its slot had no ~intact
+ * mark at the last read (~open read again, not ~final). */
 static int start(struct lb_closer *c, const char *board, const char *window, int64_t watermark)
 {
     const struct lb_profile *profile = lb_config_profile_for(c->o.config, board, strlen(board));
@@ -723,15 +734,24 @@ static int start(struct lb_closer *c, const char *board, const char *window, int
     if (pub && (pub->board = strdup(board)) && (pub->window = strdup(window))) {
         pub->profile = profile;
         pub->wc = wc;
-        rc = restore(c, pub) == 0 && claim(c, pub, watermark) != 0 ? -1 : 0;
+        uint16_t slot = lb_key_slot(board, strlen(board));
+        int restored = restore(c, pub); /* what the results topic says stands anyway */
+        if (restored == 0 && c->missing[slot]) {
+            /* its slot without a mark as last read: not claimed, nor asked
+             * again until the marks are read again */
+            waits_for_replay(c, board, window, slot);
+            rc = 1;
+        } else {
+            rc = restored == 0 && claim(c, pub, watermark) != 0 ? -1 : 0;
+        }
     }
     if (pub && pub->in_flight) /* until every record produced was reported */
         c->pubs[c->npubs++] = pub;
     else if (pub)
         pub_free(pub);
-    if (rc)
+    if (rc < 0)
         again(c, board);
-    return rc;
+    return rc ? -1 : 0;
 }
 
 /* Whether the check may start one more window: the first always, more
@@ -922,28 +942,89 @@ static int reopened(struct lb_closer *c)
     return changed;
 }
 
-/* Reads the slots' ~intact marks (apply.h): a cluster without any at the
- * first read is new (or has not run this release yet) and every slot is
- * marked; slots without one wait for replay. Read again every sweep
- * interval while some are missing (and after a claim that went ahead: replay
- * may have marked them), when a claim answers lost while none was, and
- * soon when the read failed. Once read, a cluster without any lost every
- * shard: nothing is marked. */
+/* A cluster without any ~intact mark at this pod's first read: 1 new (the
+ * results topic holds no publication), or one that ran the previous
+ * release (some board published has its ~final); 0 one that lost every
+ * shard (none has); -1 not known yet (the topic not read, Redis failing). */
+static int fresh_cluster(struct lb_closer *c)
+{
+    if (!lb_published_ready(c->index))
+        return -1;
+    char *boards[16];
+    size_t n = lb_published_boards(c->index, boards, 16);
+    int fresh = n == 0 ? 1 : 0;
+    for (size_t i = 0; i < n; i++) {
+        char key[KEY_MAX];
+        size_t klen =
+            lb_board_key(c->o.key_prefix, (struct lb_str){boards[i], (uint32_t)strlen(boards[i])},
+                         LB_FINAL_KEY, key, sizeof(key));
+        const char *argv[] = {"EXISTS", key};
+        size_t argvlen[] = {6, klen};
+        redisReply *r =
+            fresh == 0 ? lb_cluster_command(c->cluster, lb_key_slot(key, klen), 2, argv, argvlen)
+                       : NULL;
+        if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+            fresh = 1;
+        else if (fresh == 0 && (!r || r->type != REDIS_REPLY_INTEGER))
+            fresh = -1;
+        if (r)
+            freeReplyObject(r);
+        free(boards[i]);
+    }
+    return fresh;
+}
+
+/* Reads the slots' ~intact marks (apply.h) into 'missing': a cluster
+ * without any at this pod's first read is new (or has not run this release
+ * yet: fresh_cluster), and every slot is marked (the marks still missing, until that
+ * succeeded). Slots without one wait for replay, which tells the pods once
+ * it marked them (LB_REOPENED_KEY); read again every sweep interval (the
+ * gauge), when a claim answers lost, and soon when the read failed. Once
+ * read, a cluster without any lost every shard: nothing is marked. */
 static void check_intact(struct lb_closer *c, int64_t now_ms)
 {
     uint8_t missing[LB_SLOTS];
     char err[256];
     long n = lb_intact_missing(c->cluster, c->o.key_prefix, missing, err, sizeof(err));
     if (n == LB_SLOTS && !c->intact_seen) {
+        int fresh = fresh_cluster(c);
+        if (fresh < 0) { /* not known yet */
+            c->next_intact = now_ms + LB_CLOSER_CHECK_MS;
+            return;
+        }
+        c->marking_all = fresh;
+        if (!fresh)
+            LB_WARN("results",
+                    "no slot has a %s mark, and boards published in results topic %s have no "
+                    "~final: every shard lost its data; no window closes until replay --slots "
+                    "0-16383 has rebuilt them (ops/runbooks/lost-shard.md)",
+                    LB_INTACT_KEY, c->o.config->results_topic);
+    }
+    if (n > 0 && c->marking_all) {
         char by[200];
         snprintf(by, sizeof(by), "projector %s (no slot had a mark)", c->holder);
-        n = lb_intact_mark(c->cluster, c->o.key_prefix, NULL, by, err, sizeof(err)) == 0 ? 0 : -1;
-        if (n == 0)
+        if (lb_intact_mark(c->cluster, c->o.key_prefix, missing, by, err, sizeof(err)) != 0) {
+            n = -1;
+        } else {
             LB_INFO("results",
                     "no slot had a %s mark (a new cluster, or the first start of this "
                     "release): every slot marked",
                     LB_INTACT_KEY);
-    } else if (n > 0 && n != c->stats.unrebuilt_slots) {
+            memset(missing, 0, sizeof(missing));
+            n = 0;
+        }
+    }
+    if (n < 0) {
+        c->stats.failures++;
+        lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
+                     "reading or writing the slots' %s marks: %s; trying again", LB_INTACT_KEY,
+                     err);
+        c->next_intact = now_ms + 5 * LB_CLOSER_CHECK_MS;
+        return; /* 'missing' and the gauge as last read */
+    }
+    if (n == 0)
+        c->marking_all = 0;
+    if (n > 0 && n != c->stats.unrebuilt_slots) {
         long first = 0;
         while (!missing[first])
             first++;
@@ -953,16 +1034,10 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
                 "rebuilt them (ops/runbooks/lost-shard.md)",
                 n, LB_INTACT_KEY, first);
     }
-    if (n < 0) {
-        c->stats.failures++;
-        lb_log_every(&c->said, 10000, LB_LOG_WARN, "results",
-                     "reading the slots' %s marks: %s; trying again", LB_INTACT_KEY, err);
-    }
-    c->intact_seen |= n >= 0;
+    memcpy(c->missing, missing, sizeof(missing));
+    c->intact_seen = 1;
     c->stats.unrebuilt_slots = n;
-    c->next_intact = n < 0 ? now_ms + 5 * LB_CLOSER_CHECK_MS
-                     : n   ? now_ms + LB_CLOSER_SWEEP_MS
-                           : INT64_MAX; /* until a claim answers lost */
+    c->next_intact = now_ms + LB_CLOSER_SWEEP_MS;
 }
 
 void lb_closer_step(struct lb_closer *c, int64_t now_ms)
@@ -998,8 +1073,11 @@ void lb_closer_step(struct lb_closer *c, int64_t now_ms)
     if (now_ms < c->next_check && !swept)
         return;
     c->next_check = now_ms + LB_CLOSER_CHECK_MS;
-    if (reopened(c) && !c->scan.running && !c->scan_final)
-        c->next_sweep = now_ms; /* the sweep starts at the next step */
+    if (reopened(c)) {
+        c->next_intact = 0; /* replay marked slots (or reopened windows) */
+        if (!c->scan.running && !c->scan_final)
+            c->next_sweep = now_ms; /* the sweep starts at the next step */
+    }
     c->busy = c->recheck = 0;
     if (now_ms >= c->next_intact)
         check_intact(c, now_ms);

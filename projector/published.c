@@ -293,6 +293,24 @@ void lb_published_windows(const struct lb_published *p, const char *board,
     free(windows);
 }
 
+size_t lb_published_boards(const struct lb_published *p, char **boards, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock((pthread_mutex_t *)&p->lock);
+    for (size_t i = 0; i < p->n && n < max; i++) {
+        const char *key = p->starts[i].key, *close = strchr(key, '}');
+        if (key[0] != '{' || !close)
+            continue;
+        size_t len = (size_t)(close - key - 1);
+        if (n && strlen(boards[n - 1]) == len && memcmp(boards[n - 1], key + 1, len) == 0)
+            continue; /* sorted: a board's windows in a row */
+        if ((boards[n] = strndup(key + 1, len)))
+            n++;
+    }
+    pthread_mutex_unlock((pthread_mutex_t *)&p->lock);
+    return n;
+}
+
 /* Fetching: each part's entries appended to the publication. */
 struct gather {
     struct lb_publication *out;
@@ -443,8 +461,8 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
  * caller, replies freed by it). The number that failed (the first's
  * reason in 'err'), or -1 out of memory. */
 static long intact_each(struct lb_cluster *cluster, const char *prefix, const uint8_t *which,
-                        int (*fn)(struct lb_buf *, const char *, size_t, void *), void *ctx,
-                        struct lb_request *reqs, char *err, size_t errlen)
+                        int writes, int (*fn)(struct lb_buf *, const char *, size_t, void *),
+                        void *ctx, struct lb_request *reqs, char *err, size_t errlen)
 {
     struct lb_buf buf = {0};
     size_t at[LB_SLOTS], n = 0;
@@ -458,12 +476,13 @@ static long intact_each(struct lb_cluster *cluster, const char *prefix, const ui
         slots[n++] = (uint16_t)slot;
         if (!klen || fn(&buf, key, klen, ctx) != 0) {
             lb_buf_free(&buf);
-            snprintf(err, errlen, "out of memory");
+            snprintf(err, errlen, klen ? "out of memory" : "key prefix too long");
             return -1;
         }
     }
     for (size_t i = 0; i < n; i++) /* the buffer has stopped moving */
         reqs[i] = (struct lb_request){.slot = slots[i],
+                                      .writes = (uint8_t)writes, /* WAITed for, as configured */
                                       .ncommands = 1,
                                       .bytes = buf.data + at[i],
                                       .len = (i + 1 < n ? at[i + 1] : buf.len) - at[i]};
@@ -509,7 +528,7 @@ long lb_intact_missing(struct lb_cluster *cluster, const char *prefix, uint8_t *
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    long rc = intact_each(cluster, prefix, NULL, exists_command, NULL, reqs, err, errlen);
+    long rc = intact_each(cluster, prefix, NULL, 0, exists_command, NULL, reqs, err, errlen);
     for (uint32_t slot = 0; rc == 0 && slot < LB_SLOTS; slot++) {
         const redisReply *r = reqs[slot].reply;
         if (!r || r->type != REDIS_REPLY_INTEGER) {
@@ -539,7 +558,7 @@ int lb_intact_mark(struct lb_cluster *cluster, const char *prefix, const uint8_t
     struct tm tm;
     strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
     const char *what[] = {by, at};
-    long rc = intact_each(cluster, prefix, which, mark_command, (void *)what, reqs, err, errlen);
+    long rc = intact_each(cluster, prefix, which, 1, mark_command, (void *)what, reqs, err, errlen);
     free_replies(reqs, LB_SLOTS);
     return rc == 0 ? 0 : -1;
 }

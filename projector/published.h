@@ -50,6 +50,10 @@ int lb_published_has(const struct lb_published *p, const char *board, const char
 void lb_published_windows(const struct lb_published *p, const char *board,
                           void (*fn)(void *ctx, const char *window), void *ctx);
 
+/* Up to 'max' boards with a publication (the first in key order), each
+ * malloc'ed into 'boards'; how many. */
+size_t lb_published_boards(const struct lb_published *p, char **boards, size_t max);
+
 /* A publication as fetched back: every part's entries in order. */
 struct lb_publication {
     int64_t closed_at_ms, players;

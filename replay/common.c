@@ -540,8 +540,8 @@ void replay_announce_reopened(struct replay *r)
         lb_cluster_command(r->lease_cluster, lb_key_slot(key, (size_t)klen), 4, argv, argvlen);
     if (!reply || reply->type == REDIS_REPLY_ERROR)
         fprintf(stderr,
-                "replay: could not tell the pods (%s %s): they find the reopened windows at "
-                "their next sweep (a minute at most)\n",
+                "replay: could not tell the pods (%s %s): they find what it changed (windows "
+                "reopened, slots marked) within a minute\n",
                 key, !reply ? lb_cluster_error(r->lease_cluster) : reply->str);
     if (reply)
         freeReplyObject(reply);
@@ -551,36 +551,48 @@ int replay_mark_intact(struct replay *r)
 {
     if (!r->sel.any_slots || r->sel.boards.count || r->sel.windows.count)
         return 0; /* some boards of the slots, not their whole shard */
-    uint8_t *missing = malloc(LB_SLOTS);
+    uint8_t *which = malloc(LB_SLOTS);
     char err[256], by[300];
-    long n = missing ? lb_intact_missing(r->lease_cluster, r->config->key_prefix, missing, err,
-                                         sizeof(err))
-                     : (snprintf(err, sizeof(err), "out of memory"), -1);
-    size_t lost = 0;
-    for (uint32_t s = 0; n > 0 && s < LB_SLOTS; s++)
-        lost += r->sel.slots[s] && missing[s];
-    snprintf(by, sizeof(by), "replay %s", r->lease.owner);
-    /* none at all: no pod with final standings has run this release yet
-     * (the first to start marks every slot), unless every slot was lost
-     * and this run rebuilt them all */
-    size_t selected = 0;
-    for (uint32_t s = 0; s < LB_SLOTS; s++)
+    long n =
+        which ? lb_intact_missing(r->lease_cluster, r->config->key_prefix, which, err, sizeof(err))
+              : (snprintf(err, sizeof(err), "out of memory"), -1);
+    size_t lost = 0, selected = 0;
+    for (uint32_t s = 0; s < LB_SLOTS; s++) {
         selected += r->sel.slots[s];
-    int rc = n < 0 ? -1
-             : n == LB_SLOTS && selected < LB_SLOTS
-                 ? 0
-                 : lb_intact_mark(r->lease_cluster, r->config->key_prefix, r->sel.slots, by, err,
-                                  sizeof(err));
+        if (n > 0) {
+            which[s] = which[s] && r->sel.slots[s];
+            lost += which[s];
+        }
+    }
+    snprintf(by, sizeof(by), "replay %s", r->lease.owner);
+    int rc = n < 0 ? -1 : 0;
+    if (n < 0 || !lost) {
+        /* failed, or every selected slot has its mark */
+    } else if (strcmp(r->o.from, "earliest") != 0) {
+        printf("replay: %zu slot(s) without a %s mark left so: --from %s rebuilt part of their "
+               "events only; their boards' windows close once a replay --node (or --slots) "
+               "from the earliest offsets has rebuilt them\n",
+               lost, LB_INTACT_KEY, r->o.from);
+    } else if (n == LB_SLOTS && selected < LB_SLOTS) {
+        /* no pod with final standings has run this release yet: the first
+         * to start marks every slot */
+        printf("replay: no slot of the cluster has a %s mark: none written (the first pod to "
+               "start marks every slot; if every shard was lost, replay --slots 0-16383 marks "
+               "them)\n",
+               LB_INTACT_KEY);
+    } else if ((rc = lb_intact_mark(r->lease_cluster, r->config->key_prefix, which, by, err,
+                                    sizeof(err))) == 0) {
+        printf("replay: %zu slot(s) without a %s mark (their node replaced empty or flushed) "
+               "marked rebuilt: their boards' windows close again\n",
+               lost, LB_INTACT_KEY);
+        replay_announce_reopened(r); /* the pods read the marks at once */
+    }
     if (rc != 0)
         fprintf(stderr,
                 "replay: the rebuilt slots' %s marks not written (%s): closed windows of their "
                 "boards wait; run the same replay again\n",
                 LB_INTACT_KEY, err);
-    else if (lost && (n < LB_SLOTS || selected == LB_SLOTS))
-        printf("replay: %zu slot(s) without a %s mark (their node replaced empty or flushed) "
-               "marked rebuilt: their boards' windows close again\n",
-               lost, LB_INTACT_KEY);
-    free(missing);
+    free(which);
     return rc;
 }
 

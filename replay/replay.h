@@ -163,8 +163,8 @@ int replay_closed_unknown(const struct replay *r);
  * are marked reopened, for the pods to close and publish again; 0, or -1
  * (said on stderr). */
 int replay_mark_reopened(struct replay *r, const char *board);
-/* --republish: tells the pods that windows were reopened (they look for
- * them at once instead of at their next sweep). */
+/* Tells the pods that windows were reopened (--republish) or slots marked
+ * (they look at once instead of at their next sweep). */
 void replay_announce_reopened(struct replay *r);
 /* After a rebuild of whole slots (--slots or --node, no --board or
  * --window): writes their ~intact marks (apply.h), so that their boards'

@@ -16,7 +16,10 @@
 #     first event of a board on the lost shard;
 #  d. final standings: a day closes after the empty node serves the slots
 #     and before replay: boards elsewhere publish it, those on the new node
-#     wait for replay (the slots' ~intact marks), then publish it exact.
+#     wait for replay (the slots' ~intact marks), then publish it exact;
+#  e. every master emptied and a pod started before replay: it marks
+#     nothing (the results topic says the cluster is not new), and replay
+#     --slots 0-16383 marks every slot.
 #
 # Split boards (spl-*, lib.sh) have a shard on every master: each loss takes
 # one shard of each, and replay --node rebuilds it and refreshes their merged
@@ -254,15 +257,42 @@ new_slots=$(redis_cli "${NEW##*:}" CLUSTER NODES | awk '$3 ~ /myself/ {
 lb_wait_for 10 metrics_series_is "$url" 'lb_results_unrebuilt_slots' "$new_slots" ||
     fail "lb_results_unrebuilt_slots is not $new_slots: $(curl -sf "$url/metrics" | grep unrebuilt)"
 ok "d: ${#kept_res[@]} board(s) on the other shards published $yesterday; the ${#lost_res[@]} on the new node wait, $new_slots slot(s) unrebuilt"
-"$BIN/replay" --config "$T_DIR/replay-d.yaml" --node "$NEW" >"$T_DIR/replay-d.out" 2>&1 ||
-    fail "replay --node failed: $(tail -n 3 "$T_DIR/replay-d.out")"
-grep -q "^replay: $new_slots slot(s) without a ~intact mark .* marked rebuilt" "$T_DIR/replay-d.out" ||
-    fail "replay did not mark the $new_slots slots: $(grep -v '^replay: progress' "$T_DIR/replay-d.out" | tail -n 3)"
+# rebuilt NAME SLOTS SELECTION... - replay of SELECTION marks SLOTS slots
+# rebuilt, the pods read the marks at once, and everything is exact
+rebuilt() {
+    local name=$1 slots=$2
+    shift 2
+    "$BIN/replay" --config "$T_DIR/replay-d.yaml" "$@" >"$T_DIR/replay-$name.out" 2>&1 ||
+        fail "replay $* failed: $(tail -n 3 "$T_DIR/replay-$name.out")"
+    grep -q "^replay: $slots slot(s) without a ~intact mark .* marked rebuilt" "$T_DIR/replay-$name.out" ||
+        fail "replay $* did not mark $slots slots: $(grep -v '^replay: progress' "$T_DIR/replay-$name.out" | tail -n 3)"
+    lb_wait_for 10 metrics_series_is "$url" 'lb_results_unrebuilt_slots' 0 ||
+        fail "lb_results_unrebuilt_slots did not go back to 0"
+    wait_caught_up 120
+    verify "${oracle[@]}"
+    grep -q "^verify_state: [1-9][0-9]* closed windows checked" "$T_DIR/verify.out" ||
+        fail "no closed window checked: $(head -n 1 "$T_DIR/verify.out")"
+}
+rebuilt d "$new_slots" --node "$NEW"
 lb_wait_for 60 all_published "${lost_res[@]}" || fail "the rebuilt boards did not publish $yesterday"
-lb_wait_for 10 metrics_series_is "$url" 'lb_results_unrebuilt_slots' 0 ||
-    fail "lb_results_unrebuilt_slots did not go back to 0"
-wait_caught_up 120
-verify "${oracle[@]}"
-grep -q "^verify_state: [1-9][0-9]* closed windows checked" "$T_DIR/verify.out" ||
-    fail "no closed window checked: $(head -n 1 "$T_DIR/verify.out")"
+verify "${oracle[@]}" # their standings too
 ok "d: replay --node rebuilt the node; the ${#lost_res[@]} board(s) waiting published $yesterday from every event, exact"
+
+# e. every master loses its data at once (each flushed, as a lone Redis
+# restarted without persistence would be) and a pod starts before any
+# replay: with no mark anywhere it could take the cluster for a new one,
+# but the boards published in the results topic have no ~final, so it
+# marks nothing and says to rebuild every slot; replay --slots 0-16383
+# does, marks them all, and everything is exact again.
+stop_projector "$PROJECTOR_PID"
+for p in $(slot_masters); do
+    redis_cli "$p" FLUSHALL >/dev/null
+done
+logged=$(wc -l <"$T_DIR/projector.log")
+start_projector projector "$T_DIR/results.yaml"
+wait_log "$T_DIR/projector.log" 'every shard lost its data' 30
+since | grep 'every slot marked' >/dev/null && fail "the pod marked every slot of a cluster that lost them all"
+lb_wait_for 10 metrics_series_is "$url" 'lb_results_unrebuilt_slots' 16384 ||
+    fail "lb_results_unrebuilt_slots is not 16384: $(curl -sf "$url/metrics" | grep '^lb_results_unrebuilt')"
+rebuilt e 16384 --slots 0-16383
+ok "e: every master emptied, a pod started: nothing marked, $(since | grep -c 'every shard lost') warning; replay --slots 0-16383 marked every slot, exact"
