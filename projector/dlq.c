@@ -26,15 +26,22 @@ struct entry {
     int64_t offset;
     uint8_t state;        /* enum lb_dlq_state */
     uint8_t by_reference; /* 0: whole; 1: without the value; 2: without key and value */
+    uint8_t alone;        /* the broker refused its batch as too large: sent alone in one */
     uint8_t forgotten;    /* committed: free once nothing is in flight */
     uint8_t reason;       /* enum lb_reject, and 'detail': what a copy sent again says */
     char *detail;
     unsigned in_flight; /* deliveries whose report is still to come */
 };
 
+/* Two producers: records go batched; one whose batch the broker refused as
+ * larger than the topic's max.message.bytes goes again alone in a batch of
+ * its own (batch.num.messages 1), and by reference only if refused alone
+ * too: a small record batched with others is never cut for their size. */
+enum { BATCHED, ALONE, PRODUCERS };
+
 struct lb_dlq {
-    rd_kafka_t *producer;
-    rd_kafka_topic_t *topic;
+    rd_kafka_t *producers[PRODUCERS];
+    rd_kafka_topic_t *topics[PRODUCERS];
     struct entry **buckets;
     size_t nbuckets, count;
     struct lb_dlq_stats stats;
@@ -176,15 +183,19 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
         enum lb_dlq_failure kind = classify(msg->err);
         dlq->stats.failed++;
         dlq->stats.failures[kind]++;
-        if (kind == LB_DLQ_TOO_LARGE && e->by_reference < 2)
-            e->by_reference++; /* the next attempt goes by reference */
+        const char *next = "; its partition holds there";
+        if (kind == LB_DLQ_TOO_LARGE && !e->alone) {
+            e->alone = 1; /* perhaps its batch's size, not its own */
+            next = "; it is sent again alone in its batch";
+        } else if (kind == LB_DLQ_TOO_LARGE && e->by_reference < 2) {
+            e->by_reference++;
+            next = "; it is sent again by reference";
+        }
         lb_log_every(&dlq->said[kind], 5000, LB_LOG_ERROR, "dlq",
                      "dead-lettering the record %s [%d] @ %lld to the dead-letter topic %s "
                      "failed: %s (%s)%s",
                      e->topic, e->partition, (long long)e->offset, rd_kafka_topic_name(msg->rkt),
-                     rd_kafka_err2str(msg->err), lb_dlq_failure_name(kind),
-                     kind == LB_DLQ_TOO_LARGE ? "; it is sent again by reference"
-                                              : "; its partition holds there");
+                     rd_kafka_err2str(msg->err), lb_dlq_failure_name(kind), next);
         if (e->state == LB_DLQ_PENDING && !e->in_flight)
             e->state = LB_DLQ_FAILED;
     } else {
@@ -211,6 +222,7 @@ struct lb_dlq *lb_dlq_new(const struct lb_dlq_options *options, char *err, size_
                                               {"linger.ms", "5"},
                                               {"message.timeout.ms", "30000"},
                                               {"reconnect.backoff.max.ms", "1000"}};
+    static const char *const alone[][2] = {{"batch.num.messages", "1"}};
     enum lb_error_class ignored;
     if (!class)
         class = &ignored;
@@ -218,30 +230,36 @@ struct lb_dlq *lb_dlq_new(const struct lb_dlq_options *options, char *err, size_
     struct lb_dlq *dlq = calloc(1, sizeof(*dlq));
     if (!dlq || !(dlq->buckets = calloc(64, sizeof(*dlq->buckets)))) {
         snprintf(err, errlen, "out of memory");
-        goto fail;
+        free(dlq);
+        return NULL;
     }
     dlq->nbuckets = 64;
-    struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
-                                     .defaults = defaults,
-                                     .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
-                                     .setup = dlq_callbacks,
-                                     .ctx = dlq};
-    dlq->producer = lb_kafka_new(&options->kafka, &client, err, errlen, class);
-    if (!dlq->producer)
-        goto fail;
-    dlq->topic = rd_kafka_topic_new(dlq->producer, options->topic, NULL);
-    if (!dlq->topic) {
-        snprintf(err, errlen, "dead-letter topic %s: %s", options->topic,
-                 rd_kafka_err2str(rd_kafka_last_error()));
-        *class = LB_ERROR_RUNTIME;
-        goto fail;
+    for (int i = 0; i < PRODUCERS; i++) {
+        struct lb_kafka_client client = {.type = RD_KAFKA_PRODUCER,
+                                         .defaults = defaults,
+                                         .ndefaults = sizeof(defaults) / sizeof(defaults[0]),
+                                         .fixed = i == ALONE ? alone : NULL,
+                                         .nfixed = i == ALONE,
+                                         .setup = dlq_callbacks,
+                                         .ctx = dlq};
+        if (!(dlq->producers[i] = lb_kafka_new(&options->kafka, &client, err, errlen, class)))
+            break;
+        if (!(dlq->topics[i] = rd_kafka_topic_new(dlq->producers[i], options->topic, NULL))) {
+            snprintf(err, errlen, "dead-letter topic %s: %s", options->topic,
+                     rd_kafka_err2str(rd_kafka_last_error()));
+            *class = LB_ERROR_RUNTIME;
+            break;
+        }
     }
-    return dlq;
-fail:
-    if (dlq && dlq->producer)
-        rd_kafka_destroy(dlq->producer);
-    if (dlq)
-        free(dlq->buckets);
+    if (dlq->topics[ALONE])
+        return dlq;
+    for (int i = 0; i < PRODUCERS; i++) {
+        if (dlq->topics[i])
+            rd_kafka_topic_destroy(dlq->topics[i]);
+        if (dlq->producers[i])
+            rd_kafka_destroy(dlq->producers[i]);
+    }
+    free(dlq->buckets);
     free(dlq);
     return NULL;
 }
@@ -250,17 +268,22 @@ void lb_dlq_free(struct lb_dlq *dlq, int timeout_ms)
 {
     if (!dlq)
         return;
-    if (rd_kafka_flush(dlq->producer, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        LB_WARN("dlq",
-                "%d dead-letter record(s) undelivered at exit; their offsets were not "
-                "committed",
-                rd_kafka_outq_len(dlq->producer));
-        /* purge: their delivery reports (failed) are served by the poll */
-        rd_kafka_purge(dlq->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(dlq->producer, 0);
+    int64_t until = lb_monotonic_ms() + timeout_ms;
+    for (int i = 0; i < PRODUCERS; i++) {
+        int64_t left = until - lb_monotonic_ms();
+        if (rd_kafka_flush(dlq->producers[i], left > 0 ? (int)left : 0) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR) {
+            LB_WARN("dlq",
+                    "%d dead-letter record(s) undelivered at exit; their offsets were not "
+                    "committed",
+                    rd_kafka_outq_len(dlq->producers[i]));
+            /* purge: their delivery reports (failed) are served by the poll */
+            rd_kafka_purge(dlq->producers[i], RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+            rd_kafka_poll(dlq->producers[i], 0);
+        }
+        rd_kafka_topic_destroy(dlq->topics[i]);
+        rd_kafka_destroy(dlq->producers[i]);
     }
-    rd_kafka_topic_destroy(dlq->topic);
-    rd_kafka_destroy(dlq->producer);
     for (size_t b = 0; b < dlq->nbuckets; b++)
         for (struct entry *e = dlq->buckets[b], *next; e; e = next) {
             next = e->next;
@@ -319,11 +342,13 @@ static rd_kafka_resp_err_t produce(struct lb_dlq *dlq, struct entry *e,
         rd_kafka_header_add(h, "lb.key.size", -1, ksize, -1);
         rd_kafka_header_add(h, "lb.key.sha256", -1, ksha, -1);
     }
-    rd_kafka_resp_err_t err = rd_kafka_producev(
-        dlq->producer, RD_KAFKA_V_RKT(dlq->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_KEY(no_key ? NULL : msg->key, no_key ? 0 : msg->key_len),
-        RD_KAFKA_V_VALUE(no_value ? NULL : msg->payload, no_value ? 0 : msg->len),
-        RD_KAFKA_V_OPAQUE(e), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+    rd_kafka_resp_err_t err =
+        rd_kafka_producev(dlq->producers[e->alone ? ALONE : BATCHED],
+                          RD_KAFKA_V_RKT(dlq->topics[e->alone ? ALONE : BATCHED]),
+                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                          RD_KAFKA_V_KEY(no_key ? NULL : msg->key, no_key ? 0 : msg->key_len),
+                          RD_KAFKA_V_VALUE(no_value ? NULL : msg->payload, no_value ? 0 : msg->len),
+                          RD_KAFKA_V_OPAQUE(e), RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
     if (err)
         rd_kafka_headers_destroy(h); /* not taken over on failure */
     else {
@@ -406,7 +431,22 @@ enum lb_dlq_state lb_dlq_state(const struct lb_dlq *dlq, const rd_kafka_message_
 
 void lb_dlq_poll(struct lb_dlq *dlq, int timeout_ms)
 {
-    rd_kafka_poll(dlq->producer, timeout_ms);
+    if (!rd_kafka_outq_len(dlq->producers[ALONE])) {
+        rd_kafka_poll(dlq->producers[BATCHED], timeout_ms);
+        return;
+    }
+    /* both in turn, until one served a report or the time is up */
+    int64_t until = lb_monotonic_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = until - lb_monotonic_ms();
+        if (rd_kafka_poll(dlq->producers[BATCHED], 0) +
+                    rd_kafka_poll(dlq->producers[ALONE], left > 5   ? 5
+                                                         : left > 0 ? (int)left
+                                                                    : 0) >
+                0 ||
+            left <= 0)
+            return;
+    }
 }
 
 const struct lb_dlq_stats *lb_dlq_stats(const struct lb_dlq *dlq)

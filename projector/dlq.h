@@ -11,8 +11,10 @@
  *   lb.rejected.at       when the projector rejected it (RFC 3339, UTC, ms)
  *
  * A record too large for the dead-letter topic (its size passes the
- * producer's message.max.bytes, or the topic's max.message.bytes) is
- * dead-lettered *by reference*: without its value, and without its key too
+ * producer's message.max.bytes, or the topic's max.message.bytes even in
+ * a batch of its own: a batch the broker refused is sent again one record
+ * per batch, from a second producer, first) is dead-lettered *by
+ * reference*: without its value, and without its key too
  * if that is still too large, with headers lb.by_reference ("value" or
  * "key,value"), lb.value.size and lb.value.sha256 (and lb.key.size,
  * lb.key.sha256); the original stays in the source topic at the named

@@ -11,7 +11,8 @@
 #     producer's own message.max.bytes (a local error) and by the topic's
 #     max.message.bytes (a broker error): the other events land and commit,
 #     the record is dead-lettered by reference, and `lbadmin redrive`
-#     refuses it;
+#     refuses it; small records whose batch passes the topic's limit are
+#     sent again one per batch, whole;
 #  4. the dead-letter topic missing: partitions hold for the DLQ (metrics and
 #     log say so, not Redis); SIGTERM during the 20 s stall exits within
 #     drain_timeout + 2 s with exit 6, and the log stays short;
@@ -116,21 +117,30 @@ ok "after DEL, sum-3 is written: exact, nothing counted twice"
 stop_projector "$PROJECTOR_PID"
 
 # 3. a record too large for the dead-letter topic, both ways
-oversize() { # NAME DLQ_TOPIC KAFKA_PROPERTIES SEED
-    DLQ_TOPIC=$2 config "$T_DIR/$1.yaml" "$3"
-    start_projector "$1" "$T_DIR/$1.yaml"
-    produce -n 3000 --seed "$4" "${gen[@]}" --rate 3000 --huge-every 1500 --huge-bytes 3000000 \
-        -X message.max.bytes=20000000
+# dlq_run NAME DLQ_TOPIC TOO_LARGE BY_REFERENCE PRODUCE_ARGS... - a pod of
+# $T_DIR/NAME.yaml takes the events produced; then at least TOO_LARGE
+# refusals counted as too large and exactly BY_REFERENCE records by
+# reference; the dead-letter topic's records in $T_DIR/NAME.dlq
+dlq_run() {
+    local name=$1 topic=$2 too_large=$3 by_reference=$4
+    shift 4
+    start_projector "$name" "$T_DIR/$name.yaml"
+    produce "$@"
     wait_caught_up 120
     sleep 1 # the page is rendered once a second
     metrics_scrape "$url" "$T_DIR/m"
-    (($(metrics_value "$T_DIR/m" 'lb_dlq_failures_total{kind="too_large"}') >= 2)) ||
-        fail "$1: lb_dlq_failures_total{kind=\"too_large\"} does not count the refusals"
-    (($(metrics_value "$T_DIR/m" 'lb_dlq_records_total{result="by_reference"}') == 2)) ||
-        fail "$1: lb_dlq_records_total{result=\"by_reference\"} is not 2"
+    (($(metrics_value "$T_DIR/m" 'lb_dlq_failures_total{kind="too_large"}') >= too_large)) ||
+        fail "$name: lb_dlq_failures_total{kind=\"too_large\"} is not $too_large or more"
+    (($(metrics_value "$T_DIR/m" 'lb_dlq_records_total{result="by_reference"}') == by_reference)) ||
+        fail "$name: lb_dlq_records_total{result=\"by_reference\"} is not $by_reference"
     stop_projector "$PROJECTOR_PID"
-    "$BIN/lbadmin" dump --topic "$2" --brokers "$BROKERS" --timeout 20 >"$T_DIR/$1.dlq" ||
-        fail "cannot read $2"
+    "$BIN/lbadmin" dump --topic "$topic" --brokers "$BROKERS" --timeout 20 >"$T_DIR/$name.dlq" ||
+        fail "cannot read $topic"
+}
+oversize() { # NAME DLQ_TOPIC KAFKA_PROPERTIES SEED
+    DLQ_TOPIC=$2 config "$T_DIR/$1.yaml" "$3"
+    dlq_run "$1" "$2" 2 2 -n 3000 --seed "$4" "${gen[@]}" --rate 3000 --huge-every 1500 \
+        --huge-bytes 3000000 -X message.max.bytes=20000000
     local refs
     refs=$(grep -c 'lb.by_reference=key,value .*lb.value.size=300[0-9]\{4\}' "$T_DIR/$1.dlq" || true)
     [[ $refs == 2 ]] || fail "$1: $refs huge record(s) dead-lettered by reference, not 2: $(cut -c1-300 "$T_DIR/$1.dlq")"
@@ -149,6 +159,25 @@ status=0
 grep -q 'dead-lettered by reference' "$T_DIR/redrive.err" || fail "redrive does not say why it refused"
 ok "lbadmin redrive refuses records dead-lettered by reference (exit 1, names them)"
 wait_caught_up 60
+verify "${MODE_ORACLE[@]}"
+
+# 3b. small records in a batch too large for the dead-letter topic: the
+#     topic takes 4 KiB, a burst of invalid events each well under that.
+#     The broker refuses their batches; each record is sent again alone in
+#     a batch and lands whole, none by reference
+admin create-topic --topic scores-dlq-small --partitions 1 --config max.message.bytes=4096 ||
+    fail "cannot create scores-dlq-small"
+DLQ_TOPIC=scores-dlq-small config "$T_DIR/small.yaml"
+# (a refusal at least: the scenario happened; none by reference)
+dlq_run small scores-dlq-small 1 0 -n 4000 --seed 146 "${gen[@]}" --rate 20000 --poison-every 2
+# every second event is invalid (some sent twice: --retry-every), each
+# record of them once; all committed (wait_caught_up), so all delivered
+got=$(grep -v ' lb.reason=retraction_refused ' "$T_DIR/small.dlq" |
+    grep -o 'lb\.source\.partition=[0-9]* lb\.source\.offset=[0-9]*' | sort -u | wc -l)
+((got >= 2000)) || fail "small: $got records in scores-dlq-small, not the 2000 invalid events or more"
+grep -q 'lb.by_reference' "$T_DIR/small.dlq" && fail "small: a record in scores-dlq-small is by reference"
+grep -q 'sent again alone in its batch' "$T_DIR/small.log" || fail "small: the log does not say so"
+ok "small records whose batches passed the dead-letter topic's 4 KiB: sent again one per batch, all $got whole"
 verify "${MODE_ORACLE[@]}"
 
 # 4. the dead-letter topic missing: a DLQ stall, then SIGTERM during it
