@@ -10,7 +10,7 @@
 #   4. builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
 #      (leak checking on) and runs them
 #   5. builds the libFuzzer targets (tests/fuzz, clang) and runs each for
-#      10 s (ops/fuzz.sh; longer by hand)
+#      6 s (ops/fuzz.sh; longer by hand)
 #   6. (in the integration tests) builds the previous release's projector
 #      once into the cache, for the rolling-deploy test
 #   7. runs the integration tests (CTest label "integration", one scenario
@@ -89,8 +89,8 @@ cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan -L "unit|redis" -j "$((jobs * 3))" --output-on-failure
 
-step "fuzz targets, 10 s each (libFuzzer, ASan + UBSan)"
-ops/fuzz.sh --seconds 10 --jobs "$jobs"
+step "fuzz targets, 6 s each (libFuzzer, ASan + UBSan)"
+ops/fuzz.sh --seconds 6 --jobs "$jobs"
 
 step "integration tests (real Redis Cluster, real Kafka, sanitizer build)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

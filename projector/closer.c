@@ -944,15 +944,18 @@ static int reopened(struct lb_closer *c)
 
 /* A cluster without any ~intact mark at this pod's first read: 1 new (the
  * results topic holds no publication), or one that ran the previous
- * release (some board published has its ~final); 0 one that lost every
- * shard (none has); -1 not known yet (the topic not read, Redis failing). */
+ * release (most boards sampled from the topic have their ~final: some may
+ * have been deleted since); 0 one that lost every shard (most have not: a
+ * replay of some boards, or a restore, may have put a few back already);
+ * -1 not known yet (the topic not read, Redis failing). */
+#define FRESH_SAMPLE 64
 static int fresh_cluster(struct lb_closer *c)
 {
     if (!lb_published_ready(c->index))
         return -1;
-    char *boards[16];
-    size_t n = lb_published_boards(c->index, boards, 16);
-    int fresh = n == 0 ? 1 : 0;
+    char *boards[FRESH_SAMPLE];
+    size_t n = lb_published_boards(c->index, boards, FRESH_SAMPLE);
+    size_t present = 0, failed = 0;
     for (size_t i = 0; i < n; i++) {
         char key[KEY_MAX];
         size_t klen =
@@ -961,17 +964,33 @@ static int fresh_cluster(struct lb_closer *c)
         const char *argv[] = {"EXISTS", key};
         size_t argvlen[] = {6, klen};
         redisReply *r =
-            fresh == 0 ? lb_cluster_command(c->cluster, lb_key_slot(key, klen), 2, argv, argvlen)
-                       : NULL;
-        if (r && r->type == REDIS_REPLY_INTEGER && r->integer == 1)
-            fresh = 1;
-        else if (fresh == 0 && (!r || r->type != REDIS_REPLY_INTEGER))
-            fresh = -1;
+            !failed ? lb_cluster_command(c->cluster, lb_key_slot(key, klen), 2, argv, argvlen)
+                    : NULL;
+        if (!r || r->type != REDIS_REPLY_INTEGER)
+            failed++;
+        else
+            present += r->integer == 1;
         if (r)
             freeReplyObject(r);
         free(boards[i]);
     }
-    return fresh;
+    return failed ? -1 : 2 * present >= n;
+}
+
+/* Tells every pod to read the marks (and sweep) at its next check, as
+ * replay does (LB_REOPENED_KEY). */
+static void announce(struct lb_closer *c)
+{
+    char key[KEY_MAX], at[200];
+    int klen = snprintf(key, sizeof(key), "%s%s", c->o.key_prefix, LB_REOPENED_KEY);
+    const char *argv[] = {"HSET", key, "at", at};
+    size_t argvlen[] = {
+        4, (size_t)klen, 2,
+        (size_t)snprintf(at, sizeof(at), "%s %lld", c->holder, (long long)lb_wall_ms())};
+    redisReply *r =
+        lb_cluster_command(c->cluster, lb_key_slot(key, (size_t)klen), 4, argv, argvlen);
+    if (r)
+        freeReplyObject(r); /* else the others read the marks within a minute */
 }
 
 /* Reads the slots' ~intact marks (apply.h) into 'missing': a cluster
@@ -1000,6 +1019,10 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
                     "0-16383 has rebuilt them (ops/runbooks/lost-shard.md)",
                     LB_INTACT_KEY, c->o.config->results_topic);
     }
+    if (n >= 0) { /* as read, whatever marking below does */
+        memcpy(c->missing, missing, sizeof(missing));
+        c->stats.unrebuilt_slots = n;
+    }
     if (n > 0 && c->marking_all) {
         char by[200];
         snprintf(by, sizeof(by), "projector %s (no slot had a mark)", c->holder);
@@ -1012,6 +1035,7 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
                     LB_INTACT_KEY);
             memset(missing, 0, sizeof(missing));
             n = 0;
+            announce(c); /* pods that read them midway */
         }
     }
     if (n < 0) {

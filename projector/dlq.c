@@ -36,7 +36,9 @@ struct entry {
 /* Two producers: records go batched; one whose batch the broker refused as
  * larger than the topic's max.message.bytes goes again alone in a batch of
  * its own (batch.num.messages 1), and by reference only if refused alone
- * too: a small record batched with others is never cut for their size. */
+ * too: a small record batched with others is never cut for their size.
+ * Every record goes alone after the first such refusal: each refusal makes
+ * the idempotent producer bump its epoch, which has a limit. */
 enum { BATCHED, ALONE, PRODUCERS };
 
 struct lb_dlq {
@@ -44,6 +46,7 @@ struct lb_dlq {
     rd_kafka_topic_t *topics[PRODUCERS];
     struct entry **buckets;
     size_t nbuckets, count;
+    int all_alone; /* a batch was refused as too large: every record goes alone */
     struct lb_dlq_stats stats;
     struct lb_ratelimit said[LB_DLQ_FAILURE__COUNT];
 };
@@ -187,6 +190,13 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
         if (kind == LB_DLQ_TOO_LARGE && !e->alone) {
             e->alone = 1; /* perhaps its batch's size, not its own */
             next = "; it is sent again alone in its batch";
+            if (!dlq->all_alone)
+                LB_WARN("dlq",
+                        "the dead-letter topic %s refused a batch as too large: from now on "
+                        "every record goes alone in a batch (raise the topic's "
+                        "max.message.bytes to batch again)",
+                        rd_kafka_topic_name(msg->rkt));
+            dlq->all_alone = 1;
         } else if (kind == LB_DLQ_TOO_LARGE && e->by_reference < 2) {
             e->by_reference++;
             next = "; it is sent again by reference";
@@ -318,6 +328,7 @@ static rd_kafka_resp_err_t produce(struct lb_dlq *dlq, struct entry *e,
     char partition[16], offset[24], when[40], vsize[24], ksize[24], vsha[65], ksha[65];
     const char *source = rd_kafka_topic_name(msg->rkt), *reason_name = lb_reject_name(reason);
     int no_value = e->by_reference >= 1, no_key = e->by_reference >= 2;
+    int via = e->alone || dlq->all_alone ? ALONE : BATCHED;
     const char *by_reference = no_key ? "key,value" : "value";
     snprintf(partition, sizeof(partition), "%d", msg->partition);
     snprintf(offset, sizeof(offset), "%lld", (long long)msg->offset);
@@ -343,8 +354,7 @@ static rd_kafka_resp_err_t produce(struct lb_dlq *dlq, struct entry *e,
         rd_kafka_header_add(h, "lb.key.sha256", -1, ksha, -1);
     }
     rd_kafka_resp_err_t err =
-        rd_kafka_producev(dlq->producers[e->alone ? ALONE : BATCHED],
-                          RD_KAFKA_V_RKT(dlq->topics[e->alone ? ALONE : BATCHED]),
+        rd_kafka_producev(dlq->producers[via], RD_KAFKA_V_RKT(dlq->topics[via]),
                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                           RD_KAFKA_V_KEY(no_key ? NULL : msg->key, no_key ? 0 : msg->key_len),
                           RD_KAFKA_V_VALUE(no_value ? NULL : msg->payload, no_value ? 0 : msg->len),

@@ -13,8 +13,8 @@
  * A record too large for the dead-letter topic (its size passes the
  * producer's message.max.bytes, or the topic's max.message.bytes even in
  * a batch of its own: a batch the broker refused is sent again one record
- * per batch, from a second producer, first) is dead-lettered *by
- * reference*: without its value, and without its key too
+ * per batch, from a second producer, first, and so is every record after
+ * it) is dead-lettered *by reference*: without its value, and without its key too
  * if that is still too large, with headers lb.by_reference ("value" or
  * "key,value"), lb.value.size and lb.value.sha256 (and lb.key.size,
  * lb.key.sha256); the original stays in the source topic at the named

@@ -117,17 +117,19 @@ ok "after DEL, sum-3 is written: exact, nothing counted twice"
 stop_projector "$PROJECTOR_PID"
 
 # 3. a record too large for the dead-letter topic, both ways
-# dlq_run NAME DLQ_TOPIC TOO_LARGE BY_REFERENCE PRODUCE_ARGS... - a pod of
-# $T_DIR/NAME.yaml takes the events produced; then at least TOO_LARGE
-# refusals counted as too large and exactly BY_REFERENCE records by
-# reference; the dead-letter topic's records in $T_DIR/NAME.dlq
-dlq_run() {
-    local name=$1 topic=$2 too_large=$3 by_reference=$4
-    shift 4
-    start_projector "$name" "$T_DIR/$name.yaml"
-    produce "$@"
+# dlq_start NAME PRODUCE_ARGS... - a pod of $T_DIR/NAME.yaml takes the
+# events produced. dlq_check NAME DLQ_TOPIC TOO_LARGE BY_REFERENCE - then at
+# least TOO_LARGE refusals counted as too large and exactly BY_REFERENCE
+# records by reference; the pod stopped, the dead-letter topic's records in
+# $T_DIR/NAME.dlq
+dlq_start() {
+    start_projector "$1" "$T_DIR/$1.yaml"
+    produce "${@:2}"
     wait_caught_up 120
     sleep 1 # the page is rendered once a second
+}
+dlq_check() {
+    local name=$1 topic=$2 too_large=$3 by_reference=$4
     metrics_scrape "$url" "$T_DIR/m"
     (($(metrics_value "$T_DIR/m" 'lb_dlq_failures_total{kind="too_large"}') >= too_large)) ||
         fail "$name: lb_dlq_failures_total{kind=\"too_large\"} is not $too_large or more"
@@ -139,8 +141,9 @@ dlq_run() {
 }
 oversize() { # NAME DLQ_TOPIC KAFKA_PROPERTIES SEED
     DLQ_TOPIC=$2 config "$T_DIR/$1.yaml" "$3"
-    dlq_run "$1" "$2" 2 2 -n 3000 --seed "$4" "${gen[@]}" --rate 3000 --huge-every 1500 \
+    dlq_start "$1" -n 3000 --seed "$4" "${gen[@]}" --rate 3000 --huge-every 1500 \
         --huge-bytes 3000000 -X message.max.bytes=20000000
+    dlq_check "$1" "$2" 2 2
     local refs
     refs=$(grep -c 'lb.by_reference=key,value .*lb.value.size=300[0-9]\{4\}' "$T_DIR/$1.dlq" || true)
     [[ $refs == 2 ]] || fail "$1: $refs huge record(s) dead-lettered by reference, not 2: $(cut -c1-300 "$T_DIR/$1.dlq")"
@@ -163,20 +166,33 @@ verify "${MODE_ORACLE[@]}"
 
 # 3b. small records in a batch too large for the dead-letter topic: the
 #     topic takes 4 KiB, a burst of invalid events each well under that.
-#     The broker refuses their batches; each record is sent again alone in
-#     a batch and lands whole, none by reference
+#     The broker refuses their first batches; each record is sent again
+#     alone in a batch and lands whole, none by reference, and every record
+#     after them goes alone
 admin create-topic --topic scores-dlq-small --partitions 1 --config max.message.bytes=4096 ||
     fail "cannot create scores-dlq-small"
 DLQ_TOPIC=scores-dlq-small config "$T_DIR/small.yaml"
-# (a refusal at least: the scenario happened; none by reference)
-dlq_run small scores-dlq-small 1 0 -n 4000 --seed 146 "${gen[@]}" --rate 20000 --poison-every 2
+dlq_start small -n 4000 --seed 146 "${gen[@]}" --rate 20000 --poison-every 2
+metrics_scrape "$url" "$T_DIR/m"
+refused=$(metrics_value "$T_DIR/m" 'lb_dlq_failures_total{kind="too_large"}')
+((refused > 0)) || fail "small: no batch was refused as too large: the scenario did not happen"
+# after the first refusal every record goes alone (each refusal costs the
+# idempotent producer an epoch): a second burst has none refused
+produce -n 2000 --seed 147 "${gen[@]}" --rate 20000 --poison-every 2
+wait_caught_up 120
+sleep 1
+dlq_check small scores-dlq-small "$refused" 0
 # every second event is invalid (some sent twice: --retry-every), each
 # record of them once; all committed (wait_caught_up), so all delivered
 got=$(grep -v ' lb.reason=retraction_refused ' "$T_DIR/small.dlq" |
     grep -o 'lb\.source\.partition=[0-9]* lb\.source\.offset=[0-9]*' | sort -u | wc -l)
-((got >= 2000)) || fail "small: $got records in scores-dlq-small, not the 2000 invalid events or more"
+((got >= 3000)) || fail "small: $got records in scores-dlq-small, not the 3000 invalid events or more"
 grep -q 'lb.by_reference' "$T_DIR/small.dlq" && fail "small: a record in scores-dlq-small is by reference"
 grep -q 'sent again alone in its batch' "$T_DIR/small.log" || fail "small: the log does not say so"
+[[ $(grep -c 'from now on every record goes alone' "$T_DIR/small.log") == 1 ]] ||
+    fail "small: the switch to one record per batch is not logged once"
+[[ $(metrics_value "$T_DIR/m" 'lb_dlq_failures_total{kind="too_large"}') == "$refused" ]] ||
+    fail "small: records of the second burst were refused as too large: batches went on"
 ok "small records whose batches passed the dead-letter topic's 4 KiB: sent again one per batch, all $got whole"
 verify "${MODE_ORACLE[@]}"
 
