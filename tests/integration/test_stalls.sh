@@ -189,10 +189,10 @@ got=$(grep -v ' lb.reason=retraction_refused ' "$T_DIR/small.dlq" |
 ((got >= 3000)) || fail "small: $got records in scores-dlq-small, not the 3000 invalid events or more"
 grep -q 'lb.by_reference' "$T_DIR/small.dlq" && fail "small: a record in scores-dlq-small is by reference"
 grep -q 'sent again alone in its batch' "$T_DIR/small.log" || fail "small: the log does not say so"
-[[ $(grep -c 'from now on every record goes alone' "$T_DIR/small.log") == 1 ]] ||
-    fail "small: the switch to one record per batch is not logged once"
 [[ $(metrics_value "$T_DIR/m" 'lb_dlq_failures_total{kind="too_large"}') == "$refused" ]] ||
     fail "small: records of the second burst were refused as too large: batches went on"
+[[ $(grep -c 'from now on every record goes alone' "$T_DIR/small.log") == 1 ]] ||
+    fail "small: the switch to one record per batch is not logged once"
 ok "small records whose batches passed the dead-letter topic's 4 KiB: sent again one per batch, all $got whole"
 verify "${MODE_ORACLE[@]}"
 
