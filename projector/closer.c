@@ -1004,6 +1004,7 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
 {
     uint8_t missing[LB_SLOTS];
     char err[256];
+    long before = c->stats.unrebuilt_slots;
     long n = lb_intact_missing(c->cluster, c->o.key_prefix, missing, err, sizeof(err));
     if (n == LB_SLOTS && !c->intact_seen) {
         int fresh = fresh_cluster(c);
@@ -1048,7 +1049,7 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
     }
     if (n == 0)
         c->marking_all = 0;
-    if (n > 0 && n != c->stats.unrebuilt_slots) {
+    if (n > 0 && n != before) {
         long first = 0;
         while (!missing[first])
             first++;

@@ -258,6 +258,8 @@ new_slots=$(redis_cli "${NEW##*:}" CLUSTER NODES | awk '$3 ~ /myself/ {
     for (i = 9; i <= NF; i++) { n = split($i, r, "-"); s += r[n] - r[1] + 1 } } END { print s }')
 lb_wait_for 10 metrics_series_is "$url" 'lb_results_unrebuilt_slots' "$new_slots" ||
     fail "lb_results_unrebuilt_slots is not $new_slots: $(curl -sf "$url/metrics" | grep unrebuilt)"
+since | grep "$new_slots slot(s) have no ~intact mark" >/dev/null ||
+    fail "the log does not count the slots without a mark"
 ok "d: ${#kept_res[@]} board(s) on the other shards published $yesterday; the ${#lost_res[@]} on the new node wait, $new_slots slot(s) unrebuilt"
 # rebuilt NAME SLOTS SELECTION... - replay of SELECTION marks SLOTS slots
 # rebuilt, and the pods read the marks at once
