@@ -977,22 +977,6 @@ static int fresh_cluster(struct lb_closer *c)
     return failed ? -1 : 2 * present >= n;
 }
 
-/* Tells every pod to read the marks (and sweep) at its next check, as
- * replay does (LB_REOPENED_KEY). */
-static void announce(struct lb_closer *c)
-{
-    char key[KEY_MAX], at[200];
-    int klen = snprintf(key, sizeof(key), "%s%s", c->o.key_prefix, LB_REOPENED_KEY);
-    const char *argv[] = {"HSET", key, "at", at};
-    size_t argvlen[] = {
-        4, (size_t)klen, 2,
-        (size_t)snprintf(at, sizeof(at), "%s %lld", c->holder, (long long)lb_wall_ms())};
-    redisReply *r =
-        lb_cluster_command(c->cluster, lb_key_slot(key, (size_t)klen), 4, argv, argvlen);
-    if (r)
-        freeReplyObject(r); /* else the others read the marks within a minute */
-}
-
 /* Reads the slots' ~intact marks (apply.h) into 'missing': a cluster
  * without any at this pod's first read is new (or has not run this release
  * yet: fresh_cluster), and every slot is marked (the marks still missing, until that
@@ -1034,9 +1018,12 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
                     "no slot had a %s mark (a new cluster, or the first start of this "
                     "release): every slot marked",
                     LB_INTACT_KEY);
-            memset(missing, 0, sizeof(missing));
-            n = 0;
-            announce(c); /* pods that read them midway */
+            memset(c->missing, 0, sizeof(c->missing));
+            c->stats.unrebuilt_slots = n = 0;
+            /* pods that read them midway read again (else within a minute) */
+            redisReply *r = lb_reopened_touch(c->cluster, c->o.key_prefix, c->holder);
+            if (r)
+                freeReplyObject(r);
         }
     }
     if (n < 0) {
@@ -1059,9 +1046,7 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
                 "rebuilt them (ops/runbooks/lost-shard.md)",
                 n, LB_INTACT_KEY, first);
     }
-    memcpy(c->missing, missing, sizeof(missing));
     c->intact_seen = 1;
-    c->stats.unrebuilt_slots = n;
     c->next_intact = now_ms + LB_CLOSER_SWEEP_MS;
 }
 

@@ -456,6 +456,16 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
     return reply;
 }
 
+redisReply *lb_reopened_touch(struct lb_cluster *cluster, const char *prefix, const char *who)
+{
+    char key[KEY_MAX], at[300];
+    int klen = snprintf(key, sizeof(key), "%s%s", prefix, LB_REOPENED_KEY);
+    const char *argv[] = {"HSET", key, "at", at};
+    size_t argvlen[] = {4, (size_t)klen, 2,
+                        (size_t)snprintf(at, sizeof(at), "%s %lld", who, (long long)lb_wall_ms())};
+    return lb_cluster_command(cluster, lb_key_slot(key, (size_t)klen), 4, argv, argvlen);
+}
+
 /* One command per slot of 'which' (every slot when NULL), built by 'fn'
  * with its mark's key; the replies in 'reqs' (LB_SLOTS, calloc'ed by the
  * caller, replies freed by it). The number that failed (the first's

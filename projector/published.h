@@ -76,6 +76,12 @@ redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const 
                           const char *window, const char *step, const char *holder, int lease_ms,
                           const char *const *extra, const size_t *extralen, size_t nextra);
 
+/* Changes the "at" of LB_REOPENED_KEY (apply.h) to 'who' and now, so that
+ * every pod looks at its next check. NULL when the call failed (with
+ * lb_cluster_error), else the reply (an error reply too), for the caller
+ * to free. */
+redisReply *lb_reopened_touch(struct lb_cluster *cluster, const char *prefix, const char *who);
+
 /* The slots' "~intact" marks (apply.h LB_INTACT_KEY): sets 'missing'
  * (LB_SLOTS bytes) to 1 for each slot without its mark and returns how
  * many; -1 with 'err' (a node down, refused). */

@@ -530,19 +530,13 @@ int replay_mark_reopened(struct replay *r, const char *board)
 
 void replay_announce_reopened(struct replay *r)
 {
-    char key[300], at[200];
-    int klen = snprintf(key, sizeof(key), "%s%s", r->config->key_prefix, LB_REOPENED_KEY);
-    const char *argv[] = {"HSET", key, "at", at};
-    size_t argvlen[] = {
-        4, (size_t)klen, 2,
-        (size_t)snprintf(at, sizeof(at), "%s %lld", r->lease.owner, (long long)lb_wall_ms())};
-    redisReply *reply =
-        lb_cluster_command(r->lease_cluster, lb_key_slot(key, (size_t)klen), 4, argv, argvlen);
+    redisReply *reply = lb_reopened_touch(r->lease_cluster, r->config->key_prefix, r->lease.owner);
     if (!reply || reply->type == REDIS_REPLY_ERROR)
         fprintf(stderr,
-                "replay: could not tell the pods (%s %s): they find what it changed (windows "
+                "replay: could not tell the pods (%s%s %s): they find what it changed (windows "
                 "reopened, slots marked) within a minute\n",
-                key, !reply ? lb_cluster_error(r->lease_cluster) : reply->str);
+                r->config->key_prefix, LB_REOPENED_KEY,
+                !reply ? lb_cluster_error(r->lease_cluster) : reply->str);
     if (reply)
         freeReplyObject(reply);
 }
