@@ -241,6 +241,8 @@ int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_
         parts->kind = LB_KEY_FENCE;
     else if (rlen == 5 && memcmp(rest, "~seen", 5) == 0)
         parts->kind = LB_KEY_SEEN;
+    else if (rlen == sizeof(LB_NEWEST_KEY) - 1 && memcmp(rest, LB_NEWEST_KEY, rlen) == 0)
+        parts->kind = LB_KEY_NEWEST;
     else if (rlen > sizeof(LB_TOP_PREFIX) &&
              memcmp(rest, LB_TOP_PREFIX ":", sizeof(LB_TOP_PREFIX)) == 0) {
         parts->kind = LB_KEY_TOP;
@@ -258,7 +260,7 @@ int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_
     } else if (rlen == 0 || rest[0] == '~')
         parts->kind = LB_KEY_OTHER;
     if (parts->kind == LB_KEY_MARKER || parts->kind == LB_KEY_FENCE || parts->kind == LB_KEY_SEEN ||
-        parts->kind == LB_KEY_OPEN)
+        parts->kind == LB_KEY_OPEN || parts->kind == LB_KEY_NEWEST)
         parts->window = (struct lb_str){"", 0};
     return 0;
 }
@@ -278,11 +280,17 @@ int lb_key_is_window(const char *prefix, const char *key, size_t len)
 #define LB_DECAY_WIDTH      16 /* digits of a packed taxed composite (< 2^53) */
 #define STAMP_MAX           40 /* "%015lld:%020lld" */
 
-/* Values per plain entry: best composite, member; latest composite, stamp,
- * member; sum delta, tie, member. A special entry has its flags first. */
+/* Values per plain entry: best composite, member; latest composite, member
+ * (its stamp is its player's newest); sum delta, tie, member. A special
+ * entry has its flags first, and a latest one its stamp before the member. */
 static size_t plain_width(enum lb_aggregation aggregation)
 {
-    return aggregation == LB_AGG_BEST ? 2 : 3;
+    return aggregation == LB_AGG_SUM ? 3 : 2;
+}
+
+static size_t special_width(enum lb_aggregation aggregation)
+{
+    return aggregation == LB_AGG_LATEST ? 4 : plain_width(aggregation) + 1;
 }
 
 static int is_plain(const struct lb_plan_entry *e)
@@ -290,16 +298,47 @@ static int is_plain(const struct lb_plan_entry *e)
     return (e->flags & (LB_ENTRY_RETRACTED | LB_ENTRY_VALUE)) == LB_ENTRY_VALUE;
 }
 
+/* A latest board's player in one segment: its entries, and its newest
+ * (apply.lua latest()) at 'value' in the encoder's 'values'. */
+struct player {
+    uint32_t number; /* the segment's */
+    struct lb_str id;
+    uint32_t first, count; /* its entries in the encoder's 'items' */
+    size_t value, value_len;
+};
+
+/* One entry of a latest board, for finding its player's others. */
+struct item {
+    uint32_t number; /* its segment's */
+    uint32_t entry;
+    uint32_t key;
+    uint32_t window; /* its key's window in the profile: names in profile order */
+};
+
 struct encoder {
     struct lb_apply_batch *batch;
     struct lb_plan_view v;
-    const char *prefix;
+    const struct lb_apply_options *options;
     /* per board: segments by number; per key: entries by segment */
     const struct lb_plan_segment **segs;
     uint32_t *counts; /* [2 * (nseg + 1)]: plain, then special, by segment number */
     uint32_t *order;  /* the key's entries, grouped */
     size_t segs_cap, counts_cap, order_cap;
+    /* latest boards: per entry (by its index in the plan) whether it goes
+     * plain; the players, by segment number; their newest values */
+    int latest;
+    uint8_t *plain;
+    struct item *items;
+    struct player *players;
+    char *values;
+    uint32_t *per_segment; /* players per segment number */
+    size_t plain_cap, items_cap, players_cap, values_cap, values_len, per_segment_cap, nplayers;
 };
+
+static int goes_plain(const struct encoder *en, uint32_t e)
+{
+    return en->latest ? en->plain[e] : is_plain(&en->v.entries[e]);
+}
 
 static int grow(void **ptr, size_t *cap, size_t need, size_t size)
 {
@@ -328,9 +367,14 @@ static size_t board_size_bound(const struct encoder *en, const struct lb_plan_bo
     if (b->profile->decay) /* its four keys, "D", max_age, the rule, the patches */
         size += 8 * (bulk + KEY_MAX) + LB_DECAY_RULE_MAX;
     size += 4 * (bulk + KEY_MAX); /* final standings' two keys, "F", a count */
+    /* latest boards: ~newest, the flag and the keys' start, the players */
+    size += 3 * (bulk + KEY_MAX) + (size_t)b->nsegments * (bulk + LB_RESP_INT_MAX) +
+            en->values_len + 2 * bulk * en->nplayers;
+    for (size_t i = 0; en->latest && i < en->nplayers; i++)
+        size += en->players[i].id.len;
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         size += 8 * bulk + 2 * (bulk + LB_RESP_INT_MAX); /* a transaction's headers; "F" */
-        size += 2 * (bulk + KEY_MAX + sizeof(LB_STAMPS_SUFFIX)) +
+        size += 2 * (bulk + KEY_MAX + sizeof(LB_STAMPS_SUFFIX)) + bulk + LB_WINDOW_NAME_MAX +
                 (2 + 2 * (size_t)b->nsegments) * (bulk + LB_RESP_INT_MAX);
         const struct lb_decay_config *decay = b->profile->decay;
         size_t per_entry = 4 * (bulk + STAMP_MAX);
@@ -349,8 +393,8 @@ static char *put_window_key(const struct encoder *en, char *p, const struct lb_p
                             const struct lb_plan_key *key, int stamps)
 {
     char name[KEY_MAX + sizeof(LB_STAMPS_SUFFIX)];
-    size_t len = lb_window_key(en->prefix, b->id, &b->profile->windows[key->window], key->window_id,
-                               key->custom_value, name, KEY_MAX);
+    size_t len = lb_window_key(en->options->prefix, b->id, &b->profile->windows[key->window],
+                               key->window_id, key->custom_value, name, KEY_MAX);
     if (stamps) {
         memcpy(name + len, LB_STAMPS_SUFFIX, sizeof(LB_STAMPS_SUFFIX) - 1);
         len += sizeof(LB_STAMPS_SUFFIX) - 1;
@@ -358,16 +402,27 @@ static char *put_window_key(const struct encoder *en, char *p, const struct lb_p
     return lb_resp_bulk(p, name, len);
 }
 
-static char *put_entry(char *p, const struct lb_plan_entry *e, enum lb_aggregation aggregation)
+/* A latest entry's stamp: "<ts, 15 digits>:<offset, 20 digits>", so that
+ * strings compare as the pairs do. Returns its length (36). */
+static size_t put_stamp(char *out, const struct lb_plan_entry *e)
 {
-    if (!is_plain(e))
+    int n = snprintf(out, STAMP_MAX, "%015lld:%020lld", (long long)e->ts, (long long)e->order);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static char *put_entry(const struct encoder *en, char *p, uint32_t index,
+                       enum lb_aggregation aggregation)
+{
+    const struct lb_plan_entry *e = &en->v.entries[index];
+    int plain = goes_plain(en, index);
+    if (!plain && !(e->flags & LB_ENTRY_RETRACTED))
+        p = lb_resp_bulk(p, "v", 1); /* latest: a value with a stamp of its own */
+    else if (!plain)
         p = (e->flags & LB_ENTRY_VALUE) ? lb_resp_bulk(p, "rv", 2) : lb_resp_bulk(p, "r", 1);
     p = lb_resp_bulk_int(p, e->value);
-    if (aggregation == LB_AGG_LATEST) {
+    if (aggregation == LB_AGG_LATEST && !plain) {
         char stamp[STAMP_MAX];
-        int n = snprintf(stamp, sizeof(stamp), "%015lld:%020lld", (long long)e->ts,
-                         (long long)e->order);
-        p = lb_resp_bulk(p, stamp, (size_t)n);
+        p = lb_resp_bulk(p, stamp, put_stamp(stamp, e));
     } else if (aggregation == LB_AGG_SUM) {
         p = lb_resp_bulk_int(p, e->ts);
     }
@@ -388,7 +443,7 @@ static int group_entries(struct encoder *en, const struct lb_plan_key *key, uint
     memset(count, 0, groups * sizeof(uint32_t));
     for (uint32_t e = key->first_entry; e != LB_PLAN_NONE; e = en->v.entries[e].next_entry) {
         const struct lb_plan_entry *entry = &en->v.entries[e];
-        count[(is_plain(entry) ? 0 : nseg + 1) + en->v.segments[entry->segment].number]++;
+        count[(goes_plain(en, e) ? 0 : nseg + 1) + en->v.segments[entry->segment].number]++;
     }
     uint32_t sum = 0;
     for (size_t g = 0; g < groups; g++) {
@@ -397,7 +452,7 @@ static int group_entries(struct encoder *en, const struct lb_plan_key *key, uint
     }
     for (uint32_t e = key->first_entry; e != LB_PLAN_NONE; e = en->v.entries[e].next_entry) {
         const struct lb_plan_entry *entry = &en->v.entries[e];
-        en->order[cursor[(is_plain(entry) ? 0 : nseg + 1) +
+        en->order[cursor[(goes_plain(en, e) ? 0 : nseg + 1) +
                          en->v.segments[entry->segment].number]++] = e;
     }
     return 0;
@@ -478,6 +533,140 @@ static char *put_decay(struct encoder *en, char *p, const struct lb_plan_board *
     return p;
 }
 
+/* Orders a latest board's entries by segment, player and window. */
+static const struct lb_plan_entry *sort_entries;
+static int by_player(const void *a, const void *b)
+{
+    const struct item *x = a, *y = b;
+    if (x->number != y->number)
+        return x->number < y->number ? -1 : 1;
+    const struct lb_str *p = &sort_entries[x->entry].player, *q = &sort_entries[y->entry].player;
+    if (p->len != q->len)
+        return p->len < q->len ? -1 : 1;
+    int c = memcmp(p->ptr, q->ptr, p->len);
+    if (c)
+        return c;
+    return (x->window > y->window) - (x->window < y->window);
+}
+
+static int same_player(const struct encoder *en, const struct item *x, const struct item *y)
+{
+    const struct lb_str *p = &en->v.entries[x->entry].player, *q = &en->v.entries[y->entry].player;
+    return x->number == y->number && p->len == q->len && memcmp(p->ptr, q->ptr, p->len) == 0;
+}
+
+/* A calendar window's name ("monthly:2026-05"), in a player's newest. */
+#define CALENDAR_KINDS 4 /* alltime, daily, weekly, monthly */
+struct name {
+    char text[LB_WINDOW_LABEL_MAX + 16];
+    size_t len;
+};
+
+static int by_name(const void *a, const void *b)
+{
+    const struct name *x = a, *y = b;
+    int c = memcmp(x->text, y->text, x->len < y->len ? x->len : y->len);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Whether entry 'e' holds a value with exactly the stamp (ts, order). */
+static int holds(const struct lb_plan_entry *e, int64_t ts, int64_t order)
+{
+    return (e->flags & LB_ENTRY_VALUE) && e->ts == ts && e->order == order;
+}
+
+/* A latest board's players (apply.lua latest()): per segment each player
+ * with an entry, its newest stamp among them and the calendar windows whose
+ * entry holds it, "<stamp>|<window>|...|" ("" when none holds a value); an
+ * entry holding its player's newest, without a retraction, goes plain (its
+ * stamp is its player's). Fills en->plain, en->players, en->values and
+ * en->per_segment. Returns 0 or -1 (memory). */
+static int latest_players(struct encoder *en, const struct lb_plan_board *b)
+{
+    const struct lb_profile *profile = b->profile;
+    size_t n = 0, top = 0;
+    en->nplayers = en->values_len = 0;
+    for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
+        for (uint32_t e = en->v.keys[k].first_entry; e != LB_PLAN_NONE;
+             e = en->v.entries[e].next_entry) {
+            if (grow((void **)&en->items, &en->items_cap, n + 1, sizeof(*en->items)) != 0)
+                return -1;
+            en->items[n++] = (struct item){en->v.segments[en->v.entries[e].segment].number, e, k,
+                                           en->v.keys[k].window};
+            top = e + 1 > top ? e + 1 : top;
+        }
+    if (grow((void **)&en->plain, &en->plain_cap, top, 1) != 0 ||
+        grow((void **)&en->per_segment, &en->per_segment_cap, (size_t)b->nsegments + 1,
+             sizeof(uint32_t)) != 0)
+        return -1;
+    memset(en->per_segment, 0, ((size_t)b->nsegments + 1) * sizeof(uint32_t));
+    sort_entries = en->v.entries;
+    qsort(en->items, n, sizeof(*en->items), by_player);
+    for (size_t i = 0, j; i < n; i = j) {
+        const struct lb_plan_entry *first = &en->v.entries[en->items[i].entry];
+        int64_t ts = INT64_MIN, order = INT64_MIN;
+        int valued = 0;
+        for (j = i; j < n && same_player(en, &en->items[i], &en->items[j]); j++) {
+            const struct lb_plan_entry *e = &en->v.entries[en->items[j].entry];
+            if ((e->flags & LB_ENTRY_VALUE) &&
+                (!valued || e->ts > ts || (e->ts == ts && e->order > order))) {
+                ts = e->ts;
+                order = e->order;
+                valued = 1;
+            }
+        }
+        /* its value: the stamp, then each calendar window holding it */
+        size_t need = en->values_len + STAMP_MAX + 1;
+        need += CALENDAR_KINDS * (sizeof(((struct name *)0)->text) + 1);
+        if (grow((void **)&en->values, &en->values_cap, need, 1) != 0 ||
+            grow((void **)&en->players, &en->players_cap, en->nplayers + 1, sizeof(*en->players)) !=
+                0)
+            return -1;
+        size_t at = en->values_len, len = 0;
+        if (valued) {
+            struct lb_plan_entry stamp = {.ts = ts, .order = order};
+            len = put_stamp(en->values + at, &stamp);
+            en->values[at + len++] = '|';
+        }
+        /* the calendar windows holding it (one per kind at most), their
+         * names in byte order as the script writes them too */
+        struct name names[CALENDAR_KINDS];
+        size_t nnames = 0;
+        for (size_t x = i; x < j; x++) {
+            const struct item *it = &en->items[x];
+            const struct lb_plan_entry *e = &en->v.entries[it->entry];
+            const struct lb_plan_key *key = &en->v.keys[it->key];
+            const struct lb_window_config *w = &profile->windows[key->window];
+            int newest = valued && holds(e, ts, order);
+            en->plain[it->entry] = (uint8_t)(newest && is_plain(e));
+            if (newest && w->kind != LB_WINDOW_CUSTOM && nnames < CALENDAR_KINDS) {
+                struct name *nm = &names[nnames++];
+                nm->len = lb_window_name(w, key->window_id, key->custom_value, nm->text,
+                                         sizeof(nm->text));
+            }
+        }
+        qsort(names, nnames, sizeof(*names), by_name);
+        for (size_t x = 0; x < nnames; x++) {
+            memcpy(en->values + at + len, names[x].text, names[x].len);
+            en->values[at + len + names[x].len] = '|';
+            len += names[x].len + 1;
+        }
+        en->players[en->nplayers++] = (struct player){
+            en->items[i].number, first->player, (uint32_t)i, (uint32_t)(j - i), at, len};
+        en->values_len += len;
+        en->per_segment[en->items[i].number]++;
+    }
+    return 0;
+}
+
+static int has_alltime(const struct lb_profile *profile)
+{
+    for (size_t i = 0; i < profile->nwindows; i++)
+        if (profile->windows[i].kind == LB_WINDOW_ALLTIME)
+            return 1;
+    return 0;
+}
+
 /* Whether a board's batch goes as a plain transaction (see apply.h). */
 static int is_transaction(const struct lb_profile *profile)
 {
@@ -501,11 +690,11 @@ static int encode_transaction(struct encoder *en, const struct lb_plan_board *b,
     char *p = out->data + out->len;
     p = lb_resp_bulk(lb_resp_header(p, '*', 1), "MULTI", 5);
     p = lb_resp_bulk(lb_resp_header(p, '*', 2), "EXISTS", 6);
-    p = lb_resp_bulk(p, name, lb_fence_key(en->prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_fence_key(en->options->prefix, b->id, name, KEY_MAX));
     uint32_t ncommands = 2;
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         const struct lb_plan_key *key = &en->v.keys[k];
-        size_t len = lb_window_key(en->prefix, b->id, &profile->windows[key->window],
+        size_t len = lb_window_key(en->options->prefix, b->id, &profile->windows[key->window],
                                    key->window_id, key->custom_value, name, KEY_MAX);
         p = lb_resp_header(p, '*', 3 + 2 * (uint64_t)key->nentries);
         p = lb_resp_bulk(p, "ZADD", 4);
@@ -527,7 +716,7 @@ static int encode_transaction(struct encoder *en, const struct lb_plan_board *b,
     }
     p = lb_resp_header(p, '*', 3 + 2 * (uint64_t)b->nsegments);
     p = lb_resp_bulk(p, "ZADD", 4);
-    p = lb_resp_bulk(p, name, lb_marker_zset_key(en->prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_marker_zset_key(en->options->prefix, b->id, name, KEY_MAX));
     p = lb_resp_bulk(p, "GT", 2);
     for (uint32_t s = b->first_segment; s != LB_PLAN_NONE; s = en->v.segments[s].next) {
         const struct lb_plan_segment *seg = &en->v.segments[s];
@@ -558,15 +747,22 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
         return encode_transaction(en, b, req);
 
     enum lb_aggregation aggregation = profile->aggregation;
-    size_t width = plain_width(aggregation);
+    size_t width = plain_width(aggregation), swidth = special_width(aggregation);
     uint32_t nseg = b->nsegments, nkeys = 0;
-    size_t nargs = 10 + 4 * (size_t)nseg + 3 * (size_t)b->nseen;
+    int latest = aggregation == LB_AGG_LATEST;
+    en->latest = latest;
+    en->nplayers = en->values_len = 0;
+    if (latest && latest_players(en, b) != 0)
+        return -1;
+    size_t nargs = 12 + 4 * (size_t)nseg + 3 * (size_t)b->nseen;
+    if (latest)
+        nargs += nseg + 2 * en->nplayers;
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         nkeys++;
-        nargs += 2 + 2 * (size_t)nseg + width * en->v.keys[k].nentries;
+        nargs += 2 + (size_t)latest + 2 * (size_t)nseg;
         for (uint32_t e = en->v.keys[k].first_entry; e != LB_PLAN_NONE;
              e = en->v.entries[e].next_entry)
-            nargs += !is_plain(&en->v.entries[e]);
+            nargs += goes_plain(en, e) ? width : swidth;
     }
     const struct lb_decay_config *decay = profile->decay;
     uint32_t npatches = 0;
@@ -586,8 +782,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
             closing += profile->windows[en->v.keys[k].window].results_top >= 0;
         nargs += 2 + 2 * (size_t)closing;
     }
-    uint32_t numkeys =
-        4 + nkeys * (aggregation == LB_AGG_LATEST ? 2 : 1) + (decay ? 4 : 0) + (results ? 2 : 0);
+    uint32_t numkeys = 4 + (latest ? 2 * nkeys + 1 : nkeys) + (decay ? 4 : 0) + (results ? 2 : 0);
     if (lb_buf_reserve(out, board_size_bound(en, b)) != 0 ||
         grow((void **)&en->segs, &en->segs_cap, (size_t)nseg + 1, sizeof(*en->segs)) != 0)
         return -1;
@@ -599,24 +794,27 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     p = lb_resp_bulk(p, "EVALSHA", 7);
     p = lb_resp_bulk(p, lb_apply_script_sha(), 40);
     p = lb_resp_bulk_int(p, numkeys);
+    const char *prefix = en->options->prefix;
     char name[KEY_MAX];
-    p = lb_resp_bulk(p, name, lb_marker_key(en->prefix, b->id, name, KEY_MAX));
-    p = lb_resp_bulk(p, name, lb_marker_zset_key(en->prefix, b->id, name, KEY_MAX));
-    p = lb_resp_bulk(p, name, lb_fence_key(en->prefix, b->id, name, KEY_MAX));
-    p = lb_resp_bulk(p, name, lb_dedupe_key(en->prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_marker_key(prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_marker_zset_key(prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_fence_key(prefix, b->id, name, KEY_MAX));
+    p = lb_resp_bulk(p, name, lb_dedupe_key(prefix, b->id, name, KEY_MAX));
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
         p = put_window_key(en, p, b, &en->v.keys[k], 0);
-    if (aggregation == LB_AGG_LATEST)
+    if (latest) {
         for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key)
             p = put_window_key(en, p, b, &en->v.keys[k], 1);
+        p = lb_resp_bulk(p, name, lb_board_key(prefix, b->id, LB_NEWEST_KEY, name, KEY_MAX));
+    }
     if (decay) {
         const char *rest[] = {LB_PATCHES_KEY, LB_DECAY_STATE_KEY, decay->key, LB_DECAY_SHADOW};
         for (size_t i = 0; i < 4; i++)
-            p = lb_resp_bulk(p, name, lb_board_key(en->prefix, b->id, rest[i], name, KEY_MAX));
+            p = lb_resp_bulk(p, name, lb_board_key(prefix, b->id, rest[i], name, KEY_MAX));
     }
     if (results) {
-        p = lb_resp_bulk(p, name, lb_board_key(en->prefix, b->id, LB_OPEN_KEY, name, KEY_MAX));
-        p = lb_resp_bulk(p, name, lb_board_key(en->prefix, b->id, LB_FINAL_KEY, name, KEY_MAX));
+        p = lb_resp_bulk(p, name, lb_board_key(prefix, b->id, LB_OPEN_KEY, name, KEY_MAX));
+        p = lb_resp_bulk(p, name, lb_board_key(prefix, b->id, LB_FINAL_KEY, name, KEY_MAX));
     }
 
     static const char mode[] = {[LB_AGG_BEST] = 'b', [LB_AGG_LATEST] = 'l', [LB_AGG_SUM] = 's'};
@@ -631,6 +829,14 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     p = lb_resp_bulk_int(p, nseg);
     /* whole seconds, rounded up: the set keeps at least the window */
     p = lb_resp_bulk_int(p, (profile->dedupe_window_ms + 999) / 1000);
+    /* latest boards: whether the request may start ~newest (not when it
+     * keeps per-window stamps only, nor on a board without an all-time
+     * window: ~newest never expires), and where the board's keys start */
+    const char *stamps = !latest                                               ? "-"
+                         : en->options->window_stamps || !has_alltime(profile) ? "w"
+                                                                               : "b";
+    p = lb_resp_bulk(p, stamps, 1);
+    p = lb_resp_bulk(p, name, latest ? lb_board_key(prefix, b->id, "", name, KEY_MAX) : 0);
     if (count_seen(en, b, nseg) != 0)
         return -1;
     for (uint32_t number = 1; number <= nseg; number++) {
@@ -648,6 +854,17 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
         p = lb_resp_bulk(p, seen->event_id.ptr, seen->event_id.len);
         p = lb_resp_bulk_int(p, seen->stamp);
     }
+    if (latest) { /* the players, ordered by segment number */
+        size_t i = 0;
+        for (uint32_t number = 1; number <= nseg; number++) {
+            p = lb_resp_bulk_int(p, en->per_segment[number]);
+            for (; i < en->nplayers && en->players[i].number == number; i++) {
+                const struct player *pl = &en->players[i];
+                p = lb_resp_bulk(p, pl->id.ptr, pl->id.len);
+                p = lb_resp_bulk(p, en->values + pl->value, pl->value_len);
+            }
+        }
+    }
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
         const struct lb_plan_key *key = &en->v.keys[k];
         if (group_entries(en, key, nseg) != 0)
@@ -655,12 +872,21 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
         char kind = key->expire;
         p = lb_resp_bulk(p, &kind, 1);
         p = lb_resp_bulk_int(p, key->expire_ms);
+        if (latest) { /* a calendar window's name ("" for a custom one) */
+            const struct lb_window_config *w = &profile->windows[key->window];
+            char label[LB_WINDOW_NAME_MAX];
+            size_t len =
+                w->kind == LB_WINDOW_CUSTOM
+                    ? 0
+                    : lb_window_name(w, key->window_id, key->custom_value, label, sizeof(label));
+            p = lb_resp_bulk(p, label, len);
+        }
         for (uint32_t s = 1; s <= nseg; s++)
             p = lb_resp_bulk_int(p, en->counts[s]);
         for (uint32_t s = 1; s <= nseg; s++)
             p = lb_resp_bulk_int(p, en->counts[nseg + 1 + s]);
         for (uint32_t i = 0; i < key->nentries; i++)
-            p = put_entry(p, &en->v.entries[en->order[i]], aggregation);
+            p = put_entry(en, p, en->order[i], aggregation);
     }
     if (decay && !(p = put_decay(en, p, b, npatches)))
         return -1;
@@ -684,9 +910,10 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     return 0;
 }
 
-int lb_apply_encode(struct lb_apply_batch *batch, const struct lb_plan *plan, const char *prefix)
+int lb_apply_encode(struct lb_apply_batch *batch, const struct lb_plan *plan,
+                    const struct lb_apply_options *options)
 {
-    struct encoder en = {.batch = batch, .prefix = prefix};
+    struct encoder en = {.batch = batch, .options = options};
     int rc = 0;
     lb_plan_view(plan, &en.v);
     batch->bytes.len = 0;
@@ -700,6 +927,11 @@ int lb_apply_encode(struct lb_apply_batch *batch, const struct lb_plan *plan, co
     free(en.segs);
     free(en.counts);
     free(en.order);
+    free(en.plain);
+    free(en.items);
+    free(en.players);
+    free(en.values);
+    free(en.per_segment);
     return rc;
 }
 
@@ -733,7 +965,8 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
                  {"badarg", LB_APPLY_BADARG},
                  {"fenced", LB_APPLY_FENCED},
                  {"noperm", LB_APPLY_NOPERM},
-                 {"protocol", LB_APPLY_PROTOCOL}};
+                 {"protocol", LB_APPLY_PROTOCOL},
+                 {"moving", LB_APPLY_MOVING}};
     const char *status = word(reply, 0);
     *a = (struct lb_apply_answer){.status = LB_APPLY_UNKNOWN, .reply = reply};
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2 &&
@@ -797,6 +1030,7 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
     case LB_APPLY_FENCED:
     case LB_APPLY_NOPERM:
     case LB_APPLY_PROTOCOL:
+    case LB_APPLY_MOVING:
         a->key = word(reply, 1);
         if (!a->key)
             a->status = LB_APPLY_UNKNOWN;

@@ -12,7 +12,14 @@
  *     :monthly:2026-05 | :<dim>:<value>        window sorted sets
  *   <window key>:~ts                           latest boards: per member the
  *                                              winning "<ts ms, 15 digits>:
- *                                              <offset, 20 digits>"
+ *                                              <offset, 20 digits>", where
+ *                                              ~newest does not name the
+ *                                              window (apply.lua latest())
+ *   <prefix>{B}:~newest                        latest boards (protocol 5 on):
+ *                                              per member its newest stamp
+ *                                              and the calendar windows
+ *                                              holding it, "<stamp>|<window>|
+ *                                              ...|"; field "" is "5"
  *   <prefix>{B}:~applied                       per "<topic>:<partition>" the
  *                                              last offset applied (hash,
  *                                              written by the script)
@@ -21,6 +28,10 @@
  *                                              without a script); a board's
  *                                              marker is the larger of both
  *   <prefix>{B}:~fence                         replay's fence while it swaps
+ *                                              (a string with a TTL); a hash
+ *                                              on a latest board that keeps
+ *                                              ~newest, which fences only
+ *                                              releases before protocol 5
  *   <prefix>{B}:<decay.key>                    decaying boards: the overall
  *                                              board of after-tax scores
  *   <prefix>{B}:~patches                       the patches seen (sorted set
@@ -36,16 +47,22 @@
  *                                              within the window behind the
  *                                              newest event time
  *
- * The request, protocol 4 (apply.lua has the exact argument layout): the
+ * The request, protocol 5 (apply.lua has the exact argument layout): the
  * marker fields with each segment's first and last offset, the event ids of
- * a board that dedupes (with their offsets and stamps), then per window
- * key its expiry and its entries grouped by segment, "plain" ones (a value
- * only) apart from "special" ones (a retraction first). A best board's
- * plain entries are composite, member pairs that the script hands to
- * `ZADD key GT|LT` straight from its arguments. The script:
+ * a board that dedupes (with their offsets and stamps), a latest board's
+ * players per segment with their newest stamp and windows, then per window
+ * key its expiry (a latest board's: its name too) and its entries grouped
+ * by segment, "plain" ones (a value only) apart from "special" ones (a
+ * retraction first; a latest board's value with a stamp of its own). A
+ * best board's plain entries are composite, member pairs that the script
+ * hands to `ZADD key GT|LT` straight from its arguments, and so are a latest
+ * board's, whose stamp is their player's newest. The script:
  *
- *   - refuses a protocol it does not speak: {"protocol", "4", got};
+ *   - refuses a protocol it does not speak: {"protocol", "5", got};
  *   - writes nothing to a fenced board: {"fenced", key};
+ *   - writes nothing when a key it must touch but the request does not name
+ *     (a latest board's stamps of a window a player's newest leaves) is on
+ *     another node while its slot migrates: {"moving", key};
  *   - skips a segment whose marker is at or past its last offset (applied
  *     before); one whose marker is inside its range (a previous attempt
  *     ended mid-way) makes it write nothing: {"partial", field, marker, ...}
@@ -106,9 +123,12 @@
  * a fenced board is written too (the answer says fenced, so the projector
  * holds the board back and replay's next round reads what was written).
  *
- * Protocols 1 and 2 (the releases before) kept markers in the hash only,
- * which this script still reads and writes; pods of both releases can
- * write the same boards during a rolling deploy.
+ * Protocols 1 and 2 kept markers in the hash only, which this script
+ * still reads and writes; pods of both releases can write the same boards
+ * during a rolling deploy. Latest boards started by protocol 4 or before
+ * keep per-window stamps (their markers exist, ~newest does not), which
+ * both releases read and write; those protocol 5 started refuse the
+ * releases before it through their fence key (README "Upgrades").
  */
 #ifndef LB_APPLY_H
 #define LB_APPLY_H
@@ -121,10 +141,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LB_APPLY_VERSION      4 /* the protocol this release speaks */
+#define LB_APPLY_VERSION      5 /* the protocol this release speaks */
 #define LB_APPLY_TEXT_(v)     #v
 #define LB_APPLY_TEXT(v)      LB_APPLY_TEXT_(v)
-#define LB_APPLY_VERSION_TEXT LB_APPLY_TEXT(LB_APPLY_VERSION) /* "4", as requests carry it */
+#define LB_APPLY_VERSION_TEXT LB_APPLY_TEXT(LB_APPLY_VERSION) /* "5", as requests carry it */
 
 /* The script's text and its SHA1 (40 hex digits), both from the build. */
 const char *lb_apply_script(void);
@@ -223,17 +243,21 @@ void lb_lease_holder(char *out, size_t cap);
 size_t lb_marker_field(const char *topic, int32_t partition, char *out, size_t cap);
 
 #define LB_STAMPS_SUFFIX ":~ts"
+/* "<prefix>{B}:~newest": a latest board's players' newest stamps and the
+ * calendar windows holding them (apply.lua latest()). */
+#define LB_NEWEST_KEY "~newest"
 
 enum lb_key_kind {
     LB_KEY_WINDOW = 1, /* a window's sorted set */
     LB_KEY_STAMPS,     /* a latest window's event-time hash */
     LB_KEY_MARKER,
     LB_KEY_FENCE,
-    LB_KEY_SEEN,  /* the board's dedupe set */
-    LB_KEY_TOP,   /* a split board's merged top of a window (window: its name) */
-    LB_KEY_FINAL, /* final standings: ~final, or a closed window's frozen copy */
-    LB_KEY_OPEN,  /* final standings: the windows still to close (~open) */
-    LB_KEY_OTHER, /* under the board's tag, but none of ours */
+    LB_KEY_SEEN,   /* the board's dedupe set */
+    LB_KEY_NEWEST, /* a latest board's ~newest */
+    LB_KEY_TOP,    /* a split board's merged top of a window (window: its name) */
+    LB_KEY_FINAL,  /* final standings: ~final, or a closed window's frozen copy */
+    LB_KEY_OPEN,   /* final standings: the windows still to close (~open) */
+    LB_KEY_OTHER,  /* under the board's tag, but none of ours */
 };
 
 struct lb_key_parts {
@@ -268,9 +292,19 @@ struct lb_apply_batch {
     size_t count, cap;
 };
 
-/* Encodes one request per board of 'plan' (keys under 'prefix') into
- * 'batch', replacing what it held. Returns 0, or -1 when out of memory. */
-int lb_apply_encode(struct lb_apply_batch *batch, const struct lb_plan *plan, const char *prefix);
+/* How requests are made. */
+struct lb_apply_options {
+    const char *prefix; /* the keyspace written (borrowed) */
+    /* latest boards: keep per-window stamps only and never start ~newest
+     * (replay --window, which swaps single windows: their hashes must carry
+     * their own stamps); a board that keeps ~newest still keeps it */
+    int window_stamps;
+};
+
+/* Encodes one request per board of 'plan' into 'batch', replacing what it
+ * held. Returns 0, or -1 when out of memory. */
+int lb_apply_encode(struct lb_apply_batch *batch, const struct lb_plan *plan,
+                    const struct lb_apply_options *options);
 void lb_apply_batch_free(struct lb_apply_batch *batch);
 
 /* ---- replies ---------------------------------------------------------------------- */
@@ -285,7 +319,9 @@ enum lb_apply_status {
     LB_APPLY_FENCED,    /* replay is swapping the board in: try again later */
     LB_APPLY_NOPERM,    /* the ACL user may not run 'key' (a command): nothing written */
     LB_APPLY_PROTOCOL,  /* the script speaks another protocol version */
-    LB_APPLY_UNKNOWN,   /* not a reply of the apply script */
+    LB_APPLY_MOVING,  /* 'key', not named by the request, is not on the node now (its slot is being
+                         migrated): nothing written, try again later */
+    LB_APPLY_UNKNOWN, /* not a reply of the apply script */
 };
 
 struct lb_apply_answer {

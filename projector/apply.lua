@@ -1,31 +1,41 @@
--- The apply script, protocol 4: one board's batch, written atomically.
+-- The apply script, protocol 5: one board's batch, written atomically.
 -- Embedded in the programs at build time with its SHA1 (projector/apply.h
 -- documents the request and the replies; projector/apply.c encodes them).
 --
 -- KEYS: [1] the board's applied-offset markers (hash), [2] the markers of
 --       boards written without a script (sorted set, ZADD GT), [3] its
 --       fence, [4] its dedupe set, [5 .. n+4] window keys, latest boards
---       also [n+5 .. 2n+4] their event-time hashes.
+--       also [n+5 .. 2n+4] their event-time hashes and [2n+5] ~newest.
 -- ARGV: [1] protocol, [2] mode b|l|s, [3] order d|a, [4] tie bits,
 --       [5] later time makes a larger tie 1|0, [6] sum_min, [7] sum_max,
---       [8] n keys, [9] segments, [10] dedupe window in seconds (0: off);
+--       [8] n keys, [9] segments, [10] dedupe window in seconds (0: off),
+--       [11] latest boards: b (may start ~newest) or w (per-window stamps
+--       only), [12] latest boards: "<prefix>{<tag>}:", the start of the
+--       board's key names;
 --       4 per segment: marker field, first and last offset, count of its
 --       event ids; the event ids, segment by segment, 3 each: offset, id,
---       stamp (event time in seconds * 2^20 + fingerprint); then per key:
---       expiry kind n|a|t, expiry value, the
---       count of plain entries of each segment, the count of special
---       entries of each segment, the plain entries (segment by segment),
---       the special entries (flags r|rv first).
---       Entry: best composite, member; latest composite, stamp, member;
---       sum delta, tie, member. Decaying boards (best) add KEYS
---       [n+5 .. n+8] (~patches, ~decay, the overall board, its shadow) and
---       a section after the keys' (see decay_write below).
+--       stamp (event time in seconds * 2^20 + fingerprint); latest boards
+--       then per segment the count of its players and per player: the
+--       player, its newest ("<stamp>|<window>|...|", see latest() below, or
+--       "" when its entries hold no value); then per key: expiry kind n|a|t,
+--       expiry value, latest boards the window's name (calendar windows;
+--       "" for custom ones), the count of plain entries of each segment, the
+--       count of special entries of each segment, the plain entries
+--       (segment by segment), the special entries (flags first: r|rv, and
+--       for latest boards v, a value with a stamp of its own).
+--       Plain entry: best composite, member; latest composite, member (its
+--       stamp is its player's newest); sum delta, tie, member. Special:
+--       flags, then the same, latest boards with the stamp before the
+--       member. Decaying boards (best) add KEYS [n+5 .. n+8] (~patches,
+--       ~decay, the overall board, its shadow) and a section after the
+--       keys' (see decay_write below).
 --
 -- Nothing is written before every check has passed: Redis keeps a script's
 -- earlier writes when a later call fails. Every key is touched before the
--- first write: markers by HMGET and ZMSCORE, sum windows by ZMSCORE, latest stamps by
--- HMGET, the dedupe set by ZMSCORE, and the other window keys (best, latest) by TYPE.
-if ARGV[1] ~= '4' then return {'protocol', '4', ARGV[1]} end
+-- first write: markers by HMGET and ZMSCORE, sum windows by ZMSCORE, latest
+-- boards' ~newest and the stamps they read by HMGET, the dedupe set by
+-- ZMSCORE, and the other keys they write by TYPE.
+if ARGV[1] ~= '5' then return {'protocol', '5', ARGV[1]} end
 local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
 local function refused(r, name)
   return r.err and string.find(r.err, "can't run this command", 1, true) and {'noperm', name}
@@ -269,19 +279,24 @@ end
 
 local mode, order = ARGV[2], ARGV[3]
 local nkeys, nseg = tonumber(ARGV[8]), tonumber(ARGV[9])
-if redis.call('EXISTS', KEYS[3]) == 1 then return {'fenced', KEYS[3]} end
+-- replay's fence (a string) holds the board; a hash there is the mark of a
+-- latest board that keeps ~newest (see latest() below): it fences only the
+-- previous release, whose script takes any key there for replay's
+local fence = redis.call('TYPE', KEYS[3]).ok
+if fence ~= 'none' and fence ~= 'hash' then return {'fenced', KEYS[3]} end
 -- a decaying board (best only): KEYS[D] ~patches, [D + 1] ~decay, [D + 2]
 -- its overall board, [D + 3] the shadow a rebuild fills
--- after the window keys (and latest boards' stamps): a decaying board's
--- four keys, then, for windows with final standings, ~open and ~final
-local extra = #KEYS - 4 - nkeys - ((mode == 'l') and nkeys or 0)
+-- after the window keys (and latest boards' stamps and ~newest): a
+-- decaying board's four keys, then, for windows with final standings,
+-- ~open and ~final
+local extra = #KEYS - 4 - nkeys - ((mode == 'l') and nkeys + 1 or 0)
 local D = (mode == 'b' and extra >= 4) and nkeys + 5 or nil
 local F = (extra == 2 or extra == 6) and #KEYS - 1 or nil
 
 -- which segments were applied before: the larger of the two markers (a
 -- board's profile may have changed between the two ways of writing)
 local fields = {}
-for s = 1, nseg do fields[s] = ARGV[7 + 4 * s] end
+for s = 1, nseg do fields[s] = ARGV[9 + 4 * s] end
 local marks = redis.pcall('HMGET', KEYS[1], unpack(fields))
 if marks.err then return refused(marks, 'hmget') or {'wrongtype', KEYS[1]} end
 local zmarks = redis.pcall('ZMSCORE', KEYS[2], unpack(fields))
@@ -293,7 +308,7 @@ for s = 1, nseg do
 end
 local apply, applied, skipped, partial, moved = {}, 0, 0, {}, {}
 for s = 1, nseg do
-  local p = 7 + 4 * s
+  local p = 9 + 4 * s
   local m = marks[s] and tonumber(marks[s]) or -1
   if m >= tonumber(ARGV[p + 2]) then
     skipped = skipped + 1
@@ -329,16 +344,17 @@ for _, call in ipairs({{'ZADD', w, '0', 'm'}, {'ZREM', w, 'm'}, {'HSET', KEYS[1]
   end
 end
 
-local width = (mode == 'b') and 2 or 3
+local width = (mode == 's') and 3 or 2 -- a plain entry's values
+local swidth = (mode == 'l') and 4 or width + 1 -- a special entry's: its flags first
 
 -- dedupe: the ids of the applied segments' events (each once: the planner
 -- leaves a retry within the batch out); one the set holds makes the call
 -- write nothing and name them (field, offset, d: the same stamp, c:
 -- another); the caller plans the board again without them
-local dwin, pos = tonumber(ARGV[10]), 11 + 4 * nseg
+local dwin, pos = tonumber(ARGV[10]), 13 + 4 * nseg
 local ids, stamps, seg, argat, nids = {}, {}, {}, {}, 0
 for s = 1, nseg do
-  local ns = tonumber(ARGV[10 + 4 * s])
+  local ns = tonumber(ARGV[12 + 4 * s])
   if apply[s] then
     for e = pos, pos + 3 * (ns - 1), 3 do
       nids = nids + 1
@@ -346,6 +362,15 @@ for s = 1, nseg do
     end
   end
   pos = pos + 3 * ns
+end
+-- latest boards: each segment's players with their newest (latest() below)
+local players = {}
+if mode == 'l' then
+  for s = 1, nseg do
+    local n = tonumber(ARGV[pos])
+    players[s] = {pos + 1, n}
+    pos = pos + 1 + 2 * n
+  end
 end
 if nids > 0 then
   local dups = {}
@@ -356,7 +381,7 @@ if nids > 0 then
     for x = i, j do
       local was = got[x - i + 1]
       if was and #dups < CHUNK then
-        dups[#dups + 1] = ARGV[7 + 4 * seg[x]]
+        dups[#dups + 1] = ARGV[9 + 4 * seg[x]]
         dups[#dups + 1] = ARGV[argat[x]]
         dups[#dups + 1] = (tonumber(was) == tonumber(stamps[x])) and 'd' or 'c'
       end
@@ -396,18 +421,28 @@ for k = 1, nkeys do
       return {'badarg', key.name}
     end
   end
-  local plain = pos + 2 + 2 * nseg
+  local c0 = pos + 2 -- the first count
+  if mode == 'l' then -- and each plain run's and special entry's segment
+    key.window, key.pruns, key.sseg, c0 = ARGV[pos + 2], {}, {}, pos + 3
+  end
+  local plain = c0 + 2 * nseg
   local special = plain
-  for s = 1, nseg do special = special + width * tonumber(ARGV[pos + 1 + s]) end
+  for s = 1, nseg do special = special + width * tonumber(ARGV[c0 - 1 + s]) end
   local at_special = special
   for s = 1, nseg do
-    local np, ns = tonumber(ARGV[pos + 1 + s]), tonumber(ARGV[pos + 1 + nseg + s])
-    if apply[s] and np > 0 then key.runs[#key.runs + 1] = {plain, plain + width * np - 1} end
+    local np, ns = tonumber(ARGV[c0 - 1 + s]), tonumber(ARGV[c0 - 1 + nseg + s])
+    if apply[s] and np > 0 then
+      key.runs[#key.runs + 1] = {plain, plain + width * np - 1}
+      if key.pruns then key.pruns[#key.pruns + 1] = {plain, plain + width * np - 1, s} end
+    end
     if apply[s] then
-      for e = 0, ns - 1 do key.specials[#key.specials + 1] = at_special + e * (width + 1) end
+      for e = 0, ns - 1 do
+        key.specials[#key.specials + 1] = at_special + e * swidth
+        if key.sseg then key.sseg[#key.specials] = s end
+      end
     end
     plain = plain + width * np
-    at_special = at_special + (width + 1) * ns
+    at_special = at_special + swidth * ns
   end
   -- adjacent runs (every segment applied) are one run
   local merged = {}
@@ -613,8 +648,465 @@ if mode == 'b' then
   return answer(decay and decay.building)
 end
 
--- latest and sum: read what is there, decide in Lua, then write. Per
--- member only strings and numbers: no table per entry.
+-- Latest boards: a player's entry in a window is its event with the
+-- greatest stamp ("<event time, ms, 15 digits>:<offset, 20 digits>": fixed
+-- widths, so strings compare as the pairs do; equal ones lose).
+--
+-- ~newest (KEYS[2n+5], a hash) keeps one value per player: a bound, at or
+-- above the stamp of every entry the player has on the board, then the
+-- calendar windows whose entry holds exactly that stamp:
+-- "<stamp>|alltime|daily:2026-11-28|...|" ("<stamp>|" naming none). A
+-- window's event-time hash (<window>:~ts) holds the player's stamp there
+-- where ~newest does not name the window; where it does, the hash may hold
+-- an older one, never read. So:
+--   - an entry stamped above its player's bound wins in each of its
+--     windows without a read: events in time order cost no stamp at all;
+--   - an older one loses where ~newest names its window (the entry there
+--     holds the bound), and is compared with the window's hash elsewhere;
+--   - when a player's bound moves on, the windows it leaves get the old
+--     bound in their hash: "moves", into windows this request may not
+--     name, found by name under the board's tag (ARGV[12], which a replay's
+--     staging keys share: their hashes stay with them);
+--   - a retraction takes its window out of the player's value (and its
+--     hash entry goes); the bound stays, still at or above every entry.
+-- Custom windows are never named (their names come from the events): they
+-- keep each stamp in their hash. A board of the previous release (its keys
+-- exist, ~newest does not) and one whose request says w (replay --window,
+-- whose swapped windows must carry their own stamps) keep per-window stamps
+-- only, read and written for every entry, as protocol 4 did. Where
+-- ~newest exists, requests saying w keep it too. A board keeping ~newest
+-- has a hash as its fence key ("apply" 5): the previous release's script
+-- takes the key for replay's fence and writes nothing there.
+local function latest()
+  local H, base = KEYS[2 * nkeys + 5], ARGV[12]
+  local native, start = redis.call('EXISTS', H) == 1, false
+  if not native and ARGV[11] == 'b' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+    native, start = true, true -- a new board
+  end
+  -- the players of the applied segments: ms[i], its newest vs[i] (its first
+  -- segment's), index[player] = i; twice: a player in two segments
+  local ms, vs, nm, index, twice = {}, {}, 0, {}, false
+  for s = 1, nseg do
+    if apply[s] then
+      local a, n = players[s][1], players[s][2]
+      for i = a, a + 2 * (n - 1), 2 do
+        local m = ARGV[i]
+        if index[m] then
+          twice = true
+        else
+          nm = nm + 1
+          ms[nm], vs[nm], index[m] = m, ARGV[i + 1], nm
+        end
+      end
+    end
+  end
+  local cur = {} -- what ~newest holds for them (false: nothing)
+  if native and not start then
+    for i = 1, nm, CHUNK do
+      local j = math.min(i + CHUNK - 1, nm)
+      local got = redis.pcall('HMGET', H, unpack(ms, i, j))
+      if got.err then return refused(got, 'hmget') or {'wrongtype', H} end
+      for x = i, j do cur[x] = got[x - i + 1] end
+    end
+  end
+  local ss = {} -- the stamp of each player's newest
+  for i = 1, nm do ss[i] = vs[i] ~= '' and string.sub(vs[i], 1, 36) or false end
+  local decl = {} -- calendar window name -> its key's number
+  for k, key in ipairs(keys) do
+    if key.window ~= '' then decl[key.window] = k end
+    if key.busy and not check_type(key.name) then return {'wrongtype', key.name} end
+  end
+
+  -- moves: per window name, the players and the bound they leave there;
+  -- checked (and their expiry found) before any write
+  local moves, targets = {}, {}
+  local function move(w, m, bound)
+    local list = moves[w]
+    if not list then
+      list = {}
+      moves[w] = list
+    end
+    list[#list + 1] = m
+    list[#list + 1] = bound
+  end
+  -- a key the request does not name, refused by Redis: on another node
+  -- while its slot migrates (Redis 7.0: "... non local key ..."), or not ours
+  local function elsewhere(r, command, name)
+    if string.find(r.err, 'non local key', 1, true) then return {'moving', name} end
+    return refused(r, command) or {'error', r.err}
+  end
+  -- the windows player i's old bound leaves get it in their hash, but for
+  -- those 'stays' keeps (named again, or written or emptied by the request)
+  local function leave(i, stays)
+    local c = cur[i]
+    local bound = string.sub(c, 1, 36)
+    for w in string.gmatch(string.sub(c, 37), '[^|]+') do
+      if not stays(w) then move(w, ms[i], bound) end
+    end
+  end
+  local function check_moves()
+    for w, list in pairs(moves) do
+      local t = {name = base .. w .. ':~ts', list = list}
+      local k = decl[w]
+      if k then
+        t.key = keys[k]
+        local ty = redis.call('TYPE', t.name).ok
+        if ty ~= 'none' and ty ~= 'hash' then return {'wrongtype', t.name} end
+      else -- not in the request: on this node unless its slot is moving
+        local ty = redis.pcall('TYPE', t.name)
+        if ty.err then return elsewhere(ty, 'type', t.name) end
+        if ty.ok ~= 'none' and ty.ok ~= 'hash' then return {'wrongtype', t.name} end
+        local at = redis.pcall('PEXPIRETIME', base .. w)
+        if type(at) == 'table' then return elsewhere(at, 'pexpiretime', base .. w) end
+        t.at = at
+      end
+      if not t.at or t.at ~= -2 then targets[#targets + 1] = t end -- -2: the window is gone
+    end
+  end
+  local function write_moves()
+    for _, t in ipairs(targets) do
+      for i = 1, #t.list, CHUNK do
+        redis.call('HSET', t.name, unpack(t.list, i, math.min(i + CHUNK - 1, #t.list)))
+      end
+      if t.key then
+        expire(t.name, t.key)
+      elseif t.at >= 0 then
+        redis.call('PEXPIREAT', t.name, t.at)
+      end
+    end
+  end
+  -- the writes, once every check passed: per key (out[k]) the players it
+  -- loses (their stamps too), its ZADD arguments (none: straight from the
+  -- request), the stamps for its hash; then the moves
+  local function write_keys(out)
+    for k, key in ipairs(keys) do
+      local o = out[k]
+      if o then
+        local stamps_key, gone, hash = KEYS[nkeys + 4 + k], o.gone or {}, o.hash
+        for i = 1, #gone, CHUNK do
+          local j = math.min(i + CHUNK - 1, #gone)
+          redis.call('ZREM', key.name, unpack(gone, i, j))
+          redis.call('HDEL', stamps_key, unpack(gone, i, j))
+        end
+        if o.adds then
+          for i = 1, #o.adds, CHUNK do
+            redis.call('ZADD', key.name, unpack(o.adds, i, math.min(i + CHUNK - 1, #o.adds)))
+          end
+        else
+          for _, r in ipairs(key.runs) do
+            for i = r[1], r[2], CHUNK do
+              redis.call('ZADD', key.name, unpack(ARGV, i, math.min(i + CHUNK - 1, r[2])))
+            end
+          end
+        end
+        expire(key.name, key)
+        for i = 1, #hash, CHUNK do
+          redis.call('HSET', stamps_key, unpack(hash, i, math.min(i + CHUNK - 1, #hash)))
+        end
+        if #hash > 0 then expire(stamps_key, key) end
+      end
+    end
+    write_moves()
+  end
+  local function finish(hwrites)
+    if start then redis.call('HSET', H, '', '5') end
+    for i = 1, #hwrites, CHUNK do
+      redis.call('HSET', H, unpack(hwrites, i, math.min(i + CHUNK - 1, #hwrites)))
+    end
+    if native and fence == 'none' then redis.call('HSET', KEYS[3], 'apply', '5') end
+    note_open()
+    remember()
+    redis.call('HSET', KEYS[1], unpack(moved))
+    return answer(false)
+  end
+
+  -- the common case, without retractions and with each player in one
+  -- segment: a player stamped above its bound ("fast") wins in every
+  -- window its request names (plain entries hold its newest; v ones, older
+  -- events of the batch, win where above the bound); another one loses
+  -- where its value names the window and is compared with the window's hash
+  -- elsewhere. A window whose players are all fast, without v entries,
+  -- goes to ZADD straight from the request, and so does ~newest when every
+  -- player is fast.
+  local general = twice
+  for _, key in ipairs(keys) do
+    for _, p in ipairs(key.busy and key.specials or {}) do
+      if ARGV[p] ~= 'v' then general = true end
+    end
+  end
+  if not general then
+    local fast, nfast = {}, 0
+    for i = 1, nm do
+      if native and (not cur[i] or ss[i] > cur[i]) then
+        fast[i] = true
+        nfast = nfast + 1
+      end
+    end
+    local done = {} -- done[i][window]: a v entry of a fast player won there
+    local out = {} -- per key: its ZADD arguments (false: straight) and its hash's
+    for k, key in ipairs(keys) do
+      if key.busy then
+        local custom, pat = key.window == '', '|' .. key.window .. '|'
+        local straight = not custom and #key.specials == 0
+        for _, r in ipairs(straight and key.runs or {}) do
+          for p = r[1], r[2], 2 do
+            if not fast[index[ARGV[p + 1]]] then straight = false end
+          end
+        end
+        local adds, na, hash, nh = {}, 0, {}, 0
+        local rm, rv, rs, nr = {}, {}, {}, 0 -- to read: player, composite, stamp
+        local function consider(m, v, st, c)
+          if native and (not c or st > c) then
+            adds[na + 1], adds[na + 2] = v, m
+            na = na + 2
+            return true
+          end
+          if not (native and not custom and string.find(c, pat, 37, true)) then
+            nr = nr + 1
+            rm[nr], rv[nr], rs[nr] = m, v, st
+          end
+        end
+        if not straight then
+          for _, r in ipairs(key.runs) do
+            for p = r[1], r[2], 2 do
+              local m = ARGV[p + 1]
+              local i = index[m]
+              if consider(m, ARGV[p], ss[i], cur[i]) and custom then
+                hash[nh + 1], hash[nh + 2] = m, ss[i]
+                nh = nh + 2
+              end
+            end
+          end
+          for _, p in ipairs(key.specials) do
+            local m, st = ARGV[p + 3], ARGV[p + 2]
+            local i = index[m]
+            if consider(m, ARGV[p + 1], st, cur[i]) then
+              hash[nh + 1], hash[nh + 2] = m, st
+              nh = nh + 2
+              if fast[i] and not custom then
+                done[i] = done[i] or {}
+                done[i][key.window] = true
+              end
+            end
+          end
+        end
+        local stamps_key = KEYS[nkeys + 4 + k]
+        for i = 1, nr, CHUNK do
+          local j = math.min(i + CHUNK - 1, nr)
+          local got = redis.pcall('HMGET', stamps_key, unpack(rm, i, j))
+          if got.err then return refused(got, 'hmget') or {'wrongtype', stamps_key} end
+          for x = i, j do
+            local c = got[x - i + 1]
+            if not c or rs[x] > c then
+              adds[na + 1], adds[na + 2] = rv[x], rm[x]
+              hash[nh + 1], hash[nh + 2] = rm[x], rs[x]
+              na, nh = na + 2, nh + 2
+            end
+          end
+        end
+        if nr == 0 and nh > 0 then
+          local ty = redis.call('TYPE', stamps_key).ok
+          if ty ~= 'none' and ty ~= 'hash' then return {'wrongtype', stamps_key} end
+        end
+        out[k] = {adds = not straight and adds, hash = hash}
+      end
+    end
+    for i = 1, nm do -- the windows a fast player's old bound leaves
+      local c, v = cur[i], vs[i]
+      if fast[i] and c and string.sub(c, 37) ~= string.sub(v, 37) then
+        local won = done[i] or {}
+        leave(i, function(w) return won[w] or string.find(v, '|' .. w .. '|', 37, true) end)
+      end
+    end
+    local failed = check_moves()
+    if failed then return failed end
+    write_keys(out)
+    local hwrites = {}
+    if nfast == nm then
+      for s = 1, nseg do
+        local a, n = players[s][1], players[s][2]
+        if apply[s] and n > 0 then
+          for i = a, a + 2 * n - 1, CHUNK do
+            redis.call('HSET', H, unpack(ARGV, i, math.min(i + CHUNK - 1, a + 2 * n - 1)))
+          end
+        end
+      end
+    else
+      for i = 1, nm do
+        if fast[i] then hwrites[#hwrites + 1], hwrites[#hwrites + 2] = ms[i], vs[i] end
+      end
+    end
+    return finish(hwrites)
+  end
+
+  -- otherwise each entry is decided in turn: a plain one's stamp is its
+  -- player's newest in its segment
+  local of
+  if twice then
+    of = {}
+    for s = 1, nseg do
+      if apply[s] then
+        local t, a, n = {}, players[s][1], players[s][2]
+        for i = a, a + 2 * (n - 1), 2 do t[ARGV[i]] = string.sub(ARGV[i + 1], 1, 36) end
+        of[s] = t
+      end
+    end
+  end
+  local won, gone = {}, {} -- per player: its greatest winning stamp; windows it left
+  local plans = {}
+  for k, key in ipairs(keys) do
+    if key.busy then
+      local ent, ne = {}, 0 -- flags, composite, stamp, player: 4 per entry
+      for _, r in ipairs(key.pruns) do
+        for p = r[1], r[2], 2 do
+          local m = ARGV[p + 1]
+          ent[ne + 1], ent[ne + 2], ent[ne + 4] = '', ARGV[p], m
+          ent[ne + 3] = twice and of[r[3]][m] or ss[index[m]]
+          ne = ne + 4
+        end
+      end
+      for _, p in ipairs(key.specials) do
+        ent[ne + 1], ent[ne + 2], ent[ne + 3], ent[ne + 4] = ARGV[p], ARGV[p + 1], ARGV[p + 2],
+                                                             ARGV[p + 3]
+        ne = ne + 4
+      end
+      -- the players whose first entry here must read the window's hash
+      local pat = '|' .. key.window .. '|'
+      local function named(c) return key.window ~= '' and string.find(c, pat, 37, true) end
+      local seen, reads, nr = {}, {}, 0
+      for e = 1, ne, 4 do
+        local m = ent[e + 3]
+        if not seen[m] then
+          seen[m] = true
+          local c = cur[index[m]]
+          if string.sub(ent[e], 1, 1) ~= 'r' and
+              not (native and (not c or ent[e + 2] > c or named(c))) then
+            nr = nr + 1
+            reads[nr] = m
+          end
+        end
+      end
+      local stamps_key = KEYS[nkeys + 4 + k]
+      local held = {}
+      for i = 1, nr, CHUNK do
+        local j = math.min(i + CHUNK - 1, nr)
+        local got = redis.pcall('HMGET', stamps_key, unpack(reads, i, j))
+        if got.err then return refused(got, 'hmget') or {'wrongtype', stamps_key} end
+        for x = i, j do held[reads[x]] = got[x - i + 1] end
+      end
+      if nr == 0 then
+        local ty = redis.call('TYPE', stamps_key).ok
+        if ty ~= 'none' and ty ~= 'hash' then return {'wrongtype', stamps_key} end
+      end
+      -- now[m]: the newest stamp in the window as the entries go (false:
+      -- none); value[m]: the composite to write, false for nothing
+      local now, value, stamp, removed, order, norder = {}, {}, {}, {}, {}, 0
+      for e = 1, ne, 4 do
+        local flags, m, st = ent[e], ent[e + 3], ent[e + 2]
+        local i = index[m]
+        if value[m] == nil then
+          norder = norder + 1
+          order[norder], value[m] = m, false
+          local c = cur[i]
+          if not native then
+            now[m] = held[m] or false
+          elseif not c or st > c then
+            now[m] = false -- above everything the player has
+          elseif named(c) then
+            now[m] = string.sub(c, 1, 36)
+          else
+            now[m] = held[m] or false
+          end
+        end
+        if string.sub(flags, 1, 1) == 'r' then
+          removed[m], now[m], value[m] = true, false, false
+          if key.window ~= '' then
+            local g = gone[i]
+            if not g then
+              g = {}
+              gone[i] = g
+            end
+            g[key.window] = true
+          end
+        end
+        if flags ~= 'r' and (not now[m] or st > now[m]) then
+          now[m], value[m], stamp[m] = st, ent[e + 1], st
+          if not won[i] or st > won[i] then won[i] = st end
+        end
+      end
+      plans[k] = {value = value, stamp = stamp, removed = removed, order = order, n = norder}
+    end
+  end
+
+  -- ~newest: each player's new bound and the windows holding it
+  local hwrites, keep = {}, {} -- keep[i][window]: named by the player's new value
+  if native then
+    for i = 1, nm do
+      local m, c, w = ms[i], cur[i], won[i]
+      local bound = c and string.sub(c, 1, 36)
+      local names, set = {}, {}
+      if w and (not bound or w > bound) then
+        for k, key in ipairs(keys) do
+          local plan = plans[k]
+          if plan and key.window ~= '' and plan.value[m] and plan.stamp[m] == w then
+            names[#names + 1], set[key.window] = key.window, true
+          end
+        end
+        bound = w
+      elseif c then
+        local left = gone[i] or {}
+        for name in string.gmatch(string.sub(c, 37), '[^|]+') do
+          if not left[name] then names[#names + 1], set[name] = name, true end
+        end
+      end
+      if bound then
+        keep[i] = set
+        table.sort(names) -- byte order, as the request's newest values have them
+        local v = bound .. '|' .. (#names > 0 and table.concat(names, '|') .. '|' or '')
+        if v ~= c then hwrites[#hwrites + 1], hwrites[#hwrites + 2] = m, v end
+        if c then -- the windows the old bound leaves, unless written or left here
+          local left = gone[i] or {}
+          leave(i, function(w)
+            local k = decl[w]
+            return set[w] or left[w] or (k and plans[k] and plans[k].value[m])
+          end)
+        end
+      end
+    end
+  end
+  local failed = check_moves()
+  if failed then return failed end
+  local out = {}
+  for k, key in ipairs(keys) do
+    local plan = plans[k]
+    if plan then
+      local value, stamp = plan.value, plan.stamp
+      local o = {gone = {}, adds = {}, hash = {}}
+      for x = 1, plan.n do
+        local m = plan.order[x]
+        local v = value[m]
+        if v then
+          o.adds[#o.adds + 1] = v
+          o.adds[#o.adds + 1] = m
+          local set = keep[index[m]]
+          if not (set and set[key.window]) then
+            o.hash[#o.hash + 1] = m
+            o.hash[#o.hash + 1] = stamp[m]
+          end
+        elseif plan.removed[m] then
+          o.gone[#o.gone + 1] = m
+        end
+      end
+      out[k] = o
+    end
+  end
+  write_keys(out)
+  return finish(hwrites)
+end
+if mode == 'l' then return latest() end
+
+-- sum: read what is there, decide in Lua, then write. Per member only
+-- strings and numbers: no table per entry.
 local later_larger = ARGV[5] == '1'
 local scale = 2 ^ tonumber(ARGV[4])
 local smin, smax = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -629,55 +1121,39 @@ for k, key in ipairs(keys) do
     end
     local nplain = n
     for _, p in ipairs(key.specials) do n = n + 1; at[n] = p + 1; members[n] = ARGV[p + 3] end
-    local from = key.name
-    if mode == 'l' then
-      from = KEYS[nkeys + 4 + k]
-      if not check_type(key.name) then return {'wrongtype', key.name} end
-    end
     local current = {}
     for i = 1, n, CHUNK do
       local j = math.min(i + CHUNK - 1, n)
-      local got = redis.pcall((mode == 's') and 'ZMSCORE' or 'HMGET', from, unpack(members, i, j))
-      if got.err then
-        return refused(got, (mode == 's') and 'zmscore' or 'hmget') or {'wrongtype', from}
-      end
+      local got = redis.pcall('ZMSCORE', key.name, unpack(members, i, j))
+      if got.err then return refused(got, 'zmscore') or {'wrongtype', key.name} end
       for x = i, j do current[members[x]] = got[x - i + 1] or nil end
     end
-    -- value[m]: what to write, false for nothing; stamp[m]: latest's stamp
-    local value, stamp, removed, order, norder = {}, {}, {}, {}, 0
+    -- value[m]: what to write, false for nothing
+    local value, removed, order, norder = {}, {}, {}, 0
     for i = 1, n do
       local p, m = at[i], members[i]
       if value[m] == nil then norder = norder + 1; order[norder] = m; value[m] = false end
       local flags = (i > nplain) and ARGV[p - 1] or ''
       if flags ~= '' then removed[m] = true; current[m] = nil; value[m] = false end
       if flags ~= 'r' then
-        if mode == 'l' then
-          local s, c = ARGV[p + 1], current[m]
-          if not c or s > c then
-            current[m] = s
-            value[m] = ARGV[p]
-            stamp[m] = s
-          end
-        else
-          local sum, tie = 0, tonumber(ARGV[p + 1])
-          local c = current[m] and tonumber(current[m])
-          if c then
-            sum = math.floor(c / scale)
-            local old = c - sum * scale
-            if (later_larger and old > tie) or (not later_larger and old < tie) then tie = old end
-          end
-          sum = sum + tonumber(ARGV[p])
-          if sum < smin or sum > smax then
-            overflow[#overflow + 1] = tostring(k)
-            overflow[#overflow + 1] = m
-          end
-          local v = string.format('%.0f', sum * scale + tie)
-          current[m] = v
-          value[m] = v
+        local sum, tie = 0, tonumber(ARGV[p + 1])
+        local c = current[m] and tonumber(current[m])
+        if c then
+          sum = math.floor(c / scale)
+          local old = c - sum * scale
+          if (later_larger and old > tie) or (not later_larger and old < tie) then tie = old end
         end
+        sum = sum + tonumber(ARGV[p])
+        if sum < smin or sum > smax then
+          overflow[#overflow + 1] = tostring(k)
+          overflow[#overflow + 1] = m
+        end
+        local v = string.format('%.0f', sum * scale + tie)
+        current[m] = v
+        value[m] = v
       end
     end
-    plans[k] = {value = value, stamp = stamp, removed = removed, order = order, n = norder}
+    plans[k] = {value = value, removed = removed, order = order, n = norder}
   end
 end
 if #overflow > 0 then return {'overflow', unpack(overflow)} end
@@ -685,9 +1161,8 @@ if #overflow > 0 then return {'overflow', unpack(overflow)} end
 for k, key in ipairs(keys) do
   local plan = plans[k]
   if plan then
-    local stamps_key = (mode == 'l') and KEYS[nkeys + 4 + k] or nil
-    local value, stamp = plan.value, plan.stamp
-    local gone, adds, stamps, ng, na, ns = {}, {}, {}, 0, 0, 0
+    local value = plan.value
+    local gone, adds, ng, na = {}, {}, 0, 0
     for i = 1, plan.n do
       local m = plan.order[i]
       local v = value[m]
@@ -695,29 +1170,18 @@ for k, key in ipairs(keys) do
         adds[na + 1] = v
         adds[na + 2] = m
         na = na + 2
-        if stamps_key then
-          stamps[ns + 1] = m
-          stamps[ns + 2] = stamp[m]
-          ns = ns + 2
-        end
       elseif plan.removed[m] then
         ng = ng + 1
         gone[ng] = m
       end
     end
     for i = 1, ng, CHUNK do
-      local j = math.min(i + CHUNK - 1, ng)
-      redis.call('ZREM', key.name, unpack(gone, i, j))
-      if stamps_key then redis.call('HDEL', stamps_key, unpack(gone, i, j)) end
+      redis.call('ZREM', key.name, unpack(gone, i, math.min(i + CHUNK - 1, ng)))
     end
     for i = 1, na, CHUNK do
       redis.call('ZADD', key.name, unpack(adds, i, math.min(i + CHUNK - 1, na)))
     end
-    for i = 1, ns, CHUNK do
-      redis.call('HSET', stamps_key, unpack(stamps, i, math.min(i + CHUNK - 1, ns)))
-    end
     expire(key.name, key)
-    if stamps_key then expire(stamps_key, key) end
   end
 end
 note_open()

@@ -129,8 +129,10 @@ struct lb_engine *lb_engine_open(const struct lb_config *config,
         e->applied = options->applied;
         e->applied_ctx = options->applied_ctx;
     }
-    struct lb_pipeline_options pipeline = {
-        {config->profiles, config->nprofiles}, prefix, config->max_future_ms};
+    struct lb_pipeline_options pipeline = {{config->profiles, config->nprofiles},
+                                           prefix,
+                                           options && options->window_stamps,
+                                           config->max_future_ms};
     if (!(e->cluster = lb_cluster_new(&e->cluster_options)) ||
         !(e->pipeline = lb_pipeline_new(&pipeline, e->decoder, e->cluster)) ||
         lb_pipeline_overlap(e->pipeline, &e->cluster_options) != 0)

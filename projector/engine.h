@@ -22,6 +22,9 @@ struct lb_engine_options {
     /* the keyspace the pipeline writes (borrowed: must outlive the engine);
      * NULL: the configuration's prefix */
     const char *key_prefix;
+    /* latest boards keep per-window stamps only (lb_apply_options; replay
+     * --window) */
+    int window_stamps;
     /* called with each board request applied (replay: what it wrote
      * into staging); NULL: none */
     lb_pipeline_applied_fn applied;

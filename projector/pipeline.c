@@ -104,6 +104,7 @@ struct slot {
 struct lb_pipeline {
     int64_t max_future_ms;
     const char *key_prefix; /* the keyspace written */
+    struct lb_apply_options apply;
     const struct lb_decoder *decoder;
     struct lb_cluster *clusters[2]; /* slot i's; the same one unless overlapping */
     struct lb_cluster *own;         /* the second, created by lb_pipeline_overlap */
@@ -158,6 +159,7 @@ struct lb_pipeline *lb_pipeline_new(const struct lb_pipeline_options *options,
     if (!p)
         return NULL;
     p->key_prefix = options->key_prefix;
+    p->apply = (struct lb_apply_options){options->key_prefix, options->window_stamps};
     p->max_future_ms = options->max_future_ms;
     p->decoder = decoder;
     p->clusters[0] = p->clusters[1] = cluster;
@@ -533,7 +535,7 @@ static int plan_records(struct lb_pipeline *p, struct slot *slot, const struct l
                 p->on_reject(p->reject_ctx, r, reason, detail);
         }
     }
-    return lb_apply_encode(&slot->encoded, slot->plan, p->key_prefix);
+    return lb_apply_encode(&slot->encoded, slot->plan, &p->apply);
 }
 
 static int64_t next_backoff(struct lb_pipeline *p, int64_t backoff)
@@ -701,6 +703,13 @@ static int read_answer(struct lb_pipeline *p, struct slot *slot, uint32_t txn,
                  "fenced: replay is swapping the board in; the board is held until it is done");
         req->error_class = LB_REDIS_RETRY;
         return -1;
+    case LB_APPLY_MOVING:
+        snprintf(req->error, sizeof(req->error),
+                 "key %.50s is not on this node now (a slot migration): nothing "
+                 "written, the board is held and retried",
+                 a.key);
+        req->error_class = LB_REDIS_RETRY;
+        return -1;
     case LB_APPLY_PROTOCOL:
         snprintf(req->error, sizeof(req->error),
                  "the apply script on the node speaks protocol %.20s, this projector %d: "
@@ -821,7 +830,7 @@ static int rebuild(struct lb_pipeline *p, struct slot *slot)
         free(map);
         return -1;
     }
-    if (lb_apply_encode(&slot->encoded_rebuilt, slot->rebuilt, p->key_prefix) != 0) {
+    if (lb_apply_encode(&slot->encoded_rebuilt, slot->rebuilt, &p->apply) != 0) {
         free(map);
         return -1;
     }

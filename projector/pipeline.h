@@ -93,6 +93,7 @@ struct lb_pipeline;
 struct lb_pipeline_options {
     struct lb_plan_options plan; /* the profiles */
     const char *key_prefix;      /* the keyspace written (borrowed) */
+    int window_stamps;           /* see lb_apply_options: replay --window */
     /* An event whose ts is further ahead than this of its record's
      * timestamp (of the clock, for a record without one) is rejected as
      * ts_in_future; 0: no bound. */

@@ -367,7 +367,11 @@ int main(int argc, char **argv)
              STAGING_INFIX);
     enum lb_error_class class;
     struct lb_engine_options eopts = {
-        .key_prefix = r.staging_prefix, .applied = replay_note_written, .applied_ctx = &r};
+        .key_prefix = r.staging_prefix,
+        /* --window swaps single windows: latest boards' stamps go with them */
+        .window_stamps = r.sel.windows.count > 0,
+        .applied = replay_note_written,
+        .applied_ctx = &r};
     if (!(r.engine = lb_engine_open(r.config, &eopts, err, sizeof(err), &class))) {
         fprintf(stderr, "%s%s\n", class == LB_ERROR_CONFIG ? "" : "replay: ", err);
         lb_config_free(r.config);

@@ -16,7 +16,8 @@
  * A staging ~open (final standings: the windows to close) is merged into
  * the live one, less the windows ~final names closed, instead of replacing
  * it; the live ~open is never deleted.
- * A swap that happens also lifts the fence, if replay had set one. Staging
+ * A swap that happens also lifts the fence, if replay had set one (a latest
+ * board's hash there, apply.h, stays: the copy keeps ~newest too). Staging
  * keys always come with their marker hash (the apply script writes both):
  * staging keys listed without it, where replay wrote nothing, were deleted
  * by hand, and the script answers {"vanished"}. A swap leaves in place of the staging

@@ -62,7 +62,10 @@ if mode == 'advance' then
     end
   end
 end
-redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+-- the fence goes, but for the hash of a latest board keeping ~newest (apply.lua),
+-- which the copy brought
+redis.call('DEL', KEYS[3], KEYS[4])
+if redis.call('TYPE', KEYS[5]).ok ~= 'hash' then redis.call('DEL', KEYS[5]) end
 redis.call('HSET', KEYS[3], '~swapped', '1')
 redis.call('PEXPIRE', KEYS[3], 300000)
 return {'ok'}

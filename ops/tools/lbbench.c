@@ -193,7 +193,7 @@ static int plan_batch(const struct lb_config *config, const struct lb_decoder *d
         if (lb_plan_add(plan, &ev, &pos, now, &txn, &reason) < 0)
             return -1;
     }
-    return lb_apply_encode(batch, plan, config->key_prefix) == 0 &&
+    return lb_apply_encode(batch, plan, &(struct lb_apply_options){config->key_prefix, 0}) == 0 &&
                    keep_batch(enc, batch, plan) == 0 &&
                    keep_floor(floor, plan, config->key_prefix) == 0
                ? 0

@@ -502,11 +502,9 @@ _windows='
       weekly: {ttl: 28d}
       monthly: {ttl: 93d}
       custom: [{dim: patch}]'
-# The four profiles an earlier release also reads (test_semantics' rolling
-# deploy runs one with them), then with best-only top-* boards whose profile
-# rejects retractions (a transaction per batch, no script).
-# shellcheck disable=SC2034 # used by the tests
-MODE_PROFILES_V2="profiles:
+# The four aggregation profiles, then (below) with dedupe windows and the
+# other board kinds.
+_mode_profiles="profiles:
   - name: best
     match: \"best-*\"
     aggregation: best$_windows
@@ -522,12 +520,12 @@ MODE_PROFILES_V2="profiles:
   - name: total
     match: \"sum-*\"
     aggregation: sum$_windows"
-# This release's: the same with dedupe windows longer than the events' span
+# MODE_PROFILES: those with dedupe windows longer than the events' span
 # (the oracle counts each event_id once on those boards), and top-* boards
 # (best, retractions refused: no dedupe, every record counts). sed, not
 # ${var//}: a line is matched for one of three aggregations.
 # shellcheck disable=SC2034,SC2001
-MODE_PROFILES="$(sed 's/^    aggregation: \(best\|latest\|sum\)$/&\n    dedupe: {window: 30d}/' <<<"$MODE_PROFILES_V2")
+MODE_PROFILES="$(sed 's/^    aggregation: \(best\|latest\|sum\)$/&\n    dedupe: {window: 30d}/' <<<"$_mode_profiles")
   - name: decaying
     match: [\"top-1*\"]
     aggregation: best
@@ -577,9 +575,6 @@ MODE_RESULTS_ORACLE=(--results "res-=daily/20/0,weekly/0/0")
 # shellcheck disable=SC2034
 MODE_GEN=(--boards 30 --players 400 --board-prefix "best-,asc-,lat-,sum-,top-,spl-" --score-max 1000
     --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25 --retry-every 11)
-# shellcheck disable=SC2034
-MODE_GEN_V2=(--boards 24 --players 400 --board-prefix "best-,asc-,lat-,sum-" --score-max 1000
-    --start "$START" --days 3 --dim patch --dim-values 3 --retract-every 25)
 
 # wait_log FILE PATTERN TIMEOUT - until FILE has a line matching PATTERN.
 wait_log() {

@@ -4,11 +4,13 @@
 # in one group while the group is rebalanced under them: a second pod joins,
 # one pod freezes (SIGSTOP) past its session timeout and wakes up as a zombie
 # holding a batch for partitions it no longer owns, one is SIGKILLed, and
-# one dies between EXEC and its offset commit; then a rolling deploy puts a
-# pod of the previous release (apply protocol 2) beside this release's pods
-# on the same boards and replaces it. The final state must equal the
-# independent oracle's, member by member: no event lost, none applied twice,
-# no stale write over the new owner's.
+# one dies between EXEC and its offset commit; then a rolling deploy: a pod
+# of the previous release (apply protocol 4) writes alone, then beside a pod
+# of this release on the same boards, and is replaced. Latest boards it
+# started keep per-window stamps under both; those this release started
+# keep ~newest and refuse it (their fence key). The final state must equal
+# the independent oracle's, member by member: no event lost, none applied
+# twice, no stale write over the new owner's.
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -61,35 +63,59 @@ verify "${oracle[@]}"
 assert_committed_at_end
 ok "best, latest and sum boards exact after join, zombie, SIGKILL and a crash before commit ($retractions retractions)"
 
-# 3. a rolling deploy: a pod of the previous release (apply protocol 2,
-#    its own script under its own SHA1) beside a pod of this release in one
-#    group, on the same boards, while events flow; then the old pod is
-#    replaced by a new one, as the deploy goes on. Exact, member by member.
-#    The deploy's configuration is the one the old release reads (no
-#    retractions: reject yet, as the README says), so the events of this
-#    step go to the boards of those profiles.
-previous_release=62e9fbe # the release before apply protocol 3
+# 3. a rolling deploy: the previous release (apply protocol 4, its own
+#    script under its own SHA1) alone, as before the deploy: the latest
+#    boards it starts (lat-up-*) keep per-window stamps. Then a pod of this
+#    release beside it in one group, on the same boards, while events flow:
+#    it keeps those boards' stamps per window too, and the boards it
+#    started (lat-*, with ~newest) refuse the old pod as fenced. Then the
+#    old pod is replaced, as the deploy goes on. Exact, member by member.
+previous_release=33bb04b # the release before apply protocol 5
 old_bin=$("$repo/ops/build-release.sh" "$previous_release") ||
     fail "cannot build the previous release $previous_release"
-write_config "$T_DIR/deploy.yaml" "$MODE_PROFILES_V2"
-produce -n 30000 --seed 64 "${MODE_GEN_V2[@]}" --rate 5000 &
+stop_projector "$pod_a"
+[[ $STOP_STATUS == 0 ]] || fail "a exited $STOP_STATUS"
+stop_projector "$pod_b"
+[[ $STOP_STATUS == 0 ]] || fail "b exited $STOP_STATUS"
+up=(--boards 4 --players 100 --board-prefix lat-up- --score-max 1000 --start "$START" --days 3
+    --dim patch --dim-values 3 --retract-every 25 --retry-every 11)
+PROJECTOR_BIN=$old_bin/projector start_projector old "$T_DIR/projector.yaml"
+pod_old=$PROJECTOR_PID
+wait_log "$T_DIR/old.log" "assigned 6 partition" 40
+produce -n 4000 --seed 65 "${up[@]}"
+wait_caught_up 60
+start_projector c "$T_DIR/projector.yaml"
+pod_c=$PROJECTOR_PID
+wait_log "$T_DIR/c.log" "assigned [1-9]" 40
+# (one producer at a time: they share produce's files)
+produce -n 3000 --seed 66 "${up[@]}" --rate 1000
+produce -n 30000 --seed 64 "${gen[@]}" --rate 5000 &
 producer=$!
 T_PIDS+=("$producer")
-PROJECTOR_BIN=$old_bin/projector start_projector old "$T_DIR/deploy.yaml"
-pod_old=$PROJECTOR_PID
-wait_log "$T_DIR/old.log" "assigned [1-9]" 40
-sleep 3
+wait_log "$T_DIR/old.log" "fenced" 30
+sleep 2
 stop_projector "$pod_old"
-[[ $STOP_STATUS == 0 ]] || fail "the old pod exited $STOP_STATUS"
+# 6: it stopped holding partitions (the fenced boards'), which README's exit
+# codes say; what it did not write is read again by this release's pod
+[[ $STOP_STATUS == 0 || $STOP_STATUS == 6 ]] || fail "the old pod exited $STOP_STATUS"
 old_applied=$(sed -n 's/.*totals: records=[0-9]* applied=\([0-9]*\).*/\1/p' "$T_DIR/old.log" | tail -n 1)
 ((${old_applied:-0} > 0)) || fail "the previous release's pod applied nothing: the deploy was not exercised"
-start_projector c "$T_DIR/deploy.yaml"
-pod_c=$PROJECTOR_PID
 wait "$producer" || fail "producer failed"
 wait_caught_up 180
 verify "${oracle[@]}"
 assert_committed_at_end
-ok "rolling deploy: a previous-release pod ($old_applied events applied) and this release's pods on the same boards, exact"
+for board in lat-up-0 lat-2; do
+    newest=$(redis_cli "$(live_ports | first)" -c EXISTS "lb:{$board}:~newest")
+    fence=$(redis_cli "$(live_ports | first)" -c TYPE "lb:{$board}:~fence")
+    if [[ $board == lat-up-0 ]]; then
+        [[ $newest == 0 && $fence == none ]] ||
+            fail "$board, started by the previous release, has a ~newest ($newest) or a fence ($fence)"
+    else
+        [[ $newest == 1 && $fence == hash ]] ||
+            fail "$board, started by this release, has no ~newest ($newest) or no hash fence ($fence)"
+    fi
+done
+ok "rolling deploy: a previous-release pod ($old_applied events applied) alone, then beside this release's on the same boards, exact; latest boards it started keep per-window stamps, those this release started refused it"
 
 # 4. the oracle can fail: one member changed behind the projector's back
 key="" port=""
@@ -110,10 +136,6 @@ grep -q "difference: $key: $member has" "$T_DIR/verify-tampered.out" ||
     fail "the oracle did not name $key $member: $(cat "$T_DIR/verify-tampered.out")"
 ok "the oracle reports a sum one higher than the events make it"
 
-stop_projector "$pod_a"
-[[ $STOP_STATUS == 0 ]] || fail "a exited $STOP_STATUS"
-stop_projector "$pod_b"
-[[ $STOP_STATUS == 0 ]] || fail "b exited $STOP_STATUS"
 stop_projector "$pod_c"
 [[ $STOP_STATUS == 0 ]] || fail "c exited $STOP_STATUS"
 # the markers did their work: redelivered segments were found applied

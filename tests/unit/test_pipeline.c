@@ -111,6 +111,7 @@ static void open_pipeline(struct fixture *f, const char *timeout, int overlap)
     f->cluster = lb_cluster_new(&options);
     struct lb_pipeline_options po = {{f->config->profiles, f->config->nprofiles},
                                      f->config->key_prefix,
+                                     0,
                                      f->config->max_future_ms};
     f->pipeline = lb_pipeline_new(&po, f->decoder, f->cluster);
     assert_non_null(f->pipeline);
@@ -625,7 +626,8 @@ static int project_with_a_new_pipeline(void *ctx)
     options = lb_engine_cluster_options(o->f->config);
     struct lb_cluster *cl = lb_cluster_new(&options);
     const struct lb_config *c = o->f->config;
-    struct lb_pipeline_options po = {{c->profiles, c->nprofiles}, c->key_prefix, c->max_future_ms};
+    struct lb_pipeline_options po = {
+        {c->profiles, c->nprofiles}, c->key_prefix, 0, c->max_future_ms};
     struct lb_pipeline *p = cl ? lb_pipeline_new(&po, o->f->decoder, cl) : NULL;
     uint8_t state[3];
     int rc = -1;

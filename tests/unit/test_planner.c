@@ -23,6 +23,9 @@
 #include "planner.h"
 #include "slot.h"
 
+/* requests under "lb:", latest boards free to keep ~newest */
+static const struct lb_apply_options apply_lb = {"lb:", 0};
+
 #define DAY INT64_C(86400000)
 /* 2026-05-04T10:00:00Z, a Monday */
 #define MAY4     INT64_C(1777852800000)
@@ -42,6 +45,10 @@ static const char config_text[] = "kafka: {brokers: b, topics: [t]}\n"
                                   "    match: \"last*\"\n"
                                   "    aggregation: latest\n"
                                   "    windows: {alltime: {}}\n"
+                                  "  - name: recent\n"
+                                  "    match: \"now*\"\n"
+                                  "    aggregation: latest\n"
+                                  "    windows: {alltime: {}, daily: 2d, custom: [{dim: patch}]}\n"
                                   "  - name: xp\n"
                                   "    match: \"xp*\"\n"
                                   "    aggregation: sum\n"
@@ -109,7 +116,7 @@ static struct lb_position at(int32_t partition, int64_t offset)
 
 static void encode(struct fixture *f)
 {
-    assert_int_equal(lb_apply_encode(&f->batch, f->plan, "lb:"), 0);
+    assert_int_equal(lb_apply_encode(&f->batch, f->plan, &apply_lb), 0);
 }
 
 /* Plans events 0..n-1 of 'evs' read at consecutive offsets from 'first' of
@@ -162,28 +169,40 @@ static void release(struct request *q)
     freeReplyObject(q->parsed);
 }
 
-/* Where window key k's arguments are (1-based): its expiry kind at 'at',
- * then the counts per segment, its plain entries from 'plain' and its
- * special ones from 'special'. */
+/* Where a latest board's players are (1-based): per segment their count,
+ * then player, newest pairs. */
+static size_t players_at(const struct request *q)
+{
+    size_t nseg = (size_t)atoi(q->args[9]), pos = 13 + 4 * nseg;
+    for (size_t s = 1; s <= nseg; s++)
+        pos += 3 * (size_t)atoi(q->args[12 + 4 * s]); /* the segment's event ids */
+    return pos;
+}
+
+/* Where window key k's arguments are (1-based): its expiry kind at 'at'
+ * (a latest board's window name after it), then the counts per segment, its
+ * plain entries from 'plain' and its special ones from 'special'. */
 struct key_args {
     size_t at, plain, nplain, special, nspecial;
 };
 
 static struct key_args key_args(const struct request *q, int k)
 {
-    size_t nseg = (size_t)atoi(q->args[9]), width = q->args[2][0] == 'b' ? 2 : 3;
-    size_t pos = 11 + 4 * nseg;
-    for (size_t s = 1; s <= nseg; s++)
-        pos += 3 * (size_t)atoi(q->args[10 + 4 * s]); /* the segment's event ids */
+    char mode = q->args[2][0];
+    size_t nseg = (size_t)atoi(q->args[9]), width = mode == 's' ? 3 : 2;
+    size_t swidth = mode == 'l' ? 4 : width + 1, head = mode == 'l' ? 3 : 2;
+    size_t pos = players_at(q);
+    for (size_t s = 1; mode == 'l' && s <= nseg; s++)
+        pos += 1 + 2 * (size_t)atoi(q->args[pos]);
     struct key_args a = {0};
     for (int i = 1; i <= k; i++) {
-        a = (struct key_args){.at = pos, .plain = pos + 2 + 2 * nseg};
+        a = (struct key_args){.at = pos, .plain = pos + head + 2 * nseg};
         for (size_t s = 0; s < nseg; s++) {
-            a.nplain += (size_t)atoi(q->args[pos + 2 + s]);
-            a.nspecial += (size_t)atoi(q->args[pos + 2 + nseg + s]);
+            a.nplain += (size_t)atoi(q->args[pos + head + s]);
+            a.nspecial += (size_t)atoi(q->args[pos + head + nseg + s]);
         }
         a.special = a.plain + width * a.nplain;
-        pos = a.special + (width + 1) * a.nspecial;
+        pos = a.special + swidth * a.nspecial;
     }
     return a;
 }
@@ -249,14 +268,16 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     expect(q.args[8], "5");
     expect(q.args[9], "1");
     expect(q.args[10], "86400");
-    expect(q.args[11], "scores:3");
-    expect(q.args[12], "41");
-    expect(q.args[13], "41");
-    expect(q.args[14], "1");
-    /* the event's id: offset, id, event time in seconds * 2^20 + fingerprint */
+    expect(q.args[11], "-"); /* latest boards only: ~newest, the keys' start */
+    expect(q.args[12], "");
+    expect(q.args[13], "scores:3");
+    expect(q.args[14], "41");
     expect(q.args[15], "41");
-    expect(q.args[16], ev.event_id.ptr);
-    long long stamp = atoll(q.args[17]);
+    expect(q.args[16], "1");
+    /* the event's id: offset, id, event time in seconds * 2^20 + fingerprint */
+    expect(q.args[17], "41");
+    expect(q.args[18], ev.event_id.ptr);
+    long long stamp = atoll(q.args[19]);
     assert_int_equal(stamp >> 20, MAY4_10H / 1000);
     assert_int_equal(stamp, lb_dedupe_stamp(&ev));
     /* expiry: window end + ttl for time windows, a sliding ttl for custom */
@@ -273,7 +294,7 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
         expect(q.args[a.plain], num(composite(700, MAY4_10H)));
         expect(q.args[a.plain + 1], "alice");
     }
-    assert_int_equal(q.nargs, 17 + 5 * (2 + 2 + 2));
+    assert_int_equal(q.nargs, 19 + 5 * (2 + 2 + 2));
     release(&q);
 }
 
@@ -299,8 +320,8 @@ static void duplicates_merge_to_the_best_and_boards_split(void **state)
 
     /* g1: bob's best is 30 at the earlier time; carol follows */
     parse(f, txn[0], &q);
-    expect(q.args[12], "0"); /* segment: offsets 0..3 */
-    expect(q.args[13], "3");
+    expect(q.args[14], "0"); /* segment: offsets 0..3 */
+    expect(q.args[15], "3");
     struct key_args a = key_args(&q, 1);
     assert_int_equal(a.nplain, 2);
     expect(q.args[a.plain], num(composite(30, MAY4_10H + 5000)));
@@ -357,17 +378,81 @@ static void latest_keeps_the_greatest_event_time_whatever_the_order(void **state
     uint32_t txn = plan_batch(f, evs, 3, 0, 7);
     parse(f, txn, &q);
     expect(q.args[2], "l");
-    /* keys: markers, fence, dedupe set, the window, its event-time hash */
-    assert_int_equal(q.numkeys, 6);
+    /* keys: markers, fence, dedupe set, the window, its event-time hash,
+     * the board's ~newest */
+    assert_int_equal(q.numkeys, 7);
     expect(q.keys[6], "lb:{last1}:alltime:~ts");
+    expect(q.keys[7], "lb:{last1}:~newest");
+    expect(q.args[11], "b");
+    expect(q.args[12], "lb:{last1}:");
+    /* the player's newest: equal times, the later offset (9, score 7) wins
+     * over the earlier (7); the window holding it */
+    size_t players = players_at(&q);
+    expect(q.args[players], "1");
+    expect(q.args[players + 1], "gus");
+    char newest[64];
+    snprintf(newest, sizeof(newest), "%015lld:%020d|alltime|", (long long)(MAY4_10H + 3000), 9);
+    expect(q.args[players + 2], newest);
     struct key_args a = key_args(&q, 1);
+    expect(q.args[a.at + 2], "alltime");
+    /* a plain entry: the composite, the player (its stamp is its newest's) */
     assert_int_equal(a.nplain, 1);
-    /* equal times: the later offset (9, score 7) wins over the earlier (7) */
     expect(q.args[a.plain], num(composite(7, MAY4_10H + 3000)));
-    char stamp[64];
-    snprintf(stamp, sizeof(stamp), "%015lld:%020d", (long long)(MAY4_10H + 3000), 9);
-    expect(q.args[a.plain + 1], stamp);
-    expect(q.args[a.plain + 2], "gus");
+    expect(q.args[a.plain + 1], "gus");
+    release(&q);
+}
+
+/* A latest board's request names each player once per segment with its
+ * newest stamp and the calendar windows holding it (custom ones never);
+ * an entry holding it goes plain (composite, player), an older one as a
+ * special with its own stamp, a retraction as before. */
+static void latest_requests_name_each_players_newest_once(void **state)
+{
+    struct fixture *f = *state;
+    struct lb_event evs[] = {
+        event("now1", "amy", 1, MAY4_10H), event("now1", "amy", 2, MAY4_10H - DAY),
+        event("now1", "bo", 3, MAY4_10H), event("now1", "bo", 0, MAY4_10H + 1000)};
+    struct lb_dim dim = {{"patch", 5}, {"1.2", 3}};
+    evs[0].dims = &dim;
+    evs[0].ndims = 1;
+    evs[3].op = LB_OP_RETRACT;
+    struct request q;
+    uint32_t txn = plan_batch(f, evs, 4, 0, 20);
+    parse(f, txn, &q);
+    assert_int_equal(q.numkeys, 4 + 2 * 4 + 1);
+    expect(q.keys[13], "lb:{now1}:~newest");
+    size_t players = players_at(&q);
+    expect(q.args[players], "2");
+    expect(q.args[players + 1], "bo"); /* retracted: nothing to hold */
+    expect(q.args[players + 2], "");
+    expect(q.args[players + 3], "amy");
+    char stamp[64], newest[96];
+    snprintf(stamp, sizeof(stamp), "%015lld:%020d", (long long)MAY4_10H, 20);
+    snprintf(newest, sizeof(newest), "%s|alltime|daily:2026-05-04|", stamp);
+    expect(q.args[players + 4], newest);
+    static const char *const names[] = {"alltime", "daily:2026-05-04", "", "daily:2026-05-03"};
+    static const size_t nplain[] = {1, 1, 1, 0}, nspecial[] = {1, 1, 0, 1};
+    for (int k = 1; k <= 4; k++) {
+        struct key_args a = key_args(&q, k);
+        expect(q.args[a.at + 2], names[k - 1]);
+        assert_int_equal(a.nplain, nplain[k - 1]);
+        assert_int_equal(a.nspecial, nspecial[k - 1]);
+        if (a.nplain) {
+            expect(q.args[a.plain], num(composite(1, MAY4_10H)));
+            expect(q.args[a.plain + 1], "amy");
+        }
+        if (k <= 2) { /* bo: removed, nothing after */
+            expect(q.args[a.special], "r");
+            expect(q.args[a.special + 3], "bo");
+        }
+    }
+    /* amy's older event, the one of May 3: a value with its own stamp */
+    struct key_args a = key_args(&q, 4);
+    expect(q.args[a.special], "v");
+    expect(q.args[a.special + 1], num(composite(2, MAY4_10H - DAY)));
+    snprintf(stamp, sizeof(stamp), "%015lld:%020d", (long long)(MAY4_10H - DAY), 21);
+    expect(q.args[a.special + 2], stamp);
+    expect(q.args[a.special + 3], "amy");
     release(&q);
 }
 
@@ -420,18 +505,18 @@ static void each_partition_is_a_segment_with_its_offsets(void **state)
     encode(f);
     parse(f, txn, &q);
     expect(q.args[9], "2");
-    expect(q.args[11], "scores:2");
-    expect(q.args[12], "10");
-    expect(q.args[13], "15");
-    expect(q.args[14], "3");
-    expect(q.args[15], "scores:5");
-    expect(q.args[16], "70");
-    expect(q.args[17], "90");
-    expect(q.args[18], "2");
+    expect(q.args[13], "scores:2");
+    expect(q.args[14], "10");
+    expect(q.args[15], "15");
+    expect(q.args[16], "3");
+    expect(q.args[17], "scores:5");
+    expect(q.args[18], "70");
+    expect(q.args[19], "90");
+    expect(q.args[20], "2");
     /* the event ids come grouped by segment too */
     static const char *const offsets_grouped[] = {"10", "11", "15", "70", "90"};
     for (size_t i = 0; i < 5; i++)
-        expect(q.args[19 + 3 * i], offsets_grouped[i]);
+        expect(q.args[21 + 3 * i], offsets_grouped[i]);
     /* each key's entries come grouped by segment (counts 3 and 2), so the
      * script can hand any applied segment's run to ZADD as it is */
     struct key_args a = key_args(&q, 1);
@@ -520,7 +605,7 @@ static void a_board_without_a_profile_is_rejected(void **state)
     struct lb_position pos = at(0, 0);
     assert_int_equal(plan_event(plan, &stray, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_BOARD);
     assert_int_equal(plan_event(plan, &fine, &pos, MAY4_10H, &txn), LB_ACCEPT);
-    assert_int_equal(lb_apply_encode(&batch, plan, "lb:"), 0);
+    assert_int_equal(lb_apply_encode(&batch, plan, &apply_lb), 0);
     assert_int_equal(batch.count, 2);
     assert_int_equal(batch.requests[0].len, 0);
     assert_true(batch.requests[txn].len > 0);
@@ -582,7 +667,7 @@ static void a_split_board_writes_each_player_to_its_shard(void **state)
     struct lb_position pos = at(0, 8);
     uint32_t txn;
     assert_int_equal(plan_event(plan, &named, &pos, MAY4_10H, &txn), LB_REJECT_INVALID_BOARD);
-    assert_int_equal(lb_apply_encode(&batch, plan, "lb:"), 0);
+    assert_int_equal(lb_apply_encode(&batch, plan, &apply_lb), 0);
     struct lb_plan_view v;
     lb_plan_view(plan, &v);
     for (int i = 0; i < 8; i++) {
@@ -820,7 +905,7 @@ static int plan_two_batches(void *ctx)
             enum lb_reject reason;
             failed = lb_plan_add(plan, &ev, &pos, MAY4_10H, &txn, &reason) < 0;
         }
-        failed = failed || lb_apply_encode(&batch, plan, "lb:") != 0;
+        failed = failed || lb_apply_encode(&batch, plan, &apply_lb) != 0;
     }
     lb_apply_batch_free(&batch);
     lb_plan_free(plan);
@@ -841,6 +926,7 @@ int main(void)
         cmocka_unit_test(duplicates_merge_to_the_best_and_boards_split),
         cmocka_unit_test(a_retraction_keeps_its_place_in_the_sequence),
         cmocka_unit_test(latest_keeps_the_greatest_event_time_whatever_the_order),
+        cmocka_unit_test(latest_requests_name_each_players_newest_once),
         cmocka_unit_test(sum_adds_scores_and_keeps_the_latest_time_as_the_tie),
         cmocka_unit_test(each_partition_is_a_segment_with_its_offsets),
         cmocka_unit_test(expired_windows_are_not_resurrected),

@@ -29,6 +29,10 @@
 #include "plan_event.h"
 #include "planner.h"
 #include "redis_server.h"
+#include "slot.h"
+
+/* requests under "lb:", latest boards free to keep ~newest */
+static const struct lb_apply_options apply_lb = {"lb:", 0};
 
 #define EPOCH   INT64_C(1735689600000) /* 2025-01-01, the default */
 #define HORIZON INT64_C(2745532800000) /* 2057-01-01 */
@@ -286,6 +290,12 @@ struct harness {
     size_t noverflow;
     size_t conflicts; /* of the last "duplicate" answer */
     char noperm[64];  /* the command of the last "noperm" answer */
+    /* latest boards' stamps: 0 free to keep ~newest; 1 per-window stamps
+     * only (replay --window); 2 per-window for the first half of a
+     * sequence, then free (boards of the previous release, upgraded); 3
+     * free, then per-window (~newest kept by requests that do not start it) */
+    int stamps;
+    int window_stamps; /* what the requests say now */
 };
 
 static void harness_open(struct harness *h, const char *text, struct redis_server *redis)
@@ -353,7 +363,9 @@ static void plan(struct harness *h, const struct sequence *seq, const size_t *ba
         assert_true(lb_plan_add(h->plan, &ev, &pos, MAY1, &txn, &reason) >= 0);
         assert_int_equal(reason, refused ? LB_REJECT_RETRACTION : LB_ACCEPT);
     }
-    assert_int_equal(lb_apply_encode(&h->batch, h->plan, "lb:"), 0);
+    assert_int_equal(
+        lb_apply_encode(&h->batch, h->plan, &(struct lb_apply_options){"lb:", h->window_stamps}),
+        0);
 }
 
 /* Sends request 'i' of the batch to the server and reads the script's
@@ -539,8 +551,11 @@ static void run_sequence(struct harness *h, uint64_t seed, size_t count)
 
     redisReply *r = redis_server_command(h->redis, "FLUSHALL");
     freeReplyObject(r);
-    for (;;) {
+    for (size_t sent = 0;; sent++) {
         size_t batch[64], n = 0, want = 1 + pick(&rng, 40);
+        int second_half = sent * 40 > count; /* batches hold 20 events on average */
+        h->window_stamps =
+            h->stamps == 1 || (h->stamps == 2 && !second_half) || (h->stamps == 3 && second_half);
         while (n < want) {
             int p = (int)pick(&rng, PARTITIONS), tried = 0;
             while (position[p] >= seq.length[p] && tried++ < PARTITIONS)
@@ -613,6 +628,21 @@ static void random_sequences_match_the_reference_in_every_mode(void **state)
     harness_close(&h);
 }
 
+/* The same sequences where latest boards keep per-window stamps (replay
+ * --window; boards of the previous release), then where requests of both
+ * kinds write one board: a board that started per-window stays so, one
+ * that keeps ~newest keeps it. */
+static void latest_boards_are_exact_with_stamps_of_either_kind(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, config_text(), redis);
+    for (h.stamps = 1; h.stamps <= 3; h.stamps++)
+        for (uint64_t seed = 301; seed <= 400; seed++)
+            run_sequence(&h, seed, 60 + seed % 240);
+    harness_close(&h);
+}
+
 /* ---- single cases ------------------------------------------------------------------ */
 
 #define BASE_CONFIG                                                                                \
@@ -641,7 +671,9 @@ static enum lb_apply_status apply_events_under(struct harness *h, const char *pr
         }
         assert_int_equal(plan_event(h->plan, &ev, &pos[i], MAY1, &txn), LB_ACCEPT);
     }
-    assert_int_equal(lb_apply_encode(&h->batch, h->plan, prefix), 0);
+    assert_int_equal(
+        lb_apply_encode(&h->batch, h->plan, &(struct lb_apply_options){prefix, h->window_stamps}),
+        0);
     assert_int_equal(h->batch.count, 1);
     return apply(h, 0, skip, &nskip);
 }
@@ -744,6 +776,216 @@ static void wrong_type_at_the_last_window_key(const char *aggregation, const cha
     harness_close(&h);
 }
 
+/* ---- latest boards' ~newest (apply.lua latest()) --------------------------------- */
+
+#define LATEST_CONFIG                                                                              \
+    BASE_CONFIG "profiles:\n"                                                                      \
+                "  - {name: l, aggregation: latest, tie_break: none, dedupe: off,\n"               \
+                "     windows: {alltime: {}, daily: {ttl: 0s}, weekly: {ttl: 0s}}}\n"
+
+#define HOUR INT64_C(3600000)
+
+static struct lb_event latest_event(const char *board, int64_t score, int64_t ts)
+{
+    return (struct lb_event){.board = {board, (uint32_t)strlen(board)},
+                             .player = {"ann", 3},
+                             .score = score,
+                             .ts_ms = ts};
+}
+
+static int64_t score_in(const char *key)
+{
+    int64_t score = -1;
+    assert_true(score_of(redis, key, "ann", &score));
+    return score;
+}
+
+static char *text_of(const char *fmt, const char *key, const char *field)
+{
+    static char text[256];
+    redisReply *r = redis_server_command(redis, fmt, key, field);
+    int text_reply = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS;
+    snprintf(text, sizeof(text), "%s", text_reply ? r->str : "(none)");
+    freeReplyObject(r);
+    return text;
+}
+
+/* replay --window swaps one window's keys: where its copy was built with
+ * per-window stamps, the window's hash holds the player's stamp although
+ * the live ~newest (from an event the copy never read, beyond retention)
+ * names other windows; a later, older event of that day still loses. */
+static void a_window_swapped_in_alone_carries_its_own_stamps(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, LATEST_CONFIG, redis);
+    struct lb_event a = latest_event("s", 10, MAY1 + 4 * 24 * HOUR), /* 2026-05-05 */
+        b = latest_event("s", 20, MAY1 + 36 * HOUR),                 /* 2026-05-02, noon */
+        c = latest_event("s", 30, MAY1 + 30 * HOUR);                 /* 2026-05-02, 6:00 */
+    struct lb_position pa = {"t", 0, 0}, pb = {"t", 0, 1}, pc = {"t", 0, 2};
+    assert_int_equal(apply_events(&h, &a, &pa, 1), LB_APPLY_OK);
+    assert_int_equal(apply_events(&h, &b, &pb, 1), LB_APPLY_OK);
+    /* the copy, from b on (a is gone from the topic) */
+    h.window_stamps = 1;
+    assert_int_equal(apply_events_under(&h, "lb:~replay:", &b, &pb, 1), LB_APPLY_OK);
+    h.window_stamps = 0;
+    assert_string_equal(text_of("TYPE %s%s", "lb:~replay:{s}:~newest", ""), "none");
+    freeReplyObject(redis_server_command(redis, "RENAME lb:~replay:{s}:daily:2026-05-02 "
+                                                "lb:{s}:daily:2026-05-02"));
+    freeReplyObject(redis_server_command(redis, "RENAME lb:~replay:{s}:daily:2026-05-02:~ts "
+                                                "lb:{s}:daily:2026-05-02:~ts"));
+    assert_int_equal(apply_events(&h, &c, &pc, 1), LB_APPLY_OK);
+    assert_int_equal(score_in("lb:{s}:daily:2026-05-02"), 20);
+    assert_int_equal(score_in("lb:{s}:alltime"), 10);
+    harness_close(&h);
+}
+
+/* A player whose events come from two partitions (its producers did not
+ * key by player): each window keeps the greatest stamp, in one request and
+ * the next. */
+static void a_player_in_two_partitions_keeps_the_newest_in_each_window(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, LATEST_CONFIG, redis);
+    struct lb_event evs[] = {latest_event("p", 1, MAY1 + 10 * HOUR),
+                             latest_event("p", 2, MAY1 + 12 * HOUR),
+                             latest_event("p", 3, MAY1 + 2 * 24 * HOUR)};
+    struct lb_position pos[] = {{"t", 0, 5}, {"t", 1, 3}, {"t", 0, 6}};
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
+    assert_int_equal(score_in("lb:{p}:alltime"), 2);
+    assert_int_equal(score_in("lb:{p}:daily:2026-05-01"), 2);
+    struct lb_event late = latest_event("p", 4, MAY1 + 11 * HOUR);
+    struct lb_position plate[] = {{"t", 1, 4}, {"t", 0, 6}};
+    struct lb_event two[] = {late, evs[2]};
+    assert_int_equal(apply_events(&h, two, plate, 2), LB_APPLY_OK);
+    assert_int_equal(score_in("lb:{p}:daily:2026-05-01"), 2);
+    assert_int_equal(score_in("lb:{p}:daily:2026-05-03"), 3);
+    assert_int_equal(score_in("lb:{p}:alltime"), 3);
+    /* the day it left keeps its stamp: an older event of that day loses */
+    struct lb_event older = latest_event("p", 5, MAY1 + 11 * HOUR + 1);
+    struct lb_position pold = {"t", 1, 5};
+    assert_int_equal(apply_events(&h, &older, &pold, 1), LB_APPLY_OK);
+    assert_int_equal(score_in("lb:{p}:daily:2026-05-01"), 2);
+    harness_close(&h);
+}
+
+/* A board that keeps ~newest says so in its fence key (a hash, which the
+ * previous release's script takes for replay's fence); a board of the
+ * previous release (markers, no ~newest) keeps per-window stamps for every
+ * entry, and never starts ~newest. */
+static void a_board_keeps_newest_only_when_it_starts_with_it(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, LATEST_CONFIG, redis);
+    struct lb_event ev = latest_event("n", 1, MAY1);
+    struct lb_position pos = {"t", 0, 0};
+    assert_int_equal(apply_events(&h, &ev, &pos, 1), LB_APPLY_OK);
+    assert_string_equal(text_of("HGET %s %s", "lb:{n}:~fence", "apply"), "5");
+    redisReply *r = redis_server_command(redis, "HGET lb:{n}:~newest %b", "", (size_t)0);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "5"); /* the empty field: no player's */
+    freeReplyObject(r);
+    assert_string_equal(text_of("TYPE %s%s", "lb:{n}:daily:2026-05-01:~ts", ""), "none");
+
+    freeReplyObject(redis_server_command(redis, "HSET lb:{o}:~applied t:9 0"));
+    struct lb_event old[] = {latest_event("o", 1, MAY1), latest_event("o", 2, MAY1 + HOUR)};
+    struct lb_position opos[] = {{"t", 0, 0}, {"t", 0, 1}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(apply_events(&h, &old[i], &opos[i], 1), LB_APPLY_OK);
+    assert_string_equal(text_of("TYPE %s%s", "lb:{o}:~newest", ""), "none");
+    assert_string_equal(text_of("TYPE %s%s", "lb:{o}:~fence", ""), "none");
+    assert_string_equal(text_of("HGET %s %s", "lb:{o}:daily:2026-05-01:~ts", "ann"),
+                        "001777597200000:00000000000000000001");
+    assert_int_equal(score_in("lb:{o}:weekly:2026-W18"), 2);
+    harness_close(&h);
+}
+
+/* A player's newest leaving a window writes its stamp into that window's
+ * hash, a key the request does not name: of the wrong type, it is found
+ * before anything is written. */
+static void a_wrong_type_where_a_stamp_moves_writes_nothing(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, LATEST_CONFIG, redis);
+    struct lb_event first = latest_event("m", 1, MAY1 + 2 * 24 * HOUR), /* 2026-05-03 */
+        next = latest_event("m", 2, MAY1 + 9 * 24 * HOUR);              /* 2026-05-10 */
+    struct lb_position p0 = {"t", 0, 0}, p1 = {"t", 0, 1};
+    assert_int_equal(apply_events(&h, &first, &p0, 1), LB_APPLY_OK);
+    freeReplyObject(redis_server_command(redis, "SET lb:{m}:daily:2026-05-03:~ts oops"));
+    assert_int_equal(apply_events(&h, &next, &p1, 1), LB_APPLY_WRONGTYPE);
+    assert_int_equal(score_in("lb:{m}:alltime"), 1);
+    assert_string_equal(text_of("TYPE %s%s", "lb:{m}:daily:2026-05-10", ""), "none");
+    assert_int_equal(marker_of(redis, "m", "t:0"), 0);
+    freeReplyObject(redis_server_command(redis, "DEL lb:{m}:daily:2026-05-03:~ts"));
+    assert_int_equal(apply_events(&h, &next, &p1, 1), LB_APPLY_OK);
+    assert_int_equal(score_in("lb:{m}:alltime"), 2);
+    /* the day left holds the old stamp, so an older event of it loses */
+    assert_string_equal(text_of("HGET %s %s", "lb:{m}:daily:2026-05-03:~ts", "ann"),
+                        "001777766400000:00000000000000000000");
+    harness_close(&h);
+}
+
+/* The key a stamp moves into is not named by the request: during a slot
+ * migration it may be on the other node already (or never made), which
+ * Redis refuses inside the script; the answer says so and nothing is
+ * written, and once the slot is stable the same request goes through. */
+static void a_stamp_moving_into_a_key_on_another_node_writes_nothing(void **state)
+{
+    (void)state;
+    struct redis_server *nodes[2];
+    redis_server_start_masters(nodes, 2);
+    int owner = lb_key_slot("mv", 2) < 8192 ? 0 : 1;
+    struct harness h;
+    harness_open(&h,
+                 BASE_CONFIG "profiles:\n"
+                             "  - {name: l, aggregation: latest, tie_break: none,\n"
+                             "     windows: {alltime: {}, daily: {ttl: 0s}}}\n",
+                 nodes[owner]);
+    struct lb_event first = latest_event("mv", 1, MAY1 + 2 * 24 * HOUR), /* 2026-05-03 */
+        next = latest_event("mv", 2, MAY1 + 9 * 24 * HOUR);              /* 2026-05-10 */
+    struct lb_position p0 = {"t", 0, 0}, p1 = {"t", 0, 1};
+    assert_int_equal(apply_events(&h, &first, &p0, 1), LB_APPLY_OK);
+    /* every key the next request names exists here (so Redis runs the
+     * script on this node while the slot migrates); the stamp's new home,
+     * daily:2026-05-03:~ts, does not */
+    static const char *const made[] = {
+        "ZADD lb:{mv}:~offsets 0 x:0", "ZADD lb:{mv}:daily:2026-05-10 0 zed",
+        "HSET lb:{mv}:daily:2026-05-10:~ts zed 0", "HSET lb:{mv}:alltime:~ts zed 0"};
+    for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++)
+        freeReplyObject(redis_server_command(nodes[owner], made[i]));
+    redisReply *from = redis_server_command(nodes[owner], "CLUSTER MYID");
+    redisReply *to = redis_server_command(nodes[1 - owner], "CLUSTER MYID");
+    int slot = (int)lb_key_slot("mv", 2);
+    freeReplyObject(
+        redis_server_command(nodes[1 - owner], "CLUSTER SETSLOT %d IMPORTING %s", slot, from->str));
+    freeReplyObject(
+        redis_server_command(nodes[owner], "CLUSTER SETSLOT %d MIGRATING %s", slot, to->str));
+    freeReplyObject(from);
+    freeReplyObject(to);
+    struct skip skip[MAX_SKIPS];
+    size_t nskip = 0;
+    lb_plan_reset(h.plan);
+    uint32_t txn;
+    next.event_id = (struct lb_str){"n1", 2};
+    assert_int_equal(plan_event(h.plan, &next, &p1, MAY1, &txn), LB_ACCEPT);
+    assert_int_equal(lb_apply_encode(&h.batch, h.plan, &apply_lb), 0);
+    assert_int_equal(apply(&h, 0, skip, &nskip), LB_APPLY_MOVING);
+    int64_t score = 0;
+    assert_false(score_of(nodes[owner], "lb:{mv}:daily:2026-05-10", "ann", &score));
+    assert_true(score_of(nodes[owner], "lb:{mv}:alltime", "ann", &score));
+    assert_int_equal(score, 1);
+    freeReplyObject(redis_server_command(nodes[owner], "CLUSTER SETSLOT %d STABLE", slot));
+    assert_int_equal(apply(&h, 0, skip, &nskip), LB_APPLY_OK);
+    assert_true(score_of(nodes[owner], "lb:{mv}:alltime", "ann", &score));
+    assert_int_equal(score, 2);
+    harness_close(&h);
+    redis_server_stop(nodes[0]);
+    redis_server_stop(nodes[1]);
+}
+
 static void a_wrong_type_at_the_last_key_of_a_sum_board_writes_nothing(void **state)
 {
     (void)state;
@@ -803,7 +1045,7 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
     uint32_t txn;
     for (int i = 0; i < 4; i++)
         assert_int_equal(plan_event(plan, &evs[i], &pos[i], MAY1, &txn), LB_ACCEPT);
-    assert_int_equal(lb_apply_encode(&batch, plan, "lb:"), 0);
+    assert_int_equal(lb_apply_encode(&batch, plan, &apply_lb), 0);
     assert_int_equal(batch.requests[0].is_txn, 0);
     redisReply *r = redis_server_send(redis, batch.bytes.data + batch.requests[0].offset,
                                       batch.requests[0].len, 1);
@@ -1010,7 +1252,7 @@ static void another_protocol_is_refused_and_writes_nothing(void **state)
     r = redis_server_command(
         redis,
         "EVALSHA %s 5 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence lb:{p}:~seen "
-        "lb:{p}:alltime 3 b d 0 0 0 0 1 1 t:0 0 0 n 0 1 0 7 ann",
+        "lb:{p}:alltime 3 b d 0 0 0 0 1 1 0 - - t:0 0 0 n 0 1 0 7 ann",
         lb_apply_script_sha());
     struct lb_apply_answer a;
     assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_PROTOCOL);
@@ -1031,7 +1273,7 @@ static void a_bad_expiry_is_refused_before_any_write(void **state)
         redis,
         "EVALSHA %s 6 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence "
         "lb:{p}:~seen lb:{p}:alltime lb:{p}:daily:2026-05-01 " LB_APPLY_VERSION_TEXT " b d 0 0 0 0 "
-        "2 1 60 t:0 0 0 1 0 e1 7 n 0 1 0 7 ann a 0 1 0 7 ann",
+        "2 1 60 - - t:0 0 0 1 0 e1 7 n 0 1 0 7 ann a 0 1 0 7 ann",
         lb_apply_script_sha());
     struct lb_apply_answer a;
     assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_BADARG);
@@ -1082,7 +1324,7 @@ static void a_retry_counts_once_and_another_payload_is_a_conflict(void **state)
         lb_plan_reset(h.plan);
         uint32_t txn;
         plan_event(h.plan, i ? &other : &same, &pos[1 + i], MAY1, &txn);
-        assert_int_equal(lb_apply_encode(&h.batch, h.plan, "lb:"), 0);
+        assert_int_equal(lb_apply_encode(&h.batch, h.plan, &apply_lb), 0);
         assert_int_equal(apply(&h, 0, skip, &nskip), LB_APPLY_DUPLICATE);
         assert_int_equal(nskip, 1);
         assert_string_equal(skip[0].field, i ? "t:1" : "t:0");
@@ -1156,7 +1398,7 @@ static void a_retry_within_a_batch_is_left_out_by_the_planner(void **state)
         assert_int_equal(reason, LB_ACCEPT);
         assert_int_equal(txn, 0);
     }
-    assert_int_equal(lb_apply_encode(&h.batch, h.plan, "lb:"), 0);
+    assert_int_equal(lb_apply_encode(&h.batch, h.plan, &apply_lb), 0);
     struct skip skip[MAX_SKIPS];
     size_t nskip = 0;
     assert_int_equal(apply(&h, 0, skip, &nskip), LB_APPLY_OK);
@@ -1232,6 +1474,12 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_sequences_match_the_reference_in_every_mode),
+        cmocka_unit_test(latest_boards_are_exact_with_stamps_of_either_kind),
+        cmocka_unit_test(a_window_swapped_in_alone_carries_its_own_stamps),
+        cmocka_unit_test(a_player_in_two_partitions_keeps_the_newest_in_each_window),
+        cmocka_unit_test(a_board_keeps_newest_only_when_it_starts_with_it),
+        cmocka_unit_test(a_wrong_type_where_a_stamp_moves_writes_nothing),
+        cmocka_unit_test(a_stamp_moving_into_a_key_on_another_node_writes_nothing),
         cmocka_unit_test(a_sum_leaving_its_range_is_refused_whole),
         cmocka_unit_test(ties_at_equal_score_and_time_keep_both_members),
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_sum_board_writes_nothing),

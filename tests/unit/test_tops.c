@@ -252,10 +252,11 @@ static void a_commit_waits_until_the_merged_top_shows_its_records(void **state)
  * has the window) with one entry: its answer's first word. */
 static void t_write(struct fixture *f, int gen, const char *at, const char *expect)
 {
-    redisReply *r = redis_server_command(f->redis,
-                                         "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T "
-                                         "write A 5000 alltime %d %s 1 old",
-                                         lb_apply_script_sha(), gen, at);
+    redisReply *r = redis_server_command(
+        f->redis,
+        "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime " LB_APPLY_VERSION_TEXT " T "
+        "write A 5000 alltime %d %s 1 old",
+        lb_apply_script_sha(), gen, at);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(r->element[0]->str, expect);
     freeReplyObject(r);
@@ -273,7 +274,10 @@ static void an_older_snapshot_never_overwrites_a_newer_one(void **state)
     assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
     const char *sha = lb_apply_script_sha();
     redisReply *r = redis_server_command(
-        f->redis, "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T take A 5000 alltime", sha);
+        f->redis,
+        "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime " LB_APPLY_VERSION_TEXT
+        " T take A 5000 alltime",
+        sha);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(r->element[0]->str, "go");
     assert_string_equal(r->element[1]->str, "1");
@@ -295,10 +299,11 @@ static void a_gone_window_leaves_no_top(void **state)
     zadd(f, "hb", 0, "a", 5);
     note(f, "hb"); /* loads the script and writes generation 1 */
     assert_int_equal(lb_tops_drain(f->tops, lb_monotonic_ms() + 5000), 0);
-    redisReply *r = redis_server_command(f->redis,
-                                         "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime 4 T "
-                                         "take A 5000 alltime",
-                                         lb_apply_script_sha());
+    redisReply *r = redis_server_command(
+        f->redis,
+        "EVALSHA %s 2 lb:{hb}:~tops lb:{hb}:~top:alltime " LB_APPLY_VERSION_TEXT " T "
+        "take A 5000 alltime",
+        lb_apply_script_sha());
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(r->element[0]->str, "go");
     freeReplyObject(r);

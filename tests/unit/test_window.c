@@ -159,6 +159,8 @@ static void key_kinds(void **state)
         {"lb:{b}:daily:2026-11-25", LB_KEY_WINDOW, "daily:2026-11-25"},
         {"lb:{b}:~openx", LB_KEY_OTHER, NULL},
         {"lb:{b}:~applied", LB_KEY_MARKER, ""},
+        {"lb:{b}:~newest", LB_KEY_NEWEST, ""},
+        {"lb:{b}:daily:2026-11-25:~ts", LB_KEY_STAMPS, "daily:2026-11-25"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct lb_key_parts kp;
