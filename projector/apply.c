@@ -848,12 +848,15 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
         p = lb_resp_bulk_int(p, seg->last);
         p = lb_resp_bulk_int(p, en->counts[number]);
     }
+    /* the ids as (stamp, id) pairs, each segment's in one run (for ZADD as
+     * they are), then their offsets in the same order */
     for (uint32_t i = 0; i < b->nseen; i++) {
         const struct lb_plan_seen *seen = &en->v.seen[en->order[i]];
-        p = lb_resp_bulk_int(p, seen->offset);
-        p = lb_resp_bulk(p, seen->event_id.ptr, seen->event_id.len);
         p = lb_resp_bulk_int(p, seen->stamp);
+        p = lb_resp_bulk(p, seen->event_id.ptr, seen->event_id.len);
     }
+    for (uint32_t i = 0; i < b->nseen; i++)
+        p = lb_resp_bulk_int(p, en->v.seen[en->order[i]].offset);
     if (latest) { /* the players, ordered by segment number */
         size_t i = 0;
         for (uint32_t number = 1; number <= nseg; number++) {

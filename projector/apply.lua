@@ -13,8 +13,9 @@
 --       only), [12] latest boards: "<prefix>{<tag>}:", the start of the
 --       board's key names;
 --       4 per segment: marker field, first and last offset, count of its
---       event ids; the event ids, segment by segment, 3 each: offset, id,
---       stamp (event time in seconds * 2^20 + fingerprint); latest boards
+--       event ids; the event ids, segment by segment, as pairs: stamp (event
+--       time in seconds * 2^20 + fingerprint), id; then their offsets in the
+--       same order; latest boards
 --       then per segment the count of its players and per player: the
 --       player, its newest ("<stamp>|<window>|...|", see latest() below, or
 --       "" when its entries hold no value); then per key: expiry kind n|a|t,
@@ -348,20 +349,36 @@ local width = (mode == 's') and 3 or 2 -- a plain entry's values
 local swidth = (mode == 'l') and 4 or width + 1 -- a special entry's: its flags first
 
 -- dedupe: the ids of the applied segments' events (each once: the planner
--- leaves a retry within the batch out); one the set holds makes the call
--- write nothing and name them (field, offset, d: the same stamp, c:
--- another); the caller plans the board again without them
+-- leaves a retry within the batch out), as (stamp, id) pairs, a segment's
+-- in one run (ZADD takes them as they are), then each id's offset in the
+-- same order; one the set holds makes the call write nothing and name them
+-- (field, offset, d: the same stamp, c: another); the caller plans the
+-- board again without them
 local dwin, pos = tonumber(ARGV[10]), 13 + 4 * nseg
-local ids, stamps, seg, argat, nids = {}, {}, {}, {}, 0
+local ids, idruns, nids = {}, {}, 0
 for s = 1, nseg do
   local ns = tonumber(ARGV[12 + 4 * s])
-  if apply[s] then
-    for e = pos, pos + 3 * (ns - 1), 3 do
+  if apply[s] and ns > 0 then
+    idruns[#idruns + 1] = {pos, pos + 2 * ns - 1}
+    for e = pos + 1, pos + 2 * ns - 1, 2 do
       nids = nids + 1
-      ids[nids], stamps[nids], seg[nids], argat[nids] = ARGV[e + 1], ARGV[e + 2], s, e
+      ids[nids] = ARGV[e]
     end
   end
-  pos = pos + 3 * ns
+  pos = pos + 2 * ns
+end
+local offsets = pos
+for s = 1, nseg do pos = pos + tonumber(ARGV[12 + 4 * s]) end
+-- the x-th id of the applied segments: its segment, its pair's place and its
+-- number among every segment's (for a duplicate's answer only)
+local function id_at(x)
+  local n, at, g = 0, 13 + 4 * nseg, 0
+  for s = 1, nseg do
+    local ns = tonumber(ARGV[12 + 4 * s])
+    if apply[s] and x <= n + ns then return s, at + 2 * (x - n - 1), g + x - n end
+    if apply[s] then n = n + ns end
+    at, g = at + 2 * ns, g + ns
+  end
 end
 -- latest boards: each segment's players with their newest (latest() below)
 local players = {}
@@ -381,9 +398,10 @@ if nids > 0 then
     for x = i, j do
       local was = got[x - i + 1]
       if was and #dups < CHUNK then
-        dups[#dups + 1] = ARGV[9 + 4 * seg[x]]
-        dups[#dups + 1] = ARGV[argat[x]]
-        dups[#dups + 1] = (tonumber(was) == tonumber(stamps[x])) and 'd' or 'c'
+        local s, e, g = id_at(x)
+        dups[#dups + 1] = ARGV[9 + 4 * s]
+        dups[#dups + 1] = ARGV[offsets + g - 1]
+        dups[#dups + 1] = (tonumber(was) == tonumber(ARGV[e])) and 'd' or 'c'
       end
     end
   end
@@ -396,10 +414,10 @@ end
 -- none when that is already past)
 local function remember()
   if nids == 0 then return end
-  local args = {}
-  for i = 1, nids do args[2 * i - 1], args[2 * i] = stamps[i], ids[i] end
-  for i = 1, 2 * nids, CHUNK do
-    redis.call('ZADD', KEYS[4], unpack(args, i, math.min(i + CHUNK - 1, 2 * nids)))
+  for _, r in ipairs(idruns) do
+    for i = r[1], r[2], CHUNK do
+      redis.call('ZADD', KEYS[4], unpack(ARGV, i, math.min(i + CHUNK - 1, r[2])))
+    end
   end
   local unit = 2 ^ 20
   local newest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
@@ -414,7 +432,8 @@ end
 -- where each key's entries are, and which to apply
 local keys = {}
 for k = 1, nkeys do
-  local key = {name = KEYS[k + 4], kind = ARGV[pos], at = ARGV[pos + 1], runs = {}, specials = {}}
+  local key = {name = KEYS[k + 4], kind = ARGV[pos], at = ARGV[pos + 1], runs = {}, specials = {},
+               segments = 0}
   if key.kind ~= 'n' then
     local at = tonumber(key.at)
     if not at or at <= 0 or at > 9007199254740992 or at % 1 ~= 0 then
@@ -432,6 +451,7 @@ for k = 1, nkeys do
   for s = 1, nseg do
     local np, ns = tonumber(ARGV[c0 - 1 + s]), tonumber(ARGV[c0 - 1 + nseg + s])
     if apply[s] and np > 0 then
+      key.segments = key.segments + 1
       key.runs[#key.runs + 1] = {plain, plain + width * np - 1}
       if key.pruns then key.pruns[#key.pruns + 1] = {plain, plain + width * np - 1, s} end
     end
@@ -679,7 +699,8 @@ end
 -- takes the key for replay's fence and writes nothing there.
 local function latest()
   local H, base = KEYS[2 * nkeys + 5], ARGV[12]
-  local native, start = redis.call('EXISTS', H) == 1, false
+  -- (its fence a hash: it keeps ~newest, no need to look)
+  local native, start = fence == 'hash' or redis.call('EXISTS', H) == 1, false
   if not native and ARGV[11] == 'b' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
     native, start = true, true -- a new board
   end
@@ -1111,6 +1132,27 @@ local later_larger = ARGV[5] == '1'
 local scale = 2 ^ tonumber(ARGV[4])
 local smin, smax = tonumber(ARGV[6]), tonumber(ARGV[7])
 local overflow, plans = {}, {}
+-- a player's new total (its composite, the text ZADD takes) from what the
+-- window holds ('c', a string or nil) and an entry's delta and tie; one
+-- leaving [sum_min, sum_max] is named in 'overflow'
+local function total(k, m, c, delta, tie)
+  local sum = 0
+  tie = tonumber(tie)
+  if c then
+    c = tonumber(c)
+    sum = math.floor(c / scale)
+    local old = c - sum * scale
+    if (later_larger and old > tie) or (not later_larger and old < tie) then tie = old end
+  end
+  sum = sum + tonumber(delta)
+  if sum < smin or sum > smax then
+    overflow[#overflow + 1] = tostring(k)
+    overflow[#overflow + 1] = m
+  end
+  -- an integer below 2^53 in magnitude: %d (a C long) prints it exactly,
+  -- and far cheaper than %.0f
+  return string.format('%d', sum * scale + tie)
+end
 for k, key in ipairs(keys) do
   if key.busy then
     -- where the key's entries are: plain ones, then special ones (whose
@@ -1121,39 +1163,57 @@ for k, key in ipairs(keys) do
     end
     local nplain = n
     for _, p in ipairs(key.specials) do n = n + 1; at[n] = p + 1; members[n] = ARGV[p + 3] end
-    local current = {}
+    -- each player once, no retraction (the common case): arrays only
+    local once = n == nplain
+    if once and key.segments > 1 then -- a player's events in two partitions?
+      local seen = {}
+      for i = 1, n do
+        if seen[members[i]] then once = false end
+        seen[members[i]] = true
+      end
+    end
+    local held = {}
     for i = 1, n, CHUNK do
       local j = math.min(i + CHUNK - 1, n)
       local got = redis.pcall('ZMSCORE', key.name, unpack(members, i, j))
       if got.err then return refused(got, 'zmscore') or {'wrongtype', key.name} end
-      for x = i, j do current[members[x]] = got[x - i + 1] or nil end
+      for x = i, j do held[x] = got[x - i + 1] end
     end
-    -- value[m]: what to write, false for nothing
-    local value, removed, order, norder = {}, {}, {}, 0
-    for i = 1, n do
-      local p, m = at[i], members[i]
-      if value[m] == nil then norder = norder + 1; order[norder] = m; value[m] = false end
-      local flags = (i > nplain) and ARGV[p - 1] or ''
-      if flags ~= '' then removed[m] = true; current[m] = nil; value[m] = false end
-      if flags ~= 'r' then
-        local sum, tie = 0, tonumber(ARGV[p + 1])
-        local c = current[m] and tonumber(current[m])
-        if c then
-          sum = math.floor(c / scale)
-          local old = c - sum * scale
-          if (later_larger and old > tie) or (not later_larger and old < tie) then tie = old end
-        end
-        sum = sum + tonumber(ARGV[p])
-        if sum < smin or sum > smax then
-          overflow[#overflow + 1] = tostring(k)
-          overflow[#overflow + 1] = m
-        end
-        local v = string.format('%.0f', sum * scale + tie)
-        current[m] = v
-        value[m] = v
+    if once then
+      local adds = {}
+      for i = 1, n do
+        local p, m = at[i], members[i]
+        adds[2 * i - 1], adds[2 * i] = total(k, m, held[i], ARGV[p], ARGV[p + 1]), m
       end
+      plans[k] = {adds = adds}
+    else
+      local current = {}
+      for i = 1, n do current[members[i]] = held[i] or nil end
+      -- value[m]: what to write, false for nothing
+      local value, removed, order, norder = {}, {}, {}, 0
+      for i = 1, n do
+        local p, m = at[i], members[i]
+        if value[m] == nil then norder = norder + 1; order[norder] = m; value[m] = false end
+        local flags = (i > nplain) and ARGV[p - 1] or ''
+        if flags ~= '' then removed[m] = true; current[m] = nil; value[m] = false end
+        if flags ~= 'r' then
+          local v = total(k, m, current[m], ARGV[p], ARGV[p + 1])
+          current[m] = v
+          value[m] = v
+        end
+      end
+      local gone, adds = {}, {}
+      for i = 1, norder do
+        local m = order[i]
+        if value[m] then
+          adds[#adds + 1] = value[m]
+          adds[#adds + 1] = m
+        elseif removed[m] then
+          gone[#gone + 1] = m
+        end
+      end
+      plans[k] = {adds = adds, gone = gone}
     end
-    plans[k] = {value = value, removed = removed, order = order, n = norder}
   end
 end
 if #overflow > 0 then return {'overflow', unpack(overflow)} end
@@ -1161,25 +1221,12 @@ if #overflow > 0 then return {'overflow', unpack(overflow)} end
 for k, key in ipairs(keys) do
   local plan = plans[k]
   if plan then
-    local value = plan.value
-    local gone, adds, ng, na = {}, {}, 0, 0
-    for i = 1, plan.n do
-      local m = plan.order[i]
-      local v = value[m]
-      if v then
-        adds[na + 1] = v
-        adds[na + 2] = m
-        na = na + 2
-      elseif plan.removed[m] then
-        ng = ng + 1
-        gone[ng] = m
-      end
+    local gone, adds = plan.gone or {}, plan.adds
+    for i = 1, #gone, CHUNK do
+      redis.call('ZREM', key.name, unpack(gone, i, math.min(i + CHUNK - 1, #gone)))
     end
-    for i = 1, ng, CHUNK do
-      redis.call('ZREM', key.name, unpack(gone, i, math.min(i + CHUNK - 1, ng)))
-    end
-    for i = 1, na, CHUNK do
-      redis.call('ZADD', key.name, unpack(adds, i, math.min(i + CHUNK - 1, na)))
+    for i = 1, #adds, CHUNK do
+      redis.call('ZADD', key.name, unpack(adds, i, math.min(i + CHUNK - 1, #adds)))
     end
     expire(key.name, key)
   end

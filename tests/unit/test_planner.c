@@ -274,10 +274,11 @@ static void one_event_fans_out_to_every_window_in_one_request(void **state)
     expect(q.args[14], "41");
     expect(q.args[15], "41");
     expect(q.args[16], "1");
-    /* the event's id: offset, id, event time in seconds * 2^20 + fingerprint */
-    expect(q.args[17], "41");
+    /* the event's id: event time in seconds * 2^20 + fingerprint, id; then
+     * its offset */
+    long long stamp = atoll(q.args[17]);
     expect(q.args[18], ev.event_id.ptr);
-    long long stamp = atoll(q.args[19]);
+    expect(q.args[19], "41");
     assert_int_equal(stamp >> 20, MAY4_10H / 1000);
     assert_int_equal(stamp, lb_dedupe_stamp(&ev));
     /* expiry: window end + ttl for time windows, a sliding ttl for custom */
@@ -513,10 +514,11 @@ static void each_partition_is_a_segment_with_its_offsets(void **state)
     expect(q.args[18], "70");
     expect(q.args[19], "90");
     expect(q.args[20], "2");
-    /* the event ids come grouped by segment too */
+    /* the event ids come grouped by segment too, as (stamp, id) pairs, then
+     * their offsets */
     static const char *const offsets_grouped[] = {"10", "11", "15", "70", "90"};
     for (size_t i = 0; i < 5; i++)
-        expect(q.args[21 + 3 * i], offsets_grouped[i]);
+        expect(q.args[21 + 2 * 5 + i], offsets_grouped[i]);
     /* each key's entries come grouped by segment (counts 3 and 2), so the
      * script can hand any applied segment's run to ZADD as it is */
     struct key_args a = key_args(&q, 1);

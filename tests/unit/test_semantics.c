@@ -1273,7 +1273,7 @@ static void a_bad_expiry_is_refused_before_any_write(void **state)
         redis,
         "EVALSHA %s 6 lb:{p}:~applied lb:{p}:~offsets lb:{p}:~fence "
         "lb:{p}:~seen lb:{p}:alltime lb:{p}:daily:2026-05-01 " LB_APPLY_VERSION_TEXT " b d 0 0 0 0 "
-        "2 1 60 - - t:0 0 0 1 0 e1 7 n 0 1 0 7 ann a 0 1 0 7 ann",
+        "2 1 60 - - t:0 0 0 1 7 e1 0 n 0 1 0 7 ann a 0 1 0 7 ann",
         lb_apply_script_sha());
     struct lb_apply_answer a;
     assert_int_equal(lb_apply_parse(r, &a), LB_APPLY_BADARG);
