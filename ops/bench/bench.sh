@@ -516,20 +516,26 @@ for ((run = 1; run <= runs; run++)); do
     mapfile -t rpids < <(redis_pids)
     mapfile -t kpids < <(kafka_pids)
     cpu0=("$(cpu_seconds "${rpids[@]}")" "$(cpu_seconds "$projector_pid")"
-        "$(cpu_seconds "${kpids[@]}")" "$(cpu_seconds "$load_pid")")
+        "$(cpu_seconds "${kpids[@]}")")
     wall0=$(date +%s.%N)
     line=$("$bin/lbbench" freshness --config "$out/fresh.yaml" --topic "$fresh_topic" \
         --duration "$fresh_seconds" --probes "$out/fresh-probes-$run.txt" 2>>"$out/fresh-$run.log")
     cpu1=("$(cpu_seconds "${rpids[@]}")" "$(cpu_seconds "$projector_pid")"
-        "$(cpu_seconds "${kpids[@]}")" "$(cpu_seconds "$load_pid")")
+        "$(cpu_seconds "${kpids[@]}")")
     wall=$(awk -v a="$wall0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
-    cores="" names=(redis projector kafka load)
+    cores="" names=(redis projector kafka)
     for i in "${!names[@]}"; do
         cores+=$(awk -v n="${names[i]}" -v a="${cpu0[i]}" -v b="${cpu1[i]}" -v w="$wall" \
             'BEGIN { printf " %s_cores=%.2f", n, (b - a) / w }')
     done
-    echo "$line$cores" | tee -a "$out/fresh.txt" >&2
     fresh_stop
+    # the load over its own life (it may end before the probes do, when the
+    # projector fell behind); the probes' polling over the run's
+    cores+=$(sed -n 's/.* in \([0-9.]*\) s .*, cpu \([0-9.]*\) s$/\2 \1/p' "$out/fresh-load-$run.log" |
+        awk '{ printf " load_cores=%.2f", $1 / $2 }')
+    cores+=$(awk -v w="$wall" '{ for (i = 1; i <= NF; i++) if ($i ~ /^probe_cpu_s=/) {
+        split($i, kv, "="); printf " probe_cores=%.2f", kv[2] / w } }' <<<"$line")
+    echo "$line$cores" | tee -a "$out/fresh.txt" >&2
 done
 
 # ---- the table ----------------------------------------------------------------
@@ -586,7 +592,8 @@ ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
     row "freshness max ms" "$pmax" "$pmax_spread"
     row "freshness runs with p99 < 250 ms" "$(derive "$out/fresh.txt" 'f["p99_ms"] < 250' | awk '{ n += $1 } END { printf "%d of %d", n, NR }')" "every run: $(field "$out/fresh.txt" p99_ms | paste -sd' ')"
     if ((started)); then
-        for who in redis:Redis projector:projector kafka:"Kafka broker" load:"load (loadgen)"; do
+        for who in redis:Redis projector:projector kafka:"Kafka broker" load:"load (loadgen)" \
+            probe:"probes (lbbench)"; do
             read -r m sp < <(stat_of "$out/fresh.txt" "f[\"${who%%:*}_cores\"]")
             row "freshness, cores used: ${who#*:}" "$(fmt "$m" 2)" "$sp$([[ $who == redis:* ]] && echo " (the load's producer: linger.ms $load_linger; the broker warmed by ${fresh_warmup}s of it first)")"
         done

@@ -368,9 +368,9 @@ static int produce_all(const struct options *o, const struct generator *gen, rd_
     if (stopping)
         fprintf(stderr, "loadgen: stopped by a signal after %llu of %llu events\n",
                 (unsigned long long)produced, (unsigned long long)o->count);
-    fprintf(stderr, "loadgen: %llu events delivered, %llu failed, in %.2f s (%.0f/s)\n",
+    fprintf(stderr, "loadgen: %llu events delivered, %llu failed, in %.2f s (%.0f/s), cpu %.2f s\n",
             (unsigned long long)delivered, (unsigned long long)failed, took,
-            took > 0 ? (double)delivered / took : 0.0);
+            took > 0 ? (double)delivered / took : 0.0, (double)clock() / CLOCKS_PER_SEC);
     return status != 0 || failed || delivered != produced ? -1 : 0;
 }
 
