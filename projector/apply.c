@@ -674,9 +674,9 @@ static int is_transaction(const struct lb_profile *profile)
            !profile->dedupe_window_ms && !profile->decay && !lb_profile_has_results(profile);
 }
 
-/* A best board that takes no retractions: MULTI, EXISTS fence, per window
- * key ZADD GT|LT of its entries and its expiry, ZADD GT of the markers,
- * EXEC. Every entry is plain (the planner refused retractions). */
+/* A best board that takes no retractions: MULTI, TYPE of the fence, per
+ * window key ZADD GT|LT of its entries and its expiry, ZADD GT of the
+ * markers, EXEC. Every entry is plain (the planner refused retractions). */
 static int encode_transaction(struct encoder *en, const struct lb_plan_board *b,
                               struct lb_apply_request *req)
 {
@@ -689,7 +689,7 @@ static int encode_transaction(struct encoder *en, const struct lb_plan_board *b,
         return -1;
     char *p = out->data + out->len;
     p = lb_resp_bulk(lb_resp_header(p, '*', 1), "MULTI", 5);
-    p = lb_resp_bulk(lb_resp_header(p, '*', 2), "EXISTS", 6);
+    p = lb_resp_bulk(lb_resp_header(p, '*', 2), "TYPE", 4);
     p = lb_resp_bulk(p, name, lb_fence_key(en->options->prefix, b->id, name, KEY_MAX));
     uint32_t ncommands = 2;
     for (uint32_t k = b->first_key; k != LB_PLAN_NONE; k = en->v.keys[k].next_key) {
@@ -973,11 +973,15 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
     const char *status = word(reply, 0);
     *a = (struct lb_apply_answer){.status = LB_APPLY_UNKNOWN, .reply = reply};
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2 &&
-        reply->element[0]->type == REDIS_REPLY_INTEGER) {
-        /* a transaction's EXEC: EXISTS fence first; an error inside it (the
-         * cluster client fails such a request before anyone parses it) is
-         * the wrong type of a key, or not ours */
-        a->status = reply->element[0]->integer ? LB_APPLY_FENCED : LB_APPLY_OK;
+        reply->element[0]->type == REDIS_REPLY_STATUS) {
+        /* a transaction's EXEC: the fence's TYPE first (replay's is a
+         * string; a hash there is a latest board's mark, which a board
+         * whose profile changed may keep: not a fence, as for the script);
+         * an error inside it (the cluster client fails such a request
+         * before anyone parses it) is the wrong type of a key, or not ours */
+        const char *fence = reply->element[0]->str;
+        a->status = strcmp(fence, "none") != 0 && strcmp(fence, "hash") != 0 ? LB_APPLY_FENCED
+                                                                             : LB_APPLY_OK;
         a->key = "";
         for (size_t i = 1; i < reply->elements; i++)
             if (reply->element[i]->type == REDIS_REPLY_ERROR)

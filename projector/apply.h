@@ -115,7 +115,8 @@
  * not decay need no script: ZADD GT|LT
  * is idempotent, so applying a batch twice, or a zombie's stale batch
  * after a newer one, changes nothing. Their request is a transaction:
- * MULTI, EXISTS fence, per window key ZADD GT|LT and its expiry, ZADD GT of
+ * MULTI, TYPE of the fence (a string: replay's; a hash is a latest board's
+ * mark, not a fence), per window key ZADD GT|LT and its expiry, ZADD GT of
  * the markers into the sorted set (markers never move backwards), EXEC.
  * Nothing is checked before the writes: a key of the wrong type fails its
  * command only (the others, markers included, are written; the batch is

@@ -1134,7 +1134,9 @@ local smin, smax = tonumber(ARGV[6]), tonumber(ARGV[7])
 local overflow, plans = {}, {}
 -- a player's new total (its composite, the text ZADD takes) from what the
 -- window holds ('c', a string or nil) and an entry's delta and tie; one
--- leaving [sum_min, sum_max] is named in 'overflow'
+-- leaving [sum_min, sum_max] is named in 'overflow' (up to CHUNK values,
+-- which unpack takes: the caller plans the board again without those named,
+-- and the next answer names the rest)
 local function total(k, m, c, delta, tie)
   local sum = 0
   tie = tonumber(tie)
@@ -1145,7 +1147,7 @@ local function total(k, m, c, delta, tie)
     if (later_larger and old > tie) or (not later_larger and old < tie) then tie = old end
   end
   sum = sum + tonumber(delta)
-  if sum < smin or sum > smax then
+  if (sum < smin or sum > smax) and #overflow < CHUNK then
     overflow[#overflow + 1] = tostring(k)
     overflow[#overflow + 1] = m
   end

@@ -7,8 +7,8 @@
 /* The swap, atomically per board (see the top of the file).
  * KEYS: [1] live marker hash, [2] live marker sorted set, [3] staging
  *       marker hash, [4] staging marker sorted set, [5] the board's fence,
- *       [6] its ~final, then n staging keys, then their n live names, then
- *       live keys to delete.
+ *       [6] its ~final, [7] its ~newest, then n staging keys, then their n
+ *       live names, then live keys to delete.
  * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, [4] which
  *       of the staging keys is ~open (1..n, 0: none), then f triples (marker
  *       field, last offset read from there, last offset replay wrote into
@@ -16,8 +16,9 @@
  * A staging ~open (final standings: the windows to close) is merged into
  * the live one, less the windows ~final names closed, instead of replacing
  * it; the live ~open is never deleted.
- * A swap that happens also lifts the fence, if replay had set one (a latest
- * board's hash there, apply.h, stays: the copy keeps ~newest too). Staging
+ * A swap that happens also lifts the fence, if replay had set one; a latest
+ * board keeping ~newest has the hash there again (apply.h), whether the
+ * copy brought both or only windows were rebuilt. Staging
  * keys always come with their marker hash (the apply script writes both):
  * staging keys listed without it, where replay wrote nothing, were deleted
  * by hand, and the script answers {"vanished"}. A swap leaves in place of the staging
@@ -29,6 +30,8 @@
  * fails. */
 /* From the build (swap_lua.c, generated from replay/swap.lua). */
 extern const char lb_swap_lua[];
+/* From the build (lift_lua.c, from replay/lift.lua): a fence lifted, not swapped. */
+extern const char lb_lift_lua[];
 
 /* ---- keys --------------------------------------------------------------------------- */
 
@@ -271,14 +274,15 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
 {
     size_t blen = strlen(board);
     struct lb_str id = {board, (uint32_t)blen};
-    char markers[4][600], fence[600], final[600];
+    char markers[4][600], fence[600], final[600], newest[600];
     lb_marker_key(r->config->key_prefix, id, markers[0], sizeof(markers[0]));
     lb_marker_zset_key(r->config->key_prefix, id, markers[1], sizeof(markers[1]));
     lb_marker_key(r->staging_prefix, id, markers[2], sizeof(markers[2]));
     lb_marker_zset_key(r->staging_prefix, id, markers[3], sizeof(markers[3]));
     lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
     lb_board_key(r->config->key_prefix, id, LB_FINAL_KEY, final, sizeof(final));
-    size_t n = bk->staged.count, nkeys = 6 + 2 * n + bk->extra.count;
+    lb_board_key(r->config->key_prefix, id, LB_NEWEST_KEY, newest, sizeof(newest));
+    size_t n = bk->staged.count, nkeys = 7 + 2 * n + bk->extra.count;
     size_t argc = 3 + nkeys + 4 + 3 * r->plan.count;
     const char **argv = calloc(argc, sizeof(char *));
     size_t *argvlen = calloc(argc, sizeof(size_t));
@@ -301,6 +305,7 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
         argv[a++] = markers[i];
     argv[a++] = fence;
     argv[a++] = final;
+    argv[a++] = newest;
     for (size_t i = 0; i < n; i++)
         argv[a++] = bk->staged.items[i];
     for (size_t i = 0; i < n; i++)
@@ -658,14 +663,15 @@ static int set_fence(struct replay *r, const char *board, size_t blen, struct lb
 static int lift_fence(struct replay *r, const char *board, size_t blen, struct lb_buf *buf,
                       uint16_t *slot)
 {
-    char fence[600];
+    char fence[600], newest[600];
     if (lb_names_has(&r->sel.done, board, blen) || !lb_names_has(&r->fenced, board, blen))
         return 1;
-    size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, fence,
-                               sizeof(fence));
-    const char *del[] = {"DEL", fence};
+    struct lb_str id = {board, (uint32_t)blen};
+    size_t flen = lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
+    lb_board_key(r->config->key_prefix, id, LB_NEWEST_KEY, newest, sizeof(newest));
+    const char *lift[] = {"EVAL", lb_lift_lua, "2", fence, newest};
     *slot = lb_key_slot(fence, flen);
-    return lb_buf_command(buf, 2, del, NULL) != 0 ? -1 : 0;
+    return lb_buf_command(buf, 5, lift, NULL) != 0 ? -1 : 0;
 }
 
 /* The "~swapped" mark a swap left in place of the staging markers. */

@@ -42,14 +42,14 @@ local function merge_open(staged, live)
 end
 for i = 1, n do
   if i == open then
-    merge_open(KEYS[6 + i], KEYS[6 + n + i])
-  elseif redis.call('EXISTS', KEYS[6 + i]) == 1 then
-    redis.call('RENAME', KEYS[6 + i], KEYS[6 + n + i])
+    merge_open(KEYS[7 + i], KEYS[7 + n + i])
+  elseif redis.call('EXISTS', KEYS[7 + i]) == 1 then
+    redis.call('RENAME', KEYS[7 + i], KEYS[7 + n + i])
   else
-    redis.call('DEL', KEYS[6 + n + i])
+    redis.call('DEL', KEYS[7 + n + i])
   end
 end
-for i = 7 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 8 + 2 * n, #KEYS do redis.call('DEL', KEYS[i]) end
 if mode == 'advance' then
   -- into the key the board's writes use (no stray second marker key);
   -- never backwards: the checks above found both markers at or below
@@ -62,10 +62,14 @@ if mode == 'advance' then
     end
   end
 end
--- the fence goes, but for the hash of a latest board keeping ~newest (apply.lua),
--- which the copy brought
+-- replay's fence goes; a latest board keeping ~newest (KEYS[7], the copy's
+-- or, when only windows were rebuilt, the live one) keeps the hash there
+-- (apply.lua) that holds pods of the previous release off it
 redis.call('DEL', KEYS[3], KEYS[4])
-if redis.call('TYPE', KEYS[5]).ok ~= 'hash' then redis.call('DEL', KEYS[5]) end
+if redis.call('TYPE', KEYS[5]).ok ~= 'hash' then
+  redis.call('DEL', KEYS[5])
+  if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[5], 'apply', '5') end
+end
 redis.call('HSET', KEYS[3], '~swapped', '1')
 redis.call('PEXPIRE', KEYS[3], 300000)
 return {'ok'}

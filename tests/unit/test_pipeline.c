@@ -286,7 +286,9 @@ static void releasing_one_partition_keeps_the_others_held(void **state)
  * cluster client: its transaction is written and checked like the script's
  * request; a retraction is rejected and its offset advances; a fenced board
  * is held (its writes landed: harmless, ZADD GT) and goes through once the
- * fence is gone; a key of the wrong type holds it for an operator. */
+ * fence is gone; a hash there (the mark a latest board keeps, left by a
+ * profile change) is no fence; a key of the wrong type holds it for an
+ * operator. */
 static void a_board_without_a_script_is_written_held_and_released(void **state)
 {
     struct fixture *f = *state;
@@ -312,8 +314,15 @@ static void a_board_without_a_script_is_written_held_and_released(void **state)
     assert_int_equal(st[0], LB_RECORD_DURABLE);
     assert_int_equal(total(f, "top", "a"), 8);
 
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:{top}:~fence apply 5"));
+    struct input hashed[] = {{0, 4, event("g5", "top", "b", 6)}};
+    assert_int_equal(run(f, hashed, 1, st), 0);
+    assert_int_equal(st[0], LB_RECORD_DURABLE);
+    assert_int_equal(total(f, "top", "b"), 6);
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:{top}:~fence"));
+
     break_board(f, "top");
-    struct input b3[] = {{0, 4, event("g4", "top", "a", 9)}};
+    struct input b3[] = {{0, 5, event("g4", "top", "a", 9)}};
     assert_int_equal(run(f, b3, 1, st), 1);
     assert_int_equal(st[0], LB_RECORD_HELD_FIX);
     fix_board(f, "top");

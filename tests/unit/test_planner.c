@@ -769,7 +769,7 @@ static void a_board_without_retractions_is_a_plain_transaction(void **state)
 
     const char *want[][6] = {
         {"MULTI"},
-        {"EXISTS", "lb:{top1}:~fence"},
+        {"TYPE", "lb:{top1}:~fence"},
         {"ZADD", "lb:{top1}:alltime", "GT", num(composite(9, MAY4_10H)), "ann"},
         {"ZADD", "lb:{top1}:daily:2026-05-04", "GT", num(composite(9, MAY4_10H)), "ann"},
         {"PEXPIREAT", "lb:{top1}:daily:2026-05-04", num(MAY4 + 3 * DAY)},

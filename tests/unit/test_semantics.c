@@ -708,6 +708,43 @@ static void a_sum_leaving_its_range_is_refused_whole(void **state)
     harness_close(&h);
 }
 
+/* More players leaving the range in one request than Lua's unpack takes
+ * at once (4,500 pairs, 9,000 values): the answer names as many as it can
+ * (the pipeline plans the board again without them, and the rest come in
+ * the next answer), and nothing is written. */
+static void a_request_with_thousands_leaving_the_range_is_refused_whole(void **state)
+{
+    (void)state;
+    enum { N = 4500 };
+    struct harness h;
+    harness_open(&h,
+                 BASE_CONFIG "profiles:\n"
+                             "  - {name: xp, aggregation: sum, score_max: 100, sum_max: 150,\n"
+                             "     dedupe: off, windows: {alltime: {}}}\n",
+                 redis);
+    static char names[N][16];
+    static struct lb_event evs[N];
+    static struct lb_position pos[N];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++) {
+            int len = snprintf(names[i], sizeof(names[i]), "p%d", i);
+            evs[i] = (struct lb_event){.event_id = {names[i], (uint32_t)len},
+                                       .board = {"x", 1},
+                                       .player = {names[i], (uint32_t)len},
+                                       .score = 80,
+                                       .ts_ms = MAY1 + round};
+            pos[i] = (struct lb_position){"t", 0, (int64_t)round * N + i};
+        }
+        assert_int_equal(apply_events(&h, evs, pos, N),
+                         round == 0 ? LB_APPLY_OK : LB_APPLY_OVERFLOW);
+    }
+    int64_t score = 0;
+    assert_true(score_of(redis, "lb:{x}:alltime", "p4499", &score));
+    assert_true(score >> 30 == 80);
+    assert_int_equal(marker_of(redis, "x", "t:0"), N - 1);
+    harness_close(&h);
+}
+
 static void ties_at_equal_score_and_time_keep_both_members(void **state)
 {
     (void)state;
@@ -1061,20 +1098,26 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
     lb_config_free(config);
 }
 
-/* replay's swap script (replay/swap.lua). */
-static const char *swap_script(void)
+/* One of replay's scripts, read from the source tree into 'script'. */
+static const char *replay_script(const char *name, char *script, size_t cap)
 {
     char path[1024];
     const char *root = getenv("LB_SOURCE_DIR");
-    snprintf(path, sizeof(path), "%s/replay/swap.lua", root ? root : ".");
+    snprintf(path, sizeof(path), "%s/replay/%s", root ? root : ".", name);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
-    static char script[8192];
-    size_t n = fread(script, 1, sizeof(script) - 1, f);
-    assert_true(n < sizeof(script) - 1);
+    size_t n = fread(script, 1, cap - 1, f);
+    assert_true(n < cap - 1);
     script[n] = '\0';
     fclose(f);
     return script;
+}
+
+/* replay's swap script (replay/swap.lua). */
+static const char *swap_script(void)
+{
+    static char script[8192];
+    return replay_script("swap.lua", script, sizeof(script));
 }
 
 /* The swap on board z's alltime key and its dedupe set: the staging copies
@@ -1086,9 +1129,10 @@ static char *swap_alltime(int64_t read, int64_t wrote)
     const char *script = swap_script();
     redisReply *r = redis_server_command(
         redis,
-        "EVAL %s 10 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
-        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:~replay:{z}:alltime "
-        "lb:~replay:{z}:~seen lb:{z}:alltime lb:{z}:~seen 2 advance 1 0 t:0 %lld %lld",
+        "EVAL %s 11 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:~newest "
+        "lb:~replay:{z}:alltime lb:~replay:{z}:~seen lb:{z}:alltime lb:{z}:~seen 2 advance 1 0 "
+        "t:0 %lld %lld",
         script, (long long)read, (long long)wrote);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     static char word[32];
@@ -1172,9 +1216,9 @@ static void a_swap_of_a_copy_that_lost_writes_changes_nothing(void **state)
     freeReplyObject(redis_server_command(redis, "HSET lb:{z}:~applied t:0 3"));
     redisReply *r =
         redis_server_command(redis,
-                             "EVAL %s 7 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
-                             "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:alltime "
-                             "0 advance 1 0 t:0 9 8",
+                             "EVAL %s 8 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+                             "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:~newest "
+                             "lb:{z}:alltime 0 advance 1 0 t:0 9 8",
                              swap_script());
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 4);
@@ -1185,6 +1229,64 @@ static void a_swap_of_a_copy_that_lost_writes_changes_nothing(void **state)
     int64_t score;
     assert_true(score_of(redis, "lb:{z}:alltime", "ann", &score));
     assert_int_equal(marker_of(redis, "z", "t:0"), 3);
+}
+
+/* replay's fence (a string) on a latest board that keeps ~newest replaces
+ * the hash there, which holds pods of the previous release off the board;
+ * when replay lifts it (lift.lua) or swaps the board in (swap.lua, here only
+ * a window, as replay --window does), the hash is there again, before any
+ * write of this release could put it back. A board without ~newest is left
+ * without a fence. */
+static void a_board_keeping_newest_has_its_hash_fence_after_replay(void **state)
+{
+    (void)state;
+    static char lift[2048];
+    replay_script("lift.lua", lift, sizeof(lift));
+    struct harness h;
+    harness_open(&h, LATEST_CONFIG, redis);
+    struct lb_event ev = latest_event("f", 1, MAY1);
+    struct lb_position pos = {"t", 0, 0};
+    assert_int_equal(apply_events(&h, &ev, &pos, 1), LB_APPLY_OK);
+    assert_string_equal(text_of("TYPE %s%s", "lb:{f}:~fence", ""), "hash");
+    freeReplyObject(redis_server_command(redis, "HSET lb:{g}:~applied t:0 0"));
+
+    for (int swapped = 0; swapped < 2; swapped++) {
+        for (int b = 0; b < 2; b++) {
+            const char *board = b ? "g" : "f";
+            freeReplyObject(
+                redis_server_command(redis, "SET lb:{%s}:~fence replay-1 PX 60000", board));
+            redisReply *r;
+            if (!swapped) {
+                r = redis_server_command(redis, "EVAL %s 2 lb:{%s}:~fence lb:{%s}:~newest", lift,
+                                         board, board);
+            } else { /* the copy read as far as the board's marker */
+                long long m = (long long)marker_of(redis, board, "t:0");
+                freeReplyObject(redis_server_command(
+                    redis, "HSET lb:~replay:{%s}:~applied t:0 %lld", board, m));
+                freeReplyObject(
+                    redis_server_command(redis, "ZADD lb:~replay:{%s}:alltime 1 ann", board));
+                r = redis_server_command(
+                    redis,
+                    "EVAL %s 9 lb:{%s}:~applied lb:{%s}:~offsets lb:~replay:{%s}:~applied "
+                    "lb:~replay:{%s}:~offsets lb:{%s}:~fence lb:{%s}:~final lb:{%s}:~newest "
+                    "lb:~replay:{%s}:alltime lb:{%s}:alltime 1 exact 1 0 t:0 %lld %lld",
+                    swap_script(), board, board, board, board, board, board, board, board, board, m,
+                    m);
+            }
+            assert_true(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_ARRAY);
+            if (r->type == REDIS_REPLY_ARRAY)
+                assert_string_equal(r->element[0]->str, "ok");
+            freeReplyObject(r);
+            const char *want = b ? "none" : "hash";
+            assert_string_equal(text_of("TYPE lb:{%s}:~fence%s", board, ""), want);
+        }
+        assert_string_equal(text_of("HGET %s %s", "lb:{f}:~fence", "apply"), "5");
+        struct lb_event next = latest_event("f", 2 + swapped, MAY1 + (1 + swapped) * HOUR);
+        struct lb_position npos = {"t", 0, 1 + swapped};
+        assert_int_equal(apply_events(&h, &next, &npos, 1), LB_APPLY_OK);
+        assert_int_equal(score_in("lb:{f}:alltime"), 2 + swapped);
+    }
+    harness_close(&h);
 }
 
 /* replay's swap of a board with final standings: the windows its rebuild
@@ -1204,9 +1306,10 @@ static void a_swap_merges_the_open_windows_less_the_closed_ones(void **state)
     freeReplyObject(redis_server_command(redis, "ZADD lb:~replay:{z}:alltime 7 ann"));
     redisReply *r = redis_server_command(
         redis,
-        "EVAL %s 10 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
-        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:~replay:{z}:alltime "
-        "lb:~replay:{z}:~open lb:{z}:alltime lb:{z}:~open 2 advance 1 2 t:0 3 3",
+        "EVAL %s 11 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:~newest "
+        "lb:~replay:{z}:alltime lb:~replay:{z}:~open lb:{z}:alltime lb:{z}:~open 2 advance 1 2 "
+        "t:0 3 3",
         swap_script());
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(r->element[0]->str, "ok");
@@ -1481,6 +1584,7 @@ int main(void)
         cmocka_unit_test(a_wrong_type_where_a_stamp_moves_writes_nothing),
         cmocka_unit_test(a_stamp_moving_into_a_key_on_another_node_writes_nothing),
         cmocka_unit_test(a_sum_leaving_its_range_is_refused_whole),
+        cmocka_unit_test(a_request_with_thousands_leaving_the_range_is_refused_whole),
         cmocka_unit_test(ties_at_equal_score_and_time_keep_both_members),
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_sum_board_writes_nothing),
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_latest_board_writes_nothing),
@@ -1489,6 +1593,7 @@ int main(void)
         cmocka_unit_test(a_zombie_batch_leaves_a_sum_board_and_its_marker_unchanged),
         cmocka_unit_test(a_swap_merges_the_open_windows_less_the_closed_ones),
         cmocka_unit_test(a_swap_of_a_copy_that_lost_writes_changes_nothing),
+        cmocka_unit_test(a_board_keeping_newest_has_its_hash_fence_after_replay),
         cmocka_unit_test(a_zombie_transaction_leaves_a_best_board_and_its_marker_unchanged),
         cmocka_unit_test(the_script_reads_the_markers_a_transaction_wrote),
         cmocka_unit_test(another_protocol_is_refused_and_writes_nothing),
