@@ -115,7 +115,14 @@ static unsigned pick(uint64_t *state, unsigned n)
     return (unsigned)(next_random(state) % n);
 }
 
-static void generate(uint64_t seed, size_t count, struct sequence *seq)
+/* The corpus: events on 10 boards of random profiles, 7 players, 15% of
+ * them retractions ('retract' percent when not 0), retries among them.
+ * Each player's events come from one partition (the player is the message
+ * key), or with 'spread' from any (producers that do not key by player):
+ * then without retractions, and at distinct times, which order a player's
+ * events whatever partition they come from. */
+static void generate(uint64_t seed, size_t count, int spread, unsigned retract,
+                     struct sequence *seq)
 {
     uint64_t rng = seed;
     char boards[10][32];
@@ -140,11 +147,13 @@ static void generate(uint64_t seed, size_t count, struct sequence *seq)
         unsigned player = pick(&rng, 7);
         snprintf(e->board, sizeof(e->board), "%s", boards[pick(&rng, 10)]);
         snprintf(e->player, sizeof(e->player), "p%u", player);
-        e->partition = (int32_t)(player % PARTITIONS); /* the player is the message key */
-        e->op = pick(&rng, 100) < 15 ? LB_OP_RETRACT : LB_OP_SUBMIT;
+        e->partition = spread ? (int32_t)pick(&rng, PARTITIONS) : (int32_t)(player % PARTITIONS);
+        unsigned retracted = pick(&rng, 100) < (retract ? retract : 15);
+        e->op = retracted && !spread ? LB_OP_RETRACT : LB_OP_SUBMIT;
         e->score = (int64_t)pick(&rng, 40); /* few values: equal scores happen */
-        /* 9 days, on whole minutes: equal times happen too */
-        e->ts = MAY1 + (int64_t)pick(&rng, 9 * 24 * 60) * 60000 + (int64_t)pick(&rng, 3);
+        /* 9 days, on whole minutes: equal times happen too (but spread) */
+        e->ts = MAY1 + (int64_t)pick(&rng, 9 * 24 * 60) * 60000 +
+                (spread ? (int64_t)i : (int64_t)pick(&rng, 3));
         static const char *const patches[] = {"", "1.1", "1.2"};
         snprintf(e->patch, sizeof(e->patch), "%s", patches[pick(&rng, 3)]);
         e->offset = (int64_t)seq->length[e->partition];
@@ -296,6 +305,8 @@ struct harness {
      * free, then per-window (~newest kept by requests that do not start it) */
     int stamps;
     int window_stamps; /* what the requests say now */
+    int spread;        /* the corpus: see generate() */
+    unsigned retract;
 };
 
 static void harness_open(struct harness *h, const char *text, struct redis_server *redis)
@@ -542,7 +553,7 @@ static void run_sequence(struct harness *h, uint64_t seed, size_t count)
     size_t position[PARTITIONS] = {0}, committed[PARTITIONS] = {0};
     size_t old_batches[16][64], old_sizes[16] = {0}, nold = 0;
 
-    generate(seed, count, &seq);
+    generate(seed, count, h->spread, h->retract, &seq);
     ref.count = 0;
     ref.nids = 0;
     for (int p = 0; p < PARTITIONS; p++)
@@ -640,6 +651,27 @@ static void latest_boards_are_exact_with_stamps_of_either_kind(void **state)
     for (h.stamps = 1; h.stamps <= 3; h.stamps++)
         for (uint64_t seed = 301; seed <= 400; seed++)
             run_sequence(&h, seed, 60 + seed % 240);
+    harness_close(&h);
+}
+
+/* Players whose events come from any partition, in a request and from
+ * one to the next (the general path's "twice"), and sequences with 40%
+ * retractions, in every mode and with either kind of stamps. */
+static void players_in_any_partition_and_many_retractions_match_the_reference(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, config_text(), redis);
+    for (h.stamps = 0; h.stamps <= 3; h.stamps++) {
+        h.spread = 1;
+        for (uint64_t seed = 1001; seed <= 1040; seed++)
+            run_sequence(&h, seed, 60 + seed % 240);
+        h.spread = 0;
+        h.retract = 40;
+        for (uint64_t seed = 2001; seed <= 2040; seed++)
+            run_sequence(&h, seed, 60 + seed % 240);
+        h.retract = 0;
+    }
     harness_close(&h);
 }
 
@@ -821,6 +853,93 @@ static void wrong_type_at_the_last_window_key(const char *aggregation, const cha
                 "     windows: {alltime: {}, daily: {ttl: 0s}, weekly: {ttl: 0s}}}\n"
 
 #define HOUR INT64_C(3600000)
+
+/* One request of 'n' events of board 'board', a player each (p0 ..), read
+ * from three partitions at offsets from 'offset' on, each its own id. */
+static enum lb_apply_status apply_many(struct harness *h, const char *board, int n, enum lb_op op,
+                                       int64_t score, int64_t ts, int64_t offset)
+{
+    static char ids[9000][32], players[9000][16];
+    uint32_t txn;
+    assert_true(n <= 9000);
+    lb_plan_reset(h->plan);
+    for (int i = 0; i < n; i++) {
+        int plen = snprintf(players[i], sizeof(players[i]), "p%d", i);
+        int ilen = snprintf(ids[i], sizeof(ids[i]), "%s-%lld", board, (long long)(offset + i));
+        struct lb_event ev = {.event_id = {ids[i], (uint32_t)ilen},
+                              .board = {board, (uint32_t)strlen(board)},
+                              .player = {players[i], (uint32_t)plen},
+                              .score = score,
+                              .ts_ms = ts,
+                              .op = op};
+        struct lb_position pos = {"t", i % 3, offset + i};
+        assert_int_equal(plan_event(h->plan, &ev, &pos, MAY1, &txn), LB_ACCEPT);
+    }
+    assert_int_equal(
+        lb_apply_encode(&h->batch, h->plan, &(struct lb_apply_options){"lb:", h->window_stamps}),
+        0);
+    assert_int_equal(h->batch.count, 1);
+    struct skip skip[MAX_SKIPS];
+    size_t nskip = 0;
+    return apply(h, 0, skip, &nskip);
+}
+
+static int64_t score_of_player(const char *key, const char *player)
+{
+    int64_t score = -1;
+    return score_of(redis, key, player, &score) ? score : -1;
+}
+
+/* Requests larger than Lua's unpack takes at once (9,000 players over
+ * three partitions; the script passes at most 6,000 values per call), so
+ * that every run crosses a chunk boundary: latest boards whose players move
+ * to a newer day, then older events that read the day they left, a
+ * retraction and the events after it; sum boards adding up; dedupe ids. */
+static void requests_larger_than_unpack_takes_are_exact(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h,
+                 BASE_CONFIG
+                 "profiles:\n"
+                 "  - {name: l, match: \"l*\", aggregation: latest, tie_break: none,\n"
+                 "     dedupe: {window: 30d}, windows: {alltime: {}, daily: {ttl: 0s}}}\n"
+                 "  - {name: s, match: \"s*\", aggregation: sum, tie_break: none,\n"
+                 "     dedupe: {window: 30d}, windows: {alltime: {}, daily: {ttl: 0s}}}\n",
+                 redis);
+    enum { N = 9000 };
+    const char *may1 = "lb:{lb}:daily:2026-05-01", *may3 = "lb:{lb}:daily:2026-05-03";
+    assert_int_equal(apply_many(&h, "lb", N, LB_OP_SUBMIT, 1, MAY1 + HOUR, 0), LB_APPLY_OK);
+    /* a newer day: the first day keeps its entry, and its stamp moves */
+    assert_int_equal(apply_many(&h, "lb", N, LB_OP_SUBMIT, 2, MAY1 + 50 * HOUR, N), LB_APPLY_OK);
+    /* newer than the first day's entry, older than the player's newest */
+    assert_int_equal(apply_many(&h, "lb", N, LB_OP_SUBMIT, 3, MAY1 + 2 * HOUR, 2 * N), LB_APPLY_OK);
+    /* older than both in the first day */
+    assert_int_equal(apply_many(&h, "lb", N, LB_OP_SUBMIT, 9, MAY1 + HOUR + 1, 3 * N), LB_APPLY_OK);
+    for (int i = 0; i < N; i += N / 3 - 1) {
+        char player[16];
+        snprintf(player, sizeof(player), "p%d", i);
+        assert_int_equal(score_of_player(may1, player), 3);
+        assert_int_equal(score_of_player(may3, player), 2);
+        assert_int_equal(score_of_player("lb:{lb}:alltime", player), 2);
+    }
+    /* the newest retracted: out of its windows; an older event counts again */
+    assert_int_equal(apply_many(&h, "lb", N, LB_OP_RETRACT, 0, MAY1 + 50 * HOUR, 4 * N),
+                     LB_APPLY_OK);
+    assert_int_equal(score_of_player("lb:{lb}:alltime", "p8999"), -1);
+    assert_int_equal(score_of_player(may3, "p8999"), -1);
+    assert_int_equal(apply_many(&h, "lb", N, LB_OP_SUBMIT, 4, MAY1 + 3 * HOUR, 5 * N), LB_APPLY_OK);
+    assert_int_equal(score_of_player("lb:{lb}:alltime", "p8999"), 4);
+    assert_int_equal(score_of_player(may1, "p0"), 4);
+
+    assert_int_equal(apply_many(&h, "sb", N, LB_OP_SUBMIT, 5, MAY1 + HOUR, 0), LB_APPLY_OK);
+    assert_int_equal(apply_many(&h, "sb", N, LB_OP_SUBMIT, 7, MAY1 + HOUR, N), LB_APPLY_OK);
+    assert_int_equal(score_of_player("lb:{sb}:alltime", "p4500"), 12);
+    redisReply *r = redis_server_command(redis, "ZCARD lb:{sb}:~seen");
+    assert_int_equal(r->integer, 2 * N);
+    freeReplyObject(r);
+    harness_close(&h);
+}
 
 static struct lb_event latest_event(const char *board, int64_t score, int64_t ts)
 {
@@ -1578,6 +1697,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_sequences_match_the_reference_in_every_mode),
         cmocka_unit_test(latest_boards_are_exact_with_stamps_of_either_kind),
+        cmocka_unit_test(players_in_any_partition_and_many_retractions_match_the_reference),
         cmocka_unit_test(a_window_swapped_in_alone_carries_its_own_stamps),
         cmocka_unit_test(a_player_in_two_partitions_keeps_the_newest_in_each_window),
         cmocka_unit_test(a_board_keeps_newest_only_when_it_starts_with_it),
@@ -1585,6 +1705,7 @@ int main(void)
         cmocka_unit_test(a_stamp_moving_into_a_key_on_another_node_writes_nothing),
         cmocka_unit_test(a_sum_leaving_its_range_is_refused_whole),
         cmocka_unit_test(a_request_with_thousands_leaving_the_range_is_refused_whole),
+        cmocka_unit_test(requests_larger_than_unpack_takes_are_exact),
         cmocka_unit_test(ties_at_equal_score_and_time_keep_both_members),
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_sum_board_writes_nothing),
         cmocka_unit_test(a_wrong_type_at_the_last_key_of_a_latest_board_writes_nothing),
