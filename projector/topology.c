@@ -150,7 +150,12 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
             nodes->type != REDIS_REPLY_ARRAY || ranges->elements % 2)
             return LB_TOPOLOGY_MALFORMED;
         int32_t master = -1;
-        int healthy = 0;
+        /* Redis 7.0 calls a replica "loading" while the offset it last
+         * gossiped is 0: so is every replica of a master nothing was ever
+         * written to (replication-offset 0), which cannot be behind it. A
+         * pod started on a new cluster would otherwise count none, write
+         * without WAIT, and keep doing so until its map is read again. */
+        int healthy = 0, loading = 0, master_fresh = 0;
         for (size_t k = 0; k < nodes->elements; k++) {
             const redisReply *node = nodes->element[k], *addr = field(node, "endpoint");
             const redisReply *port = field(node, tls ? "tls-port" : "port");
@@ -171,12 +176,20 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
             if (field_is(node, "role", "master")) {
                 /* Redis 7.0 says "fail" (documented as "failed"): either
                  * way its slots have no master until one is promoted */
-                if (!field_is(node, "health", "fail") && !field_is(node, "health", "failed"))
+                if (!field_is(node, "health", "fail") && !field_is(node, "health", "failed")) {
+                    const redisReply *offset = field(node, "replication-offset");
                     master = index;
+                    master_fresh =
+                        offset && offset->type == REDIS_REPLY_INTEGER && offset->integer == 0;
+                }
             } else if (field_is(node, "health", "online")) {
                 healthy++;
+            } else if (field_is(node, "health", "loading")) {
+                loading++;
             }
         }
+        if (master_fresh)
+            healthy += loading;
         for (size_t r = 0; r + 1 < ranges->elements; r += 2) {
             long long first, last;
             if (reply_range(ranges->element[r], ranges->element[r + 1], &first, &last) != 0)

@@ -55,6 +55,18 @@ start_projector projector "$T_DIR/wait.yaml"
 produce -n 10000 --seed 59 --boards 30 --players 3000 --start "$START" --days 3
 wait_caught_up 60
 
+# 0. the projector started on a new cluster, whose replicas Redis calls
+#    "loading" until something is written: it waits for them all the same
+for i in 0 1 2 3 4 5; do
+    port=$(redis_port "$i")
+    [[ $(redis_cli "$port" ROLE | first) == master ]] || continue
+    calls=$(redis_cli "$port" INFO commandstats | tr -d '\r' |
+        sed -n 's/^cmdstat_wait:calls=\([0-9]*\),.*/\1/p')
+    ((${calls:-0} > 0)) ||
+        fail "master $port answered no WAIT: the projector wrote to a new cluster without waiting for its replicas"
+done
+ok "the projector waits for replicas from its first write on a new cluster"
+
 # 1. a master dies
 kill_master_under_load "$(redis_port 0)"
 wait_caught_up 120

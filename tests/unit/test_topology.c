@@ -179,6 +179,37 @@ static void unknown_addresses_string_slots_and_tls_only_nodes(void **state)
     lb_topology_free(&t);
 }
 
+/* A replica Redis 7.0 calls "loading" (the offset it gossiped is 0) is
+ * healthy when its master reports replication-offset 0: nothing was ever
+ * written there (a new cluster), so it cannot be behind, and WAIT must wait
+ * for it from the first write. Behind a master that was written to, it is
+ * not healthy yet. */
+static void a_loading_replica_of_a_master_never_written_is_healthy(void **state)
+{
+    (void)state;
+    for (int written = 0; written < 2; written++) {
+        struct lb_topology t = {0};
+        char text[1024];
+        snprintf(text, sizeof(text),
+                 "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n"
+                 "$5\r\nnodes\r\n*2\r\n"
+                 "*10\r\n$4\r\nport\r\n:7000\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
+                 "$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:%d\r\n"
+                 "$6\r\nhealth\r\n$6\r\nonline\r\n"
+                 "*10\r\n$4\r\nport\r\n:7001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
+                 "$4\r\nrole\r\n$7\r\nreplica\r\n$18\r\nreplication-offset\r\n:0\r\n"
+                 "$6\r\nhealth\r\n$7\r\nloading\r\n",
+                 written ? 50 : 0);
+        redisReply *r = literal(text);
+        assert_int_equal(lb_topology_from_shards(&t, r, 0), LB_TOPOLOGY_OK);
+        assert_int_equal(t.nnodes, 2);
+        assert_int_equal(t.nodes[0].port, 7000);
+        assert_int_equal(t.nodes[0].replicas, written ? 0 : 1);
+        freeReplyObject(r);
+        lb_topology_free(&t);
+    }
+}
+
 static void replies_of_the_wrong_shape_are_refused(void **state)
 {
     (void)state;
@@ -220,6 +251,7 @@ int main(void)
         cmocka_unit_test(a_failed_master_leaves_its_slots_unowned),
         cmocka_unit_test(a_tls_only_cluster),
         cmocka_unit_test(unknown_addresses_string_slots_and_tls_only_nodes),
+        cmocka_unit_test(a_loading_replica_of_a_master_never_written_is_healthy),
         cmocka_unit_test(replies_of_the_wrong_shape_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
