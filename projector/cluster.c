@@ -120,6 +120,7 @@ struct lb_cluster {
     int standalone;
     int no_shards; /* the cluster does not know CLUSTER SHARDS: use CLUSTER SLOTS */
     int need_refresh;
+    int64_t mapped_ms; /* when the slot map was last read (monotonic) */
     int wait_replicas; /* -1: one when the master has a healthy replica */
     int64_t wait_timeout_ms;
     int64_t readonly_patience_ms;
@@ -791,6 +792,7 @@ int lb_cluster_refresh(struct lb_cluster *cl)
             continue; /* busy inside an exec round; not used here */
         if (refresh_from(cl, i, t, first_error, sizeof(first_error)) == 0) {
             cl->need_refresh = 0;
+            cl->mapped_ms = lb_monotonic_ms();
             cl->last_good = i;
             rc = 0;
             break;
@@ -1633,9 +1635,30 @@ static void flush_nonblocking(struct lb_cluster *cl)
     }
 }
 
+/* With wait_replicas auto, a master the map shows without a healthy replica
+ * is written without WAIT; its replica may have come back (restarted,
+ * synced) since, with nothing failing to make us read the map again. So
+ * the map is read again every REPLICA_RECHECK_MS while such a master owns
+ * slots. */
+#define REPLICA_RECHECK_MS 10000
+static void recheck_replicas(struct lb_cluster *cl)
+{
+    int64_t now = lb_monotonic_ms();
+    if (cl->wait_replicas >= 0 || cl->need_refresh || !cl->mapped_ms ||
+        now - cl->mapped_ms < REPLICA_RECHECK_MS)
+        return;
+    for (size_t s = 0; s < LB_SLOTS; s++)
+        if (cl->slots[s] >= 0 && cl->nodes[cl->slots[s]]->replicas == 0) {
+            cl->need_refresh = 1;
+            return;
+        }
+    cl->mapped_ms = now; /* every master has one: look again later */
+}
+
 void lb_cluster_start(struct lb_cluster *cl, struct lb_request *requests, size_t count)
 {
     forget_departed(cl);
+    recheck_replicas(cl);
     cl->in_call = 1;
     cl->requests = requests;
     cl->nrequests = count;

@@ -104,3 +104,31 @@ status=0
 }
 ok "control: without WAIT the same failover lost committed events ($(tail -n 1 "$T_DIR/control.out" |
     grep -o '[0-9]* differences'))"
+
+# 4. replicas that come back: a pod started while every master had none
+#    writes without WAIT, and waits for them again within seconds of their
+#    return (the map is read again every 10 s while a master has none)
+stop_projector "$PROJECTOR_PID"
+start_projector again "$T_DIR/wait.yaml"
+produce -n 2000 --seed 64 --boards 30 --players 3000 --start "$START" --days 3
+wait_caught_up 60
+lb_redis_cluster_resume 2>>"$T_DIR/redis-resume.log" || fail "the killed nodes did not come back"
+masters=()
+for i in 0 1 2 3 4 5; do
+    port=$(redis_port "$i")
+    is_master "$port" && masters+=("$port")
+done
+((${#masters[@]} == 3)) || fail "expected 3 masters, found ${#masters[@]}"
+replica_online() { redis_cli "$1" INFO replication | grep -q 'state=online'; }
+for port in "${masters[@]}"; do
+    lb_wait_for 60 replica_online "$port" || fail "master $port has no replica online again"
+    redis_cli "$port" CONFIG RESETSTAT >/dev/null
+done
+produce -n 7000 --seed 65 --boards 30 --players 3000 --start "$START" --days 3 --rate 500
+wait_caught_up 60
+for port in "${masters[@]}"; do
+    calls=$(redis_cli "$port" INFO commandstats | tr -d '\r' |
+        sed -n 's/^cmdstat_wait:calls=\([0-9]*\),.*/\1/p')
+    ((${calls:-0} > 0)) || fail "master $port answered no WAIT after its replica came back"
+done
+ok "replicas back after the pod started: it waits for them again"
