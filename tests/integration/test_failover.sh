@@ -12,6 +12,13 @@
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 cluster_ok() { redis_cli "$1" cluster info 2>/dev/null | grep 'cluster_state:ok' >/dev/null; }
+# wait_calls PORT - how many WAITs the node answered (since its last CONFIG RESETSTAT)
+wait_calls() {
+    local calls
+    calls=$(redis_cli "$1" INFO commandstats | tr -d '\r' |
+        sed -n 's/^cmdstat_wait:calls=\([0-9]*\),.*/\1/p')
+    echo "${calls:-0}"
+}
 
 # kill_master_under_load PORT [FREEZE_REPLICA]
 kill_master_under_load() {
@@ -60,9 +67,7 @@ wait_caught_up 60
 for i in 0 1 2 3 4 5; do
     port=$(redis_port "$i")
     [[ $(redis_cli "$port" ROLE | first) == master ]] || continue
-    calls=$(redis_cli "$port" INFO commandstats | tr -d '\r' |
-        sed -n 's/^cmdstat_wait:calls=\([0-9]*\),.*/\1/p')
-    ((${calls:-0} > 0)) ||
+    (($(wait_calls "$port") > 0)) ||
         fail "master $port answered no WAIT: the projector wrote to a new cluster without waiting for its replicas"
 done
 ok "the projector waits for replicas from its first write on a new cluster"
@@ -127,8 +132,6 @@ done
 produce -n 7000 --seed 65 --boards 30 --players 3000 --start "$START" --days 3 --rate 500
 wait_caught_up 60
 for port in "${masters[@]}"; do
-    calls=$(redis_cli "$port" INFO commandstats | tr -d '\r' |
-        sed -n 's/^cmdstat_wait:calls=\([0-9]*\),.*/\1/p')
-    ((${calls:-0} > 0)) || fail "master $port answered no WAIT after its replica came back"
+    (($(wait_calls "$port") > 0)) || fail "master $port answered no WAIT after its replica came back"
 done
 ok "replicas back after the pod started: it waits for them again"
