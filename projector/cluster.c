@@ -120,7 +120,7 @@ struct lb_cluster {
     int standalone;
     int no_shards; /* the cluster does not know CLUSTER SHARDS: use CLUSTER SLOTS */
     int need_refresh;
-    int64_t mapped_ms; /* when the slot map was last read (monotonic) */
+    int64_t mapped_ms; /* when the map was last read, or found with a replica per master */
     int wait_replicas; /* -1: one when the master has a healthy replica */
     int64_t wait_timeout_ms;
     int64_t readonly_patience_ms;
