@@ -46,35 +46,41 @@ static const char *const mode_names[] = {"best", "latest", "sum", "best"};
 static const char *const order_names[] = {"desc", "asc"};
 static const char *const tie_names[] = {"earliest", "latest", "none"};
 
-/* One profile per combination, matched by a board prefix like "l-a-e-". */
-static char *config_text(void)
+/* One profile per combination, matched by a board prefix like "l-a-e-";
+ * with 'results', the calendar windows publish final standings, so they
+ * close (README "Final standings"). */
+static char *config_text(int results)
 {
-    static char text[16384];
+    static char text[32768];
+    const char *r = results ? ", results: {top: all}" : "";
     size_t n = (size_t)snprintf(text, sizeof(text),
                                 "kafka: {brokers: b, topics: [t]}\n"
                                 "input: {schemas: {1: s.avsc}}\n"
                                 "redis: {nodes: [a:1]}\n"
-                                "profiles:\n");
+                                "%s"
+                                "profiles:\n",
+                                results ? "results: {topic: r, schema_id: 3}\n" : "");
     for (int m = 0; m < 4; m++)
         for (int o = 0; o < 2; o++)
             for (int t = 0; t < 3; t++)
-                n += (size_t)snprintf(text + n, sizeof(text) - n,
-                                      "  - name: %c%c%c\n"
-                                      "    match: \"%c-%c-%c-*\"\n"
-                                      "    aggregation: %s\n"
-                                      "    order: %s\n"
-                                      "    tie_break: %s\n"
-                                      "    retractions: %s\n"
-                                      "%s"
-                                      "    windows:\n"
-                                      "      alltime: {}\n"
-                                      "      daily: {ttl: 0s}\n"
-                                      "      weekly: {ttl: 0s}\n"
-                                      "      custom: [{dim: patch}]\n",
-                                      modes[m], orders[o], ties[t], modes[m], orders[o], ties[t],
-                                      mode_names[m], order_names[o], tie_names[t],
-                                      modes[m] == 'f' ? "reject" : "allow",
-                                      modes[m] == 'f' ? "" : "    dedupe: {window: 30d}\n");
+                n += (size_t)snprintf(
+                    text + n, sizeof(text) - n,
+                    "  - name: %c%c%c\n"
+                    "    match: \"%c-%c-%c-*\"\n"
+                    "    aggregation: %s\n"
+                    "    order: %s\n"
+                    "    tie_break: %s\n"
+                    "    retractions: %s\n"
+                    "%s"
+                    "    windows:\n"
+                    "      alltime: {}\n"
+                    "      daily: {ttl: 0s%s}\n"
+                    "      weekly: {ttl: 0s%s}\n"
+                    "      monthly: {ttl: 0s%s}\n"
+                    "      custom: [{dim: patch}]\n",
+                    modes[m], orders[o], ties[t], modes[m], orders[o], ties[t], mode_names[m],
+                    order_names[o], tie_names[t], modes[m] == 'f' ? "reject" : "allow",
+                    modes[m] == 'f' ? "" : "    dedupe: {window: 30d}\n", r, r, r);
     return text;
 }
 
@@ -151,8 +157,9 @@ static void generate(uint64_t seed, size_t count, int spread, unsigned retract,
         unsigned retracted = pick(&rng, 100) < (retract ? retract : 15);
         e->op = retracted && !spread ? LB_OP_RETRACT : LB_OP_SUBMIT;
         e->score = (int64_t)pick(&rng, 40); /* few values: equal scores happen */
-        /* 9 days, on whole minutes: equal times happen too (but spread) */
-        e->ts = MAY1 + (int64_t)pick(&rng, 9 * 24 * 60) * 60000 +
+        /* 9 days from 2026-04-27, on whole minutes: a month and an ISO week
+         * end among them; equal times happen too (but spread) */
+        e->ts = MAY1 - 4 * INT64_C(86400000) + (int64_t)pick(&rng, 9 * 24 * 60) * 60000 +
                 (spread ? (int64_t)i : (int64_t)pick(&rng, 3));
         static const char *const patches[] = {"", "1.1", "1.2"};
         snprintf(e->patch, sizeof(e->patch), "%s", patches[pick(&rng, 3)]);
@@ -171,12 +178,38 @@ struct cell {
     int64_t score, ts, offset; /* best/latest: score, (ts, offset); sum: total, max ts */
 };
 
+/* A window that closed (its final standings claimed) while the sequence
+ * was delivered: events of its board from 'from' on, in each partition,
+ * come too late for it (its close offsets: the board's markers + 1). */
+struct closing {
+    char board[32];
+    char window[32]; /* "daily:2026-04-27" */
+    int64_t from[PARTITIONS];
+};
+
+#define MAX_CLOSINGS 128
+
 struct reference {
     struct cell cells[8192];
     size_t count;
     char ids[MAX_EVENTS][16]; /* event_ids counted, on boards that dedupe */
     size_t nids;
+    struct closing closings[MAX_CLOSINGS];
+    size_t nclosings;
 };
+
+/* Whether key 'key' of e's board had closed before e. */
+static int too_late(const struct reference *ref, const struct event *e, const char *key)
+{
+    const char *window = strstr(key, "}:") + 2;
+    for (size_t i = 0; i < ref->nclosings; i++) {
+        const struct closing *c = &ref->closings[i];
+        if (strcmp(c->board, e->board) == 0 && strcmp(c->window, window) == 0 &&
+            e->offset >= c->from[e->partition])
+            return 1;
+    }
+    return 0;
+}
 
 static unsigned tie_bits(char tie)
 {
@@ -234,7 +267,7 @@ static void apply_reference(struct reference *ref, const struct event *e)
         assert_true(ref->nids < MAX_EVENTS);
         snprintf(ref->ids[ref->nids++], sizeof(ref->ids[0]), "%s", e->id);
     }
-    char keys[4][96];
+    char keys[5][96];
     int nkeys = 0;
     time_t secs = (time_t)(e->ts / 1000);
     struct tm tm;
@@ -245,9 +278,13 @@ static void apply_reference(struct reference *ref, const struct event *e)
     snprintf(keys[nkeys++], sizeof(keys[0]), "lb:{%s}:daily:%s", e->board, label);
     strftime(label, sizeof(label), "%G-W%V", &tm);
     snprintf(keys[nkeys++], sizeof(keys[0]), "lb:{%s}:weekly:%s", e->board, label);
+    strftime(label, sizeof(label), "%Y-%m", &tm);
+    snprintf(keys[nkeys++], sizeof(keys[0]), "lb:{%s}:monthly:%s", e->board, label);
     if (e->patch[0])
         snprintf(keys[nkeys++], sizeof(keys[0]), "lb:{%s}:patch:%s", e->board, e->patch);
     for (int k = 0; k < nkeys; k++) {
+        if (too_late(ref, e, keys[k]))
+            continue; /* its final standings stand */
         struct cell *c = cell(ref, e, keys[k], e->player);
         if (e->op == LB_OP_RETRACT) {
             c->present = 0;
@@ -307,6 +344,7 @@ struct harness {
     int window_stamps; /* what the requests say now */
     int spread;        /* the corpus: see generate() */
     unsigned retract;
+    int closes; /* calendar windows close while the sequence is delivered */
 };
 
 static void harness_open(struct harness *h, const char *text, struct redis_server *redis)
@@ -545,6 +583,48 @@ static void check_member(void *ctx, const char *key, const char *member, int64_t
 
 /* Delivers the sequence like a consumer group would, with crashes before
  * commits (redelivery) and stale batches replayed by a zombie. */
+/* Closes day 'day' of the sequence's 9 (and the month or the ISO week it
+ * ends) on every board, as a pod's claim does (apply.lua "C"): ~final
+ * calls it claimed, and the board's markers then are its close offsets. */
+static void close_windows(struct harness *h, const struct sequence *seq, int day,
+                          struct reference *ref)
+{
+    if (day >= 9)
+        return;
+    char windows[3][32];
+    int nwindows = 0;
+    time_t secs = (time_t)((MAY1 - 4 * INT64_C(86400000)) / 1000 + day * 86400);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    strftime(windows[nwindows++], sizeof(windows[0]), "daily:%Y-%m-%d", &tm);
+    if (day == 3)
+        snprintf(windows[nwindows++], sizeof(windows[0]), "monthly:2026-04");
+    if (day == 6)
+        snprintf(windows[nwindows++], sizeof(windows[0]), "weekly:2026-W18");
+    for (size_t i = 0; i < seq->count; i++) {
+        const char *board = seq->events[i].board;
+        int known = 0;
+        for (size_t c = 0; c < ref->nclosings && !known; c++)
+            known = strcmp(ref->closings[c].board, board) == 0 &&
+                    strcmp(ref->closings[c].window, windows[0]) == 0;
+        for (int w = 0; w < nwindows && !known; w++) {
+            assert_true(ref->nclosings < MAX_CLOSINGS);
+            struct closing *c = &ref->closings[ref->nclosings++];
+            snprintf(c->board, sizeof(c->board), "%s", board);
+            snprintf(c->window, sizeof(c->window), "%s", windows[w]);
+            for (int p = 0; p < PARTITIONS; p++) {
+                char field[16];
+                snprintf(field, sizeof(field), "t:%d", p);
+                c->from[p] = marker_of(h->redis, board, field) + 1;
+            }
+            redisReply *r = redis_server_command(h->redis, "HSET lb:{%s}:~final s:%s claimed",
+                                                 board, windows[w]);
+            assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+            freeReplyObject(r);
+        }
+    }
+}
+
 static void run_sequence(struct harness *h, uint64_t seed, size_t count)
 {
     static struct sequence seq;
@@ -556,9 +636,8 @@ static void run_sequence(struct harness *h, uint64_t seed, size_t count)
     generate(seed, count, h->spread, h->retract, &seq);
     ref.count = 0;
     ref.nids = 0;
-    for (int p = 0; p < PARTITIONS; p++)
-        for (size_t i = 0; i < seq.length[p]; i++)
-            apply_reference(&ref, &seq.events[seq.order[p][i]]);
+    ref.nclosings = 0;
+    int next_close = 0;
 
     redisReply *r = redis_server_command(h->redis, "FLUSHALL");
     freeReplyObject(r);
@@ -593,7 +672,12 @@ static void run_sequence(struct harness *h, uint64_t seed, size_t count)
             size_t old = pick(&rng, nold < 16 ? (unsigned)nold : 16);
             deliver(h, &seq, old_batches[old], old_sizes[old]);
         }
+        if (h->closes && pick(&rng, 100) < 15)
+            close_windows(h, &seq, next_close++, &ref);
     }
+    for (int p = 0; p < PARTITIONS; p++)
+        for (size_t i = 0; i < seq.length[p]; i++)
+            apply_reference(&ref, &seq.events[seq.order[p][i]]);
     struct compare c = {.ref = &ref};
     each_member(h->redis, check_member, &c);
     size_t expected = 0;
@@ -633,7 +717,7 @@ static void random_sequences_match_the_reference_in_every_mode(void **state)
 {
     (void)state;
     struct harness h;
-    harness_open(&h, config_text(), redis);
+    harness_open(&h, config_text(0), redis);
     for (uint64_t seed = 1; seed <= 300; seed++)
         run_sequence(&h, seed, 60 + seed % 240);
     harness_close(&h);
@@ -647,7 +731,7 @@ static void latest_boards_are_exact_with_stamps_of_either_kind(void **state)
 {
     (void)state;
     struct harness h;
-    harness_open(&h, config_text(), redis);
+    harness_open(&h, config_text(0), redis);
     for (h.stamps = 1; h.stamps <= 3; h.stamps++)
         for (uint64_t seed = 301; seed <= 400; seed++)
             run_sequence(&h, seed, 60 + seed % 240);
@@ -661,7 +745,7 @@ static void players_in_any_partition_and_many_retractions_match_the_reference(vo
 {
     (void)state;
     struct harness h;
-    harness_open(&h, config_text(), redis);
+    harness_open(&h, config_text(0), redis);
     for (h.stamps = 0; h.stamps <= 3; h.stamps++) {
         h.spread = 1;
         for (uint64_t seed = 1001; seed <= 1040; seed++)
@@ -672,6 +756,25 @@ static void players_in_any_partition_and_many_retractions_match_the_reference(vo
             run_sequence(&h, seed, 60 + seed % 240);
         h.retract = 0;
     }
+    harness_close(&h);
+}
+
+/* Calendar windows that close while the sequence is delivered (a day, then
+ * the month and the ISO week it ends), with crashes and zombies around the
+ * close: a closed window takes no write, the others still take every
+ * event. Latest boards with either kind of stamps, players in one
+ * partition or in any. */
+static void closed_windows_take_no_write_and_the_others_stay_exact(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, config_text(1), redis);
+    h.closes = 1;
+    for (h.stamps = 0; h.stamps <= 3; h.stamps++)
+        for (uint64_t seed = 3001; seed <= 3040; seed++) {
+            h.spread = seed % 2 == 0;
+            run_sequence(&h, seed, 60 + seed % 240);
+        }
     harness_close(&h);
 }
 
@@ -1698,6 +1801,7 @@ int main(void)
         cmocka_unit_test(random_sequences_match_the_reference_in_every_mode),
         cmocka_unit_test(latest_boards_are_exact_with_stamps_of_either_kind),
         cmocka_unit_test(players_in_any_partition_and_many_retractions_match_the_reference),
+        cmocka_unit_test(closed_windows_take_no_write_and_the_others_stay_exact),
         cmocka_unit_test(a_window_swapped_in_alone_carries_its_own_stamps),
         cmocka_unit_test(a_player_in_two_partitions_keeps_the_newest_in_each_window),
         cmocka_unit_test(a_board_keeps_newest_only_when_it_starts_with_it),
