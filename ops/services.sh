@@ -41,6 +41,10 @@
 #                                back with it after lb_redis_cluster_stop
 #   REDIS_PASSWORD          []  set: every node requires it (requirepass and
 #                               masterauth); the redis-cli calls here use it
+#   REDIS_MASTERAUTH        [1]  0: with REDIS_PASSWORD, the replicas are not
+#                               given it, so they never sync (a slip tests
+#                               stage); the cluster forms without their links
+#   REDIS_CONF_EXTRA        []  more lines for every node's redis.conf
 #   REDIS_USER              []  with REDIS_PASSWORD: an ACL user with every
 #                               permission, also used for replication
 #   REDIS_ACL_FILE          []  with REDIS_PASSWORD: more users, the `user`
@@ -540,14 +544,15 @@ $(if [[ ${REDIS_PERSIST:-0} == 1 ]]; then
     fi)
 repl-diskless-sync yes
 repl-diskless-sync-delay 0
+${REDIS_CONF_EXTRA-}
 EOF
     if [[ -n ${REDIS_PASSWORD-} ]]; then
         {
             echo "requirepass $REDIS_PASSWORD"
-            echo "masterauth $REDIS_PASSWORD"
+            [[ ${REDIS_MASTERAUTH:-1} == 0 ]] || echo "masterauth $REDIS_PASSWORD"
             if [[ -n ${REDIS_USER-} ]]; then
                 echo "user $REDIS_USER on >$REDIS_PASSWORD ~* &* +@all"
-                echo "masteruser $REDIS_USER"
+                [[ ${REDIS_MASTERAUTH:-1} == 0 ]] || echo "masteruser $REDIS_USER"
             fi
             if [[ -n ${REDIS_ACL_FILE-} ]]; then
                 sed -n "s/>CHANGE_ME/>${REDIS_ACL_PASSWORD:?REDIS_ACL_FILE needs REDIS_ACL_PASSWORD}/p" \
@@ -599,7 +604,7 @@ _lb_redis_check_nodes() {
             _lb_masters=$((_lb_masters + 1))
         elif [[ $repl == *role:slave* ]]; then
             _lb_bad_why="replica link to master not up"
-            [[ $repl == *master_link_status:up* ]] || return 1
+            [[ $repl == *master_link_status:up* || ${REDIS_MASTERAUTH:-1} == 0 ]] || return 1
             _lb_replicas=$((_lb_replicas + 1))
         else
             _lb_bad_why="no role"

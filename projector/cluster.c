@@ -71,6 +71,7 @@ struct node {
     uint32_t replies;          /* replies already matched to queue[qhead] */
     int64_t deadline;          /* when the node is given up on if it stays silent */
     int replicas;              /* healthy replicas of this master, at the last refresh */
+    int unsure;                /* and replicas only the master can vouch for (topology.h) */
     int wait_needed;           /* replicas the last WAIT queued here must reach */
     int wrote;                 /* a transaction was queued in this round */
     int load_script;           /* SCRIPT LOAD before the next request queued here */
@@ -667,12 +668,13 @@ static int install(struct lb_cluster *cl, const struct lb_topology *t, size_t as
         cl->slots[s] = t->slots[s] >= 0 ? index[t->slots[s]] : -1;
     cl->map_changes++;
     for (size_t i = 0; i < cl->nnodes; i++) {
-        cl->nodes[i]->replicas = 0;
+        cl->nodes[i]->replicas = cl->nodes[i]->unsure = 0;
         cl->nodes[i]->in_topology = i < cl->nseeds;
     }
     for (size_t k = 0; k < t->nnodes; k++) {
         cl->nodes[index[k]]->in_topology = 1;
         cl->nodes[index[k]]->replicas = t->nodes[k].replicas;
+        cl->nodes[index[k]]->unsure = t->nodes[k].unsure;
     }
     free(index);
     return 0;
@@ -772,6 +774,32 @@ static int refresh_from(struct lb_cluster *cl, size_t i, struct lb_topology *t, 
     return 0;
 }
 
+/* With wait_replicas auto, a master the map cannot vouch for a replica of
+ * (replicas "unsure": loading behind replication-offset 0) is asked WAIT 0
+ * 0, which answers at once how many replicas are online there and have
+ * acknowledged this connection's writes: on a new cluster its replicas, in
+ * sync; none when they never synced (a master no replica reached keeps
+ * offset 0), so it is written without WAIT as documented instead of
+ * stalling on a WAIT nobody can answer. A master busy with requests, or
+ * that does not answer, is taken to have none (read again within
+ * REPLICA_RECHECK_MS). */
+static void ask_masters(struct lb_cluster *cl)
+{
+    static const char cmd[] = "*3\r\n$4\r\nWAIT\r\n$1\r\n0\r\n$1\r\n0\r\n";
+    for (size_t i = 0; cl->wait_replicas < 0 && i < cl->nnodes; i++) {
+        struct node *n = cl->nodes[i];
+        redisReply *reply = NULL;
+        if (!n->unsure || n->qlen || node_connect(cl, n) != 0 ||
+            node_call(cl, n, cmd, sizeof(cmd) - 1, &reply) != 0)
+            continue;
+        if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0)
+            n->replicas += reply->integer < n->unsure ? (int)reply->integer : n->unsure;
+        LB_DEBUG("redis", "%s: %d replica(s) online by its own count, of %d the map calls loading",
+                 n->name, n->replicas, n->unsure);
+        freeReplyObject(reply);
+    }
+}
+
 int lb_cluster_refresh(struct lb_cluster *cl)
 {
     struct lb_topology *t = calloc(1, sizeof(*t));
@@ -791,6 +819,7 @@ int lb_cluster_refresh(struct lb_cluster *cl)
         if (cl->nodes[i]->qlen)
             continue; /* busy inside an exec round; not used here */
         if (refresh_from(cl, i, t, first_error, sizeof(first_error)) == 0) {
+            ask_masters(cl);
             cl->need_refresh = 0;
             cl->mapped_ms = lb_monotonic_ms();
             cl->last_good = i;

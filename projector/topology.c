@@ -48,6 +48,7 @@ static int32_t node_index(struct lb_topology *t, const char *host, int port)
     n->hostname = NULL;
     n->port = port;
     n->replicas = 0;
+    n->unsure = 0;
     return (int32_t)t->nnodes++;
 }
 
@@ -151,10 +152,10 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
             return LB_TOPOLOGY_MALFORMED;
         int32_t master = -1;
         /* Redis 7.0 calls a replica "loading" while the offset it last
-         * gossiped is 0: so is every replica of a master nothing was ever
-         * written to (replication-offset 0), which cannot be behind it. A
-         * pod started on a new cluster would otherwise count none, write
-         * without WAIT, and keep doing so until its map is read again. */
+         * gossiped is 0. Behind a master at replication-offset 0 that is
+         * every replica of a new cluster, in sync, but also one that never
+         * synced (a master no replica ever reached keeps offset 0 however
+         * much is written): only the master can tell ("unsure"). */
         int healthy = 0, loading = 0, master_fresh = 0;
         for (size_t k = 0; k < nodes->elements; k++) {
             const redisReply *node = nodes->element[k], *addr = field(node, "endpoint");
@@ -188,8 +189,6 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
                 loading++;
             }
         }
-        if (master_fresh)
-            healthy += loading;
         for (size_t r = 0; r + 1 < ranges->elements; r += 2) {
             long long first, last;
             if (reply_range(ranges->element[r], ranges->element[r + 1], &first, &last) != 0)
@@ -197,8 +196,10 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
             for (long long slot = first; master >= 0 && slot <= last; slot++)
                 t->slots[slot] = master;
         }
-        if (master >= 0)
+        if (master >= 0) {
             t->nodes[master].replicas = healthy;
+            t->nodes[master].unsure = master_fresh ? loading : 0;
+        }
     }
     return LB_TOPOLOGY_OK;
 }

@@ -733,6 +733,7 @@ int main(int argc, char **argv)
     }
     struct lb_cluster_options options;
     options = lb_config_cluster(config);
+    options.wait_replicas = 0; /* it only reads: no WAIT, and no master asked about replicas */
     struct view v = {.cl = lb_cluster_new(&options),
                      .profile = profile,
                      .slot = lb_crc16(board, strlen(board)) & (LB_SLOTS - 1),

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A new cluster whose replicas never synced: the nodes require a password
+# and the replicas were not given it (requirepass without masterauth), so
+# each sits on the cluster bus with its link to its master down. Redis 7.0
+# calls such a replica "loading", exactly as it calls the in-sync replicas
+# of a new cluster, and its master, which no replica ever reached, stays at
+# replication offset 0 however much is written. With wait_replicas: auto
+# the projector must not wait for a replica that cannot answer (every batch
+# would fall short and hold forever): it asks each master, writes without
+# WAIT as documented for a master without a replica, and commits
+# everything.
+# shellcheck source=tests/integration/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+REDIS_PASSWORD=pw-$RANDOM$RANDOM
+export REDIS_PASSWORD REDIS_MASTERAUTH=0
+start_services
+# shellcheck disable=SC2016 # ${...} is for the projector's configuration
+write_config "$T_DIR/projector.yaml" "" '  password: ${REDIS_PASSWORD}'
+
+masters=() replicas=()
+for i in 0 1 2 3 4 5; do
+    port=$(redis_port "$i")
+    if is_master "$port"; then masters+=("$port"); else replicas+=("$port"); fi
+done
+((${#masters[@]} == 3 && ${#replicas[@]} == 3)) || fail "expected 3 masters and 3 replicas"
+for port in "${replicas[@]}"; do
+    redis_cli "$port" INFO replication | grep -q 'master_link_status:down' ||
+        fail "replica $port is linked to its master: the scenario is not staged"
+done
+shards=$(redis_cli "${masters[0]}" CLUSTER SHARDS)
+(($(grep -c '^loading$' <<<"$shards") == 3)) ||
+    fail "CLUSTER SHARDS does not call the 3 replicas loading: the scenario is not staged"
+ok "a new cluster whose replicas never synced: Redis calls them loading"
+
+start_projector projector "$T_DIR/projector.yaml"
+produce -n 6000 --seed 91 --boards 20 --players 800 --start "$START" --days 3
+wait_caught_up 60
+verify
+assert_committed_at_end
+for port in "${masters[@]}"; do
+    offset=$(redis_cli "$port" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p')
+    [[ $offset == 0 ]] || fail "master $port is at replication offset $offset, not 0: not the case staged"
+done
+stop_projector "$PROJECTOR_PID"
+[[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
+shortfalls=$(grep -o 'totals: .*' "$T_DIR/projector.log" | grep -o 'wait_shortfalls=[0-9]*' |
+    cut -d= -f2)
+[[ ${shortfalls:-0} == 0 ]] ||
+    fail "$shortfalls WAIT(s) fell short: the projector waited for replicas that never synced"
+ok "every event committed and in Redis, written without WAIT, no batch held on a replica that cannot answer"
