@@ -41,9 +41,11 @@
 #                                back with it after lb_redis_cluster_stop
 #   REDIS_PASSWORD          []  set: every node requires it (requirepass and
 #                               masterauth); the redis-cli calls here use it
-#   REDIS_MASTERAUTH        [1]  0: with REDIS_PASSWORD, the replicas are not
-#                               given it, so they never sync (a slip tests
-#                               stage); the cluster forms without their links
+#   REDIS_MASTERAUTH        [$REDIS_PASSWORD]  the password the replicas
+#                               give their masters: another one and they never
+#                               sync (a rotation that forgot them, which tests
+#                               stage); the cluster then forms without their
+#                               links (each retries once a second)
 #   REDIS_CONF_EXTRA        []  more lines for every node's redis.conf
 #   REDIS_USER              []  with REDIS_PASSWORD: an ACL user with every
 #                               permission, also used for replication
@@ -549,10 +551,10 @@ EOF
     if [[ -n ${REDIS_PASSWORD-} ]]; then
         {
             echo "requirepass $REDIS_PASSWORD"
-            [[ ${REDIS_MASTERAUTH:-1} == 0 ]] || echo "masterauth $REDIS_PASSWORD"
+            echo "masterauth ${REDIS_MASTERAUTH:-$REDIS_PASSWORD}"
             if [[ -n ${REDIS_USER-} ]]; then
                 echo "user $REDIS_USER on >$REDIS_PASSWORD ~* &* +@all"
-                [[ ${REDIS_MASTERAUTH:-1} == 0 ]] || echo "masteruser $REDIS_USER"
+                echo "masteruser $REDIS_USER"
             fi
             if [[ -n ${REDIS_ACL_FILE-} ]]; then
                 sed -n "s/>CHANGE_ME/>${REDIS_ACL_PASSWORD:?REDIS_ACL_FILE needs REDIS_ACL_PASSWORD}/p" \
@@ -604,7 +606,8 @@ _lb_redis_check_nodes() {
             _lb_masters=$((_lb_masters + 1))
         elif [[ $repl == *role:slave* ]]; then
             _lb_bad_why="replica link to master not up"
-            [[ $repl == *master_link_status:up* || ${REDIS_MASTERAUTH:-1} == 0 ]] || return 1
+            [[ $repl == *master_link_status:up* ||
+                ${REDIS_MASTERAUTH:-${REDIS_PASSWORD-}} != "${REDIS_PASSWORD-}" ]] || return 1
             _lb_replicas=$((_lb_replicas + 1))
         else
             _lb_bad_why="no role"

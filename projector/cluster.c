@@ -143,7 +143,7 @@ struct lb_cluster {
     size_t round_sent; /* requests queued by lb_cluster_start */
     int round;         /* of the call in progress */
     struct lb_cluster_stats stats;
-    struct lb_ratelimit abort_said, refresh_said;
+    struct lb_ratelimit abort_said, refresh_said, unwaited_said;
     int no_refresh;               /* the call in progress must not block on a slot map refresh */
     enum lb_redis_error errclass; /* of errstr, for lb_cluster_command */
     char errstr[640];
@@ -1598,8 +1598,19 @@ static void queue_waits(struct lb_cluster *cl, const size_t *queued_before, size
         struct node *n = cl->nodes[i];
         int wrote = n->wrote;
         n->wrote = 0;
-        if (!wrote || n->qlen == queued_before[i] || wait_needed(cl, n) == 0)
+        if (!wrote || n->qlen == queued_before[i])
             continue; /* reads need no WAIT (and a WAIT queued before keeps its count) */
+        if (wait_needed(cl, n) == 0) {
+            if (cl->wait_replicas < 0) {
+                cl->stats.unwaited++;
+                lb_log_every(&cl->unwaited_said, 60000, LB_LOG_WARN, "redis",
+                             "writing to %s without WAIT: it has no healthy replica "
+                             "(wait_replicas: auto; a failover now can lose committed events, "
+                             "which replay rebuilds; looked at again every 10 s)",
+                             n->name);
+            }
+            continue;
+        }
         char cmd[96], replicas[16], timeout[24];
         int rl = snprintf(replicas, sizeof(replicas), "%d", wait_needed(cl, n));
         int tl = snprintf(timeout, sizeof(timeout), "%lld", (long long)cl->wait_timeout_ms);

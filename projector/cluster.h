@@ -137,6 +137,7 @@ struct lb_cluster_stats {
     uint64_t timeouts;
     uint64_t refreshes;       /* slot map reloads */
     uint64_t wait_shortfalls; /* WAITs that fewer replicas than needed acknowledged */
+    uint64_t unwaited;        /* writes to a master without WAIT: auto, and no healthy replica */
     uint64_t script_loads;    /* SCRIPT LOADs after a NOSCRIPT */
 };
 

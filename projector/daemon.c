@@ -523,7 +523,7 @@ struct totals {
         no_timestamp, duplicates, conflicts;
     uint64_t schemas_fetched, schemas_unknown, schemas_unusable, registry_failures;
     uint64_t requests, moved, ask, retry_later, command_errors, connection_errors, timeouts,
-        refreshes, wait_shortfalls;
+        refreshes, wait_shortfalls, unwaited;
 };
 
 static void gather(const struct daemon *d, struct totals *t)
@@ -553,7 +553,8 @@ static void gather(const struct daemon *d, struct totals *t)
                          .connection_errors = cs.connection_errors,
                          .timeouts = cs.timeouts,
                          .refreshes = cs.refreshes,
-                         .wait_shortfalls = cs.wait_shortfalls};
+                         .wait_shortfalls = cs.wait_shortfalls,
+                         .unwaited = cs.unwaited};
     for (int r = 1; r < LB_REJECT__COUNT; r++)
         t->rejected += ps->rejected[r];
     if (d->engine->registry) {
@@ -606,6 +607,10 @@ static const struct counter_def {
     {"lb_redis_errors_total", NULL, "kind=\"timeout\"", "timeouts", TOTAL(timeouts)},
     {"lb_redis_errors_total", NULL, "kind=\"wait_shortfall\"", "wait_shortfalls",
      TOTAL(wait_shortfalls)},
+    {"lb_redis_writes_without_wait_total",
+     "Rounds of writes to a master sent without WAIT because it had no healthy replica "
+     "(redis.wait_replicas: auto): a failover can lose them until replay rebuilds them.",
+     NULL, "unwaited", TOTAL(unwaited)},
     {NULL, NULL, NULL, "slot_map_refreshes", TOTAL(refreshes)},
     {"lb_redis_retries_total", "Board requests written again after a failure.", NULL,
      "write_failures", TOTAL(write_failures)},

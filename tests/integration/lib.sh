@@ -722,7 +722,7 @@ alert_labels() {
     case $1 in
     ProjectorRedisDown | ProjectorKafkaUnreachable)
         printf 'pod: p0, job: leaderboard-projector, severity: page' ;;
-    ProjectorDeadLettering | ProjectorNotScraped)
+    ProjectorDeadLettering | ProjectorNotScraped | ProjectorWritingWithoutReplica)
         printf 'pod: p0, severity: ticket' ;;
     *)
         printf 'pod: p0, severity: page' ;;

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # A new cluster whose replicas never synced: the nodes require a password
-# and the replicas were not given it (requirepass without masterauth), so
-# each sits on the cluster bus with its link to its master down. Redis 7.0
+# and the replicas give their masters another one (a rotation that forgot
+# masterauth), so each sits on the cluster bus with its link to its master
+# down, trying again every second. Redis 7.0
 # calls such a replica "loading", exactly as it calls the in-sync replicas
 # of a new cluster, and its master, which no replica ever reached, stays at
 # replication offset 0 however much is written. With wait_replicas: auto
 # the projector must not wait for a replica that cannot answer (every batch
 # would fall short and hold forever): it asks each master, writes without
-# WAIT as documented for a master without a replica, and commits
-# everything.
+# WAIT as documented for a master without a replica, commits everything,
+# and says so: the log, lb_redis_writes_without_wait_total, and the alert
+# ProjectorWritingWithoutReplica (alone: nothing is held).
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 REDIS_PASSWORD=pw-$RANDOM$RANDOM
-export REDIS_PASSWORD REDIS_MASTERAUTH=0
+export REDIS_PASSWORD REDIS_MASTERAUTH=old-$REDIS_PASSWORD
 start_services
+pick_metrics_port
 # shellcheck disable=SC2016 # ${...} is for the projector's configuration
-write_config "$T_DIR/projector.yaml" "" '  password: ${REDIS_PASSWORD}'
+write_config "$T_DIR/projector.yaml" "$METRICS_YAML" '  password: ${REDIS_PASSWORD}'
 
 masters=() replicas=()
 for i in 0 1 2 3 4 5; do
@@ -38,6 +41,28 @@ produce -n 6000 --seed 91 --boards 20 --players 800 --start "$START" --days 3
 wait_caught_up 60
 verify
 assert_committed_at_end
+# the alert, on a pod that keeps up: a scrape, more events written (without
+# WAIT), a scrape once its page shows them applied and no lag
+settled() { # APPLIED: the page shows that many events applied, and no lag
+    local page
+    page=$(curl -sf "$METRICS_URL/metrics" | "$BIN/promparse") || return 1
+    awk -v want="$1" '$1 ~ /^lb_consumer_lag\{/ { n++; lag += $2 }
+        $1 == "lb_events_total{outcome=\"applied\"}" { applied = $2 }
+        END { exit !(n > 0 && lag == 0 && applied == want) }' <<<"$page"
+}
+lb_wait_for 30 settled 6000 || fail "the page does not show 6000 events applied and no lag"
+alerts_scrape unsynced 1
+produce -n 3000 --seed 92 --boards 20 --players 800 --start "$START" --days 3
+wait_caught_up 60
+lb_wait_for 30 settled 9000 || fail "the page does not show 9000 events applied and no lag"
+metrics_scrape "$METRICS_URL" "$T_DIR/alerts/unsynced/001"
+verify
+assert_committed_at_end
+alerts_test unsynced ProjectorWritingWithoutReplica
+unwaited=$(metrics_value "$T_DIR/alerts/unsynced/001" 'lb_redis_writes_without_wait_total{}')
+((unwaited > 0)) || fail "lb_redis_writes_without_wait_total is $unwaited"
+grep -q 'without WAIT: it has no healthy replica' "$T_DIR/projector.log" ||
+    fail "the log does not say that writes go without WAIT"
 for port in "${masters[@]}"; do
     offset=$(redis_cli "$port" INFO replication | tr -d '\r' | sed -n 's/^master_repl_offset://p')
     [[ $offset == 0 ]] || fail "master $port is at replication offset $offset, not 0: not the case staged"
