@@ -10,7 +10,10 @@
 # would fall short and hold forever): it asks each master, writes without
 # WAIT as documented for a master without a replica, commits everything,
 # and says so: the log, lb_redis_writes_without_wait_total, and the alert
-# ProjectorWritingWithoutReplica (alone: nothing is held).
+# ProjectorWritingWithoutReplica (alone: nothing is held). Then the
+# replicas are repaired, and one breaks again after it synced: the cluster
+# still calls it online, so the pod holds rather than commit writes no
+# replica has, until the replica is shut down (the redis-failover runbook).
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -74,3 +77,40 @@ shortfalls=$(grep -o 'totals: .*' "$T_DIR/projector.log" | grep -o 'wait_shortfa
 [[ ${shortfalls:-0} == 0 ]] ||
     fail "$shortfalls WAIT(s) fell short: the projector waited for replicas that never synced"
 ok "every event committed and in Redis, written without WAIT, no batch held on a replica that cannot answer"
+
+# 2. ops/runbooks/redis-failover.md, step 5: the replicas repaired, then one
+#    whose link breaks for good while the cluster still calls it online. The
+#    pod holds its master's partitions on WAIT shortfalls rather than commit
+#    writes no replica has; the replica shut down, as the runbook says, the
+#    pod resumes by itself and nothing is missing.
+for port in "${replicas[@]}"; do
+    redis_cli "$port" CONFIG SET masterauth "$REDIS_PASSWORD" >/dev/null
+done
+replica_online() { redis_cli "$1" INFO replication | grep -q 'state=online'; }
+for port in "${masters[@]}"; do
+    lb_wait_for 30 replica_online "$port" || fail "master $port has no replica online after the repair"
+done
+start_projector again "$T_DIR/projector.yaml"
+produce -n 3000 --seed 93 --boards 20 --players 800 --start "$START" --days 3
+wait_caught_up 60
+master=${masters[0]}
+replica=$(replica_of "$master")
+redis_cli "$replica" CONFIG SET masterauth "old-$REDIS_PASSWORD" >/dev/null
+redis_cli "$master" CLIENT KILL TYPE replica >/dev/null
+link_down() { redis_cli "$1" INFO replication | grep -q 'master_link_status:down'; }
+lb_wait_for 10 link_down "$replica" || fail "replica $replica is still linked to $master"
+redis_cli "$master" CLUSTER SHARDS | grep -q '^online$' || fail "the cluster no longer calls a replica online"
+produce -n 3000 --seed 94 --boards 20 --players 800 --start "$START" --days 3
+lb_wait_for 30 grep -q 'WAIT: 0 of 1 replica' "$T_DIR/again.log" ||
+    fail "no WAIT fell short on master $master whose replica does not replicate"
+sleep 3
+lag=$(committed_offsets | awk '{ c = ($2 == "-") ? 0 : $2; lag += $3 - c } END { print lag + 0 }')
+((lag > 0)) || fail "offsets were committed for writes no replica has"
+ok "a replica online but not replicating: the pod holds (lag $lag) rather than commit unreplicated writes"
+kill "$(lb_redis_pid "$replica")"
+wait_caught_up 60
+verify
+assert_committed_at_end
+stop_projector "$PROJECTOR_PID"
+[[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
+ok "the replica shut down (the runbook's way out): the pod resumed by itself, nothing lost"
