@@ -606,8 +606,8 @@ _lb_redis_check_nodes() {
             _lb_masters=$((_lb_masters + 1))
         elif [[ $repl == *role:slave* ]]; then
             _lb_bad_why="replica link to master not up"
-            [[ $repl == *master_link_status:up* ||
-                ${REDIS_MASTERAUTH:-${REDIS_PASSWORD-}} != "${REDIS_PASSWORD-}" ]] || return 1
+            [[ $repl == *master_link_status:up* || (-n ${REDIS_PASSWORD-} &&
+                ${REDIS_MASTERAUTH:-$REDIS_PASSWORD} != "$REDIS_PASSWORD") ]] || return 1
             _lb_replicas=$((_lb_replicas + 1))
         else
             _lb_bad_why="no role"

@@ -789,9 +789,15 @@ static void ask_masters(struct lb_cluster *cl)
     for (size_t i = 0; cl->wait_replicas < 0 && i < cl->nnodes; i++) {
         struct node *n = cl->nodes[i];
         redisReply *reply = NULL;
-        if (!n->unsure || n->qlen || node_connect(cl, n) != 0 ||
-            node_call(cl, n, cmd, sizeof(cmd) - 1, &reply) != 0)
+        if (!n->unsure || n->qlen)
             continue;
+        if (lb_monotonic_ms() >= cl->call_deadline || node_connect(cl, n) != 0 ||
+            node_call(cl, n, cmd, sizeof(cmd) - 1, &reply) != 0) {
+            LB_DEBUG("redis", "%s: not asked about its replicas (%s): none counted", n->name,
+                     lb_monotonic_ms() >= cl->call_deadline ? "no time left" : cl->errstr);
+            cl->errstr[0] = '\0'; /* the map was read: no error to report */
+            continue;
+        }
         if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0)
             n->replicas += reply->integer < n->unsure ? (int)reply->integer : n->unsure;
         LB_DEBUG("redis", "%s: %d replica(s) online by its own count, of %d the map calls loading",

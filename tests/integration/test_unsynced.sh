@@ -93,13 +93,30 @@ done
 start_projector again "$T_DIR/projector.yaml"
 produce -n 3000 --seed 93 --boards 20 --players 800 --start "$START" --days 3
 wait_caught_up 60
+# the repaired replicas are waited for again: no write without WAIT, no alert
+lb_wait_for 30 settled 3000 || fail "the page does not show 3000 events applied and no lag"
+alerts_scrape repaired 1
+produce -n 2000 --seed 95 --boards 20 --players 800 --start "$START" --days 3
+wait_caught_up 60
+lb_wait_for 30 settled 5000 || fail "the page does not show 5000 events applied and no lag"
+metrics_scrape "$METRICS_URL" "$T_DIR/alerts/repaired/001"
+alerts_test repaired
+[[ $(metrics_value "$T_DIR/alerts/repaired/001" 'lb_redis_writes_without_wait_total{}') == 0 ]] ||
+    fail "writes went without WAIT although every replica was repaired"
 master=${masters[0]}
 replica=$(replica_of "$master")
 redis_cli "$replica" CONFIG SET masterauth "old-$REDIS_PASSWORD" >/dev/null
 redis_cli "$master" CLIENT KILL TYPE replica >/dev/null
 link_down() { redis_cli "$1" INFO replication | grep -q 'master_link_status:down'; }
 lb_wait_for 10 link_down "$replica" || fail "replica $replica is still linked to $master"
-redis_cli "$master" CLUSTER SHARDS | grep -q '^online$' || fail "the cluster no longer calls a replica online"
+# health_of PORT - what CLUSTER SHARDS calls the node listening on PORT
+health_of() {
+    redis_cli "$master" CLUSTER SHARDS | tr -d '\r' |
+        awk -v port="$1" 'prev == "port" { mine = ($0 == port) } mine && prev == "health" { print; exit }
+            { prev = $0 }'
+}
+[[ $(health_of "$replica") == online ]] ||
+    fail "the cluster calls replica $replica $(health_of "$replica"), not online: not the case staged"
 produce -n 3000 --seed 94 --boards 20 --players 800 --start "$START" --days 3
 lb_wait_for 30 grep -q 'WAIT: 0 of 1 replica' "$T_DIR/again.log" ||
     fail "no WAIT fell short on master $master whose replica does not replicate"

@@ -672,9 +672,17 @@ static void run_sequence(struct harness *h, uint64_t seed, size_t count)
             size_t old = pick(&rng, nold < 16 ? (unsigned)nold : 16);
             deliver(h, &seq, old_batches[old], old_sizes[old]);
         }
-        if (h->closes && pick(&rng, 100) < 15)
+        /* the nine days close one by one as the sequence goes on (each at
+         * a tenth more of it delivered): the month with the fourth, the
+         * ISO week with the seventh, writes before and after each */
+        size_t delivered = 0;
+        for (int p = 0; p < PARTITIONS; p++)
+            delivered += position[p];
+        while (h->closes && next_close < 9 && (size_t)(next_close + 1) * count <= 10 * delivered)
             close_windows(h, &seq, next_close++, &ref);
     }
+    if (h->closes) /* every day closed, the month and the week among them */
+        assert_int_equal(next_close, 9);
     for (int p = 0; p < PARTITIONS; p++)
         for (size_t i = 0; i < seq.length[p]; i++)
             apply_reference(&ref, &seq.events[seq.order[p][i]]);
