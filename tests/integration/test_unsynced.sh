@@ -53,12 +53,18 @@ settled() { # APPLIED: the page shows that many events applied, and no lag
         $1 == "lb_events_total{outcome=\"applied\"}" { applied = $2 }
         END { exit !(n > 0 && lag == 0 && applied == want) }' <<<"$page"
 }
-lb_wait_for 30 settled 6000 || fail "the page does not show 6000 events applied and no lag"
-alerts_scrape unsynced 1
-produce -n 3000 --seed 92 --boards 20 --players 800 --start "$START" --days 3
-wait_caught_up 60
-lb_wait_for 30 settled 9000 || fail "the page does not show 9000 events applied and no lag"
-metrics_scrape "$METRICS_URL" "$T_DIR/alerts/unsynced/001"
+# scrape_around NAME APPLIED N SEED - the alert test's two scrapes of a pod
+# that keeps up: one once it shows APPLIED events applied and no lag, then N
+# events more, one once it shows them applied and no lag again
+scrape_around() {
+    lb_wait_for 30 settled "$2" || fail "the page does not show $2 events applied and no lag"
+    alerts_scrape "$1" 1
+    produce -n "$3" --seed "$4" --boards 20 --players 800 --start "$START" --days 3
+    wait_caught_up 60
+    lb_wait_for 30 settled $(($2 + $3)) || fail "the page does not show $(($2 + $3)) events applied"
+    metrics_scrape "$METRICS_URL" "$T_DIR/alerts/$1/001"
+}
+scrape_around unsynced 6000 3000 92
 verify
 assert_committed_at_end
 alerts_test unsynced ProjectorWritingWithoutReplica
@@ -94,12 +100,7 @@ start_projector again "$T_DIR/projector.yaml"
 produce -n 3000 --seed 93 --boards 20 --players 800 --start "$START" --days 3
 wait_caught_up 60
 # the repaired replicas are waited for again: no write without WAIT, no alert
-lb_wait_for 30 settled 3000 || fail "the page does not show 3000 events applied and no lag"
-alerts_scrape repaired 1
-produce -n 2000 --seed 95 --boards 20 --players 800 --start "$START" --days 3
-wait_caught_up 60
-lb_wait_for 30 settled 5000 || fail "the page does not show 5000 events applied and no lag"
-metrics_scrape "$METRICS_URL" "$T_DIR/alerts/repaired/001"
+scrape_around repaired 3000 2000 95
 alerts_test repaired
 [[ $(metrics_value "$T_DIR/alerts/repaired/001" 'lb_redis_writes_without_wait_total{}') == 0 ]] ||
     fail "writes went without WAIT although every replica was repaired"
