@@ -774,15 +774,14 @@ static int refresh_from(struct lb_cluster *cl, size_t i, struct lb_topology *t, 
     return 0;
 }
 
-/* With wait_replicas auto, a master the map cannot vouch for a replica of
- * (replicas "unsure": loading behind replication-offset 0) is asked WAIT 0
- * 0, which answers at once how many replicas are online there and have
- * acknowledged this connection's writes: on a new cluster its replicas, in
- * sync; none when they never synced (a master no replica reached keeps
- * offset 0), so it is written without WAIT as documented instead of
- * stalling on a WAIT nobody can answer. A master busy with requests, or
- * that does not answer, is taken to have none (read again within
- * REPLICA_RECHECK_MS). */
+/* With wait_replicas auto, a master with replicas the map cannot vouch
+ * for ("unsure": loading, offset 0) is asked WAIT 0 0, which answers at
+ * once how many replicas are online there and have acknowledged this
+ * connection's writes: those of a new cluster, or one that has just synced,
+ * in sync; not one still syncing, nor one that never synced, so that such a
+ * master is written without WAIT as documented instead of stalling on a
+ * WAIT nobody can answer. A master busy with requests, or that does not
+ * answer, is taken to have none (read again within REPLICA_RECHECK_MS). */
 static void ask_masters(struct lb_cluster *cl)
 {
     static const char cmd[] = "*3\r\n$4\r\nWAIT\r\n$1\r\n0\r\n$1\r\n0\r\n";

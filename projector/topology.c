@@ -152,11 +152,12 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
             return LB_TOPOLOGY_MALFORMED;
         int32_t master = -1;
         /* Redis 7.0 calls a replica "loading" while the offset it last
-         * gossiped is 0. Behind a master at replication-offset 0 that is
-         * every replica of a new cluster, in sync, but also one that never
-         * synced (a master no replica ever reached keeps offset 0 however
-         * much is written): only the master can tell ("unsure"). */
-        int healthy = 0, loading = 0, master_fresh = 0;
+         * gossiped is 0: a replica in sync that has not said so yet (every
+         * replica of a new cluster, one that has just synced), one still
+         * syncing, or one that never synced (a master no replica ever
+         * reached keeps offset 0 however much is written). Only the master
+         * can tell ("unsure"). */
+        int healthy = 0, loading = 0;
         for (size_t k = 0; k < nodes->elements; k++) {
             const redisReply *node = nodes->element[k], *addr = field(node, "endpoint");
             const redisReply *port = field(node, tls ? "tls-port" : "port");
@@ -177,12 +178,8 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
             if (field_is(node, "role", "master")) {
                 /* Redis 7.0 says "fail" (documented as "failed"): either
                  * way its slots have no master until one is promoted */
-                if (!field_is(node, "health", "fail") && !field_is(node, "health", "failed")) {
-                    const redisReply *offset = field(node, "replication-offset");
+                if (!field_is(node, "health", "fail") && !field_is(node, "health", "failed"))
                     master = index;
-                    master_fresh =
-                        offset && offset->type == REDIS_REPLY_INTEGER && offset->integer == 0;
-                }
             } else if (field_is(node, "health", "online")) {
                 healthy++;
             } else if (field_is(node, "health", "loading")) {
@@ -198,7 +195,7 @@ enum lb_topology_result lb_topology_from_shards(struct lb_topology *t, const red
         }
         if (master >= 0) {
             t->nodes[master].replicas = healthy;
-            t->nodes[master].unsure = master_fresh ? loading : 0;
+            t->nodes[master].unsure = loading;
         }
     }
     return LB_TOPOLOGY_OK;

@@ -17,8 +17,8 @@ struct lb_topology_node {
     char *hostname; /* CLUSTER SHARDS' hostname, when the node announces one; else NULL */
     int port;
     int replicas; /* healthy replicas, when it masters slots */
-    /* replicas "loading" behind a master at replication-offset 0: in sync
-     * on a new cluster, or never synced; the master knows (WAIT 0 0) */
+    /* replicas "loading" (offset 0): in sync and not yet said so, syncing,
+     * or never synced; the master knows (WAIT 0 0) */
     int unsure;
 };
 
