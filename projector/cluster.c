@@ -785,7 +785,9 @@ static int refresh_from(struct lb_cluster *cl, size_t i, struct lb_topology *t, 
 static void ask_masters(struct lb_cluster *cl)
 {
     static const char cmd[] = "*3\r\n$4\r\nWAIT\r\n$1\r\n0\r\n$1\r\n0\r\n";
-    for (size_t i = 0; cl->wait_replicas < 0 && i < cl->nnodes; i++) {
+    if (cl->wait_replicas >= 0)
+        return; /* a fixed count: nobody asked */
+    for (size_t i = 0; i < cl->nnodes; i++) {
         struct node *n = cl->nodes[i];
         redisReply *reply = NULL;
         if (!n->unsure || n->qlen)

@@ -80,7 +80,8 @@ stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
 shortfalls=$(grep -o 'totals: .*' "$T_DIR/projector.log" | grep -o 'wait_shortfalls=[0-9]*' |
     cut -d= -f2)
-[[ ${shortfalls:-0} == 0 ]] ||
+[[ -n $shortfalls ]] || fail "the projector logged no totals"
+[[ $shortfalls == 0 ]] ||
     fail "$shortfalls WAIT(s) fell short: the projector waited for replicas that never synced"
 ok "every event committed and in Redis, written without WAIT, no batch held on a replica that cannot answer"
 
