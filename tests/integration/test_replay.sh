@@ -134,13 +134,21 @@ dump >"$T_DIR/after.dump"
 # (its stamp a bound above every entry, after retractions: the windows'
 # hashes, compared, hold the stamps; apply.lua latest())
 unchanged() {
-    awk -F '\t' 'FNR == NR { if ($1 ~ /:~newest$/) { b = $1; sub(/:~newest$/, "", b); newest[b, $2] = $3 }; next }
-        $1 ~ /:~newest$/ && $3 ~ /^[^|]*[|]$/ { next }
+    awk -F '\t' -v OFS='\t' 'FNR == NR { if ($1 ~ /:~newest$/) { b = $1; sub(/:~newest$/, "", b); newest[b, $2] = $3 }; next }
+        $1 ~ /:~newest$/ {
+            # a player stamp where it lives: ~newest (for the windows it
+            # names) or the window hash; the same stamp may be kept either
+            # way, as batches fell (after a retraction, ~newest may name no
+            # window and hold a bound above every entry)
+            n = split($3, part, "|"); b = $1; sub(/:~newest$/, "", b)
+            for (i = 2; i < n; i++) print b ":" part[i] ":~ts", $2, part[1]
+            next
+        }
         $1 ~ /:~ts$/ && $2 != "type" && $2 != "expiry" {
             k = $1; sub(/:~ts$/, "", k); b = k; sub(/}:.*$/, "}", b); w = k; sub(/^[^}]*}:/, "", w)
             if (index(newest[b, $2], "|" w "|")) next
         }
-        { print }' "$1" "$1" | grep -a -v -e $'\tscores:' -e $':~tops\tg:'
+        { print }' "$1" "$1" | grep -a -v -e $'\tscores:' -e $':~tops\tg:' | sort
 }
 if ! diff <(unchanged "$T_DIR/before.dump") <(unchanged "$T_DIR/after.dump") \
     >"$T_DIR/dump.diff"; then
