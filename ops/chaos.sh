@@ -103,7 +103,7 @@ declare -A count=([pod_kill]=0 [pod_freeze]=0 [master_kill]=0 [kafka_restart]=0 
 
 # the schema registry the producer registers its writers in and the pods
 # fetch them from (the project's test registry; its ids survive a restart)
-registry_port=$(lb_free_port_base 1 32000 33000) || fail "no free port for the registry"
+registry_port=$(lb_free_port_base 1 32000 32700) || fail "no free port for the registry"
 start_registry() {
     test_schema_registry --listen "127.0.0.1:$registry_port" --first-id 100 \
         --state "$T_DIR/registry.state" >>"$T_DIR/registry.log" 2>&1 &

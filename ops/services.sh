@@ -317,15 +317,22 @@ _lb_port_free() {
 }
 
 # lb_free_port_base N [LOW] [HIGH]
-# Print a port B in [LOW, HIGH) (default 15000..22000, below the Linux
-# ephemeral range once 10000 is added) such that B .. B+N-1 and
-# B+10000 .. B+10000+N-1 are all unused on this machine. Candidates are
+# Print a port B in [LOW, HIGH) (default 15000..21000, for Redis nodes) such
+# that B .. B+N-1 and B+10000 .. B+10000+N-1 are all unused on this machine.
+# Each role picks from its own range, and no range meets another's ports or
+# a Redis node's cluster bus port (its port + 10000): a service stopped and
+# started again on the same port (a projector's /metrics across a restart)
+# must not find it taken meanwhile by a node added on another role's pick.
+#   Redis nodes   15000..21000, bus 25000..31000 (the default)
+#   Kafka         21000..25000 (a broker and its controller)
+#   HTTP          31000..32000 (/metrics listeners)
+#   registry      32000..32700 (below 32768, where Linux's ephemeral ports start) Candidates are
 # tried from a random starting point so that tests started at the same time
 # rarely pick the same block; there is no reservation, so start the service
 # right away.
 lb_free_port_base() (
     _lb_isolate
-    local n=${1-} lo=${2:-15000} hi=${3:-22000}
+    local n=${1-} lo=${2:-15000} hi=${3:-21000}
     if [[ ! $n =~ ^[1-9][0-9]*$ || ! $lo =~ ^[0-9]+$ || ! $hi =~ ^[0-9]+$ ]]; then
         _lb_msg "usage: lb_free_port_base N [LOW] [HIGH]"
         return 2
@@ -1270,7 +1277,7 @@ _lb_kafka_start() {
             _lb_msg "kafka: port $p is already in use by another process (not started from $(lb_state_dir))."
             _lb_msg "  See what holds it with: ss -ltnp 'sport = :$p'"
             _lb_msg "  Stop that process (if it is an old broker of ours: ops/kafka.sh stop, with its LB_STATE_DIR and KAFKA_PORT),"
-            _lb_msg "  or choose other ports: KAFKA_PORT / KAFKA_CONTROLLER_PORT (see lb_free_port_base 2)."
+            _lb_msg "  or choose other ports: KAFKA_PORT / KAFKA_CONTROLLER_PORT (see lb_free_port_base 2 21000 25000)."
             return 1
         fi
     done

@@ -218,7 +218,7 @@ if [[ -z $brokers || -z $redis ]]; then
     }
     export REDIS_REPLICAS=$replicas KAFKA_TOPICS=
     REDIS_PORT_BASE=$(lb_free_port_base 6)
-    KAFKA_PORT=$(lb_free_port_base 2 22000 30000)
+    KAFKA_PORT=$(lb_free_port_base 2 21000 25000)
     export REDIS_PORT_BASE KAFKA_PORT KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
     started=1
     lb_redis_cluster_start >"$out/redis-start.log" 2>&1

@@ -76,7 +76,7 @@ trap 'exit 130' INT TERM
 # free ports.
 start_kafka() {
     export KAFKA_TOPICS=${1:-scores:6}
-    KAFKA_PORT=$(lb_free_port_base 2 22000 30000) || fail "no free ports for Kafka"
+    KAFKA_PORT=$(lb_free_port_base 2 21000 25000) || fail "no free ports for Kafka"
     export KAFKA_PORT KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
     T_SERVICES=1
     lb_kafka_start >"$T_DIR/kafka-start.log" 2>&1 || fail "Kafka did not start"

@@ -25,7 +25,7 @@ pick_metrics_port
 "$BIN/lbadmin" create-topic --brokers "$BROKERS" --topic scores-dlq --partitions 1 \
     >>"$T_DIR/lbadmin.log" 2>&1 || fail "cannot create the DLQ topic"
 
-reg_port=$(lb_free_port_base 1 32000 33000) || fail "no free port for the registry"
+reg_port=$(lb_free_port_base 1 32000 32700) || fail "no free port for the registry"
 base=/apis/ccompat/v7
 registry_url=http://127.0.0.1:$reg_port$base
 start_registry() {
