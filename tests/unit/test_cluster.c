@@ -613,6 +613,47 @@ static void no_wait_without_replicas_or_when_disabled(void **state)
     stop_nodes(&n);
 }
 
+/* With wait_replicas auto, a replica the map calls loading (a new
+ * cluster's, one that has just synced, or one that never will) counts only
+ * as its master's WAIT 0 0 says. A master that answers 0, refuses the
+ * question or hangs up counts none: the map still stands, and its writes go
+ * without WAIT, counted, instead of stalling on a WAIT nobody answers. */
+static void loading_replicas_count_as_their_master_answers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *wait_reply; /* to WAIT 0 0; NULL: hang up */
+        int counted;
+    } cases[] = {
+        {":1\r\n", 1},
+        {":0\r\n", 0},
+        {"-NOPERM User projector has no permissions to run the 'wait' command\r\n", 0},
+        {NULL, 0},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct nodes n;
+        start_nodes(&n, -1, NULL);
+        shards_reply(n.a.shards[0], sizeof(n.a.shards[0]), n.a.port, 1, 0);
+        char *health = strstr(n.a.shards[0], "replica\r\n$6\r\nhealth\r\n$6\r\nonline\r\n");
+        assert_non_null(health);
+        strcpy(health, "replica\r\n$6\r\nhealth\r\n$7\r\nloading\r\n");
+        n.a.wait_reply = cases[c].wait_reply;
+        n.a.close_on_wait = cases[c].wait_reply == NULL;
+        assert_int_equal(lb_cluster_refresh(n.cl), 0);
+        expect_log(n.fa, "CLUSTER SHARDS\nWAIT 0 0\n");
+        n.a.wait_reply = NULL; /* the WAIT after a write, if any, is answered 1 */
+        n.a.close_on_wait = 0;
+        struct lb_request req = txn();
+        assert_int_equal(exec_one(n.cl, &req), 0);
+        assert_true(req.ok);
+        expect_log(n.fa, cases[c].counted ? "MULTI\nZADD k GT 1 m\nEXEC\nWAIT 1 100\n"
+                                          : "MULTI\nZADD k GT 1 m\nEXEC\n");
+        assert_int_equal(lb_cluster_stats(n.cl)->unwaited, cases[c].counted ? 0 : 1);
+        assert_int_equal(lb_cluster_stats(n.cl)->wait_shortfalls, 0);
+        stop_nodes(&n);
+    }
+}
+
 static void maps_come_from_shards_with_string_slots_or_from_slots(void **state)
 {
     (void)state;
@@ -1149,6 +1190,7 @@ int main(void)
         cmocka_unit_test(deferred_requests_go_out_when_released_each_with_a_wait),
         cmocka_unit_test(writes_whose_wait_never_answered_are_not_durable),
         cmocka_unit_test(no_wait_without_replicas_or_when_disabled),
+        cmocka_unit_test(loading_replicas_count_as_their_master_answers),
         cmocka_unit_test(maps_come_from_shards_with_string_slots_or_from_slots),
         cmocka_unit_test(a_standalone_redis_takes_every_slot),
         cmocka_unit_test(a_connection_lost_mid_transaction_fails_it_and_reconnects),
