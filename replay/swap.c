@@ -711,8 +711,10 @@ int replay_fence_boards(struct replay *r, const struct strings *boards, int lift
 /* A pause of the milliseconds environment variable 'name' says, for the
  * tests: after each swap (LB_FAULT_SWAP_PAUSE_MS: replay killed between two
  * boards), before the first swap round (LB_FAULT_SWAP_START_PAUSE_MS: a
- * node restarted empty then), after a compare of --verify
- * (LB_FAULT_VERIFY_PAUSE_MS: the projector moving then). */
+ * node restarted empty then), after fencing the boards the projector got
+ * ahead of (LB_FAULT_FENCED_PAUSE_MS: fences that cannot be lifted), after
+ * a compare of --verify (LB_FAULT_VERIFY_PAUSE_MS: the projector moving
+ * then). */
 static void fault_pause(const char *name)
 {
     const char *ms = getenv(name);
@@ -754,6 +756,8 @@ int replay_swap_all(struct replay *r, size_t *swapped)
                 usleep(200000);
             else if (replay_fence_boards(r, &ahead, 0) != 0)
                 status = -1;
+            else
+                fault_pause("LB_FAULT_FENCED_PAUSE_MS");
             replay_strings_free(&ahead);
             if (status != 0 || replay_extend_to_latest(r) != 0 || replay_read_until_end(r) != 0) {
                 status = -1;

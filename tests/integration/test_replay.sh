@@ -307,6 +307,41 @@ wait_caught_up 120
 verify "${MODE_ORACLE[@]}"
 ok "a master restarted empty between replay's writes and its swap: nothing swapped, exit 1 naming it; run again, exact"
 
+# h. the projector gets ahead of replay (it writes on while replay waits
+# to swap), replay fences those boards, is stopped, and cannot lift the
+# fences (their node refuses its EVAL then): exit 1, a line saying the live
+# projector holds those boards until they expire; they are left with at most
+# their TTL, and a run again lifts them and is exact
+load_start -n 300000 --seed 75 "${gen[@]}" --rate 3000
+replay_bg nolift LB_FAULT_SWAP_START_PAUSE_MS=3000 LB_FAULT_FENCED_PAUSE_MS=60000 -- \
+    --node "127.0.0.1:$emptied" --verbose
+wait_log "$T_DIR/nolift.err" 'LB_FAULT_FENCED_PAUSE_MS: pausing' 60
+redis_cli "$emptied" ACL SETUSER default -eval >/dev/null
+kill -INT "$rpid"
+status=0
+wait "$rpid" || status=$?
+redis_cli "$emptied" ACL SETUSER default +eval >/dev/null
+[[ $status == 1 ]] || fail "replay that could not lift its fences exited $status"
+grep -q '^replay: the fences this run set could not all be lifted: the live projector holds those boards until their fences expire (60 s at most)$' \
+    "$T_DIR/nolift.err" || fail "replay did not say its fences stay: $(tail -n 3 "$T_DIR/nolift.err")"
+fences=0
+for fence in $(redis_cli "$emptied" --scan --pattern 'lb:{*}:~fence'); do
+    [[ $(redis_cli "$emptied" TYPE "$fence") == string ]] || continue
+    ttl=$(redis_cli "$emptied" PTTL "$fence")
+    ((ttl > 0 && ttl <= 60000)) || fail "replay's fence $fence left with PTTL $ttl"
+    fences=$((fences + 1))
+done
+((fences > 0)) || fail "no fence left: the lift did not fail"
+replay --node "127.0.0.1:$emptied" >"$T_DIR/nolift-again.out" 2>&1 ||
+    fail "replay after the failed lift failed: $(tail -n 3 "$T_DIR/nolift-again.out")"
+load_stop "replay ran again"
+for fence in $(redis_cli "$emptied" --scan --pattern 'lb:{*}:~fence'); do
+    [[ $(redis_cli "$emptied" TYPE "$fence") != string ]] || fail "replay's fence $fence still there"
+done
+wait_caught_up 120
+verify "${MODE_ORACLE[@]}"
+ok "fences that could not be lifted: exit 1 saying so, $fences left with their TTL; run again, lifted and exact"
+
 # replay's exit 1 paths: Kafka or Redis unreachable, one line each
 unreachable() { # NAME SED PATTERN: replay on a config edited by SED must say PATTERN
     sed "$2" "$T_DIR/projector.yaml" >"$T_DIR/$1.yaml"
