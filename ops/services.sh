@@ -326,7 +326,8 @@ _lb_port_free() {
 #   Redis nodes   15000..21000, bus 25000..31000 (the default)
 #   Kafka         21000..25000 (a broker and its controller)
 #   HTTP          31000..32000 (/metrics listeners)
-#   registry      32000..32700 (below 32768, where Linux's ephemeral ports start) Candidates are
+#   registry      32000..32700 (below 32768, where Linux's ephemeral ports start)
+# Candidates (blocks of N rounded up to 10, single ports one by one) are
 # tried from a random starting point so that tests started at the same time
 # rarely pick the same block; there is no reservation, so start the service
 # right away.
@@ -339,6 +340,7 @@ lb_free_port_base() (
     fi
     ((hi + n + 10000 > 65536)) && hi=$((65536 - 10000 - n))
     local step=$(((n + 9) / 10 * 10))
+    ((n == 1)) && step=1
     local slots=$(((hi - lo) / step))
     if ((slots < 1)); then
         _lb_msg "lb_free_port_base: range $lo..$hi too small for $n ports"

@@ -217,7 +217,7 @@ if [[ -z $brokers || -z $redis ]]; then
         exit 2
     }
     export REDIS_REPLICAS=$replicas KAFKA_TOPICS=
-    REDIS_PORT_BASE=$(lb_free_port_base 6)
+    REDIS_PORT_BASE=$(lb_free_port_base $((3 * (1 + replicas))))
     KAFKA_PORT=$(lb_free_port_base 2 21000 25000)
     export REDIS_PORT_BASE KAFKA_PORT KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
     started=1
