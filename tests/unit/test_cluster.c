@@ -34,6 +34,7 @@ struct script {
     const char *auth_reply;   /* reply to AUTH (default +OK) */
     int close_on_exec;        /* drop the connection instead of answering EXEC */
     int close_on_wait;        /* drop the connection instead of answering WAIT */
+    int wait_delay_ms;        /* sleep this long before answering WAIT */
     int queued_error;         /* an error was answered inside the current MULTI */
     int once;                 /* the special replies apply to the first transaction only */
     int transactions;
@@ -89,8 +90,11 @@ static const char *handler(struct fake_redis *fake, int argc, char **argv, void 
     }
     if (strcmp(argv[0], "SCAN") == 0)
         return s->scan_reply ? s->scan_reply : "*2\r\n$1\r\n0\r\n*0\r\n";
-    if (strcmp(argv[0], "WAIT") == 0)
+    if (strcmp(argv[0], "WAIT") == 0) {
+        if (s->wait_delay_ms)
+            usleep((useconds_t)s->wait_delay_ms * 1000);
         return s->close_on_wait ? NULL : s->wait_reply ? s->wait_reply : ":1\r\n";
+    }
     if (strcmp(argv[0], "EXEC") == 0) {
         s->transactions++;
         if (s->close_on_exec && special)
@@ -616,19 +620,22 @@ static void no_wait_without_replicas_or_when_disabled(void **state)
 /* With wait_replicas auto, a replica the map calls loading (a new
  * cluster's, one that has just synced, or one that never will) counts only
  * as its master's WAIT 0 0 says. A master that answers 0, refuses the
- * question or hangs up counts none: the map still stands, and its writes go
- * without WAIT, counted, instead of stalling on a WAIT nobody answers. */
+ * question, hangs up or stays silent past the map read's time counts none:
+ * the map still stands, and its writes go without WAIT, counted, instead of
+ * stalling on a WAIT nobody answers. */
 static void loading_replicas_count_as_their_master_answers(void **state)
 {
     (void)state;
     static const struct {
         const char *wait_reply; /* to WAIT 0 0; NULL: hang up */
+        int delay_ms;           /* before answering: past the 2 s command timeout */
         int counted;
     } cases[] = {
-        {":1\r\n", 1},
-        {":0\r\n", 0},
-        {"-NOPERM User projector has no permissions to run the 'wait' command\r\n", 0},
-        {NULL, 0},
+        {":1\r\n", 0, 1},
+        {":0\r\n", 0, 0},
+        {"-NOPERM User projector has no permissions to run the 'wait' command\r\n", 0, 0},
+        {NULL, 0, 0},
+        {":1\r\n", 2200, 0},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         struct nodes n;
@@ -639,10 +646,11 @@ static void loading_replicas_count_as_their_master_answers(void **state)
         strcpy(health, "replica\r\n$6\r\nhealth\r\n$7\r\nloading\r\n");
         n.a.wait_reply = cases[c].wait_reply;
         n.a.close_on_wait = cases[c].wait_reply == NULL;
+        n.a.wait_delay_ms = cases[c].delay_ms;
         assert_int_equal(lb_cluster_refresh(n.cl), 0);
         expect_log(n.fa, "CLUSTER SHARDS\nWAIT 0 0\n");
         n.a.wait_reply = NULL; /* the WAIT after a write, if any, is answered 1 */
-        n.a.close_on_wait = 0;
+        n.a.close_on_wait = n.a.wait_delay_ms = 0;
         struct lb_request req = txn();
         assert_int_equal(exec_one(n.cl, &req), 0);
         assert_true(req.ok);
