@@ -190,7 +190,7 @@ fault_lost_shard() {
     local survivor
     survivor=$(live_ports | first)
     local port replica survivors
-    port=$(lb_free_port_base 1) || fail "no free port"
+    port=$(new_node_port) || fail "no free port"
     lb_redis_node_add "$port" || fail "no new node"
     survivors=$(live_ports | grep -vx "$port" | sed 's/^/127.0.0.1:/' | tr '\n' ' ')
     pod_config # replay's seeds: the nodes alive now
@@ -202,7 +202,7 @@ fault_lost_shard() {
         fail "the lost-shard procedure failed: $(tail -n 3 "$T_DIR/chaos-procedure.log")"
     count[replays]=$((count[replays] + 1))
     log "the runbook's procedure gave the shard to 127.0.0.1:$port and replay rebuilt it"
-    replica=$(lb_free_port_base 1) || fail "no free port"
+    replica=$(new_node_port) || fail "no free port"
     lb_redis_node_add "$replica" || fail "no replica node"
     redis_cli "$survivor" CLUSTER MEET 127.0.0.1 "$replica" >/dev/null
     lb_wait_for 30 knows "$replica" "$port" ||

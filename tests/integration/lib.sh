@@ -149,6 +149,22 @@ slot_masters() {
     return 0
 }
 
+# new_node_port - a free port for a node added to the cluster, not one a
+# dead node had: the cluster still lists a failed node at its address until
+# it is forgotten, and two entries there would confuse shard_ports.
+new_node_port() {
+    local known port k
+    known=$(redis_cli "$(live_ports | first)" CLUSTER NODES | awk '{ split($2, a, "[:@]"); print a[2] }')
+    for ((k = 0; k < 20; k++)); do
+        port=$(lb_free_port_base 1) || return 1
+        grep -qx "$port" <<<"$known" || {
+            printf '%s\n' "$port"
+            return 0
+        }
+    done
+    return 1
+}
+
 # shard_ports MASTER_PORT - the master's port and its replicas' ports.
 shard_ports() {
     local nodes id
@@ -221,7 +237,7 @@ replace_shard() {
         grep -v '^replay ' "$procedure" >"$T_DIR/lost-shard-no-replay.sh"
         procedure=$T_DIR/lost-shard-no-replay.sh
     fi
-    port=$(lb_free_port_base 1) || fail "no free port for the new node"
+    port=$(new_node_port) || fail "no free port for the new node"
     lb_redis_node_add "$port" || fail "the new node did not start"
     local survivors
     survivors=$(live_ports | grep -vx "$port" | sed 's/^/127.0.0.1:/' | tr '\n' ' ')
