@@ -792,10 +792,11 @@ static void ask_masters(struct lb_cluster *cl)
         redisReply *reply = NULL;
         if (!n->unsure || n->qlen)
             continue;
-        if (lb_monotonic_ms() >= cl->call_deadline || node_connect(cl, n) != 0 ||
+        int late = lb_monotonic_ms() >= cl->call_deadline;
+        if (late || node_connect(cl, n) != 0 ||
             node_call(cl, n, cmd, sizeof(cmd) - 1, &reply) != 0) {
             LB_DEBUG("redis", "%s: not asked about its replicas (%s): none counted", n->name,
-                     lb_monotonic_ms() >= cl->call_deadline ? "no time left" : cl->errstr);
+                     late ? "no time left" : cl->errstr);
             cl->errstr[0] = '\0'; /* the map was read: no error to report */
             continue;
         }

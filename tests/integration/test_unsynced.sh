@@ -111,14 +111,15 @@ redis_cli "$replica" CONFIG SET masterauth "old-$REDIS_PASSWORD" >/dev/null
 redis_cli "$master" CLIENT KILL TYPE replica >/dev/null
 link_down() { redis_cli "$1" INFO replication | grep -q 'master_link_status:down'; }
 lb_wait_for 10 link_down "$replica" || fail "replica $replica is still linked to $master"
-# health_of PORT - what CLUSTER SHARDS calls the node listening on PORT
+# health_of NODE PORT - what CLUSTER SHARDS, asked on NODE, calls the node
+# listening on PORT
 health_of() {
-    redis_cli "$master" CLUSTER SHARDS | tr -d '\r' |
-        awk -v port="$1" 'prev == "port" { mine = ($0 == port) } mine && prev == "health" { print; exit }
+    redis_cli "$1" CLUSTER SHARDS | tr -d '\r' |
+        awk -v port="$2" 'prev == "port" { mine = ($0 == port) } mine && prev == "health" { print; exit }
             { prev = $0 }'
 }
-[[ $(health_of "$replica") == online ]] ||
-    fail "the cluster calls replica $replica $(health_of "$replica"), not online: not the case staged"
+[[ $(health_of "$master" "$replica") == online ]] ||
+    fail "the cluster calls replica $replica $(health_of "$master" "$replica"), not online: not the case staged"
 produce -n 3000 --seed 94 --boards 20 --players 800 --start "$START" --days 3
 lb_wait_for 30 grep -q 'WAIT: 0 of 1 replica' "$T_DIR/again.log" ||
     fail "no WAIT fell short on master $master whose replica does not replicate"
