@@ -38,6 +38,10 @@
 -- ZMSCORE, and the other keys they write by TYPE.
 if ARGV[1] ~= '5' then return {'protocol', '5', ARGV[1]} end
 local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
+-- Numbers the request and the markers hold as strings are converted with
+-- "+ 0" in the loops over segments, keys and entries: one strtod, where
+-- tonumber makes two (Lua 5.1 checks, then converts). tonumber stays where
+-- a value may not be a number.
 local function refused(r, name)
   return r.err and string.find(r.err, "can't run this command", 1, true) and {'noperm', name}
 end
@@ -303,17 +307,17 @@ if marks.err then return refused(marks, 'hmget') or {'wrongtype', KEYS[1]} end
 local zmarks = redis.pcall('ZMSCORE', KEYS[2], unpack(fields))
 if zmarks.err then return refused(zmarks, 'zmscore') or {'wrongtype', KEYS[2]} end
 for s = 1, nseg do
-  if zmarks[s] and (not marks[s] or tonumber(zmarks[s]) > tonumber(marks[s])) then
+  if zmarks[s] and (not marks[s] or zmarks[s] + 0 > marks[s] + 0) then
     marks[s] = zmarks[s]
   end
 end
 local apply, applied, skipped, partial, moved = {}, 0, 0, {}, {}
 for s = 1, nseg do
   local p = 9 + 4 * s
-  local m = marks[s] and tonumber(marks[s]) or -1
-  if m >= tonumber(ARGV[p + 2]) then
+  local m = marks[s] and marks[s] + 0 or -1
+  if m >= ARGV[p + 2] + 0 then
     skipped = skipped + 1
-  elseif m < tonumber(ARGV[p + 1]) then
+  elseif m < ARGV[p + 1] + 0 then
     apply[s] = true
     applied = applied + 1
     moved[#moved + 1] = ARGV[p]
@@ -357,7 +361,7 @@ local swidth = (mode == 'l') and 4 or width + 1 -- a special entry's: its flags 
 local dwin, pos = tonumber(ARGV[10]), 13 + 4 * nseg
 local ids, idruns, nids = {}, {}, 0
 for s = 1, nseg do
-  local ns = tonumber(ARGV[12 + 4 * s])
+  local ns = ARGV[12 + 4 * s] + 0
   if apply[s] and ns > 0 then
     idruns[#idruns + 1] = {pos, pos + 2 * ns - 1}
     for e = pos + 1, pos + 2 * ns - 1, 2 do
@@ -368,7 +372,7 @@ for s = 1, nseg do
   pos = pos + 2 * ns
 end
 local offsets = pos
-for s = 1, nseg do pos = pos + tonumber(ARGV[12 + 4 * s]) end
+for s = 1, nseg do pos = pos + ARGV[12 + 4 * s] end
 -- the x-th id of the applied segments: its segment, its pair's place and its
 -- number among every segment's (for a duplicate's answer only)
 local function id_at(x)
@@ -446,10 +450,10 @@ for k = 1, nkeys do
   end
   local plain = c0 + 2 * nseg
   local special = plain
-  for s = 1, nseg do special = special + width * tonumber(ARGV[c0 - 1 + s]) end
+  for s = 1, nseg do special = special + width * ARGV[c0 - 1 + s] end
   local at_special = special
   for s = 1, nseg do
-    local np, ns = tonumber(ARGV[c0 - 1 + s]), tonumber(ARGV[c0 - 1 + nseg + s])
+    local np, ns = ARGV[c0 - 1 + s] + 0, ARGV[c0 - 1 + nseg + s] + 0
     if apply[s] and np > 0 then
       key.segments = key.segments + 1
       key.runs[#key.runs + 1] = {plain, plain + width * np - 1}
@@ -1139,14 +1143,14 @@ local overflow, plans = {}, {}
 -- and the next answer names the rest)
 local function total(k, m, c, delta, tie)
   local sum = 0
-  tie = tonumber(tie)
+  tie = tie + 0
   if c then
-    c = tonumber(c)
+    c = c + 0
     sum = math.floor(c / scale)
     local old = c - sum * scale
     if (later_larger and old > tie) or (not later_larger and old < tie) then tie = old end
   end
-  sum = sum + tonumber(delta)
+  sum = sum + delta
   if (sum < smin or sum > smax) and #overflow < CHUNK then
     overflow[#overflow + 1] = tostring(k)
     overflow[#overflow + 1] = m

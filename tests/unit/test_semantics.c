@@ -347,7 +347,9 @@ struct harness {
     int closes; /* calendar windows close while the sequence is delivered */
 };
 
-static void harness_open(struct harness *h, const char *text, struct redis_server *redis)
+/* The harness of configuration 'text' on what Redis holds (a pod restarted
+ * with new settings). */
+static void harness_load(struct harness *h, const char *text, struct redis_server *redis)
 {
     char err[1024];
     memset(h, 0, sizeof(*h));
@@ -356,6 +358,11 @@ static void harness_open(struct harness *h, const char *text, struct redis_serve
     h->plan = lb_plan_new(&(struct lb_plan_options){h->config->profiles, h->config->nprofiles});
     assert_non_null(h->plan);
     h->redis = redis;
+}
+
+static void harness_open(struct harness *h, const char *text, struct redis_server *redis)
+{
+    harness_load(h, text, redis);
     redisReply *r = redis_server_command(redis, "FLUSHALL");
     freeReplyObject(r);
 }
@@ -1711,6 +1718,66 @@ static void the_dedupe_window_follows_event_time(void **state)
     harness_close(&h);
 }
 
+/* One batch whose ids span more than the window, in two partitions: the
+ * ids older than the window behind the batch's newest are forgotten in the
+ * same request, the one exactly the window behind (by the second) is kept,
+ * and so are the newer ones; a retry of each shows which. */
+static void a_batch_wider_than_the_window_keeps_only_its_ids_within_it(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, DEDUPE_CONFIG, redis);
+    struct lb_event evs[] = {sum_event("e", 1, MAY1 + 2 * HOUR),
+                             sum_event("g", 10, MAY1 + HOUR - 1000),
+                             sum_event("f", 100, MAY1 + HOUR), sum_event("h", 1000, MAY1)};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 1, 0}, {"t", 1, 1}};
+    assert_int_equal(apply_events(&h, evs, pos, 4), LB_APPLY_OK);
+    redisReply *r = redis_server_command(redis, "ZRANGE lb:{d}:~seen 0 -1");
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[0]->str, "f");
+    assert_string_equal(r->element[1]->str, "e");
+    freeReplyObject(r);
+    int64_t stamp;
+    assert_true(score_of(redis, "lb:{d}:~seen", "f", &stamp));
+    assert_int_equal(stamp, lb_dedupe_stamp(&evs[2]));
+
+    struct lb_position again[] = {{"t", 0, 2}, {"t", 1, 2}, {"t", 0, 3}, {"t", 1, 3}};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(apply_events(&h, &evs[i], &again[i], 1),
+                         i == 0 || i == 2 ? LB_APPLY_DUPLICATE : LB_APPLY_OK);
+    assert_int_equal(total_of_ann(), 1 + 2 * 10 + 100 + 2 * 1000);
+    harness_close(&h);
+}
+
+/* A pod restarted with a smaller window: the window comes with each
+ * request, so the ids the set holds beyond it are forgotten by its first
+ * write, although the board's newest event time has not moved. */
+static void a_smaller_window_forgets_with_the_first_write(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, DEDUPE_CONFIG, redis);
+    struct lb_event evs[] = {sum_event("a", 1, MAY1), sum_event("b", 10, MAY1 + 2000000),
+                             sum_event("c", 100, MAY1 + 2000000), sum_event("a", 1000, MAY1),
+                             sum_event("b", 10, MAY1 + 2000000)};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2}, {"t", 0, 3}, {"t", 0, 4}};
+    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
+    harness_close(&h);
+    harness_load(&h,
+                 BASE_CONFIG "profiles:\n"
+                             "  - {name: xp, aggregation: sum, tie_break: none,\n"
+                             "     dedupe: {window: 10m}, windows: {alltime: {}}}\n",
+                 redis);
+    assert_int_equal(apply_events(&h, &evs[2], &pos[2], 1), LB_APPLY_OK); /* b's second */
+    int64_t stamp;
+    assert_false(score_of(redis, "lb:{d}:~seen", "a", &stamp)); /* 2000 s behind */
+    assert_true(score_of(redis, "lb:{d}:~seen", "b", &stamp));
+    assert_int_equal(apply_events(&h, &evs[3], &pos[3], 1), LB_APPLY_OK);        /* a's retry */
+    assert_int_equal(apply_events(&h, &evs[4], &pos[4], 1), LB_APPLY_DUPLICATE); /* b's */
+    assert_int_equal(total_of_ann(), 1 + 10 + 100 + 1000);
+    harness_close(&h);
+}
+
 /* Within one batch the planner leaves a retry out itself; a board without
  * dedupe takes every record. */
 static void a_retry_within_a_batch_is_left_out_by_the_planner(void **state)
@@ -1834,6 +1901,8 @@ int main(void)
         cmocka_unit_test(a_retry_counts_once_and_another_payload_is_a_conflict),
         cmocka_unit_test(a_command_the_user_may_not_run_is_named_and_nothing_written),
         cmocka_unit_test(the_dedupe_window_follows_event_time),
+        cmocka_unit_test(a_batch_wider_than_the_window_keeps_only_its_ids_within_it),
+        cmocka_unit_test(a_smaller_window_forgets_with_the_first_write),
         cmocka_unit_test(a_retry_within_a_batch_is_left_out_by_the_planner),
         cmocka_unit_test(a_dedupe_set_of_the_wrong_type_writes_nothing),
     };
