@@ -39,9 +39,9 @@
 if ARGV[1] ~= '5' then return {'protocol', '5', ARGV[1]} end
 local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
 -- Numbers the request and the markers hold as strings are converted with
--- "+ 0" in the loops over segments, keys and entries: one strtod, where
--- tonumber makes two (Lua 5.1 checks, then converts). tonumber stays where
--- a value may not be a number.
+-- "+ 0" on the paths every request takes (its segments, keys, a latest
+-- board's players, a sum board's entries): one strtod, where tonumber makes
+-- two (Lua 5.1 checks, then converts).
 local function refused(r, name)
   return r.err and string.find(r.err, "can't run this command", 1, true) and {'noperm', name}
 end
@@ -388,7 +388,7 @@ end
 local players = {}
 if mode == 'l' then
   for s = 1, nseg do
-    local n = tonumber(ARGV[pos])
+    local n = ARGV[pos] + 0
     players[s] = {pos + 1, n}
     pos = pos + 1 + 2 * n
   end

@@ -1768,7 +1768,7 @@ static void a_smaller_window_forgets_with_the_first_write(void **state)
                              "  - {name: xp, aggregation: sum, tie_break: none,\n"
                              "     dedupe: {window: 10m}, windows: {alltime: {}}}\n",
                  redis);
-    assert_int_equal(apply_events(&h, &evs[2], &pos[2], 1), LB_APPLY_OK); /* b's second */
+    assert_int_equal(apply_events(&h, &evs[2], &pos[2], 1), LB_APPLY_OK); /* in b's second */
     int64_t stamp;
     assert_false(score_of(redis, "lb:{d}:~seen", "a", &stamp)); /* 2000 s behind */
     assert_true(score_of(redis, "lb:{d}:~seen", "b", &stamp));
