@@ -359,9 +359,10 @@ local swidth = (mode == 'l') and 4 or width + 1 -- a special entry's: its flags 
 -- (field, offset, d: the same stamp, c: another); the caller plans the
 -- board again without them
 local dwin, pos = tonumber(ARGV[10]), 13 + 4 * nseg
-local ids, idruns, nids = {}, {}, 0
+local ids, idruns, nids, idcount, allids = {}, {}, 0, {}, 0 -- idcount[s]: segment s's
 for s = 1, nseg do
   local ns = ARGV[12 + 4 * s] + 0
+  idcount[s], allids = ns, allids + ns
   if apply[s] and ns > 0 then
     idruns[#idruns + 1] = {pos, pos + 2 * ns - 1}
     for e = pos + 1, pos + 2 * ns - 1, 2 do
@@ -372,13 +373,13 @@ for s = 1, nseg do
   pos = pos + 2 * ns
 end
 local offsets = pos
-for s = 1, nseg do pos = pos + ARGV[12 + 4 * s] end
+pos = pos + allids
 -- the x-th id of the applied segments: its segment, its pair's place and its
 -- number among every segment's (for a duplicate's answer only)
 local function id_at(x)
   local n, at, g = 0, 13 + 4 * nseg, 0
   for s = 1, nseg do
-    local ns = tonumber(ARGV[12 + 4 * s])
+    local ns = idcount[s]
     if apply[s] and x <= n + ns then return s, at + 2 * (x - n - 1), g + x - n end
     if apply[s] then n = n + ns end
     at, g = at + 2 * ns, g + ns
@@ -449,11 +450,14 @@ for k = 1, nkeys do
     key.window, key.pruns, key.sseg, c0 = ARGV[pos + 2], {}, {}, pos + 3
   end
   local plain = c0 + 2 * nseg
-  local special = plain
-  for s = 1, nseg do special = special + width * ARGV[c0 - 1 + s] end
+  local plains, special = {}, plain -- each segment's plain entries
+  for s = 1, nseg do
+    plains[s] = ARGV[c0 - 1 + s] + 0
+    special = special + width * plains[s]
+  end
   local at_special = special
   for s = 1, nseg do
-    local np, ns = ARGV[c0 - 1 + s] + 0, ARGV[c0 - 1 + nseg + s] + 0
+    local np, ns = plains[s], ARGV[c0 - 1 + nseg + s] + 0
     if apply[s] and np > 0 then
       key.segments = key.segments + 1
       key.runs[#key.runs + 1] = {plain, plain + width * np - 1}

@@ -1778,6 +1778,36 @@ static void a_smaller_window_forgets_with_the_first_write(void **state)
     harness_close(&h);
 }
 
+/* A marker that is not a number (written by hand) fails the request with
+ * Redis' script error before any write (the projector holds the board for
+ * an operator, as for any script error); read as no marker, the batch would
+ * be applied again. */
+static void a_marker_that_is_not_a_number_fails_before_any_write(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, DEDUPE_CONFIG, redis);
+    redisReply *r = redis_server_command(redis, "HSET lb:{d}:~applied t:0 oops");
+    freeReplyObject(r);
+    struct lb_event ev = sum_event("x", 5, MAY1);
+    struct lb_position pos = {"t", 0, 0};
+    uint32_t txn;
+    lb_plan_reset(h.plan);
+    plan_event(h.plan, &ev, &pos, MAY1, &txn);
+    assert_int_equal(lb_apply_encode(&h.batch, h.plan, &apply_lb), 0);
+    const struct lb_apply_request *req = &h.batch.requests[0];
+    r = redis_server_send(redis, h.batch.bytes.data + req->offset, req->len, 1);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(r->str, "arithmetic"));
+    freeReplyObject(r);
+    r = redis_server_command(redis, "EXISTS lb:{d}:alltime lb:{d}:~seen");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    r = redis_server_command(redis, "HGET lb:{d}:~applied t:0");
+    assert_string_equal(r->str, "oops");
+    freeReplyObject(r);
+    harness_close(&h);
+}
 /* Within one batch the planner leaves a retry out itself; a board without
  * dedupe takes every record. */
 static void a_retry_within_a_batch_is_left_out_by_the_planner(void **state)
@@ -1903,6 +1933,7 @@ int main(void)
         cmocka_unit_test(the_dedupe_window_follows_event_time),
         cmocka_unit_test(a_batch_wider_than_the_window_keeps_only_its_ids_within_it),
         cmocka_unit_test(a_smaller_window_forgets_with_the_first_write),
+        cmocka_unit_test(a_marker_that_is_not_a_number_fails_before_any_write),
         cmocka_unit_test(a_retry_within_a_batch_is_left_out_by_the_planner),
         cmocka_unit_test(a_dedupe_set_of_the_wrong_type_writes_nothing),
     };
