@@ -38,14 +38,29 @@ ok() { log "ok: $*"; }
 # on_exit CMD... - run CMD during cleanup, before services are stopped.
 on_exit() { T_ON_EXIT+=("$*"); }
 
+# _t_tree PID - PID and every process below it, parents first
+_t_tree() {
+    local child
+    printf '%s\n' "$1"
+    for child in $(pgrep -P "$1"); do
+        _t_tree "$child"
+    done
+}
 t_cleanup() {
     local status=$? pid hook
+    local -a tree
     trap - EXIT INT TERM
     for hook in "${T_ON_EXIT[@]}"; do
         eval "$hook" || true
     done
     for pid in "${T_PIDS[@]}"; do
-        kill -9 "$pid" 2>/dev/null || true
+        # this shell's own children only (a PID it reaped may be another
+        # process's by now), each with what runs below it: a producer's
+        # loadgen outlives its subshell, orphaned, so the tree is read
+        # before anything in it is killed
+        [[ $(ps -o ppid= -p "$pid" 2>/dev/null) -eq $$ ]] || continue
+        mapfile -t tree < <(_t_tree "$pid")
+        kill -9 "${tree[@]}" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
     if ((T_SERVICES)); then
