@@ -197,10 +197,11 @@ export LB_BIN=$bin LB_STATE_DIR=$out/state
 # shellcheck source=ops/services.sh
 . ops/services.sh
 started=0
-projector_pid=""
+projector_pid="" load_pid=""
 cleanup() {
     local status=$?
     [[ -n $projector_pid ]] && kill -9 "$projector_pid" 2>/dev/null
+    [[ -n $load_pid ]] && kill -9 "$load_pid" 2>/dev/null
     if ((started)); then
         lb_kafka_stop >/dev/null 2>&1
         lb_redis_cluster_stop >/dev/null 2>&1
@@ -378,8 +379,11 @@ drain() {
         wait "$projector_pid"
         projector_pid=""
         updates=$(grep -o 'member_updates=[0-9]*' "$out/$name-$run.log" | tail -n 1 | cut -d= -f2)
-        read -r drained secs < <(awk '/^drain/ { split($2, a, "="); split($3, b, "="); print a[2], b[2] }' \
-            "$out/$name-$run.wait")
+        if ! read -r drained secs < <(awk '/^drain/ { split($2, a, "="); split($3, b, "="); print a[2], b[2] }' \
+            "$out/$name-$run.wait"); then
+            log "$name, run $run: the topic was drained too fast to time (lbadmin looks every 100 ms, and saw no commit before the last); give --events more"
+            exit 1
+        fi
         # member updates are counted for the whole topic; the timed part is
         # 'drained' events of it (timing starts at the first commit seen)
         echo "run=$run events=$drained seconds=$secs total=$events member_updates=$updates cpu=$cpu rss_kb=$rss_kb redis_cpu=$redis_cpu kafka_cpu=$kafka_cpu wall=$wall$masters_cpu$stale" |
@@ -500,6 +504,7 @@ fresh_start() {
 }
 fresh_stop() {
     wait "$load_pid"
+    load_pid=""
     kill -TERM "$projector_pid"
     wait "$projector_pid"
     projector_pid=""
