@@ -44,10 +44,11 @@ started_kafka=0
 # Stops what this run started, and nothing else.
 cleanup() {
     local status=$?
-    [[ -n $projector_pid ]] && kill -9 "$projector_pid" 2>/dev/null
+    # it may have ended already: cleanup goes on (set -e)
+    if [[ -n $projector_pid ]]; then kill -9 "$projector_pid" 2>/dev/null || true; fi
     if ((keep == 0)); then
-        ((started_kafka)) && lb_kafka_stop >/dev/null 2>&1
-        ((started_redis)) && lb_redis_cluster_stop >/dev/null 2>&1
+        if ((started_kafka)); then lb_kafka_stop >/dev/null 2>&1 || true; fi
+        if ((started_redis)); then lb_redis_cluster_stop >/dev/null 2>&1 || true; fi
     fi
     exit "$status"
 }

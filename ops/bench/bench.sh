@@ -200,11 +200,12 @@ started=0
 projector_pid="" load_pid=""
 cleanup() {
     local status=$?
-    [[ -n $projector_pid ]] && kill -9 "$projector_pid" 2>/dev/null
-    [[ -n $load_pid ]] && kill -9 "$load_pid" 2>/dev/null
+    # either may have ended already: cleanup goes on (set -e)
+    if [[ -n $projector_pid ]]; then kill -9 "$projector_pid" 2>/dev/null || true; fi
+    if [[ -n $load_pid ]]; then kill -9 "$load_pid" 2>/dev/null || true; fi
     if ((started)); then
-        lb_kafka_stop >/dev/null 2>&1
-        lb_redis_cluster_stop >/dev/null 2>&1
+        lb_kafka_stop >/dev/null 2>&1 || true
+        lb_redis_cluster_stop >/dev/null 2>&1 || true
         rm -rf "$out/state"
     fi
     exit "$status"

@@ -56,7 +56,7 @@ for end in fail interrupt terminate; do
     done
     if [[ ! -s $work/child.pid ]]; then
         echo "FAIL $end: the inner test never started its producer" >&2
-        kill -9 "$inner" 2>/dev/null || true
+        kill -9 -- "-$inner" 2>/dev/null || true # its job: the test and what it started
         exit 1
     fi
     child=$(cat "$work/child.pid")
