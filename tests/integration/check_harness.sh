@@ -3,7 +3,8 @@
 # that fails, is interrupted (SIGINT, a terminal's Ctrl-C) or is terminated
 # (SIGTERM, a CI runner's timeout) while its background producer runs leaves
 # nothing of the producer running, neither its subshell nor the program the
-# subshell runs (loadgen in the tests; a sleep here). No services.
+# subshell runs (loadgen in the tests; a sleep here). And run.sh stops at an
+# interrupted test instead of starting the next. No services.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -84,4 +85,22 @@ for end in fail interrupt terminate; do
         failures=$((failures + 1))
     fi
 done
+
+# run.sh, beside two tests: the first interrupted (exit 130, as lib.sh
+# makes it), the second must not start
+mkdir "$work/runner"
+cp "$here/run.sh" "$work/runner/"
+echo 'exit 130' >"$work/runner/test_a.sh"
+cat >"$work/runner/test_b.sh" <<'EOF'
+: >"$HARNESS_WORK/b.ran"
+EOF
+status=0
+HARNESS_WORK=$work bash "$work/runner/run.sh" test_a test_b >"$work/runner.out" 2>&1 || status=$?
+if ((status != 130)) || [[ -e $work/b.ran ]]; then
+    echo "FAIL run.sh: exit $status after an interrupted test (not 130), or the next test ran:" >&2
+    cat "$work/runner.out" >&2
+    failures=$((failures + 1))
+else
+    echo "ok run.sh: exit 130 at the interrupted test, the next one not started"
+fi
 ((failures == 0))

@@ -2,7 +2,8 @@
 # Runs every integration test (tests/integration/test_*.sh), one after the
 # other, each with its own real Redis Cluster and Kafka broker. Prints one
 # line per test and exits non-zero if any failed. A test that cannot start
-# its services fails; nothing is skipped.
+# its services fails; nothing is skipped. An interrupted test (it exits 130
+# on SIGINT or SIGTERM) ends the run, with status 130.
 #
 #   tests/integration/run.sh [test_name...]
 set -uo pipefail
@@ -18,11 +19,20 @@ fi
 failed=()
 for t in "${tests[@]}"; do
     start=$SECONDS
-    if bash "$here/$t.sh"; then
+    status=0
+    bash "$here/$t.sh" || status=$?
+    if ((status == 0)); then
         printf 'PASS %s (%ds)\n' "$t" $((SECONDS - start))
     else
         printf 'FAIL %s (%ds)\n' "$t" $((SECONDS - start))
         failed+=("$t")
+    fi
+    # interrupted (lib.sh exits 130 on SIGINT and SIGTERM, having stopped
+    # what it started): the run stops too, or a Ctrl-C would end one test
+    # and the next would start
+    if ((status == 130)); then
+        printf 'interrupted during %s: the tests after it were not run\n' "$t"
+        exit 130
     fi
 done
 if ((${#failed[@]})); then
