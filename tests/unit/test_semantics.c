@@ -1808,6 +1808,7 @@ static void a_marker_that_is_not_a_number_fails_before_any_write(void **state)
     freeReplyObject(r);
     harness_close(&h);
 }
+
 /* Within one batch the planner leaves a retry out itself; a board without
  * dedupe takes every record. */
 static void a_retry_within_a_batch_is_left_out_by_the_planner(void **state)
