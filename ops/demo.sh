@@ -44,16 +44,17 @@ started_kafka=0
 # Stops what this run started, and nothing else.
 cleanup() {
     local status=$?
+    lb_cleanup_begin
     # it may have ended already: cleanup goes on (set -e)
     if [[ -n $projector_pid ]]; then kill -9 "$projector_pid" 2>/dev/null || true; fi
     if ((keep == 0)); then
         if ((started_kafka)); then lb_kafka_stop >/dev/null 2>&1 || true; fi
         if ((started_redis)); then lb_redis_cluster_stop >/dev/null 2>&1 || true; fi
     fi
-    exit "$status"
+    lb_cleanup_end "$status"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+lb_trap_signals
 trap 'exit 141' PIPE
 
 step "starting a Redis Cluster and a Kafka broker on loopback"

@@ -104,6 +104,29 @@ lb_die() {
     exit 1
 }
 
+# For a script whose EXIT trap stops what it started (the demo, the bench,
+# each integration test). lb_trap_signals: SIGINT and SIGTERM end the
+# script through that trap. The trap begins with lb_cleanup_begin (a second
+# Ctrl-C does not cut the cleanup short) and ends with lb_cleanup_end
+# STATUS, which ends the script by the signal that interrupted it, so
+# whatever runs the script (a loop over tests, ctest, a shell) sees a child
+# killed by SIGINT or SIGTERM, not an exit status, and stops too.
+lb_trap_signals() {
+    trap '_lb_signal=INT; exit 130' INT
+    trap '_lb_signal=TERM; exit 143' TERM
+}
+lb_cleanup_begin() {
+    trap - EXIT
+    trap '' INT TERM
+}
+lb_cleanup_end() {
+    if [[ -n ${_lb_signal-} ]]; then
+        trap - "$_lb_signal"
+        kill -s "$_lb_signal" "$$"
+    fi
+    exit "$1"
+}
+
 # lb_state_dir - where pid files, configs, logs and data of the services live.
 lb_state_dir() {
     printf '%s\n' "${LB_STATE_DIR:-${TMPDIR:-/tmp}/leaderboard-projector}"

@@ -200,6 +200,7 @@ started=0
 projector_pid="" load_pid=""
 cleanup() {
     local status=$?
+    lb_cleanup_begin
     # either may have ended already: cleanup goes on (set -e)
     if [[ -n $projector_pid ]]; then kill -9 "$projector_pid" 2>/dev/null || true; fi
     if [[ -n $load_pid ]]; then kill -9 "$load_pid" 2>/dev/null || true; fi
@@ -208,10 +209,10 @@ cleanup() {
         lb_redis_cluster_stop >/dev/null 2>&1 || true
         rm -rf "$out/state"
     fi
-    exit "$status"
+    lb_cleanup_end "$status"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+lb_trap_signals
 
 if [[ -z $brokers || -z $redis ]]; then
     [[ -z $brokers && -z $redis ]] || {

@@ -3,8 +3,10 @@
 # that fails, is interrupted (SIGINT, a terminal's Ctrl-C) or is terminated
 # (SIGTERM, a CI runner's timeout) while its background producer runs leaves
 # nothing of the producer running, neither its subshell nor the program the
-# subshell runs (loadgen in the tests; a sleep here). And run.sh stops at an
-# interrupted test instead of starting the next. No services.
+# subshell runs (loadgen in the tests; a sleep here). An interrupted test
+# ends by the signal, so a loop running it stops too; and run.sh stops at a
+# test a signal ended instead of starting the next; a second Ctrl-C does not
+# cut the cleanup short. No services.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,6 +32,8 @@ cat >"$work/inner.sh" <<'EOF'
     wait "$!"
 ) &
 T_PIDS+=("$!")
+# a cleanup step that takes a while (a test's own hook), for a second Ctrl-C
+[[ $1 == interrupt-twice ]] && on_exit "sleep 1"
 until [[ -s $HARNESS_WORK/child.pid ]]; do sleep 0.05; done
 case $1 in
     fail) fail "on purpose, with the producer running" ;;
@@ -41,32 +45,52 @@ gone() { # PID: no longer running (a zombie waiting for init counts as gone)
     ! kill -0 "$1" 2>/dev/null || [[ $(ps -o stat= -p "$1" 2>/dev/null) == Z* ]]
 }
 
-failures=0
-for end in fail interrupt terminate; do
+# start_job NAME CMD... - CMD as a job of its own, as a test run from a
+# terminal is (without job control a background bash ignores SIGINT), once
+# its inner test has started its producer; sets job (CMD's PID, its job's
+# id) and child (the producer's program)
+start_job() {
+    local name=$1
+    shift
     rm -f "$work/child.pid"
-    # a job of its own, as a test run from a terminal is (without job
-    # control a background bash ignores SIGINT)
     set -m
-    HARNESS_DIR=$here HARNESS_WORK=$work TMPDIR=$work bash "$work/inner.sh" "$end" \
-        >"$work/inner.log" 2>&1 &
-    inner=$!
+    HARNESS_DIR=$here HARNESS_WORK=$work TMPDIR=$work "$@" >"$work/$name.log" 2>&1 &
+    job=$!
     set +m
     for _ in $(seq 200); do
         [[ -s $work/child.pid ]] && break
         sleep 0.05
     done
     if [[ ! -s $work/child.pid ]]; then
-        echo "FAIL $end: the inner test never started its producer" >&2
-        kill -9 -- "-$inner" 2>/dev/null || true # its job: the test and what it started
+        echo "FAIL $name: the inner test never started its producer" >&2
+        kill -9 -- "-$job" 2>/dev/null || true # the test and what it started
         exit 1
     fi
     child=$(cat "$work/child.pid")
     strays+=("$child")
+}
+
+failures=0
+for end in fail interrupt interrupt-twice terminate; do
+    start_job "$end" bash "$work/inner.sh" "$end"
+    inner=$job
     expected=1
     if [[ $end != fail ]]; then
         sleep 0.2 # inside its wait
-        kill "-$([[ $end == interrupt ]] && echo INT || echo TERM)" "$inner"
-        expected=130
+        if [[ $end == interrupt* ]]; then
+            kill -INT "$inner"
+            expected=130
+            if [[ $end == interrupt-twice ]]; then
+                # inside the cleanup's hook: a Ctrl-C, which reaches the
+                # hook's program too (the producer, started in the
+                # background, ignores SIGINT, as programs started that way do)
+                sleep 0.3
+                kill -INT -- "-$inner"
+            fi
+        else
+            kill -TERM "$inner"
+            expected=143
+        fi
     fi
     status=0
     wait "$inner" || status=$?
@@ -86,21 +110,40 @@ for end in fail interrupt terminate; do
     fi
 done
 
-# run.sh, beside two tests: the first interrupted (exit 130, as lib.sh
-# makes it), the second must not start
+# a Ctrl-C at a loop running the test (the signal goes to the whole job):
+# the test stops its producer and ends by SIGINT, so the loop (bash, which
+# ends itself once its child has ended by the SIGINT it got too) does not
+# go on to its next command
+rm -f "$work/after.ran"
+# shellcheck disable=SC2016 # $1 and $2 are the inner bash's
+start_job loop bash -c 'bash "$1" interrupt; : >"$2"' loop "$work/inner.sh" "$work/after.ran"
+loop=$job
+sleep 0.2
+kill -INT -- "-$loop"
+status=0
+wait "$loop" || status=$?
+if ((status != 130)) || [[ -e $work/after.ran ]]; then
+    echo "FAIL loop: exit $status (not 130), or it went on after the interrupted test" >&2
+    failures=$((failures + 1))
+else
+    echo "ok loop: a Ctrl-C ended the loop with the test, not only the test"
+fi
+
+# run.sh, beside two tests: the first ended by a signal sent to it alone
+# (as lib.sh ends a test it interrupted), the second must not start
 mkdir "$work/runner"
 cp "$here/run.sh" "$work/runner/"
-echo 'exit 130' >"$work/runner/test_a.sh"
+echo 'kill -s TERM "$$"' >"$work/runner/test_a.sh"
 cat >"$work/runner/test_b.sh" <<'EOF'
 : >"$HARNESS_WORK/b.ran"
 EOF
 status=0
 HARNESS_WORK=$work bash "$work/runner/run.sh" test_a test_b >"$work/runner.out" 2>&1 || status=$?
-if ((status != 130)) || [[ -e $work/b.ran ]]; then
-    echo "FAIL run.sh: exit $status after an interrupted test (not 130), or the next test ran:" >&2
+if ((status != 143)) || [[ -e $work/b.ran ]]; then
+    echo "FAIL run.sh: exit $status after a terminated test (not 143), or the next test ran:" >&2
     cat "$work/runner.out" >&2
     failures=$((failures + 1))
 else
-    echo "ok run.sh: exit 130 at the interrupted test, the next one not started"
+    echo "ok run.sh: exit 143 at the terminated test, the next one not started"
 fi
 ((failures == 0))

@@ -49,7 +49,7 @@ _t_tree() {
 t_cleanup() {
     local status=$? pid hook
     local -a tree
-    trap - EXIT INT TERM
+    lb_cleanup_begin
     for hook in "${T_ON_EXIT[@]}"; do
         eval "$hook" || true
     done
@@ -82,10 +82,10 @@ t_cleanup() {
             log "passed; logs kept in $T_DIR (LB_KEEP_LOGS)"
         fi
     fi
-    exit "$status"
+    lb_cleanup_end "$status"
 }
 trap t_cleanup EXIT
-trap 'exit 130' INT TERM
+lb_trap_signals
 
 # start_kafka [TOPICS] - a Kafka broker with TOPICS (default scores:6) on
 # free ports.

@@ -2,8 +2,9 @@
 # Runs every integration test (tests/integration/test_*.sh), one after the
 # other, each with its own real Redis Cluster and Kafka broker. Prints one
 # line per test and exits non-zero if any failed. A test that cannot start
-# its services fails; nothing is skipped. An interrupted test (it exits 130
-# on SIGINT or SIGTERM) ends the run, with status 130.
+# its services fails; nothing is skipped. A test ended by SIGINT or SIGTERM
+# (lib.sh stops what it started, then ends by the same signal) ends the run,
+# with its status (130 or 143).
 #
 #   tests/integration/run.sh [test_name...]
 set -uo pipefail
@@ -27,12 +28,13 @@ for t in "${tests[@]}"; do
         printf 'FAIL %s (%ds)\n' "$t" $((SECONDS - start))
         failed+=("$t")
     fi
-    # interrupted (lib.sh exits 130 on SIGINT and SIGTERM, having stopped
-    # what it started): the run stops too, or a Ctrl-C would end one test
-    # and the next would start
-    if ((status == 130)); then
-        printf 'interrupted during %s: the tests after it were not run\n' "$t"
-        exit 130
+    # interrupted or terminated: the run stops too. A Ctrl-C reaches this
+    # shell as well and bash ends it once the test has; a signal sent to
+    # the test alone (a stuck test killed by hand) would otherwise end one
+    # test and the next would start
+    if ((status == 130 || status == 143)); then
+        printf '%s ended by a signal (status %d): the tests after it were not run\n' "$t" "$status"
+        exit "$status"
     fi
 done
 if ((${#failed[@]})); then
