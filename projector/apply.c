@@ -321,9 +321,10 @@ struct encoder {
     const struct lb_apply_options *options;
     /* per board: segments by number; per key: entries by segment */
     const struct lb_plan_segment **segs;
-    uint32_t *counts; /* [2 * (nseg + 1)]: plain, then special, by segment number */
-    uint32_t *order;  /* the key's entries, grouped */
-    size_t segs_cap, counts_cap, order_cap;
+    uint32_t *counts;        /* [2 * (nseg + 1)]: plain, then special, by segment number */
+    uint32_t *order;         /* the key's entries, grouped */
+    struct stamped *stamped; /* a segment's event ids, to sort */
+    size_t segs_cap, counts_cap, order_cap, stamped_cap;
     /* latest boards: per entry (by its index in the plan) whether it goes
      * plain; the players, by segment number; their newest values */
     int latest;
@@ -458,13 +459,30 @@ static int group_entries(struct encoder *en, const struct lb_plan_key *key, uint
     return 0;
 }
 
-/* Groups a board's event ids by segment number into en->order (stable)
- * and counts them in en->counts[number]. Returns 0 or -1 (memory). */
+struct stamped {
+    int64_t stamp;
+    uint32_t seen;
+};
+
+/* Newest first; the plan's order among equal stamps. */
+static int newer_first(const void *a, const void *b)
+{
+    const struct stamped *x = a, *y = b;
+    if (x->stamp != y->stamp)
+        return x->stamp > y->stamp ? -1 : 1;
+    return x->seen < y->seen ? -1 : x->seen > y->seen;
+}
+
+/* Groups a board's event ids by segment number into en->order, each
+ * segment's newest first (the script finds by bisection those the window
+ * has passed: it neither looks them up nor records them), and counts them
+ * in en->counts[number]. Returns 0 or -1 (memory). */
 static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_t nseg)
 {
     if (grow((void **)&en->counts, &en->counts_cap, 2 * ((size_t)nseg + 1), sizeof(uint32_t)) !=
             0 ||
-        grow((void **)&en->order, &en->order_cap, b->nseen, sizeof(uint32_t)) != 0)
+        grow((void **)&en->order, &en->order_cap, b->nseen, sizeof(uint32_t)) != 0 ||
+        grow((void **)&en->stamped, &en->stamped_cap, b->nseen, sizeof(struct stamped)) != 0)
         return -1;
     uint32_t *count = en->counts, *cursor = en->counts + nseg + 1, sum = 0;
     memset(count, 0, ((size_t)nseg + 1) * sizeof(uint32_t));
@@ -476,6 +494,12 @@ static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_
     }
     for (uint32_t i = b->first_seen; i != LB_PLAN_NONE; i = en->v.seen[i].next)
         en->order[cursor[en->v.segments[en->v.seen[i].segment].number]++] = i;
+    for (uint32_t i = 0; i < b->nseen; i++)
+        en->stamped[i] = (struct stamped){en->v.seen[en->order[i]].stamp, en->order[i]};
+    for (uint32_t s = 0, at = 0; s <= nseg; at += count[s++])
+        qsort(en->stamped + at, count[s], sizeof(struct stamped), newer_first);
+    for (uint32_t i = 0; i < b->nseen; i++)
+        en->order[i] = en->stamped[i].seen;
     return 0;
 }
 
@@ -930,6 +954,7 @@ int lb_apply_encode(struct lb_apply_batch *batch, const struct lb_plan *plan,
     free(en.segs);
     free(en.counts);
     free(en.order);
+    free(en.stamped);
     free(en.plain);
     free(en.items);
     free(en.players);

@@ -49,7 +49,8 @@
  *
  * The request, protocol 5 (apply.lua has the exact argument layout): the
  * marker fields with each segment's first and last offset, the event ids of
- * a board that dedupes (with their offsets and stamps), a latest board's
+ * a board that dedupes (with their offsets and stamps, each segment's
+ * newest first), a latest board's
  * players per segment with their newest stamp and windows, then per window
  * key its expiry (a latest board's: its name too) and its entries grouped
  * by segment, "plain" ones (a value only) apart from "special" ones (a
@@ -74,7 +75,10 @@
  *     the caller plans the board again without those events; otherwise
  *     the ids are recorded with the writes and the set trimmed to the
  *     window behind its newest event time (it expires a week past the
- *     window after its newest event time);
+ *     window after its newest event time). The set never holds an id the
+ *     window has passed, so such an id is neither looked up nor recorded,
+ *     and the set is trimmed and its expiry set only when its newest
+ *     second moves;
  *   - refuses a sum leaving [sum_min, sum_max]: {"overflow", key number,
  *     member, ...}, nothing written;
  *   - a key of the wrong type: {"wrongtype", key}; an expiry Redis would

@@ -13,9 +13,9 @@
 --       only), [12] latest boards: "<prefix>{<tag>}:", the start of the
 --       board's key names;
 --       4 per segment: marker field, first and last offset, count of its
---       event ids; the event ids, segment by segment, as pairs: stamp (event
---       time in seconds * 2^20 + fingerprint), id; then their offsets in the
---       same order; latest boards
+--       event ids; the event ids, segment by segment (each segment's
+--       newest first), as pairs: stamp (event time in seconds * 2^20 +
+--       fingerprint), id; then their offsets in the same order; latest boards
 --       then per segment the count of its players and per player: the
 --       player, its newest ("<stamp>|<window>|...|", see latest() below, or
 --       "" when its entries hold no value); then per key: expiry kind n|a|t,
@@ -35,7 +35,7 @@
 -- earlier writes when a later call fails. Every key is touched before the
 -- first write: markers by HMGET and ZMSCORE, sum windows by ZMSCORE, latest
 -- boards' ~newest and the stamps they read by HMGET, the dedupe set by
--- ZMSCORE, and the other keys they write by TYPE.
+-- ZRANGE (its newest), and the other keys they write by TYPE.
 if ARGV[1] ~= '5' then return {'protocol', '5', ARGV[1]} end
 local CHUNK = 6000 -- values per call: unpack of ~8,000 fails on Redis 7.0
 -- Numbers the request and the markers hold as strings are converted with
@@ -342,8 +342,7 @@ end
 local w = KEYS[5] or KEYS[1]
 for _, call in ipairs({{'ZADD', w, '0', 'm'}, {'ZREM', w, 'm'}, {'HSET', KEYS[1], 'f', '0'},
                        {'HDEL', KEYS[1], 'f'}, {'PEXPIRE', w, '1'}, {'PEXPIREAT', w, '1'},
-                       {'ZRANGE', KEYS[4], '0', '0'}, {'ZREMRANGEBYSCORE', KEYS[4], '0', '0'},
-                       {'TIME'}}) do
+                       {'ZREMRANGEBYSCORE', KEYS[4], '0', '0'}, {'TIME'}}) do
   if redis.acl_check_cmd and not redis.acl_check_cmd(unpack(call)) then -- Redis 7 on
     return {'noperm', string.lower(call[1])}
   end
@@ -354,37 +353,24 @@ local swidth = (mode == 'l') and 4 or width + 1 -- a special entry's: its flags 
 
 -- dedupe: the ids of the applied segments' events (each once: the planner
 -- leaves a retry within the batch out), as (stamp, id) pairs, a segment's
--- in one run (ZADD takes them as they are), then each id's offset in the
--- same order; one the set holds makes the call write nothing and name them
--- (field, offset, d: the same stamp, c: another); the caller plans the
--- board again without them
+-- in one run, newest first, then each id's offset in the same order. The
+-- set holds no id more than the window behind its newest (each write trims
+-- it), so only the ids from there on are looked up, and only those within
+-- the window behind the newest after this request are recorded: each
+-- segment's first ones (found by bisection), ZADD takes them as they are.
+-- One the set holds makes the call write nothing and name them (field,
+-- offset, d: the same stamp, c: another); the caller plans the board again
+-- without them
 local dwin, pos = tonumber(ARGV[10]), 13 + 4 * nseg
-local ids, idruns, nids, idcount, allids = {}, {}, 0, {}, 0 -- idcount[s]: segment s's
+local idruns, allids = {}, 0 -- the applied segments': segment, first pair, count, number
 for s = 1, nseg do
   local ns = ARGV[12 + 4 * s] + 0
-  idcount[s], allids = ns, allids + ns
-  if apply[s] and ns > 0 then
-    idruns[#idruns + 1] = {pos, pos + 2 * ns - 1}
-    for e = pos + 1, pos + 2 * ns - 1, 2 do
-      nids = nids + 1
-      ids[nids] = ARGV[e]
-    end
-  end
+  if apply[s] and ns > 0 then idruns[#idruns + 1] = {s, pos, ns, allids} end
+  allids = allids + ns
   pos = pos + 2 * ns
 end
 local offsets = pos
 pos = pos + allids
--- the x-th id of the applied segments: its segment, its pair's place and its
--- number among every segment's (for a duplicate's answer only)
-local function id_at(x)
-  local n, at, g = 0, 13 + 4 * nseg, 0
-  for s = 1, nseg do
-    local ns = idcount[s]
-    if apply[s] and x <= n + ns then return s, at + 2 * (x - n - 1), g + x - n end
-    if apply[s] then n = n + ns end
-    at, g = at + 2 * ns, g + ns
-  end
-end
 -- latest boards: each segment's players with their newest (latest() below)
 local players = {}
 if mode == 'l' then
@@ -394,41 +380,79 @@ if mode == 'l' then
     pos = pos + 1 + 2 * n
   end
 end
-if nids > 0 then
-  local dups = {}
-  for i = 1, nids, CHUNK do
-    local j = math.min(i + CHUNK - 1, nids)
-    local got = redis.pcall('ZMSCORE', KEYS[4], unpack(ids, i, j))
-    if got.err then return refused(got, 'zmscore') or {'wrongtype', KEYS[4]} end
-    for x = i, j do
-      local was = got[x - i + 1]
-      if was and #dups < CHUNK then
-        local s, e, g = id_at(x)
-        dups[#dups + 1] = ARGV[9 + 4 * s]
-        dups[#dups + 1] = ARGV[offsets + g - 1]
-        dups[#dups + 1] = (tonumber(was) == tonumber(ARGV[e])) and 'd' or 'c'
+-- the set's newest second before and after this request, and how many of
+-- a run's ids have a stamp of at least 'from' (second)
+local unit, was, newest = 2 ^ 20, nil, nil
+local function within(r, from)
+  local lo, hi, bound = 0, r[3], from * unit
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if ARGV[r[2] + 2 * mid] + 0 < bound then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+if #idruns > 0 then
+  local top = redis.pcall('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  if top.err then return refused(top, 'zrange') or {'wrongtype', KEYS[4]} end
+  was = top[2] and math.floor((top[2] + 0) / unit)
+  newest = was
+  for _, r in ipairs(idruns) do
+    local second = math.floor((ARGV[r[2]] + 0) / unit)
+    if not newest or second > newest then newest = second end
+  end
+  if was then
+    local ids, n = {}, 0
+    for _, r in ipairs(idruns) do
+      r[5] = within(r, was - dwin) -- looked up
+      for e = r[2] + 1, r[2] + 2 * r[5] - 1, 2 do
+        n = n + 1
+        ids[n] = ARGV[e]
       end
     end
+    -- the x-th id looked up: its run and its place in the run
+    local function id_at(x)
+      for _, r in ipairs(idruns) do
+        if x <= r[5] then return r, x - 1 end
+        x = x - r[5]
+      end
+    end
+    local dups = {}
+    for i = 1, n, CHUNK do
+      local j = math.min(i + CHUNK - 1, n)
+      local got = redis.pcall('ZMSCORE', KEYS[4], unpack(ids, i, j))
+      if got.err then return refused(got, 'zmscore') or {'wrongtype', KEYS[4]} end
+      for x = i, j do
+        local held = got[x - i + 1]
+        if held and #dups < CHUNK then
+          local r, k = id_at(x)
+          dups[#dups + 1] = ARGV[9 + 4 * r[1]]
+          dups[#dups + 1] = ARGV[offsets + r[4] + k]
+          dups[#dups + 1] = (held + 0 == ARGV[r[2] + 2 * k] + 0) and 'd' or 'c'
+        end
+      end
+    end
+    if #dups > 0 then return {'duplicate', unpack(dups)} end
   end
-  if #dups > 0 then return {'duplicate', unpack(dups)} end
 end
 
--- records the ids with the writes, then forgets those older than the
--- window behind the newest; the set expires a week past the window after
--- its newest event time (an instant of event time, the same for a replay;
+-- records the ids with the writes; when the newest second moved, forgets
+-- those the window behind it has passed, and the set expires a week past
+-- the window after it (an instant of event time, the same for a replay;
 -- none when that is already past)
 local function remember()
-  if nids == 0 then return end
+  if not newest then return end
   for _, r in ipairs(idruns) do
-    for i = r[1], r[2], CHUNK do
-      redis.call('ZADD', KEYS[4], unpack(ARGV, i, math.min(i + CHUNK - 1, r[2])))
+    local last = r[2] + 2 * within(r, newest - dwin) - 1
+    for i = r[2], last, CHUNK do
+      redis.call('ZADD', KEYS[4], unpack(ARGV, i, math.min(i + CHUNK - 1, last)))
     end
   end
-  local unit = 2 ^ 20
-  local newest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')[2]
-  local from = (math.floor(tonumber(newest) / unit) - dwin) * unit
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', from))
-  local expire = (math.floor(tonumber(newest) / unit) + dwin + 604800) * 1000
+  if was and newest == was then return end
+  if was then
+    local from = string.format('%.0f', (newest - dwin) * unit)
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. from)
+  end
+  local expire = (newest + dwin + 604800) * 1000
   if expire > tonumber(redis.call('TIME')[1]) * 1000 then
     redis.call('PEXPIREAT', KEYS[4], string.format('%.0f', expire))
   end

@@ -499,7 +499,8 @@ static void each_partition_is_a_segment_with_its_offsets(void **state)
     char players[5][8]; /* the planner borrows them until the request is built */
     for (size_t i = 0; i < 5; i++) {
         snprintf(players[i], sizeof(players[i]), "p%zu", i);
-        struct lb_event ev = event("g9", players[i], 1, MAY4_10H);
+        /* one second apart, so the ids' order by event time is known */
+        struct lb_event ev = event("g9", players[i], 1, MAY4_10H + (int64_t)i * 1000);
         struct lb_position pos = at(partitions[i], offsets[i]);
         assert_int_equal(plan_event(f->plan, &ev, &pos, MAY4_10H, &txn), LB_ACCEPT);
     }
@@ -514,11 +515,19 @@ static void each_partition_is_a_segment_with_its_offsets(void **state)
     expect(q.args[18], "70");
     expect(q.args[19], "90");
     expect(q.args[20], "2");
-    /* the event ids come grouped by segment too, as (stamp, id) pairs, then
-     * their offsets */
-    static const char *const offsets_grouped[] = {"10", "11", "15", "70", "90"};
-    for (size_t i = 0; i < 5; i++)
+    /* the event ids come grouped by segment too, each segment's newest
+     * first (the script bisects them by event time), as (stamp, id) pairs,
+     * then their offsets in the same order */
+    static const char *const offsets_grouped[] = {"15", "11", "10", "90", "70"};
+    static const int event_of[] = {4, 2, 0, 3, 1}; /* i of the loop above */
+    for (size_t i = 0; i < 5; i++) {
         expect(q.args[21 + 2 * 5 + i], offsets_grouped[i]);
+        long long seconds = atoll(q.args[21 + 2 * i]) >> LB_DEDUPE_FP_BITS;
+        assert_int_equal(seconds, (MAY4_10H + event_of[i] * 1000) / 1000);
+    }
+    /* each id with its own stamp: the events' ids were given in order */
+    assert_int_equal(atoi(q.args[22] + 1) - atoi(q.args[22 + 2 * 2] + 1), 4);
+    assert_int_equal(atoi(q.args[22 + 2 * 3] + 1) - atoi(q.args[22 + 2 * 4] + 1), 2);
     /* each key's entries come grouped by segment (counts 3 and 2), so the
      * script can hand any applied segment's run to ZADD as it is */
     struct key_args a = key_args(&q, 1);

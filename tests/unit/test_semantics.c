@@ -1715,6 +1715,25 @@ static void the_dedupe_window_follows_event_time(void **state)
     r = redis_server_command(redis, "PEXPIRETIME lb:{d}:~seen");
     assert_int_equal(r->integer, (now_s + 3600 + 604800) * 1000);
     freeReplyObject(r);
+    /* the newest second unchanged (no trim, no new expiry): in one batch an
+     * id of that second is recorded, one the window has passed counts and
+     * is not, one exactly the window behind is; their retries show it */
+    struct lb_event same[] = {sum_event("m", 20, now_s * 1000 + 500),
+                              sum_event("o", 300, (now_s - 3601) * 1000),
+                              sum_event("p", 4000, (now_s - 3600) * 1000)};
+    struct lb_position at6[] = {{"t", 0, 6}, {"t", 0, 7}, {"t", 0, 8}};
+    assert_int_equal(apply_events(&h, same, at6, 3), LB_APPLY_OK);
+    assert_true(score_of(redis, "lb:{d}:~seen", "m", &stamp));
+    assert_false(score_of(redis, "lb:{d}:~seen", "o", &stamp));
+    assert_true(score_of(redis, "lb:{d}:~seen", "p", &stamp));
+    r = redis_server_command(redis, "PEXPIRETIME lb:{d}:~seen");
+    assert_int_equal(r->integer, (now_s + 3600 + 604800) * 1000);
+    freeReplyObject(r);
+    struct lb_position at9[] = {{"t", 0, 9}, {"t", 0, 10}, {"t", 0, 11}};
+    assert_int_equal(apply_events(&h, &same[0], &at9[0], 1), LB_APPLY_DUPLICATE);
+    assert_int_equal(apply_events(&h, &same[1], &at9[1], 1), LB_APPLY_OK);
+    assert_int_equal(apply_events(&h, &same[2], &at9[2], 1), LB_APPLY_DUPLICATE);
+    assert_int_equal(total_of_ann(), 1 + 10 + 100 + 1000 + 1 + 20 + 2 * 300 + 4000);
     harness_close(&h);
 }
 
@@ -1750,17 +1769,22 @@ static void a_batch_wider_than_the_window_keeps_only_its_ids_within_it(void **st
 }
 
 /* A pod restarted with a smaller window: the window comes with each
- * request, so the ids the set holds beyond it are forgotten by its first
- * write, although the board's newest event time has not moved. */
-static void a_smaller_window_forgets_with_the_first_write(void **state)
+ * request, so an id the set holds beyond it counts again at once (it is
+ * not looked up), and the set forgets it when the board's newest event
+ * time next moves by a second (only then is the set trimmed). */
+static void a_smaller_window_counts_again_and_forgets_when_time_moves(void **state)
 {
     (void)state;
     struct harness h;
     harness_open(&h, DEDUPE_CONFIG, redis);
-    struct lb_event evs[] = {sum_event("a", 1, MAY1), sum_event("b", 10, MAY1 + 2000000),
-                             sum_event("c", 100, MAY1 + 2000000), sum_event("a", 1000, MAY1),
-                             sum_event("b", 10, MAY1 + 2000000)};
-    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2}, {"t", 0, 3}, {"t", 0, 4}};
+    struct lb_event evs[] = {sum_event("a", 1, MAY1),
+                             sum_event("b", 10, MAY1 + 2000000),
+                             sum_event("c", 100, MAY1 + 2000000),
+                             sum_event("a", 1000, MAY1),
+                             sum_event("b", 10, MAY1 + 2000000),
+                             sum_event("d", 10000, MAY1 + 2001000)};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2},
+                                {"t", 0, 3}, {"t", 0, 4}, {"t", 0, 5}};
     assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
     harness_close(&h);
     harness_load(&h,
@@ -1770,11 +1794,16 @@ static void a_smaller_window_forgets_with_the_first_write(void **state)
                  redis);
     assert_int_equal(apply_events(&h, &evs[2], &pos[2], 1), LB_APPLY_OK); /* in b's second */
     int64_t stamp;
-    assert_false(score_of(redis, "lb:{d}:~seen", "a", &stamp)); /* 2000 s behind */
-    assert_true(score_of(redis, "lb:{d}:~seen", "b", &stamp));
+    assert_true(score_of(redis, "lb:{d}:~seen", "a", &stamp)); /* 2000 s behind: kept so far */
     assert_int_equal(apply_events(&h, &evs[3], &pos[3], 1), LB_APPLY_OK);        /* a's retry */
     assert_int_equal(apply_events(&h, &evs[4], &pos[4], 1), LB_APPLY_DUPLICATE); /* b's */
     assert_int_equal(total_of_ann(), 1 + 10 + 100 + 1000);
+    assert_true(score_of(redis, "lb:{d}:~seen", "a", &stamp));
+    assert_int_equal(apply_events(&h, &evs[5], &pos[5], 1), LB_APPLY_OK); /* a second on */
+    assert_false(score_of(redis, "lb:{d}:~seen", "a", &stamp));
+    assert_true(score_of(redis, "lb:{d}:~seen", "b", &stamp));
+    assert_true(score_of(redis, "lb:{d}:~seen", "d", &stamp));
+    assert_int_equal(total_of_ann(), 1 + 10 + 100 + 1000 + 10000);
     harness_close(&h);
 }
 
@@ -1933,7 +1962,7 @@ int main(void)
         cmocka_unit_test(a_command_the_user_may_not_run_is_named_and_nothing_written),
         cmocka_unit_test(the_dedupe_window_follows_event_time),
         cmocka_unit_test(a_batch_wider_than_the_window_keeps_only_its_ids_within_it),
-        cmocka_unit_test(a_smaller_window_forgets_with_the_first_write),
+        cmocka_unit_test(a_smaller_window_counts_again_and_forgets_when_time_moves),
         cmocka_unit_test(a_marker_that_is_not_a_number_fails_before_any_write),
         cmocka_unit_test(a_retry_within_a_batch_is_left_out_by_the_planner),
         cmocka_unit_test(a_dedupe_set_of_the_wrong_type_writes_nothing),
