@@ -475,8 +475,8 @@ static int newer_first(const void *a, const void *b)
 
 /* Groups a board's event ids by segment number into en->order, each
  * segment's newest first (the script finds by bisection those the window
- * has passed: it neither looks them up nor records them), and counts them
- * in en->counts[number]. Returns 0 or -1 (memory). */
+ * has passed: it does not record them), and counts them in
+ * en->counts[number]. Returns 0 or -1 (memory). */
 static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_t nseg)
 {
     if (grow((void **)&en->counts, &en->counts_cap, 2 * ((size_t)nseg + 1), sizeof(uint32_t)) !=
@@ -497,7 +497,8 @@ static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_
     for (uint32_t i = 0; i < b->nseen; i++)
         en->stamped[i] = (struct stamped){en->v.seen[en->order[i]].stamp, en->order[i]};
     for (uint32_t s = 0, at = 0; s <= nseg; at += count[s++])
-        qsort(en->stamped + at, count[s], sizeof(struct stamped), newer_first);
+        if (count[s] > 1)
+            qsort(en->stamped + at, count[s], sizeof(struct stamped), newer_first);
     for (uint32_t i = 0; i < b->nseen; i++)
         en->order[i] = en->stamped[i].seen;
     return 0;

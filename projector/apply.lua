@@ -342,7 +342,8 @@ end
 local w = KEYS[5] or KEYS[1]
 for _, call in ipairs({{'ZADD', w, '0', 'm'}, {'ZREM', w, 'm'}, {'HSET', KEYS[1], 'f', '0'},
                        {'HDEL', KEYS[1], 'f'}, {'PEXPIRE', w, '1'}, {'PEXPIREAT', w, '1'},
-                       {'ZREMRANGEBYSCORE', KEYS[4], '0', '0'}, {'TIME'}}) do
+                       {'ZRANGE', KEYS[4], '0', '0'}, {'ZREMRANGEBYSCORE', KEYS[4], '0', '0'},
+                       {'TIME'}}) do
   if redis.acl_check_cmd and not redis.acl_check_cmd(unpack(call)) then -- Redis 7 on
     return {'noperm', string.lower(call[1])}
   end
@@ -353,14 +354,15 @@ local swidth = (mode == 'l') and 4 or width + 1 -- a special entry's: its flags 
 
 -- dedupe: the ids of the applied segments' events (each once: the planner
 -- leaves a retry within the batch out), as (stamp, id) pairs, a segment's
--- in one run, newest first, then each id's offset in the same order. The
--- set holds no id more than the window behind its newest (each write trims
--- it), so only the ids from there on are looked up, and only those within
--- the window behind the newest after this request are recorded: each
--- segment's first ones (found by bisection), ZADD takes them as they are.
+-- in one run, newest first, then each id's offset in the same order. An
+-- event whose time is more than the window behind the set's newest is
+-- outside the window: it counts, and its id is neither looked up nor
+-- recorded (the set cannot hold it with that stamp: each write trims it).
 -- One the set holds makes the call write nothing and name them (field,
--- offset, d: the same stamp, c: another); the caller plans the board again
--- without them
+-- offset, d: the same stamp, c: another), and the caller plans the board
+-- again without them. Only the ids within the window behind the newest
+-- after this request are recorded: each segment's first ones (found by
+-- bisection, as are those looked up), which ZADD takes as they are
 local dwin, pos = tonumber(ARGV[10]), 13 + 4 * nseg
 local idruns, allids = {}, 0 -- the applied segments': segment, first pair, count, number
 for s = 1, nseg do
@@ -401,7 +403,9 @@ if #idruns > 0 then
     if not newest or second > newest then newest = second end
   end
   if was then
-    local ids, n = {}, 0
+    -- an id held with a stamp the window has passed counts as forgotten
+    -- (the window is smaller than when the set was last trimmed)
+    local ids, n, from = {}, 0, (was - dwin) * unit
     for _, r in ipairs(idruns) do
       r[5] = within(r, was - dwin) -- looked up
       for e = r[2] + 1, r[2] + 2 * r[5] - 1, 2 do
@@ -423,7 +427,7 @@ if #idruns > 0 then
       if got.err then return refused(got, 'zmscore') or {'wrongtype', KEYS[4]} end
       for x = i, j do
         local held = got[x - i + 1]
-        if held and #dups < CHUNK then
+        if held and held + 0 >= from and #dups < CHUNK then
           local r, k = id_at(x)
           dups[#dups + 1] = ARGV[9 + 4 * r[1]]
           dups[#dups + 1] = ARGV[offsets + r[4] + k]

@@ -1649,28 +1649,32 @@ static int64_t total_of_ann(void)
 
 /* A producer's retry (the same event_id, a record of its own) is refused
  * whole and named: "d" with the same payload, "c" (a conflict) with
- * another; the first record's total stands and no marker moves. */
+ * another, even one whose event time the window has passed (the set holds
+ * the id with the first record's newer stamp); the first record's total
+ * stands and no marker moves. */
 static void a_retry_counts_once_and_another_payload_is_a_conflict(void **state)
 {
     (void)state;
     struct harness h;
     harness_open(&h, DEDUPE_CONFIG, redis);
-    struct lb_event first = sum_event("x", 5, MAY1), same = first, other = sum_event("x", 9, MAY1);
-    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 1, 7}};
+    struct lb_event first = sum_event("x", 5, MAY1);
+    struct lb_event retries[] = {first, sum_event("x", 9, MAY1),
+                                 sum_event("x", 9, MAY1 - HOUR + 1000)};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 1, 7}, {"t", 1, 8}};
     assert_int_equal(apply_events(&h, &first, &pos[0], 1), LB_APPLY_OK);
     struct skip skip[MAX_SKIPS];
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         size_t nskip = 0;
         lb_plan_reset(h.plan);
         uint32_t txn;
-        plan_event(h.plan, i ? &other : &same, &pos[1 + i], MAY1, &txn);
+        plan_event(h.plan, &retries[i], &pos[1 + i], MAY1, &txn);
         assert_int_equal(lb_apply_encode(&h.batch, h.plan, &apply_lb), 0);
         assert_int_equal(apply(&h, 0, skip, &nskip), LB_APPLY_DUPLICATE);
         assert_int_equal(nskip, 1);
         assert_string_equal(skip[0].field, i ? "t:1" : "t:0");
-        assert_int_equal(skip[0].marker, i ? 7 : 1);
+        assert_int_equal(skip[0].marker, pos[1 + i].offset);
         assert_int_equal(skip[0].exact, 1);
-        assert_int_equal(h.conflicts, (size_t)i);
+        assert_int_equal(h.conflicts, (size_t)(i > 0));
     }
     assert_int_equal(total_of_ann(), 5);
     assert_int_equal(marker_of(redis, "d", "t:0"), 0);
@@ -1679,7 +1683,13 @@ static void a_retry_counts_once_and_another_payload_is_a_conflict(void **state)
     int64_t stamp;
     assert_true(score_of(redis, "lb:{d}:~seen", "x", &stamp));
     assert_int_equal(stamp, lb_dedupe_stamp(&first));
-    assert_int_not_equal(lb_dedupe_stamp(&first), lb_dedupe_stamp(&other));
+    assert_int_not_equal(lb_dedupe_stamp(&first), lb_dedupe_stamp(&retries[1]));
+    struct lb_event outside = sum_event("x", 70, MAY1 - HOUR - 1000);
+    struct lb_position at9 = {"t", 1, 9};
+    assert_int_equal(apply_events(&h, &outside, &at9, 1), LB_APPLY_OK);
+    assert_int_equal(total_of_ann(), 5 + 70);
+    assert_true(score_of(redis, "lb:{d}:~seen", "x", &stamp));
+    assert_int_equal(stamp, lb_dedupe_stamp(&first));
     harness_close(&h);
 }
 
@@ -1769,9 +1779,10 @@ static void a_batch_wider_than_the_window_keeps_only_its_ids_within_it(void **st
 }
 
 /* A pod restarted with a smaller window: the window comes with each
- * request, so an id the set holds beyond it counts again at once (it is
- * not looked up), and the set forgets it when the board's newest event
- * time next moves by a second (only then is the set trimmed). */
+ * request, so an id the set holds beyond it counts again at once (held
+ * with a stamp the window has passed, it is taken as forgotten), and the
+ * set forgets it when the board's newest event time next moves by a
+ * second (only then is the set trimmed). */
 static void a_smaller_window_counts_again_and_forgets_when_time_moves(void **state)
 {
     (void)state;
