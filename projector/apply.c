@@ -271,6 +271,18 @@ int lb_key_is_window(const char *prefix, const char *key, size_t len)
     return lb_key_parse(prefix, key, len, &parts) == 0 && parts.kind == LB_KEY_WINDOW;
 }
 
+int64_t lb_apply_dedupe_seconds(const struct lb_profile *profile)
+{
+    return (profile->dedupe_window_ms + 999) / 1000;
+}
+
+int lb_apply_seen_forgotten(const struct lb_profile *profile, int64_t newest, int64_t stamp)
+{
+    int64_t from =
+        lb_floor_div(newest, INT64_C(1) << LB_DEDUPE_FP_BITS) - lb_apply_dedupe_seconds(profile);
+    return lb_floor_div(stamp, INT64_C(1) << LB_DEDUPE_FP_BITS) < from;
+}
+
 /* ---- requests --------------------------------------------------------------------- */
 
 #define KEY_MAX 1024
@@ -853,7 +865,7 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     p = lb_resp_bulk_int(p, nkeys);
     p = lb_resp_bulk_int(p, nseg);
     /* whole seconds, rounded up: the set keeps at least the window */
-    p = lb_resp_bulk_int(p, (profile->dedupe_window_ms + 999) / 1000);
+    p = lb_resp_bulk_int(p, lb_apply_dedupe_seconds(profile));
     /* latest boards: whether the request may start ~newest (not when it
      * keeps per-window stamps only, nor on a board without an all-time
      * window: ~newest never expires), and where the board's keys start */

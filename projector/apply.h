@@ -75,10 +75,11 @@
  *     the caller plans the board again without those events; otherwise
  *     the ids are recorded with the writes and the set trimmed to the
  *     window behind its newest event time (it expires a week past the
- *     window after its newest event time). The set never holds an id the
- *     window has passed, so such an id is neither looked up nor recorded,
- *     and the set is trimmed and its expiry set only when its newest
- *     second moves;
+ *     window after its newest event time). An event more than the window
+ *     behind the set's newest is outside it: it counts, its id neither
+ *     looked up nor recorded. The set is trimmed and its expiry set only
+ *     when its newest second moves (ids a window made smaller left until
+ *     then count as forgotten: lb_apply_seen_forgotten);
  *   - refuses a sum leaving [sum_min, sum_max]: {"overflow", key number,
  *     member, ...}, nothing written;
  *   - a key of the wrong type: {"wrongtype", key}; an expiry Redis would
@@ -276,6 +277,15 @@ struct lb_key_parts {
 int lb_key_parse(const char *prefix, const char *key, size_t len, struct lb_key_parts *parts);
 /* Whether 'key' is a window's sorted set under 'prefix' (not bookkeeping). */
 int lb_key_is_window(const char *prefix, const char *key, size_t len);
+
+/* The dedupe window a request carries, in whole seconds (0: off). */
+int64_t lb_apply_dedupe_seconds(const struct lb_profile *profile);
+/* Whether an id a board's ~seen holds with 'stamp' counts as forgotten
+ * while the set's newest is 'newest' (both lb_dedupe_stamp values): more
+ * than the profile's window behind the newest second. The script drops
+ * such ids when the newest second moves; until then (a window made smaller
+ * since the last trim) it takes them as absent. */
+int lb_apply_seen_forgotten(const struct lb_profile *profile, int64_t newest, int64_t stamp);
 
 /* ---- requests --------------------------------------------------------------------- */
 

@@ -357,7 +357,8 @@ local swidth = (mode == 'l') and 4 or width + 1 -- a special entry's: its flags 
 -- in one run, newest first, then each id's offset in the same order. An
 -- event whose time is more than the window behind the set's newest is
 -- outside the window: it counts, and its id is neither looked up nor
--- recorded (the set cannot hold it with that stamp: each write trims it).
+-- recorded (the set holds no id that old with its own stamp, but those a
+-- window made smaller left, which count as forgotten).
 -- One the set holds makes the call write nothing and name them (field,
 -- offset, d: the same stamp, c: another), and the caller plans the board
 -- again without them. Only the ids within the window behind the newest

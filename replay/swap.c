@@ -458,9 +458,27 @@ static int read_pairs(struct replay *r, const char *scan, const char *key, struc
     return 0;
 }
 
-/* Compares the staging copy of one key with the live one. */
+/* Leaves out of a live dedupe set the ids the script takes as forgotten
+ * (a window made smaller since its last trim): a replay never holds them. */
+static void drop_forgotten(struct pairs *set, const struct lb_profile *profile)
+{
+    int64_t newest = INT64_MIN;
+    for (size_t i = 0; i < set->count; i++) {
+        int64_t stamp = (int64_t)strtod(set->items[i].score, NULL);
+        if (stamp > newest)
+            newest = stamp;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < set->count; i++)
+        if (!lb_apply_seen_forgotten(profile, newest, (int64_t)strtod(set->items[i].score, NULL)))
+            set->items[kept++] = set->items[i];
+    set->count = kept;
+}
+
+/* Compares the staging copy of one key with the live one; 'seen' is the
+ * board's profile when the key is its dedupe set. */
 static int compare_key(struct replay *r, const char *staged, const char *live,
-                       struct verify_report *v)
+                       const struct lb_profile *seen, struct verify_report *v)
 {
     struct pairs staging, current;
     if (read_pairs(r, "ZSCAN", staged, &staging) != 0) {
@@ -472,6 +490,8 @@ static int compare_key(struct replay *r, const char *staged, const char *live,
         pairs_free(&staging);
         return -1;
     }
+    if (seen)
+        drop_forgotten(&current, seen);
     v->keys_checked++;
     size_t ns = staging.count, nl = current.count, before = v->missing + v->extra + v->different;
     const struct pair *sp = staging.items, *lp = current.items;
@@ -510,6 +530,16 @@ static int compared(const struct replay *r, const char *key)
     struct lb_key_parts kp;
     return lb_key_parse(r->config->key_prefix, key, strlen(key), &kp) == 0 &&
            (kp.kind == LB_KEY_WINDOW || kp.kind == LB_KEY_SEEN);
+}
+
+/* The profile of the board whose dedupe set 'key' is; NULL for another key. */
+static const struct lb_profile *seen_profile(const struct replay *r, const char *key)
+{
+    struct lb_key_parts kp;
+    if (lb_key_parse(r->config->key_prefix, key, strlen(key), &kp) != 0 || kp.kind != LB_KEY_SEEN)
+        return NULL;
+    const struct lb_profile *profile = lb_config_profile_for(r->config, kp.board.ptr, kp.board.len);
+    return profile && profile->dedupe_window_ms ? profile : NULL;
 }
 
 /* Whether 'board' decays and its live overall board (its key into
@@ -886,7 +916,7 @@ int replay_verify_all(struct replay *r, struct verify_report *v)
                 const char *t = bk.targets.items[k];
                 if (!compared(r, t) || (rebuilding && strcmp(t, overall) == 0))
                     continue; /* bookkeeping of latest boards, not a leaderboard */
-                status = compare_key(r, bk.staged.items[k], t, v);
+                status = compare_key(r, bk.staged.items[k], t, seen_profile(r, t), v);
             }
             for (size_t k = 0; k < bk.extra.count; k++) {
                 const char *t = bk.extra.items[k];

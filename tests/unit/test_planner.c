@@ -806,6 +806,27 @@ static void a_board_without_retractions_is_a_plain_transaction(void **state)
     redisReaderFree(reader);
 }
 
+/* The script's rule for an id a dedupe set holds, as replay --verify reads
+ * it: forgotten when its second is more than the window (whole seconds,
+ * rounded up) behind the newest one's; its fingerprint does not count. */
+static void an_id_more_than_the_window_behind_counts_as_forgotten(void **state)
+{
+    (void)state;
+    struct lb_profile hour = {.dedupe_window_ms = 3600000}, odd = {.dedupe_window_ms = 1500};
+    const int64_t fp = (INT64_C(1) << LB_DEDUPE_FP_BITS) - 1, t = INT64_C(1777593600);
+    int64_t newest = t << LB_DEDUPE_FP_BITS;
+    assert_false(lb_apply_seen_forgotten(&hour, newest, newest));
+    assert_false(lb_apply_seen_forgotten(&hour, newest + fp, (t - 3600) << LB_DEDUPE_FP_BITS));
+    assert_true(lb_apply_seen_forgotten(&hour, newest, ((t - 3601) << LB_DEDUPE_FP_BITS) + fp));
+    assert_int_equal(lb_apply_dedupe_seconds(&odd), 2);
+    assert_false(lb_apply_seen_forgotten(&odd, newest, (t - 2) << LB_DEDUPE_FP_BITS));
+    assert_true(lb_apply_seen_forgotten(&odd, newest, ((t - 3) << LB_DEDUPE_FP_BITS) + fp));
+    /* before 1970: seconds round down */
+    int64_t early = -(INT64_C(10) << LB_DEDUPE_FP_BITS) + 5;
+    assert_false(lb_apply_seen_forgotten(&odd, early, -(INT64_C(12) << LB_DEDUPE_FP_BITS)));
+    assert_true(lb_apply_seen_forgotten(&odd, early, -(INT64_C(12) << LB_DEDUPE_FP_BITS) - 1));
+}
+
 /* The script's "duplicate" answer: triples of strings (marker field,
  * offset, d or c); any other shape is not an answer of the script. */
 static void a_duplicate_answer_is_read_in_triples(void **state)
@@ -949,6 +970,7 @@ int main(void)
         cmocka_unit_test(the_script_sha_is_the_sha1_of_the_script),
         cmocka_unit_test(a_board_without_retractions_is_a_plain_transaction),
         cmocka_unit_test(a_duplicate_answer_is_read_in_triples),
+        cmocka_unit_test(an_id_more_than_the_window_behind_counts_as_forgotten),
         cmocka_unit_test(an_ok_answer_names_rebuilding_opened_and_late),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

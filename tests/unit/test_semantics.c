@@ -1649,9 +1649,10 @@ static int64_t total_of_ann(void)
 
 /* A producer's retry (the same event_id, a record of its own) is refused
  * whole and named: "d" with the same payload, "c" (a conflict) with
- * another, even one whose event time the window has passed (the set holds
- * the id with the first record's newer stamp); the first record's total
- * stands and no marker moves. */
+ * another, also at an earlier time within the window; the first record's
+ * total stands and no marker moves. A record more than the window behind
+ * the board's newest is outside the window and counts, even with an id the
+ * set holds (the window is 1 h). */
 static void a_retry_counts_once_and_another_payload_is_a_conflict(void **state)
 {
     (void)state;
@@ -1778,43 +1779,81 @@ static void a_batch_wider_than_the_window_keeps_only_its_ids_within_it(void **st
     harness_close(&h);
 }
 
+/* A duplicate in the second segment of a batch whose first segment holds
+ * an id further behind than the window (not looked up): the answer names
+ * the duplicate's own partition and offset. */
+static void a_duplicate_after_a_cut_run_is_named_by_its_own_offset(void **state)
+{
+    (void)state;
+    struct harness h;
+    harness_open(&h, DEDUPE_CONFIG, redis);
+    const int64_t t = MAY1 + 2 * HOUR;
+    struct lb_event first = sum_event("y", 5, t);
+    struct lb_position at0 = {"t", 1, 0};
+    assert_int_equal(apply_events(&h, &first, &at0, 1), LB_APPLY_OK);
+    struct lb_event batch[] = {sum_event("o", 70, t - 2 * HOUR), sum_event("n", 900, t - 600000),
+                               first};
+    struct lb_position pos[] = {{"t", 0, 4}, {"t", 0, 5}, {"t", 1, 9}};
+    lb_plan_reset(h.plan);
+    uint32_t txn;
+    for (int i = 0; i < 3; i++)
+        plan_event(h.plan, &batch[i], &pos[i], t, &txn);
+    assert_int_equal(lb_apply_encode(&h.batch, h.plan, &apply_lb), 0);
+    struct skip skip[MAX_SKIPS];
+    size_t nskip = 0;
+    assert_int_equal(apply(&h, 0, skip, &nskip), LB_APPLY_DUPLICATE);
+    assert_int_equal(nskip, 1);
+    assert_string_equal(skip[0].field, "t:1");
+    assert_int_equal(skip[0].marker, 9);
+    assert_int_equal(h.conflicts, 0);
+    assert_int_equal(total_of_ann(), 5);
+    /* planned again without it, the others count */
+    assert_int_equal(apply_events(&h, batch, pos, 2), LB_APPLY_OK);
+    assert_int_equal(total_of_ann(), 5 + 70 + 900);
+    harness_close(&h);
+}
+
 /* A pod restarted with a smaller window: the window comes with each
- * request, so an id the set holds beyond it counts again at once (held
- * with a stamp the window has passed, it is taken as forgotten), and the
- * set forgets it when the board's newest event time next moves by a
- * second (only then is the set trimmed). */
+ * request, so an id the set holds beyond it counts again at once: a retry
+ * further behind than the window is not looked up, and one within it that
+ * finds its id held with a stamp the window has passed takes it as
+ * forgotten; the set drops those ids when the board's newest event time
+ * next moves by a second (only then is the set trimmed). */
 static void a_smaller_window_counts_again_and_forgets_when_time_moves(void **state)
 {
     (void)state;
     struct harness h;
     harness_open(&h, DEDUPE_CONFIG, redis);
-    struct lb_event evs[] = {sum_event("a", 1, MAY1),
-                             sum_event("b", 10, MAY1 + 2000000),
-                             sum_event("c", 100, MAY1 + 2000000),
-                             sum_event("a", 1000, MAY1),
-                             sum_event("b", 10, MAY1 + 2000000),
-                             sum_event("d", 10000, MAY1 + 2001000)};
-    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2},
-                                {"t", 0, 3}, {"t", 0, 4}, {"t", 0, 5}};
-    assert_int_equal(apply_events(&h, evs, pos, 2), LB_APPLY_OK);
+    const int64_t late = MAY1 + 2000000; /* 2000 s on */
+    struct lb_event evs[] = {sum_event("a", 1, MAY1),     sum_event("z", 2, MAY1 + 1000),
+                             sum_event("b", 10, late),    sum_event("c", 100, late),
+                             sum_event("a", 1000, MAY1),  sum_event("b", 10, late),
+                             sum_event("a", 20000, late), sum_event("d", 300000, late + 1000)};
+    struct lb_position pos[] = {{"t", 0, 0}, {"t", 0, 1}, {"t", 0, 2}, {"t", 0, 3},
+                                {"t", 0, 4}, {"t", 0, 5}, {"t", 0, 6}, {"t", 0, 7}};
+    assert_int_equal(apply_events(&h, evs, pos, 3), LB_APPLY_OK);
     harness_close(&h);
     harness_load(&h,
                  BASE_CONFIG "profiles:\n"
                              "  - {name: xp, aggregation: sum, tie_break: none,\n"
                              "     dedupe: {window: 10m}, windows: {alltime: {}}}\n",
                  redis);
-    assert_int_equal(apply_events(&h, &evs[2], &pos[2], 1), LB_APPLY_OK); /* in b's second */
+    assert_int_equal(apply_events(&h, &evs[3], &pos[3], 1), LB_APPLY_OK); /* in b's second */
     int64_t stamp;
     assert_true(score_of(redis, "lb:{d}:~seen", "a", &stamp)); /* 2000 s behind: kept so far */
-    assert_int_equal(apply_events(&h, &evs[3], &pos[3], 1), LB_APPLY_OK);        /* a's retry */
-    assert_int_equal(apply_events(&h, &evs[4], &pos[4], 1), LB_APPLY_DUPLICATE); /* b's */
-    assert_int_equal(total_of_ann(), 1 + 10 + 100 + 1000);
+    assert_true(score_of(redis, "lb:{d}:~seen", "z", &stamp));
+    assert_int_equal(apply_events(&h, &evs[4], &pos[4], 1), LB_APPLY_OK);        /* a's retry */
+    assert_int_equal(apply_events(&h, &evs[5], &pos[5], 1), LB_APPLY_DUPLICATE); /* b's */
+    assert_int_equal(apply_events(&h, &evs[6], &pos[6], 1), LB_APPLY_OK);        /* a, reused now */
+    assert_int_equal(total_of_ann(), 1 + 2 + 10 + 100 + 1000 + 20000);
+    assert_true(score_of(redis, "lb:{d}:~seen", "z", &stamp));
+    assert_int_equal(apply_events(&h, &evs[7], &pos[7], 1), LB_APPLY_OK); /* a second on */
+    assert_false(score_of(redis, "lb:{d}:~seen", "z", &stamp));
     assert_true(score_of(redis, "lb:{d}:~seen", "a", &stamp));
-    assert_int_equal(apply_events(&h, &evs[5], &pos[5], 1), LB_APPLY_OK); /* a second on */
-    assert_false(score_of(redis, "lb:{d}:~seen", "a", &stamp));
+    assert_int_equal(stamp, lb_dedupe_stamp(&evs[6]));
     assert_true(score_of(redis, "lb:{d}:~seen", "b", &stamp));
     assert_true(score_of(redis, "lb:{d}:~seen", "d", &stamp));
-    assert_int_equal(total_of_ann(), 1 + 10 + 100 + 1000 + 10000);
+    assert_int_equal(total_of_ann(), 1 + 2 + 10 + 100 + 1000 + 20000 + 300000);
     harness_close(&h);
 }
 
@@ -1973,6 +2012,7 @@ int main(void)
         cmocka_unit_test(a_command_the_user_may_not_run_is_named_and_nothing_written),
         cmocka_unit_test(the_dedupe_window_follows_event_time),
         cmocka_unit_test(a_batch_wider_than_the_window_keeps_only_its_ids_within_it),
+        cmocka_unit_test(a_duplicate_after_a_cut_run_is_named_by_its_own_offset),
         cmocka_unit_test(a_smaller_window_counts_again_and_forgets_when_time_moves),
         cmocka_unit_test(a_marker_that_is_not_a_number_fails_before_any_write),
         cmocka_unit_test(a_retry_within_a_batch_is_left_out_by_the_planner),
