@@ -335,7 +335,7 @@ struct encoder {
     const struct lb_plan_segment **segs;
     uint32_t *counts;        /* [2 * (nseg + 1)]: plain, then special, by segment number */
     uint32_t *order;         /* the key's entries, grouped */
-    struct stamped *stamped; /* a segment's event ids, to sort */
+    struct stamped *stamped; /* the board's event ids, by segment, newest first */
     size_t segs_cap, counts_cap, order_cap, stamped_cap;
     /* latest boards: per entry (by its index in the plan) whether it goes
      * plain; the players, by segment number; their newest values */
@@ -485,7 +485,7 @@ static int newer_first(const void *a, const void *b)
     return x->seen < y->seen ? -1 : x->seen > y->seen;
 }
 
-/* Groups a board's event ids by segment number into en->order, each
+/* Groups a board's event ids by segment number into en->stamped, each
  * segment's newest first (the script finds by bisection those the window
  * has passed: it does not record them), and counts them in
  * en->counts[number]. Returns 0 or -1 (memory). */
@@ -493,7 +493,6 @@ static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_
 {
     if (grow((void **)&en->counts, &en->counts_cap, 2 * ((size_t)nseg + 1), sizeof(uint32_t)) !=
             0 ||
-        grow((void **)&en->order, &en->order_cap, b->nseen, sizeof(uint32_t)) != 0 ||
         grow((void **)&en->stamped, &en->stamped_cap, b->nseen, sizeof(struct stamped)) != 0)
         return -1;
     uint32_t *count = en->counts, *cursor = en->counts + nseg + 1, sum = 0;
@@ -504,15 +503,14 @@ static int count_seen(struct encoder *en, const struct lb_plan_board *b, uint32_
         cursor[s] = sum;
         sum += count[s];
     }
-    for (uint32_t i = b->first_seen; i != LB_PLAN_NONE; i = en->v.seen[i].next)
-        en->order[cursor[en->v.segments[en->v.seen[i].segment].number]++] = i;
-    for (uint32_t i = 0; i < b->nseen; i++)
-        en->stamped[i] = (struct stamped){en->v.seen[en->order[i]].stamp, en->order[i]};
+    for (uint32_t i = b->first_seen; i != LB_PLAN_NONE; i = en->v.seen[i].next) {
+        const struct lb_plan_seen *seen = &en->v.seen[i];
+        en->stamped[cursor[en->v.segments[seen->segment].number]++] =
+            (struct stamped){seen->stamp, i};
+    }
     for (uint32_t s = 0, at = 0; s <= nseg; at += count[s++])
         if (count[s] > 1)
             qsort(en->stamped + at, count[s], sizeof(struct stamped), newer_first);
-    for (uint32_t i = 0; i < b->nseen; i++)
-        en->order[i] = en->stamped[i].seen;
     return 0;
 }
 
@@ -888,12 +886,12 @@ static int encode_board(struct encoder *en, const struct lb_plan_board *b,
     /* the ids as (stamp, id) pairs, each segment's in one run (for ZADD as
      * they are), then their offsets in the same order */
     for (uint32_t i = 0; i < b->nseen; i++) {
-        const struct lb_plan_seen *seen = &en->v.seen[en->order[i]];
+        const struct lb_plan_seen *seen = &en->v.seen[en->stamped[i].seen];
         p = lb_resp_bulk_int(p, seen->stamp);
         p = lb_resp_bulk(p, seen->event_id.ptr, seen->event_id.len);
     }
     for (uint32_t i = 0; i < b->nseen; i++)
-        p = lb_resp_bulk_int(p, en->v.seen[en->order[i]].offset);
+        p = lb_resp_bulk_int(p, en->v.seen[en->stamped[i].seen].offset);
     if (latest) { /* the players, ordered by segment number */
         size_t i = 0;
         for (uint32_t number = 1; number <= nseg; number++) {

@@ -271,8 +271,12 @@ static void maybe_commit(struct daemon *d)
 
 /* Fills 'b': carried-over records first, then polled ones, until it is
  * full, batch.linger has passed since its first record, or a stop is
- * requested. With 'wait' zero (a batch is in Redis and must not be kept
- * waiting) it takes only what has already arrived. */
+ * requested. With 'wait' zero (a batch is in Redis) it does not wait for a
+ * first record: with none there, the batch in Redis is seen to first. A
+ * batch begun waits its linger either way, so a tailing pod sends
+ * linger's worth of events per request, not what came in one round trip:
+ * a board's request has a fixed cost to Redis, which small ones pay per
+ * few events (README "Performance", "Batches while tailing"). */
 static void publish(struct daemon *d, int now);
 static void ping_if_idle(struct daemon *d);
 static void reload_log_level(const struct lb_config *config);
@@ -306,12 +310,12 @@ static void collect(struct daemon *d, struct batch *b, int wait)
         int64_t timeout = rebuilding ? 10 : 200;
         if (closer_due != INT64_MAX && closer_due - lb_monotonic_ms() < timeout)
             timeout = closer_due > lb_monotonic_ms() ? closer_due - lb_monotonic_ms() : 0;
-        if (!wait)
-            timeout = 0;
-        else if (b->base.n) {
+        if (b->base.n) {
             timeout = deadline - lb_monotonic_ms();
             if (timeout < 0)
                 timeout = 0;
+        } else if (!wait) {
+            timeout = 0;
         }
         rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, (int)timeout);
         if (msg) {
@@ -320,7 +324,7 @@ static void collect(struct daemon *d, struct batch *b, int wait)
                 deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
             continue;
         }
-        if (!wait || (b->base.n && lb_monotonic_ms() >= deadline))
+        if (b->base.n ? lb_monotonic_ms() >= deadline : !wait)
             break;
         if (!b->base.n) { /* idle */
             maybe_commit(d);

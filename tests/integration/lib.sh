@@ -281,7 +281,7 @@ replace_shard() {
 # write_config FILE [EXTRA_YAML [EXTRA_REDIS]] - a projector configuration
 # for these services; EXTRA_YAML is appended (more top-level sections),
 # EXTRA_REDIS goes into the redis: section. From the environment: GROUP,
-# BATCH_MAX, COMMAND_TIMEOUT, DRAIN_TIMEOUT (5s: tests stop projectors with
+# BATCH_MAX, BATCH_LINGER, COMMAND_TIMEOUT, DRAIN_TIMEOUT (5s: tests stop projectors with
 # Redis down and should not wait the default 20s), DLQ_TOPIC, INSTANCE_ID
 # (group.instance.id), REGISTRY_YAML (more lines of input:, e.g. registry:);
 # with KAFKA_SASL=1, KAFKA_USER (default projector) is who it connects as;
@@ -322,7 +322,7 @@ redis:
 $more_redis
 batch:
   max_events: ${BATCH_MAX:-2000}
-  linger: 20ms
+  linger: ${BATCH_LINGER:-20ms}
 shutdown:
   drain_timeout: ${DRAIN_TIMEOUT:-5s}
 $more_yaml

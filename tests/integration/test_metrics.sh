@@ -90,3 +90,26 @@ ok "a metrics port already in use stops the start with exit 3 and says so"
 
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
+
+# A tailing pod's batches carry batch.linger's worth of events, also while
+# the batch before is in Redis. They used to take what had come in during
+# its round trip: here, at 3,000 events/s and a linger of 1 s, 9 batches of
+# which 6 held at most 100 events (a request per board for every few
+# events), where a batch now holds about 3,000 and only the last may be
+# small.
+BATCH_MAX=10000 BATCH_LINGER=1s write_config "$T_DIR/tail.yaml" "metrics:
+  listen: 127.0.0.1:$mport"
+start_projector tail "$T_DIR/tail.yaml"
+readyz_becomes 200 40 || fail "the second pod did not become ready"
+produce -n 9000 --seed 93 --boards 6 --players 300 --start "$START" --days 2 --rate 3000
+wait_caught_up 120
+sleep 2
+scrape "$T_DIR/m3"
+batches=$(value "$T_DIR/m3" 'lb_batch_events_count{}')
+small=$(value "$T_DIR/m3" 'lb_batch_events_bucket{le="100"}')
+events=$(printf '%.0f' "$(value "$T_DIR/m3" 'lb_batch_events_sum{}')")
+[[ $events == 9000 ]] || fail "the tailing pod's batches held $events events, not 9000"
+((small <= 1)) || fail "$small of the tailing pod's $batches batches held 100 events or fewer"
+ok "a tailing pod's batches hold a linger's worth: $events events in $batches batches"
+stop_projector "$PROJECTOR_PID"
+[[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
