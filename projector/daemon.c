@@ -270,13 +270,16 @@ static void maybe_commit(struct daemon *d)
 }
 
 /* Fills 'b': carried-over records first, then polled ones, until it is
- * full, batch.linger has passed since its first record, or a stop is
- * requested. With 'wait' zero (a batch is in Redis) it does not wait for a
+ * full, batch.linger has passed since its first record, a stop is
+ * requested, or the loop has a rebuild, a merged top or final standings to
+ * see to. With 'wait' zero (a batch is in Redis) it does not wait for a
  * first record: with none there, the batch in Redis is seen to first. A
- * batch begun waits its linger either way, so a tailing pod sends
- * linger's worth of events per request, not what came in one round trip:
- * a board's request has a fixed cost to Redis, which small ones pay per
- * few events (README "Performance", "Batches while tailing"). */
+ * batch begun waits out its linger either way, so a pod keeping up with its
+ * topic sends a linger's worth of events per request, not what came in
+ * during one round trip (each request has a fixed cost to Redis: README
+ * "Performance", "Batches while tailing"); meanwhile the batch in Redis is
+ * moved on (its requests written as its sockets take them, its replies
+ * read) every millisecond until all its replies are in. */
 static void publish(struct daemon *d, int now);
 static void ping_if_idle(struct daemon *d);
 static void reload_log_level(const struct lb_config *config);
@@ -299,32 +302,46 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     if (b->base.n)
         deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
 
-    /* a rebuild to step: back to the loop every 10 ms while nothing comes;
-     * a merged top due: back by then */
-    int rebuilding = d->engine->rebuild && lb_rebuild_busy(d->engine->rebuild, lb_monotonic_ms());
+    /* a rebuild to step: back to the loop every 10 ms (while nothing comes,
+     * or when a batch has waited that long); a merged top due: back by
+     * then */
+    int64_t start = lb_monotonic_ms();
+    int stepping = d->engine->rebuild && lb_rebuild_busy(d->engine->rebuild, start);
     int64_t top_due = d->engine->tops ? lb_tops_next_due(d->engine->tops) : INT64_MAX;
-    rebuilding |= top_due != INT64_MAX;
+    int rebuilding = stepping || top_due != INT64_MAX;
     /* final standings to look for: back by then */
     int64_t closer_due = d->engine->closer ? lb_closer_next_due(d->engine->closer) : INT64_MAX;
+    int64_t due = top_due < closer_due ? top_due : closer_due;
+    if (stepping && start + 10 < due)
+        due = start + 10;
+    int answered = wait; /* every reply of the batch in Redis is in */
+    int64_t moved = 0;   /* when it was last moved on: once a millisecond */
     while (b->base.n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
         int64_t timeout = rebuilding ? 10 : 200;
         if (closer_due != INT64_MAX && closer_due - lb_monotonic_ms() < timeout)
             timeout = closer_due > lb_monotonic_ms() ? closer_due - lb_monotonic_ms() : 0;
+        int64_t until = deadline < due ? deadline : due;
         if (b->base.n) {
-            timeout = deadline - lb_monotonic_ms();
+            timeout = until - lb_monotonic_ms();
             if (timeout < 0)
                 timeout = 0;
+            if (!answered && timeout > 1)
+                timeout = 1;
         } else if (!wait) {
             timeout = 0;
         }
         rd_kafka_message_t *msg = lb_consumer_poll(d->consumer, (int)timeout);
+        if (!answered && (!msg || lb_monotonic_ms() != moved)) {
+            answered = lb_flow_progress(&d->flow);
+            moved = lb_monotonic_ms();
+        }
         if (msg) {
             b->base.msgs[b->base.n++] = msg;
             if (b->base.n == 1)
                 deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
             continue;
         }
-        if (b->base.n ? lb_monotonic_ms() >= deadline : !wait)
+        if (b->base.n ? lb_monotonic_ms() >= until : !wait)
             break;
         if (!b->base.n) { /* idle */
             maybe_commit(d);

@@ -141,6 +141,11 @@ void lb_flow_send(struct lb_flow *f)
     f->next = f->next == f->batches[0] ? f->batches[1] : f->batches[0];
 }
 
+int lb_flow_progress(struct lb_flow *f)
+{
+    return !f->inflight || lb_pipeline_progress(f->pipeline);
+}
+
 int lb_flow_complete(struct lb_flow *f, lb_pipeline_wait_fn wait, void *ctx, struct lb_batch **done)
 {
     struct lb_batch *b = f->inflight;

@@ -75,6 +75,9 @@ int lb_flow_prepare(struct lb_flow *flow, int64_t now_ms);
 /* Sends the prepared flow->next: it is in flight, and the other batch is
  * next. Only when nothing is in flight. */
 void lb_flow_send(struct lb_flow *flow);
+/* Moves the batch in flight on without blocking (lb_pipeline_progress).
+ * Returns 1 when all its replies are in or nothing is in flight. */
+int lb_flow_progress(struct lb_flow *flow);
 /* Waits for the batch in flight (see lb_pipeline_complete: 'wait' between
  * retries), sets its states and hands it back in '*done' (its messages are
  * still the caller's until lb_flow_done); nothing is in flight after.

@@ -885,6 +885,11 @@ static int withhold(struct lb_pipeline *p, struct slot *slot)
     return slot->nexclusions > before ? rebuild(p, slot) : 0;
 }
 
+int lb_pipeline_progress(struct lb_pipeline *p)
+{
+    return p->inflight < 0 || lb_cluster_progress(p->clusters[p->inflight], 0);
+}
+
 void lb_pipeline_send(struct lb_pipeline *p)
 {
     if (p->prepared < 0 || p->inflight >= 0)

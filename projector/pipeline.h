@@ -153,6 +153,11 @@ int lb_pipeline_run(struct lb_pipeline *pipeline, const struct lb_record *record
 int lb_pipeline_prepare(struct lb_pipeline *pipeline, const struct lb_record *records, size_t count,
                         int64_t now_ms);
 void lb_pipeline_send(struct lb_pipeline *pipeline);
+/* Moves the batch in flight on without blocking: writes what its sockets
+ * take, reads the replies that have come. Returns 1 when every reply is in
+ * (or nothing is in flight), else 0; lb_pipeline_complete still checks
+ * them, redirects and retries. */
+int lb_pipeline_progress(struct lb_pipeline *pipeline);
 int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *state, lb_pipeline_wait_fn wait,
                          void *ctx);
 

@@ -93,10 +93,10 @@ stop_projector "$PROJECTOR_PID"
 
 # A tailing pod's batches carry batch.linger's worth of events, also while
 # the batch before is in Redis. They used to take what had come in during
-# its round trip: here, at 3,000 events/s and a linger of 1 s, 9 batches of
-# which 6 held at most 100 events (a request per board for every few
-# events), where a batch now holds about 3,000 and only the last may be
-# small.
+# its round trip: here, at 3,000 events/s and a linger of 1 s, 7 to 11
+# batches of which 4 to 8 held at most 100 events (a request per board for
+# every few events), where a batch now holds about 3,000 and only the last
+# may be small.
 BATCH_MAX=10000 BATCH_LINGER=1s write_config "$T_DIR/tail.yaml" "metrics:
   listen: 127.0.0.1:$mport"
 start_projector tail "$T_DIR/tail.yaml"

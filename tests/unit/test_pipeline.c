@@ -424,6 +424,38 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+/* While the daemon collects the next batch it moves the one in flight on
+ * (lb_pipeline_progress): without blocking, it says whether every reply is
+ * in, and the batch is written by then; complete checks the replies as
+ * usual. */
+static void a_batch_in_flight_is_moved_on_without_blocking(void **state)
+{
+    struct fixture *f = *state;
+    struct two_batches t;
+    two_batches(f, &t, 2);
+
+    assert_int_equal(lb_pipeline_progress(f->pipeline), 1); /* nothing in flight */
+    redis_server_pause(f->redis2, 1);
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, t.r1, 2, MAY1), 0);
+    lb_pipeline_send(f->pipeline);
+    for (int i = 0; i < 50; i++) { /* y's master is stopped: its reply cannot be in */
+        assert_int_equal(lb_pipeline_progress(f->pipeline), 0);
+        sleep_ms(2);
+    }
+    redis_server_pause(f->redis2, 0);
+    int in = 0;
+    for (int i = 0; i < 2500 && !in; i++)
+        if (!(in = lb_pipeline_progress(f->pipeline)))
+            sleep_ms(2);
+    assert_true(in);
+    assert_int_equal(total(f, t.x, "a"), 1);
+    assert_int_equal(total(f, t.y, "b"), 1);
+    assert_int_equal(lb_pipeline_complete(f->pipeline, t.st1, give_up_at_once, NULL), 0);
+    assert_int_equal(t.st1[0], LB_RECORD_DURABLE);
+    assert_int_equal(t.st1[1], LB_RECORD_DURABLE);
+    assert_int_equal(lb_pipeline_progress(f->pipeline), 1);
+}
+
 /* Replies a caller leaves unread for longer than the command timeout (the
  * daemon settling the dead-letter topic, a pipelined batch waiting for the
  * one before it) are read, not taken for a silent node. */
@@ -693,6 +725,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(nothing_goes_out_early_once_a_request_failed, setup_pair,
                                         teardown),
         cmocka_unit_test_setup_teardown(replies_read_late_are_not_a_timeout, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(a_batch_in_flight_is_moved_on_without_blocking, setup_pair,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
