@@ -615,7 +615,7 @@ static const struct counter_def {
      "redis_requests", TOTAL(requests)},
     {"lb_redis_requests_pipelined_total",
      "Board requests sent to a master that had answered the batch ahead, before the rest of "
-     "that batch was answered.",
+     "that batch was checked.",
      NULL, "overlapped", TOTAL(overlapped)},
     {"lb_redis_redirections_total", "Cluster redirections followed, by kind.", "kind=\"moved\"",
      "moved", TOTAL(moved)},
@@ -990,8 +990,10 @@ static int complete_inflight(struct daemon *d, int send_ready)
     d->retry_since = 0;
     int written = lb_flow_complete(&d->flow, wait_for_redis, d, &base);
     struct batch *done = batch_of(base);
+    int64_t answered = lb_pipeline_answered_ms(d->engine->pipeline);
     lb_histogram_observe(&d->batch_seconds,
-                         (double)(lb_monotonic_ms() - d->batch_sent_ms) / 1000.0);
+                         (double)((answered ? answered : lb_monotonic_ms()) - d->batch_sent_ms) /
+                             1000.0);
     lb_histogram_observe(&d->batch_events, (double)done->base.n);
     /* Redis is up unless it failed for a reason of its own: a board that
      * needs an operator is not Redis being down. A batch that sent nothing

@@ -108,7 +108,11 @@ struct lb_pipeline {
     const struct lb_decoder *decoder;
     struct lb_cluster *clusters[2]; /* slot i's; the same one unless overlapping */
     struct lb_cluster *own;         /* the second, created by lb_pipeline_overlap */
-    int own_mapped;                 /* it was asked for the slot map (at the first send) */
+    /* when lb_pipeline_progress found every reply of the batch in flight in
+     * and all of them OK (monotonic ms; 0: not seen so): the batch's end,
+     * unless complete has to send anything again */
+    int64_t answered_ms;
+    int own_mapped; /* it was asked for the slot map (at the first send) */
     struct slot slots[2];
     int prepared;  /* slot planned but not sent, or -1 */
     int inflight;  /* slot sent but not completed, or -1 */
@@ -885,9 +889,23 @@ static int withhold(struct lb_pipeline *p, struct slot *slot)
     return slot->nexclusions > before ? rebuild(p, slot) : 0;
 }
 
+static int answers_ok(const struct slot *slot);
+
 int lb_pipeline_progress(struct lb_pipeline *p)
 {
-    return p->inflight < 0 || lb_cluster_progress(p->clusters[p->inflight], 0);
+    if (p->inflight < 0 || p->answered_ms)
+        return 1;
+    struct lb_cluster *cluster = p->clusters[p->inflight];
+    if (!lb_cluster_progress(cluster, 0))
+        return 0;
+    if (lb_cluster_call_clean(cluster) && answers_ok(&p->slots[p->inflight]))
+        p->answered_ms = lb_monotonic_ms();
+    return 1;
+}
+
+int64_t lb_pipeline_answered_ms(const struct lb_pipeline *p)
+{
+    return p->answered_ms;
 }
 
 void lb_pipeline_send(struct lb_pipeline *p)
@@ -906,6 +924,7 @@ void lb_pipeline_send(struct lb_pipeline *p)
     struct lb_cluster *cluster = p->clusters[p->prepared];
     p->inflight = p->prepared;
     p->prepared = -1;
+    p->answered_ms = 0;
     slot->nexclusions = 0;
     for (size_t k = 0; k < slot->pending; k++)
         slot->requests[k].defer = 0;
@@ -1121,6 +1140,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
                 gave_up = -1;
                 break;
             }
+            p->answered_ms = 0;
             lb_cluster_exec(cluster, slot->requests, slot->pending);
             continue;
         }
@@ -1133,9 +1153,12 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
             break;
         }
         backoff = next_backoff(p, backoff);
+        p->answered_ms = 0;
         lb_cluster_exec(cluster, slot->requests, slot->pending);
     }
     int64_t now_ms = lb_wall_ms();
+    if (p->answered_ms) /* its replies were read while the next batch was collected */
+        now_ms -= lb_monotonic_ms() - p->answered_ms;
     int all = 1;
     for (size_t i = 0; i < slot->count; i++) {
         state[i] = (uint8_t)record_state(p, slot, i, gave_up);

@@ -158,6 +158,10 @@ void lb_pipeline_send(struct lb_pipeline *pipeline);
  * (or nothing is in flight), else 0; lb_pipeline_complete still checks
  * them, redirects and retries. */
 int lb_pipeline_progress(struct lb_pipeline *pipeline);
+/* When progress found every reply of the batch in flight (or completed
+ * last) in and OK, monotonic ms; 0 when it did not, or complete had to send
+ * anything again. The batch's end for the metrics. */
+int64_t lb_pipeline_answered_ms(const struct lb_pipeline *pipeline);
 int lb_pipeline_complete(struct lb_pipeline *pipeline, uint8_t *state, lb_pipeline_wait_fn wait,
                          void *ctx);
 

@@ -110,6 +110,10 @@ small=$(value "$T_DIR/m3" 'lb_batch_events_bucket{le="100"}')
 events=$(printf '%.0f' "$(value "$T_DIR/m3" 'lb_batch_events_sum{}')")
 [[ $events == 9000 ]] || fail "the tailing pod's batches held $events events, not 9000"
 ((small <= 1)) || fail "$small of the tailing pod's $batches batches held 100 events or fewer"
+# a batch's time ends with its replies, read while the next one lingered
+# (about 20 ms here), not when the next one is sent (a linger later)
+awk -v s="$(value "$T_DIR/m3" 'lb_batch_seconds_sum{}')" -v n="$batches" 'BEGIN { exit !(s < 0.5 * n) }' ||
+    fail "lb_batch_seconds took in the next batch's linger: $(value "$T_DIR/m3" 'lb_batch_seconds_sum{}') s for $batches batches"
 ok "a tailing pod's batches hold a linger's worth: $events events in $batches batches"
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"

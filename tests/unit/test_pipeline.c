@@ -448,6 +448,7 @@ static void a_batch_in_flight_is_moved_on_without_blocking(void **state)
         if (!(in = lb_pipeline_progress(f->pipeline)))
             sleep_ms(2);
     assert_true(in);
+    assert_true(lb_pipeline_answered_ms(f->pipeline) > 0); /* the batch's end, for the metrics */
     assert_int_equal(total(f, t.x, "a"), 1);
     assert_int_equal(total(f, t.y, "b"), 1);
     assert_int_equal(lb_pipeline_complete(f->pipeline, t.st1, give_up_at_once, NULL), 0);
