@@ -284,10 +284,15 @@ static void publish(struct daemon *d, int now);
 static void ping_if_idle(struct daemon *d);
 static void reload_log_level(const struct lb_config *config);
 
+static int64_t linger_end(const struct daemon *d, int64_t due)
+{
+    int64_t end = lb_monotonic_ms() + d->config->batch_linger_ms;
+    return end < due ? end : due;
+}
+
 static void collect(struct daemon *d, struct batch *b, int wait)
 {
     size_t max = (size_t)d->config->batch_max_events;
-    int64_t deadline = 0;
 
     size_t take = d->ncarry < max ? d->ncarry : max;
     if (take) {
@@ -299,8 +304,6 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     lb_flow_begin(&d->flow);
     d->collecting = 1;
     memset(b->skip, 0, max);
-    if (b->base.n)
-        deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
 
     /* a rebuild to step: back to the loop every 10 ms (while nothing comes,
      * or when a batch has waited that long); a merged top due: back by
@@ -314,13 +317,14 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     int64_t due = top_due < closer_due ? top_due : closer_due;
     if (stepping && start + 10 < due)
         due = start + 10;
+    /* a batch begun waits until then, or until its linger ends */
+    int64_t until = b->base.n ? linger_end(d, due) : INT64_MAX;
     int answered = wait; /* every reply of the batch in Redis is in */
     int64_t moved = 0;   /* when it was last moved on: once a millisecond */
     while (b->base.n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
         int64_t timeout = rebuilding ? 10 : 200;
         if (closer_due != INT64_MAX && closer_due - lb_monotonic_ms() < timeout)
             timeout = closer_due > lb_monotonic_ms() ? closer_due - lb_monotonic_ms() : 0;
-        int64_t until = deadline < due ? deadline : due;
         if (b->base.n) {
             timeout = until - lb_monotonic_ms();
             if (timeout < 0)
@@ -338,7 +342,7 @@ static void collect(struct daemon *d, struct batch *b, int wait)
         if (msg) {
             b->base.msgs[b->base.n++] = msg;
             if (b->base.n == 1)
-                deadline = lb_monotonic_ms() + d->config->batch_linger_ms;
+                until = linger_end(d, due);
             continue;
         }
         if (b->base.n ? lb_monotonic_ms() >= until : !wait)

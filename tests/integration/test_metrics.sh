@@ -117,3 +117,31 @@ awk -v s="$(value "$T_DIR/m3" 'lb_batch_seconds_sum{}')" -v n="$batches" 'BEGIN 
 ok "a tailing pod's batches hold a linger's worth: $events events in $batches batches"
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"
+
+# A merged top due cuts a batch's linger short (README "Writing"): a pod of
+# split boards (merged tops of 20, staleness 400 ms: each window's top is due
+# 100 ms after a write) and a linger of 3 s shows every write in its merged
+# tops within a second. One whose batch waited out the linger showed the
+# writes of the batch before it 3 s late. It reads the 19,000 events there
+# (the last batch of them lingers), then a trickle.
+BATCH_LINGER=3s GROUP=lb-metrics-split write_config "$T_DIR/split.yaml" "metrics:
+  listen: 127.0.0.1:$mport
+profiles:
+  - name: split
+    match: \"g*\"
+    split: {shards: 3, top: 20, staleness: 400ms}$_windows" '  key_prefix: "sp:"'
+start_projector split "$T_DIR/split.yaml"
+readyz_becomes 200 40 || fail "the pod of split boards did not become ready"
+GROUP=lb-metrics-split wait_caught_up 120
+produce -n 1500 --seed 95 --boards 6 --players 300 --start "$START" --days 2 --rate 500
+GROUP=lb-metrics-split wait_caught_up 60
+sleep 2
+scrape "$T_DIR/m4"
+refreshes=$(value "$T_DIR/m4" 'lb_top_staleness_seconds_count{}')
+within=$(value "$T_DIR/m4" 'lb_top_staleness_seconds_bucket{le="1"}')
+((refreshes >= 6)) || fail "only $refreshes merged top refreshes observed"
+[[ $within == "$refreshes" ]] ||
+    fail "$((refreshes - within)) of $refreshes merged top refreshes came more than 1 s after the write (batch.linger 3 s)"
+ok "a merged top due cuts a batch's linger: $refreshes refreshes, each within 1 s of its write"
+stop_projector "$PROJECTOR_PID"
+[[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"

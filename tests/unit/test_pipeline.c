@@ -521,6 +521,34 @@ static void nothing_goes_out_early_once_a_request_failed(void **state)
     assert_int_equal(total(f, z, "c"), 5);
 }
 
+/* A batch in flight whose request failed (a fenced board) has all its
+ * replies in, but it has not ended: lb_pipeline_answered_ms stays 0, so its
+ * events' visibility is taken when complete has written them on a retry,
+ * not when the refusal came back. */
+static void a_refused_batch_in_flight_has_not_ended(void **state)
+{
+    struct fixture *f = *state;
+    struct two_batches t;
+    two_batches(f, &t, 2);
+
+    freeReplyObject(redis_server_command(f->redis, "SET lb:{%s}:~fence replay PX 60000", t.x));
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, t.r1, 2, MAY1), 0);
+    lb_pipeline_send(f->pipeline);
+    int in = 0;
+    for (int i = 0; i < 2500 && !in; i++)
+        if (!(in = lb_pipeline_progress(f->pipeline)))
+            sleep_ms(2);
+    assert_true(in);
+    assert_int_equal(lb_pipeline_answered_ms(f->pipeline), 0);
+    assert_int_equal(total(f, t.x, "a"), 0);
+    struct between_attempts look = {.f = f, .board = t.x, .player = "a", .then = unfence};
+    assert_int_equal(lb_pipeline_complete(f->pipeline, t.st1, look_then_retry, &look), 0);
+    assert_int_equal(look.calls, 1);
+    assert_int_equal(t.st1[0], LB_RECORD_DURABLE);
+    assert_int_equal(t.st1[1], LB_RECORD_DURABLE);
+    assert_int_equal(total(f, t.x, "a"), 1);
+    assert_int_equal(total(f, t.y, "b"), 1);
+}
 /* input.max_future (5 minutes by default): an event further ahead of its
  * record's timestamp than that is dead-lettered as ts_in_future, one within
  * it is written; a record without a timestamp is compared with the clock,
@@ -726,6 +754,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(nothing_goes_out_early_once_a_request_failed, setup_pair,
                                         teardown),
         cmocka_unit_test_setup_teardown(replies_read_late_are_not_a_timeout, setup_pair, teardown),
+        cmocka_unit_test_setup_teardown(a_refused_batch_in_flight_has_not_ended, setup_pair,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_batch_in_flight_is_moved_on_without_blocking, setup_pair,
                                         teardown),
     };
