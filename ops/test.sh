@@ -14,7 +14,7 @@
 #   6. (in the integration tests) builds the previous release's projector
 #      once into the cache, for the rolling-deploy test
 #   7. runs the integration tests (CTest label "integration", one scenario
-#      per script) against a real Redis Cluster and a real
+#      per script), two at a time, against a real Redis Cluster and a real
 #      Kafka broker, started and stopped by the tests themselves, with the
 #      sanitizer build of the projector and tools (a memory error, undefined
 #      behaviour or leak anywhere on those paths fails the test)
@@ -94,7 +94,7 @@ ops/fuzz.sh --seconds 6 --jobs "$jobs"
 
 step "integration tests (real Redis Cluster, real Kafka, sanitizer build)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    LB_BIN=$repo/build-asan/bin tests/integration/run.sh
+    LB_BIN=$repo/build-asan/bin tests/integration/run.sh --lanes 2
 
 step "chaos soak, short (release build): pods, masters, Kafka and a whole shard lost under load"
 LB_BIN=$repo/build/bin ops/chaos.sh --duration 120 --seed 1

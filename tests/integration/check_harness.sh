@@ -146,4 +146,91 @@ if ((status != 143)) || [[ -e $work/b.ran ]]; then
 else
     echo "ok run.sh: exit 143 at the terminated test, the next one not started"
 fi
+
+# run.sh --lanes 2: a failing test beside a passing one (both reported,
+# exit 1); then the run terminated, and interrupted as a terminal's Ctrl-C
+# does (the whole job: tests running in a lane ignore SIGINT), while two
+# tests run: both get SIGTERM and stop, the third is not started, the run
+# ends by the signal's status
+export LB_CACHE_DIR=$work/cache # the tests' seconds, not the real ones'
+echo 'exit 1' >"$work/runner/test_f.sh"
+echo 'exit 0' >"$work/runner/test_g.sh"
+status=0
+bash "$work/runner/run.sh" --lanes 2 test_f test_g >"$work/lanes.out" 2>&1 || status=$?
+if ((status != 1)) || ! grep -q '^FAIL test_f' "$work/lanes.out" || ! grep -q '^PASS test_g' "$work/lanes.out"; then
+    echo "FAIL run.sh --lanes: exit $status (not 1), or a test's line is missing:" >&2
+    cat "$work/lanes.out" >&2
+    failures=$((failures + 1))
+else
+    echo "ok run.sh --lanes: a failure beside a pass, both reported, exit 1"
+fi
+for t in c d; do
+    cat >"$work/runner/test_$t.sh" <<EOF2
+sleep 600 &
+sleeping=\$!
+trap 'kill "\$sleeping"; : >"\$HARNESS_WORK/$t.stopped"; exit 143' TERM
+: >"\$HARNESS_WORK/$t.started"
+wait
+EOF2
+done
+# shellcheck disable=SC2016 # expanded by the test
+echo ': >"$HARNESS_WORK/e.ran"' >"$work/runner/test_e.sh"
+for how in TERM INT; do
+    rm -f "$work"/[cde].*
+    start=$SECONDS
+    set -m
+    HARNESS_WORK=$work bash "$work/runner/run.sh" --lanes 2 test_c test_d test_e \
+        >"$work/lanes-$how.out" 2>&1 &
+    run=$!
+    set +m
+    until [[ -e $work/c.started && -e $work/d.started ]] || ((SECONDS - start > 10)); do
+        sleep 0.05
+    done
+    expected=143
+    if [[ $how == INT ]]; then
+        kill -INT -- "-$run"
+        expected=130
+    else
+        kill -TERM "$run"
+    fi
+    for _ in $(seq 100); do
+        gone "$run" && break
+        sleep 0.1
+    done
+    if ! gone "$run"; then
+        echo "FAIL run.sh --lanes, SIG$how: still running 10 s after the signal" >&2
+        kill -9 -- "-$run" 2>/dev/null || true # the job: run.sh, its lanes, its tests
+        failures=$((failures + 1))
+        continue
+    fi
+    status=0
+    wait "$run" || status=$?
+    if ((status != expected)) || [[ ! -e $work/c.stopped || ! -e $work/d.stopped || -e $work/e.ran ]]; then
+        echo "FAIL run.sh --lanes, SIG$how: exit $status (not $expected), a running test not stopped, or the next one started:" >&2
+        kill -9 -- "-$run" 2>/dev/null || true # what of the job is left
+        cat "$work/lanes-$how.out" >&2
+        failures=$((failures + 1))
+    else
+        echo "ok run.sh --lanes, SIG$how: exit $expected, both running tests stopped, the next not started"
+    fi
+done
+
+# --lanes: the slowest tests of the last run go first (the seconds file is
+# this run's seconds merged over the last run's)
+for t in h i j; do
+    # shellcheck disable=SC2016 # expanded by the test
+    printf 'echo %s >>"$HARNESS_WORK/order"; sleep 0.3\n' "$t" >"$work/runner/test_$t.sh"
+done
+printf 'test_h 1\ntest_j 100\ntest_i 90\ntest_x 7\n' >"$LB_CACHE_DIR/integration-seconds"
+status=0
+HARNESS_WORK=$work bash "$work/runner/run.sh" --lanes 2 test_h test_i test_j >"$work/order.out" 2>&1 || status=$?
+if ((status != 0)) || [[ $(tail -n 1 "$work/order") != h ]] ||
+    ! grep -q '^test_x 7$' "$LB_CACHE_DIR/integration-seconds" ||
+    [[ $(grep -c '^test_[hij] [0-9]*$' "$LB_CACHE_DIR/integration-seconds") != 3 ]]; then
+    echo "FAIL run.sh --lanes: exit $status, started in the order $(tr '\n' ' ' <"$work/order") (h last expected), seconds file:" >&2
+    cat "$LB_CACHE_DIR/integration-seconds" >&2
+    failures=$((failures + 1))
+else
+    echo "ok run.sh --lanes: the slowest of the last run first, the seconds file merged"
+fi
 ((failures == 0))
