@@ -119,7 +119,7 @@ rm -f "$work/after.ran"
 start_job loop bash -c 'bash "$1" interrupt; : >"$2"' loop "$work/inner.sh" "$work/after.ran"
 loop=$job
 sleep 0.2
-kill -INT -- "-$loop"
+kill -INT -- "-$loop" 2>/dev/null || true
 status=0
 wait "$loop" || status=$?
 if ((status != 130)) || [[ -e $work/after.ran ]]; then
@@ -128,6 +128,8 @@ if ((status != 130)) || [[ -e $work/after.ran ]]; then
 else
     echo "ok loop: a Ctrl-C ended the loop with the test, not only the test"
 fi
+
+export LB_CACHE_DIR=$work/cache # the tests' seconds, not the real ones'
 
 # run.sh, beside two tests: the first ended by a signal sent to it alone
 # (as lib.sh ends a test it interrupted), the second must not start
@@ -152,7 +154,6 @@ fi
 # does (the whole job: tests running in a lane ignore SIGINT), while two
 # tests run: both get SIGTERM and stop, the third is not started, the run
 # ends by the signal's status
-export LB_CACHE_DIR=$work/cache # the tests' seconds, not the real ones'
 echo 'exit 1' >"$work/runner/test_f.sh"
 echo 'exit 0' >"$work/runner/test_g.sh"
 status=0
@@ -168,14 +169,15 @@ for t in c d; do
     cat >"$work/runner/test_$t.sh" <<EOF2
 sleep 600 &
 sleeping=\$!
-trap 'kill "\$sleeping"; : >"\$HARNESS_WORK/$t.stopped"; exit 143' TERM
+# its cleanup takes a while, as stopping Kafka and Redis does
+trap 'kill "\$sleeping"; sleep 1; : >"\$HARNESS_WORK/$t.stopped"; exit 143' TERM
 : >"\$HARNESS_WORK/$t.started"
 wait
 EOF2
 done
 # shellcheck disable=SC2016 # expanded by the test
 echo ': >"$HARNESS_WORK/e.ran"' >"$work/runner/test_e.sh"
-for how in TERM INT; do
+for how in TERM INT TERM-to-the-job; do
     rm -f "$work"/[cde].*
     start=$SECONDS
     set -m
@@ -187,12 +189,14 @@ for how in TERM INT; do
         sleep 0.05
     done
     expected=143
-    if [[ $how == INT ]]; then
-        kill -INT -- "-$run"
-        expected=130
-    else
-        kill -TERM "$run"
-    fi
+    case $how in
+        INT) # a Ctrl-C: the whole job
+            kill -INT -- "-$run"
+            expected=130
+            ;;
+        TERM) kill -TERM "$run" ;;
+        *) kill -TERM -- "-$run" ;;
+    esac
     for _ in $(seq 100); do
         gone "$run" && break
         sleep 0.1
@@ -226,11 +230,53 @@ status=0
 HARNESS_WORK=$work bash "$work/runner/run.sh" --lanes 2 test_h test_i test_j >"$work/order.out" 2>&1 || status=$?
 if ((status != 0)) || [[ $(tail -n 1 "$work/order") != h ]] ||
     ! grep -q '^test_x 7$' "$LB_CACHE_DIR/integration-seconds" ||
+    grep -q '^test_j 100$' "$LB_CACHE_DIR/integration-seconds" ||
     [[ $(grep -c '^test_[hij] [0-9]*$' "$LB_CACHE_DIR/integration-seconds") != 3 ]]; then
     echo "FAIL run.sh --lanes: exit $status, started in the order $(tr '\n' ' ' <"$work/order") (h last expected), seconds file:" >&2
     cat "$LB_CACHE_DIR/integration-seconds" >&2
     failures=$((failures + 1))
 else
     echo "ok run.sh --lanes: the slowest of the last run first, the seconds file merged"
+fi
+# an empty seconds file (cleared by hand) changes nothing but the order
+: >"$LB_CACHE_DIR/integration-seconds"
+status=0
+bash "$work/runner/run.sh" --lanes 2 test_f test_g >"$work/empty.out" 2>&1 || status=$?
+if ((status != 1)) || ! grep -q '^FAIL test_f' "$work/empty.out"; then
+    echo "FAIL run.sh --lanes with an empty seconds file: exit $status (not 1):" >&2
+    cat "$work/empty.out" >&2
+    failures=$((failures + 1))
+else
+    echo "ok run.sh --lanes: an empty seconds file, every test run"
+fi
+# a Ctrl-C at a loop running run.sh --lanes: the run ends by SIGINT, so the
+# loop stops too, as it does for one test
+rm -f "$work"/[cde].* "$work/after.ran"
+start=$SECONDS
+set -m
+# shellcheck disable=SC2016 # $1 and $2 are the inner bash's
+HARNESS_WORK=$work bash -c 'bash "$1" --lanes 2 test_c test_d test_e; : >"$2"' loop \
+    "$work/runner/run.sh" "$work/after.ran" >"$work/lanes-loop.out" 2>&1 &
+loop=$!
+set +m
+until [[ -e $work/c.started && -e $work/d.started ]] || ((SECONDS - start > 10)); do
+    sleep 0.05
+done
+kill -INT -- "-$loop" 2>/dev/null || true
+for _ in $(seq 100); do
+    gone "$loop" && break
+    sleep 0.1
+done
+status=0
+if gone "$loop"; then
+    wait "$loop" || status=$?
+else
+    kill -9 -- "-$loop" 2>/dev/null || true
+fi
+if ((status != 130)) || [[ -e $work/after.ran ]]; then
+    echo "FAIL run.sh --lanes in a loop: exit $status (not 130), or the loop went on after a Ctrl-C" >&2
+    failures=$((failures + 1))
+else
+    echo "ok run.sh --lanes in a loop: a Ctrl-C ended the loop with the run"
 fi
 ((failures == 0))

@@ -9,8 +9,9 @@
 #   tests/integration/run.sh [--lanes N] [test_name...]
 #
 # --lanes N runs N tests at a time (each lane takes the next test not yet
-# taken, the slowest of the last run first; their ports are picked apart by
-# lb_free_port_base). A test's output is printed whole when it ends. SIGINT
+# taken, the slowest of the last run first; lb_free_port_base picks their
+# ports from random starting points, which two tests rarely share: nothing
+# is reserved). A test's output is printed whole when it ends. SIGINT
 # or SIGTERM to the run is passed on to the tests running, as SIGTERM (tests
 # started in the background ignore SIGINT).
 set -uo pipefail
@@ -43,8 +44,14 @@ run_test() {
     mkdir -p "$work/$t"
     if ((lanes > 1)); then
         bash "$here/$t.sh" >"$work/$t/out" 2>&1 &
-        echo $! >"$work/$t/pid"
-        wait $! || status=$?
+        local pid=$!
+        echo "$pid" >"$work/$t/pid"
+        # a signal that came before the pid file was there: on_signal did
+        # not see this test
+        [[ -e $work/.stop ]] && kill -TERM "$pid" 2>/dev/null
+        # the lane's trapped TERM ends wait early: wait until the test ends
+        while ! wait "$pid" && kill -0 "$pid" 2>/dev/null; do :; done
+        wait "$pid" || status=$?
     else
         bash "$here/$t.sh" || status=$?
     fi
@@ -81,12 +88,18 @@ if ((lanes == 1)); then
         fi
     done
 else
-    if [[ -r $seconds_file ]]; then
-        mapfile -t tests < <(printf '%s\n' "${tests[@]}" |
-            awk 'NR == FNR { s[$1] = $2; next } { print (($1 in s) ? s[$1] : 1e9), $1 }' \
+    if [[ -s $seconds_file ]]; then
+        mapfile -t ordered < <(printf '%s\n' "${tests[@]}" |
+            awk 'FILENAME == ARGV[1] { s[$1] = $2; next } { print (($1 in s) ? s[$1] : 1e9), $1 }' \
                 "$seconds_file" - | sort -k1,1nr -k2,2 | awk '{ print $2 }')
+        ((${#ordered[@]} == ${#tests[@]})) && tests=("${ordered[@]}")
     fi
     lane() {
+        # a Ctrl-C or SIGTERM to the whole job reaches the lanes too: they
+        # stay until their tests have stopped (the tests, started in the
+        # background, ignore SIGINT; lib.sh stops them on SIGTERM)
+        trap '' INT
+        trap : TERM
         local t
         for t in "${tests[@]}"; do
             [[ -e $work/.stop ]] && return 0
@@ -122,6 +135,11 @@ else
     trap - INT TERM
     if ((signalled)); then
         printf "the run was ended by a signal (status %d): the tests not started were not run\n" "$signalled"
+        # by SIGINT itself, as lib.sh ends a test: a loop running this
+        # stops too
+        rm -rf "$work"
+        trap - EXIT
+        ((signalled == 130)) && kill -s INT $$
         exit "$signalled"
     fi
 fi
@@ -139,8 +157,9 @@ for t in "${tests[@]}"; do
     fi
 done
 if ((ran)) && mkdir -p "$(dirname "$seconds_file")"; then # this run's first, then the rest
-    { cat "$work"/*/seconds; cat "$seconds_file" 2>/dev/null || true; } | awk '!seen[$1]++' >"$seconds_file.tmp" &&
-        mv -f "$seconds_file.tmp" "$seconds_file"
+    tmp=$(mktemp "$seconds_file.XXXXXX") &&
+        { cat "$work"/*/seconds; cat "$seconds_file" 2>/dev/null || true; } | awk '!seen[$1]++' >"$tmp" &&
+        mv -f "$tmp" "$seconds_file"
 fi
 if ((${#failed[@]})); then
     printf '%d of %d integration tests failed: %s\n' ${#failed[@]} ${#tests[@]} "${failed[*]}"
