@@ -113,6 +113,13 @@ static void describe_owner(const char *owner, char *out, size_t cap)
     snprintf(out, cap, "pid %ld on host %s, started %s", pid, host, when);
 }
 
+static int hold(struct replay_lease *lease)
+{
+    lease->held = 1;
+    lease->renewed_ms = lb_monotonic_ms();
+    return 0;
+}
+
 int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, const char *prefix,
                       char *why, size_t whylen)
 {
@@ -136,9 +143,7 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
         int taken = reply->type == REDIS_REPLY_STATUS;
         freeReplyObject(reply);
         if (taken) {
-            lease->held = 1;
-            lease->renewed_ms = lb_monotonic_ms();
-            return 0;
+            return hold(lease);
         }
         const char *get[] = {"GET", lease->key};
         reply = command(cluster, lease->key, 2, get);
@@ -156,14 +161,17 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
         char holder[160];
         snprintf(holder, sizeof(holder), "%s", reply->str);
         freeReplyObject(reply);
+        if (strcmp(holder, lease->owner) == 0) {
+            /* ours: a command of ours was applied but its reply lost (the
+             * node hung up), and command() sent it again */
+            return hold(lease);
+        }
         if (owner_is_dead_here(holder)) {
             long long swapped = 0;
             if (reply_integer(eval(cluster, takeover_script, lease->key, holder, lease->owner, ttl),
                               &swapped) == 0 &&
                 swapped == 1) {
-                lease->held = 1;
-                lease->renewed_ms = lb_monotonic_ms();
-                return 0;
+                return hold(lease);
             }
             continue;
         }

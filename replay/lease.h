@@ -7,7 +7,9 @@
  *                            A run that finds it held by a live run refuses
  *                            to start; one held by a dead process on the same
  *                            host is taken over at once (its TTL would
- *                            expire anyway).
+ *                            expire anyway). A run that finds its own
+ *                            value there took it already: its SET was
+ *                            applied, the reply lost, and the SET sent again.
  *   <prefix>~replay-journal  a hash: owner, started, selection, and one
  *                            "swapped:<board>" field per board swapped. It is
  *                            deleted when a run finishes, so a journal found

@@ -1,0 +1,228 @@
+/* replay's lease (replay/lease.c) against a real redis-server, reached
+ * through a relay (tests/unit/fake_redis.c) that passes every command on and
+ * can lose one reply: the command reaches Redis and is applied, then the
+ * connection closes before its reply comes back, as when a node or a proxy
+ * hangs up mid-request. replay sends the command again; what it finds then
+ * is its own write.
+ */
+#include "lease.h"
+#include "fake_redis.h"
+#include "redis_server.h"
+
+#include <hiredis/hiredis.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define PREFIX "lb:"
+#define LEASE  "lb:~replay-lease"
+
+struct relay {
+    redisContext *to; /* the real server */
+    const char *lose; /* the first command named so is applied, its reply lost */
+    int lost;         /* replies lost so far */
+    char out[4096];
+    size_t used;
+};
+
+static void put(struct relay *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(r->out + r->used, sizeof(r->out) - r->used, fmt, ap);
+    va_end(ap);
+    assert_true(n >= 0 && (size_t)n < sizeof(r->out) - r->used);
+    r->used += (size_t)n;
+}
+
+/* The reply in RESP 2, appended to r->out. */
+static void encode(struct relay *r, const redisReply *reply)
+{
+    switch (reply->type) {
+    case REDIS_REPLY_STATUS:
+        put(r, "+%s\r\n", reply->str);
+        break;
+    case REDIS_REPLY_ERROR:
+        put(r, "-%s\r\n", reply->str);
+        break;
+    case REDIS_REPLY_INTEGER:
+        put(r, ":%lld\r\n", reply->integer);
+        break;
+    case REDIS_REPLY_NIL:
+        put(r, "$-1\r\n");
+        break;
+    case REDIS_REPLY_STRING:
+        put(r, "$%zu\r\n%s\r\n", reply->len, reply->str);
+        break;
+    case REDIS_REPLY_ARRAY:
+        put(r, "*%zu\r\n", reply->elements);
+        for (size_t i = 0; i < reply->elements; i++)
+            encode(r, reply->element[i]);
+        break;
+    default:
+        fail_msg("reply type %d not relayed", reply->type);
+    }
+}
+
+static const char *relay(struct fake_redis *fake, int argc, char **argv, void *ctx)
+{
+    struct relay *r = ctx;
+    (void)fake;
+    redisReply *reply = redisCommandArgv(r->to, argc, (const char **)argv, NULL);
+    if (!reply)
+        return NULL; /* the server is gone: so is the connection */
+    r->used = 0;
+    encode(r, reply);
+    freeReplyObject(reply);
+    if (r->lose && strcmp(argv[0], r->lose) == 0) {
+        r->lose = NULL;
+        r->lost++;
+        return NULL; /* applied; the client never hears of it */
+    }
+    return r->out;
+}
+
+struct fixture {
+    struct redis_server *redis;
+    struct relay relay;
+    struct fake_redis *fake;
+    struct lb_host seed;
+    struct lb_cluster *cluster;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    f->redis = redis_server_start(0); /* standalone: every command goes through the relay */
+    f->relay.to = redisConnect("127.0.0.1", redis_server_port(f->redis));
+    assert_true(f->relay.to && !f->relay.to->err);
+    f->fake = fake_redis_start(relay, &f->relay);
+    assert_non_null(f->fake);
+    f->seed = (struct lb_host){.host = (char *)"127.0.0.1", .port = fake_redis_port(f->fake)};
+    struct lb_cluster_options options = {.seeds = &f->seed,
+                                         .nseeds = 1,
+                                         .connect_timeout_ms = 1000,
+                                         .command_timeout_ms = 2000,
+                                         .wait_replicas = 0};
+    f->cluster = lb_cluster_new(&options);
+    assert_non_null(f->cluster);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    lb_cluster_free(f->cluster);
+    fake_redis_stop(f->fake);
+    redisFree(f->relay.to);
+    redis_server_stop(f->redis);
+    free(f);
+    return 0;
+}
+
+/* The lease's value in Redis ("" when there is none). */
+static void lease_value(struct fixture *f, char *out, size_t cap)
+{
+    redisReply *reply = redis_server_command(f->redis, "GET %s", LEASE);
+    assert_true(reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_NIL);
+    snprintf(out, cap, "%s", reply->type == REDIS_REPLY_STRING ? reply->str : "");
+    freeReplyObject(reply);
+}
+
+/* Takes the lease, which must succeed; checks Redis holds our value, then
+ * releases it and checks it is gone. */
+/* This host's name as replay writes it in a lease value. */
+static void this_host(char *out, size_t cap)
+{
+    snprintf(out, cap, "?");
+    gethostname(out, cap - 1);
+    out[cap - 1] = '\0';
+    for (char *p = out; *p; p++)
+        if (*p == ' ')
+            *p = '_';
+}
+
+static void take_and_release(struct fixture *f)
+{
+    struct replay_lease lease;
+    char why[512] = "", value[200];
+    int taken = replay_lease_take(&lease, f->cluster, PREFIX, why, sizeof(why));
+    assert_int_equal(f->relay.lost, 1);
+    if (taken != 0)
+        fail_msg("replay_lease_take returned %d: %s", taken, why);
+    assert_true(lease.held);
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, lease.owner);
+    replay_lease_release(&lease);
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, "");
+}
+
+/* SET NX is applied and its reply lost: sent again, it finds the lease
+ * taken, by us. Taking it must not refuse the run as "another replay". */
+static void a_lost_reply_to_taking_the_lease_leaves_it_ours(void **state)
+{
+    struct fixture *f = *state;
+    f->relay.lose = "SET";
+    take_and_release(f);
+}
+
+/* The lease of a run that died on this host is taken over by a script; its
+ * reply is lost, and the run sent again finds its own value there. */
+static void a_lost_reply_to_taking_over_a_dead_runs_lease_leaves_it_ours(void **state)
+{
+    struct fixture *f = *state;
+    char host[64], dead[128];
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    this_host(host, sizeof(host));
+    snprintf(dead, sizeof(dead), "%s %ld 1700000000000", host, (long)pid);
+    freeReplyObject(redis_server_command(f->redis, "SET %s %s PX 30000", LEASE, dead));
+    f->relay.lose = "EVAL";
+    take_and_release(f);
+}
+
+/* A live run's lease (this test process, as another run would be) is still
+ * refused, naming it. */
+static void a_live_runs_lease_is_refused(void **state)
+{
+    struct fixture *f = *state;
+    char host[64], live[128], why[512] = "", value[200];
+    this_host(host, sizeof(host));
+    snprintf(live, sizeof(live), "%s %ld 1700000000000", host, (long)getppid());
+    freeReplyObject(redis_server_command(f->redis, "SET %s %s PX 30000", LEASE, live));
+    struct replay_lease lease;
+    assert_int_equal(replay_lease_take(&lease, f->cluster, PREFIX, why, sizeof(why)), 1);
+    assert_false(lease.held);
+    assert_non_null(strstr(why, "another replay is running on this keyspace"));
+    char pid[32];
+    snprintf(pid, sizeof(pid), "pid %ld", (long)getppid());
+    assert_non_null(strstr(why, pid));
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, live);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(a_lost_reply_to_taking_the_lease_leaves_it_ours, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            a_lost_reply_to_taking_over_a_dead_runs_lease_leaves_it_ours, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_live_runs_lease_is_refused, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
