@@ -30,7 +30,10 @@ static const char release_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] t
                                      "end\n"
                                      "return 0\n";
 
-static const char takeover_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+/* Takes over a dead run's lease; ours already (this script sent again
+ * after its reply was lost) answers taken too. */
+static const char takeover_script[] = "local v = redis.call('GET', KEYS[1])\n"
+                                      "if v == ARGV[1] or v == ARGV[2] then\n"
                                       "  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])\n"
                                       "  return 1\n"
                                       "end\n"

@@ -1,12 +1,11 @@
 /* replay's lease (replay/lease.c) against a real redis-server, reached
- * through a relay (tests/unit/fake_redis.c) that passes every command on and
- * can lose one reply: the command reaches Redis and is applied, then the
- * connection closes before its reply comes back, as when a node or a proxy
- * hangs up mid-request. replay sends the command again; what it finds then
- * is its own write.
+ * through a relay (redis_relay.h) that can lose one reply: the command is
+ * applied, then the connection closes before its reply comes back, as when
+ * a node or a proxy hangs up mid-request. replay sends the command again;
+ * what it finds then is its own write.
  */
 #include "lease.h"
-#include "fake_redis.h"
+#include "redis_relay.h"
 #include "redis_server.h"
 
 #include <hiredis/hiredis.h>
@@ -25,75 +24,9 @@
 #define PREFIX "lb:"
 #define LEASE  "lb:~replay-lease"
 
-struct relay {
-    redisContext *to; /* the real server */
-    const char *lose; /* the first command named so is applied, its reply lost */
-    int lost;         /* replies lost so far */
-    char out[4096];
-    size_t used;
-};
-
-static void put(struct relay *r, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(r->out + r->used, sizeof(r->out) - r->used, fmt, ap);
-    va_end(ap);
-    assert_true(n >= 0 && (size_t)n < sizeof(r->out) - r->used);
-    r->used += (size_t)n;
-}
-
-/* The reply in RESP 2, appended to r->out. */
-static void encode(struct relay *r, const redisReply *reply)
-{
-    switch (reply->type) {
-    case REDIS_REPLY_STATUS:
-        put(r, "+%s\r\n", reply->str);
-        break;
-    case REDIS_REPLY_ERROR:
-        put(r, "-%s\r\n", reply->str);
-        break;
-    case REDIS_REPLY_INTEGER:
-        put(r, ":%lld\r\n", reply->integer);
-        break;
-    case REDIS_REPLY_NIL:
-        put(r, "$-1\r\n");
-        break;
-    case REDIS_REPLY_STRING:
-        put(r, "$%zu\r\n%s\r\n", reply->len, reply->str);
-        break;
-    case REDIS_REPLY_ARRAY:
-        put(r, "*%zu\r\n", reply->elements);
-        for (size_t i = 0; i < reply->elements; i++)
-            encode(r, reply->element[i]);
-        break;
-    default:
-        fail_msg("reply type %d not relayed", reply->type);
-    }
-}
-
-static const char *relay(struct fake_redis *fake, int argc, char **argv, void *ctx)
-{
-    struct relay *r = ctx;
-    (void)fake;
-    redisReply *reply = redisCommandArgv(r->to, argc, (const char **)argv, NULL);
-    if (!reply)
-        return NULL; /* the server is gone: so is the connection */
-    r->used = 0;
-    encode(r, reply);
-    freeReplyObject(reply);
-    if (r->lose && strcmp(argv[0], r->lose) == 0) {
-        r->lose = NULL;
-        r->lost++;
-        return NULL; /* applied; the client never hears of it */
-    }
-    return r->out;
-}
-
 struct fixture {
     struct redis_server *redis;
-    struct relay relay;
-    struct fake_redis *fake;
+    struct redis_relay *relay;
     struct lb_host seed;
     struct lb_cluster *cluster;
 };
@@ -103,11 +36,8 @@ static int setup(void **state)
     struct fixture *f = calloc(1, sizeof(*f));
     assert_non_null(f);
     f->redis = redis_server_start(0); /* standalone: every command goes through the relay */
-    f->relay.to = redisConnect("127.0.0.1", redis_server_port(f->redis));
-    assert_true(f->relay.to && !f->relay.to->err);
-    f->fake = fake_redis_start(relay, &f->relay);
-    assert_non_null(f->fake);
-    f->seed = (struct lb_host){.host = (char *)"127.0.0.1", .port = fake_redis_port(f->fake)};
+    f->relay = redis_relay_start(redis_server_port(f->redis));
+    f->seed = (struct lb_host){.host = (char *)"127.0.0.1", .port = redis_relay_port(f->relay)};
     struct lb_cluster_options options = {.seeds = &f->seed,
                                          .nseeds = 1,
                                          .connect_timeout_ms = 1000,
@@ -123,8 +53,7 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
     lb_cluster_free(f->cluster);
-    fake_redis_stop(f->fake);
-    redisFree(f->relay.to);
+    redis_relay_stop(f->relay);
     redis_server_stop(f->redis);
     free(f);
     return 0;
@@ -139,8 +68,6 @@ static void lease_value(struct fixture *f, char *out, size_t cap)
     freeReplyObject(reply);
 }
 
-/* Takes the lease, which must succeed; checks Redis holds our value, then
- * releases it and checks it is gone. */
 /* This host's name as replay writes it in a lease value. */
 static void this_host(char *out, size_t cap)
 {
@@ -152,14 +79,24 @@ static void this_host(char *out, size_t cap)
             *p = '_';
 }
 
-static void take_and_release(struct fixture *f)
+/* Takes the lease, which must succeed with the commands 'want' (after
+ * those that open the connection); checks Redis holds our value, then
+ * releases it and checks it is gone. */
+static void take_and_release(struct fixture *f, const char *want)
 {
     struct replay_lease lease;
-    char why[512] = "", value[200];
+    char why[512] = "", value[200], sent[1024];
     int taken = replay_lease_take(&lease, f->cluster, PREFIX, why, sizeof(why));
-    assert_int_equal(f->relay.lost, 1);
+    assert_int_equal(redis_relay_lost(f->relay), 1);
     if (taken != 0)
         fail_msg("replay_lease_take returned %d: %s", taken, why);
+    redis_relay_names(f->relay, sent, sizeof(sent));
+    char taking[1024] = "";
+    for (char *w = strtok(sent, " "); w; w = strtok(NULL, " "))
+        if (strcmp(w, "CLUSTER") != 0 && strcmp(w, "ROLE") != 0)
+            snprintf(taking + strlen(taking), sizeof(taking) - strlen(taking), "%s%s",
+                     taking[0] ? " " : "", w);
+    assert_string_equal(taking, want);
     assert_true(lease.held);
     lease_value(f, value, sizeof(value));
     assert_string_equal(value, lease.owner);
@@ -173,12 +110,13 @@ static void take_and_release(struct fixture *f)
 static void a_lost_reply_to_taking_the_lease_leaves_it_ours(void **state)
 {
     struct fixture *f = *state;
-    f->relay.lose = "SET";
-    take_and_release(f);
+    redis_relay_lose(f->relay, "SET");
+    take_and_release(f, "SET SET GET");
 }
 
 /* The lease of a run that died on this host is taken over by a script; its
- * reply is lost, and the run sent again finds its own value there. */
+ * reply is lost, and the script sent again finds our value there: taken,
+ * with nothing more sent. */
 static void a_lost_reply_to_taking_over_a_dead_runs_lease_leaves_it_ours(void **state)
 {
     struct fixture *f = *state;
@@ -191,8 +129,8 @@ static void a_lost_reply_to_taking_over_a_dead_runs_lease_leaves_it_ours(void **
     this_host(host, sizeof(host));
     snprintf(dead, sizeof(dead), "%s %ld 1700000000000", host, (long)pid);
     freeReplyObject(redis_server_command(f->redis, "SET %s %s PX 30000", LEASE, dead));
-    f->relay.lose = "EVAL";
-    take_and_release(f);
+    redis_relay_lose(f->relay, "EVAL");
+    take_and_release(f, "SET GET EVAL EVAL");
 }
 
 /* A live run's lease (this test process, as another run would be) is still
