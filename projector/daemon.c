@@ -322,13 +322,11 @@ static void collect(struct daemon *d, struct batch *b, int wait)
     int answered = wait; /* every reply of the batch in Redis is in */
     int64_t moved = 0;   /* when it was last moved on: once a millisecond */
     while (b->base.n < max && !*d->stop && !lb_consumer_fatal(d->consumer)) {
-        int64_t timeout = rebuilding ? 10 : 200;
-        if (closer_due != INT64_MAX && closer_due - lb_monotonic_ms() < timeout)
-            timeout = closer_due > lb_monotonic_ms() ? closer_due - lb_monotonic_ms() : 0;
+        int64_t now = lb_monotonic_ms(), timeout = rebuilding ? 10 : 200;
+        if (due - now < timeout)
+            timeout = due > now ? due - now : 0;
         if (b->base.n) {
-            timeout = until - lb_monotonic_ms();
-            if (timeout < 0)
-                timeout = 0;
+            timeout = until > now ? until - now : 0;
             if (!answered && timeout > 1)
                 timeout = 1;
         } else if (!wait) {
@@ -357,7 +355,7 @@ static void collect(struct daemon *d, struct batch *b, int wait)
             ping_if_idle(d);
             if (lb_log_reload)
                 reload_log_level(d->config);
-            if (rebuilding || lb_monotonic_ms() >= closer_due)
+            if (rebuilding || lb_monotonic_ms() >= due)
                 break;
         }
     }

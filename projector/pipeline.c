@@ -1106,6 +1106,14 @@ static enum lb_record_state record_state(const struct lb_pipeline *p, const stru
     return slot->txn_class[txn] == LB_REDIS_FIX ? LB_RECORD_HELD_FIX : LB_RECORD_HELD_RETRY;
 }
 
+/* Sends the pending requests of the batch in flight again and waits for
+ * their replies: until those are read, the batch has not been answered. */
+static void resend(struct lb_pipeline *p, struct lb_cluster *cluster, struct slot *slot)
+{
+    p->answered_ms = 0;
+    lb_cluster_exec(cluster, slot->requests, slot->pending);
+}
+
 int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait_fn wait, void *ctx)
 {
     int64_t backoff = BACKOFF_MIN_MS;
@@ -1140,8 +1148,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
                 gave_up = -1;
                 break;
             }
-            p->answered_ms = 0;
-            lb_cluster_exec(cluster, slot->requests, slot->pending);
+            resend(p, cluster, slot);
             continue;
         }
         lb_log_every(
@@ -1153,8 +1160,7 @@ int lb_pipeline_complete(struct lb_pipeline *p, uint8_t *state, lb_pipeline_wait
             break;
         }
         backoff = next_backoff(p, backoff);
-        p->answered_ms = 0;
-        lb_cluster_exec(cluster, slot->requests, slot->pending);
+        resend(p, cluster, slot);
     }
     int64_t now_ms = lb_wall_ms();
     if (p->answered_ms) /* its replies were read while the next batch was collected */
