@@ -1032,7 +1032,7 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
     switch (a->status) {
     case LB_APPLY_OK:
         /* {"ok", applied, skipped[, "rebuilding"][, "opened"][, "late",
-         * window...]}: Lua numbers arrive as integers */
+         * window, its close offsets, ...]}: Lua numbers arrive as integers */
         a->rebuilding =
             reply->elements >= 4 && word(reply, 3) && strcmp(word(reply, 3), "rebuilding") == 0;
         a->late_at = 3 + (size_t)a->rebuilding;
@@ -1041,12 +1041,12 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
         a->late_at += (size_t)a->opened;
         if (reply->elements > a->late_at + 1 && word(reply, a->late_at) &&
             strcmp(word(reply, a->late_at), "late") == 0) {
-            a->late = reply->elements - ++a->late_at;
+            a->late = (reply->elements - ++a->late_at) / 2;
             for (size_t i = a->late_at; i < reply->elements; i++)
                 if (!word(reply, i))
                     a->status = LB_APPLY_UNKNOWN;
         }
-        if (reply->elements != a->late_at + a->late ||
+        if (reply->elements != a->late_at + 2 * a->late ||
             reply->element[1]->type != REDIS_REPLY_INTEGER ||
             reply->element[2]->type != REDIS_REPLY_INTEGER)
             a->status = LB_APPLY_UNKNOWN;
@@ -1093,6 +1093,25 @@ int lb_apply_duplicate(const struct lb_apply_answer *a, size_t i, const char **f
     *offset = strtoll(word(a->reply, 2 + 3 * i), NULL, 10);
     *conflict = strcmp(word(a->reply, 3 + 3 * i), "c") == 0;
     return 0;
+}
+
+const char *lb_apply_late(const struct lb_apply_answer *a, size_t w, const char *topic,
+                          int32_t partition, int64_t *first_late)
+{
+    if (a->status != LB_APPLY_OK || w >= a->late)
+        return NULL;
+    char field[LB_MARKER_FIELD_MAX];
+    size_t n = lb_marker_field(topic, partition, field, sizeof(field));
+    *first_late = 0;
+    for (const char *p = word(a->reply, a->late_at + 2 * w + 1); p && *p;) {
+        if (strncmp(p, field, n) == 0 && p[n] == '=') {
+            *first_late = strtoll(p + n + 1, NULL, 10);
+            break;
+        }
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    return word(a->reply, a->late_at + 2 * w);
 }
 
 int lb_apply_pair(const struct lb_apply_answer *a, size_t i, const char **first,

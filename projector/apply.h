@@ -344,8 +344,9 @@ struct lb_apply_answer {
     long long applied, skipped; /* LB_APPLY_OK: segments */
     int rebuilding;             /* LB_APPLY_OK: a decaying board's rebuild is due */
     int opened;                 /* LB_APPLY_OK: ~open lists a window more (final standings) */
-    size_t late;                /* LB_APPLY_OK: closed windows the events came too late for... */
-    size_t late_at;             /* ...named by the reply's elements from this one on */
+    size_t late;                /* LB_APPLY_OK: closed windows the request's events are for... */
+    size_t late_at;  /* ...the w-th named by the reply's element late_at + 2w, and its close
+                        offsets ("<marker field>=<first late offset>,...") by the next */
     const char *key; /* wrongtype, badarg, fenced; the command for noperm; the script's version for
                         protocol */
     const redisReply *reply; /* the pairs, from element 1 on */
@@ -361,6 +362,13 @@ enum lb_apply_status lb_apply_parse(const redisReply *reply, struct lb_apply_ans
  * another payload). Returns 0, or -1 past the end. */
 int lb_apply_duplicate(const struct lb_apply_answer *answer, size_t i, const char **field,
                        int64_t *offset, int *conflict);
+
+/* Late window 'w' of an ok answer: its name, and in '*first_late' the first
+ * offset of 'topic' 'partition' whose events came too late for it (the
+ * partition's close offset; 0 when it had written nothing to the board by
+ * then: every event of it is late). NULL past the end. */
+const char *lb_apply_late(const struct lb_apply_answer *answer, size_t w, const char *topic,
+                          int32_t partition, int64_t *first_late);
 
 /* Pair 'i' of a partial or overflow answer; returns 0, or -1 past the end. */
 int lb_apply_pair(const struct lb_apply_answer *answer, size_t i, const char **first,

@@ -328,11 +328,17 @@ for s = 1, nseg do
   end
 end
 if #partial > 0 then return {'partial', unpack(partial)} end
-if applied == 0 then
-  if D then -- a rebuild its holder left is due: the caller takes it on
-    local r = redis.pcall('HMGET', KEYS[D + 1], 'rebuilding')
-    if not r.err and r[1] then return {'ok', 0, skipped, 'rebuilding'} end
-  end
+-- nothing to write: whether a rebuild its holder left is due (the caller
+-- takes it on)
+local function left_rebuilding()
+  if not D then return false end
+  local r = redis.pcall('HMGET', KEYS[D + 1], 'rebuilding')
+  return not r.err and r[1] and true or false
+end
+-- a board with final standings goes on to name the closed windows its
+-- events touch (see the F section), applied or not
+if applied == 0 and not F then
+  if left_rebuilding() then return {'ok', 0, skipped, 'rebuilding'} end
   return {'ok', 0, skipped}
 end
 
@@ -487,6 +493,7 @@ for k = 1, nkeys do
   local at_special = special
   for s = 1, nseg do
     local np, ns = plains[s], ARGV[c0 - 1 + nseg + s] + 0
+    key.touched = key.touched or np > 0 or ns > 0 -- applied or not
     if apply[s] and np > 0 then
       key.segments = key.segments + 1
       key.runs[#key.runs + 1] = {plain, plain + width * np - 1}
@@ -558,9 +565,11 @@ end
 -- key that closes its index among the window keys and the instant it
 -- closes (event time, ms). An open one is listed in ~open (window -> that
 -- instant) for the closer; a closed one (~final's s:<window> is claimed or
--- published) is written no more: every event here comes after its close
--- offsets (they are the markers when it closed), so its entries are late,
--- and named
+-- published) is written no more: every event applied here comes after its
+-- close offsets (they are the markers when it closed). Each closed window
+-- any event of the request is for, applied now or before (a request sent
+-- again after its reply was lost, records read again), is named with its
+-- close offsets: the caller finds its late events by their offsets
 local opening, late = {}, {}
 if F and ARGV[pos] == 'F' then
   local fields, names = {}, {}
@@ -578,12 +587,21 @@ if F and ARGV[pos] == 'F' then
     for i = 1, #fields do
       local key = keys[tonumber(ARGV[pos + 2 * i])]
       if closed[i] == 'claimed' or closed[i] == 'published' then
-        if key.busy then late[#late + 1] = names[i] end
+        if key.touched then
+          late[#late + 1] = names[i]
+          late[#late + 1] = 'o:' .. names[i]
+        end
         key.busy = false
       elseif key.busy then
         opening[#opening + 1] = names[i]
         opening[#opening + 1] = key.closes
       end
+    end
+    if #late > 0 then
+      local named = {}
+      for i = 2, #late, 2 do named[#named + 1] = late[i] end
+      local at = redis.call('HMGET', KEYS[F + 1], unpack(named))
+      for i = 2, #late, 2 do late[i] = at[i / 2] or '' end
     end
   end
 end
@@ -594,17 +612,19 @@ end
 -- the answer: "ok", applied, skipped, then "rebuilding" when a rebuild is
 -- due, "opened" when ~open has a window more (the closer looks at it soon:
 -- a late event may open a window the watermark passed long ago), then
--- "late" and the closed windows the events came too late for
+-- "late" and each closed window the events are for with its close offsets
+-- ("<marker field>=<offset>,...")
 local function answer(rebuilding)
   local r = {'ok', applied, skipped}
   if rebuilding then r[#r + 1] = 'rebuilding' end
   if opened then r[#r + 1] = 'opened' end
   if #late > 0 then
     r[#r + 1] = 'late'
-    for _, name in ipairs(late) do r[#r + 1] = name end
+    for _, v in ipairs(late) do r[#r + 1] = v end
   end
   return r
 end
+if applied == 0 then return answer(left_rebuilding()) end
 
 -- the patches not seen before, the rebuild state; the overall board and
 -- its shadow are sorted sets

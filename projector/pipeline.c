@@ -609,57 +609,61 @@ static int add_exclusion(struct slot *slot, uint32_t txn, enum exclusion_kind ki
     return 0;
 }
 
-/* The script named closed windows of board request 'txn' its events came
- * too late for (README "Final standings"): those events (each once),
- * counted and logged; their other windows were written. */
+/* The script named the closed windows board request 'txn' has events for
+ * (README "Final standings"), with their close offsets: an event for one of
+ * them at or past its partition's close offset came too late. Those events
+ * (each once) are counted, logged and dead-lettered; their other windows
+ * were written. The offsets decide, not whether a segment was applied now:
+ * a request sent again after its reply was lost, or records read again,
+ * name their late events as the first time. */
 static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t txn,
                        const struct lb_apply_answer *a)
 {
     static struct lb_ratelimit said;
     enum { MAX = 8 };
     enum lb_window_kind kinds[MAX];
-    int64_t ids[MAX];
-    size_t named[MAX]; /* each one's element of the reply */
+    int64_t ids[MAX], first_late;
+    size_t which[MAX]; /* each one's place among the answer's windows */
     size_t nlate = 0;
     for (size_t w = 0; w < a->late && nlate < MAX; w++) {
-        if (lb_window_name_parse(a->reply->element[a->late_at + w]->str, &kinds[nlate],
+        if (lb_window_name_parse(lb_apply_late(a, w, "", 0, &first_late), &kinds[nlate],
                                  &ids[nlate]) == 0)
-            named[nlate++] = a->late_at + w;
+            which[nlate++] = w;
     }
     uint64_t n = 0;
-    /* a request the script skipped segments of (applied before: a record
-     * read again) holds events of those too, which were in the window when
-     * it closed; which segments, the answer does not say: such a request's
-     * late events are neither counted nor dead-lettered one by one (known
-     * limit, README "Final standings") */
-    for (size_t i = 0; i < slot->count && !a->skipped; i++) {
+    const char *named = NULL; /* the first late event's window */
+    for (size_t i = 0; i < slot->count; i++) {
         if (slot->txn_of[i] != txn || !slot->ts[i] || slot->fate[i] != FATE_PLANNED)
             continue;
-        size_t late = nlate;
-        for (size_t w = 0; w < nlate && late == nlate; w++) {
+        const struct lb_record *r = &slot->records[i];
+        const char *late = NULL;
+        for (size_t w = 0; w < nlate && !late; w++) {
             struct lb_window_span span;
             lb_window_span(kinds[w], slot->ts[i], &span);
-            if (span.id == ids[w])
-                late = w;
+            const char *name = lb_apply_late(a, which[w], r->topic, r->partition, &first_late);
+            if (span.id == ids[w] && r->offset >= first_late)
+                late = name;
         }
-        if (late == nlate)
+        if (!late)
             continue;
         n++;
+        named = named ? named : late;
         if (p->on_reject) { /* dead-lettered: a record of what the closed window did not take */
             char detail[200];
             snprintf(detail, sizeof(detail),
                      "came after window '%s' closed: not written there, its final standings "
                      "stand; its other windows were written",
-                     a->reply->element[named[late]]->str);
-            p->on_reject(p->reject_ctx, &slot->records[i], LB_REJECT_WINDOW_CLOSED, detail);
+                     late);
+            p->on_reject(p->reject_ctx, r, LB_REJECT_WINDOW_CLOSED, detail);
         }
     }
+    if (!n)
+        return;
     p->stats.late_after_close += n;
     lb_log_every(&said, 10000, LB_LOG_WARN, "pipeline",
                  "%llu event(s) came after window '%s'%s closed: not written to it, its final "
                  "standings stand; their other windows were written",
-                 (unsigned long long)n, a->reply->element[a->late_at]->str,
-                 a->late > 1 ? " (and others)" : "");
+                 (unsigned long long)n, named, a->late > 1 ? " (and others)" : "");
 }
 
 /* Reads the apply script's answer: 0 when the board's events are written, 1

@@ -28,6 +28,8 @@
 #include "oom.h"
 #include "pipeline.h"
 #include "planner.h"
+#include "published.h"
+#include "redis_relay.h"
 #include "redis_server.h"
 #include "slot.h"
 
@@ -74,23 +76,27 @@ static struct event event(const char *id, const char *board, const char *player,
 struct fixture {
     struct redis_server *redis;
     struct redis_server *redis2; /* a second master (slots 8192-16383), or NULL */
+    struct redis_relay *relay;   /* between the pipeline and a standalone 'redis', or NULL */
     struct lb_config *config;
     struct lb_decoder *decoder;
     struct lb_cluster *cluster;
     struct lb_pipeline *pipeline;
 };
 
-/* The pipeline over 'f->redis' (and f->redis2), whose client gives up on a
- * silent node after 'timeout'. */
+/* The pipeline over 'f->redis' (and f->redis2; through f->relay when there
+ * is one), whose client gives up on a silent node after 'timeout'. */
 static void open_pipeline(struct fixture *f, const char *timeout, int overlap)
 {
     char text[2048], err[512];
-    int port = redis_server_port(f->redis);
+    int port = f->relay ? redis_relay_port(f->relay) : redis_server_port(f->redis);
     snprintf(text, sizeof(text),
              "kafka: {brokers: b, topics: [t]}\n"
              "input: {format: bare, writer_schema: %s/schemas/score_event.avsc}\n"
              "redis: {nodes: [127.0.0.1:%d], wait_replicas: 0, command_timeout: %s}\n"
              "profiles:\n"
+             "  - name: results\n"
+             "    match: \"res*\"\n"
+             "    windows: {alltime: {}, daily: {ttl: 3650d, results: {top: 10, grace: 0s}}}\n"
              "  - name: top\n"
              "    match: \"top*\"\n"
              "    retractions: reject\n"
@@ -100,7 +106,8 @@ static void open_pipeline(struct fixture *f, const char *timeout, int overlap)
              "    match: \"*\"\n"
              "    aggregation: sum\n"
              "    tie_break: none\n"
-             "    windows: {alltime: {}}\n",
+             "    windows: {alltime: {}}\n"
+             "results: {topic: r, schema_id: 1}\n",
              getenv("LB_SOURCE_DIR"), port, timeout);
     assert_int_equal(
         lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
@@ -140,11 +147,23 @@ static int setup_pair(void **state)
     return 0;
 }
 
+/* A standalone server behind a relay that can lose a reply. */
+static int setup_relay(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    f->redis = redis_server_start(0);
+    f->relay = redis_relay_start(redis_server_port(f->redis));
+    open_pipeline(f, "5s", 0);
+    *state = f;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     struct fixture *f = *state;
     lb_pipeline_free(f->pipeline);
     lb_cluster_free(f->cluster);
+    redis_relay_stop(f->relay);
     lb_decoder_free(f->decoder);
     lb_config_free(f->config);
     redis_server_stop(f->redis);
@@ -553,6 +572,105 @@ static void a_refused_batch_in_flight_has_not_ended(void **state)
  * record's timestamp than that is dead-lettered as ts_in_future, one within
  * it is written; a record without a timestamp is compared with the clock,
  * and counted. */
+/* The records the pipeline rejected: offset and reason, in order. */
+struct rejects {
+    int64_t offset[16];
+    enum lb_reject reason[16];
+    size_t n;
+};
+
+static void note_reject(void *ctx, const struct lb_record *record, enum lb_reject reason,
+                        const char *detail)
+{
+    struct rejects *r = ctx;
+    (void)detail;
+    if (r->n < 16) {
+        r->offset[r->n] = record->offset;
+        r->reason[r->n++] = reason;
+    }
+}
+
+/* The daemon's policy while the drain timeout has not passed: retry. */
+static int retry(void *ctx, int64_t backoff_ms)
+{
+    (void)ctx;
+    (void)backoff_ms;
+    return 0;
+}
+
+/* Events that come after their window closed are named late however their
+ * request reaches Redis: the first time; sent again in place after the node
+ * applied it and hung up before replying (the answer then says every
+ * segment was applied before); and read again (a rewind), beside one event
+ * written before the close. Each time, exactly the events at or past their
+ * partition's close offset are rejected as window_closed (the daemon
+ * dead-letters them; its dead-letter module drops a second copy of one
+ * record). */
+static void late_events_are_named_however_their_request_reaches_redis(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t st[16];
+    struct rejects rejected = {0};
+    char err[256];
+    lb_pipeline_set_reject_hook(f->pipeline, note_reject, &rejected);
+    if (lb_intact_mark(f->cluster, "lb:", NULL, "test", err, sizeof(err)) != 0)
+        fail_msg("%s", err); /* every slot's shard as the projector wrote it */
+
+    /* May 1st takes three events, then closes: its close offset is 3 */
+    struct input b1[] = {{0, 0, event("h0", "res", "a", 5)},
+                         {0, 1, event("h1", "res", "b", 6)},
+                         {0, 2, event("h2", "res", "c", 7)}};
+    assert_int_equal(run(f, b1, 3, st), 0);
+    const char *claim[] = {"10", "d", "1777680000000"};
+    size_t claimlen[] = {2, 1, 13};
+    redisReply *r = lb_final_step(f->cluster, "lb:", "res", "daily:2026-05-01", "claim", "pod-a",
+                                  30000, claim, claimlen, 3);
+    assert_non_null(r);
+    assert_true(r->type == REDIS_REPLY_ARRAY && r->elements == 4);
+    assert_string_equal(r->element[0]->str, "go");
+    assert_string_equal(r->element[2]->str, "3"); /* players */
+    assert_string_equal(r->element[3]->str, "t:0=3");
+    freeReplyObject(r);
+
+    /* two events of May 1st come late, one of May 2nd does not; the node
+     * applies the request and hangs up */
+    struct input b2[] = {{0, 3, event_at("h3", "res", "d", 8, 0, MAY1 + 3600000)},
+                         {0, 4, event_at("h4", "res", "e", 9, 0, MAY1 + 7200000)},
+                         {0, 5, event_at("h5", "res", "f", 1, 0, MAY1 + DAY_MS)}};
+    struct lb_record records[16];
+    records_of(b2, 3, records);
+    redis_relay_lose(f->relay, "EVALSHA");
+    int64_t now = MAY1 + 2 * DAY_MS;
+    assert_int_equal(lb_pipeline_run(f->pipeline, records, 3, now, st, retry, NULL), 0);
+    assert_int_equal(redis_relay_lost(f->relay), 1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(st[i], LB_RECORD_DURABLE);
+    assert_int_equal(rejected.n, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(rejected.offset[i], 3 + i);
+        assert_int_equal(rejected.reason[i], LB_REJECT_WINDOW_CLOSED);
+    }
+    assert_int_equal(lb_pipeline_stats(f->pipeline)->late_after_close, 2);
+    /* the closed day kept its three; alltime and May 2nd took the others */
+    redisReply *day = redis_server_command(f->redis, "ZCARD lb:{res}:daily:2026-05-01");
+    assert_int_equal(day->integer, 3);
+    freeReplyObject(day);
+    assert_true(total(f, "res", "e") > 0);
+    assert_true(total(f, "res", "f") > 0);
+
+    /* read again from offset 2: 2 was in the day when it closed */
+    struct input b3[] = {b1[2], b2[0], b2[1], b2[2]};
+    rejected.n = 0;
+    records_of(b3, 4, records);
+    assert_int_equal(lb_pipeline_run(f->pipeline, records, 4, now, st, retry, NULL), 0);
+    assert_int_equal(rejected.n, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(rejected.offset[i], 3 + i);
+        assert_int_equal(rejected.reason[i], LB_REJECT_WINDOW_CLOSED);
+    }
+    assert_int_equal(lb_pipeline_stats(f->pipeline)->late_after_close, 4);
+}
+
 static void events_from_the_future_are_refused_by_their_record_timestamp(void **state)
 {
     struct fixture *f = *state;
@@ -756,6 +874,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(replies_read_late_are_not_a_timeout, setup_pair, teardown),
         cmocka_unit_test_setup_teardown(a_refused_batch_in_flight_has_not_ended, setup_pair,
                                         teardown),
+        cmocka_unit_test_setup_teardown(late_events_are_named_however_their_request_reaches_redis,
+                                        setup_relay, teardown),
         cmocka_unit_test_setup_teardown(a_batch_in_flight_is_moved_on_without_blocking, setup_pair,
                                         teardown),
     };

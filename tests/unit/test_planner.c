@@ -867,7 +867,8 @@ static void a_duplicate_answer_is_read_in_triples(void **state)
 
 /* The script's "ok" answer: applied and skipped, then optionally
  * "rebuilding", "opened" (in that order) and "late" with the closed windows
- * named; anything else is not an answer of the script. */
+ * named, each with its close offsets; anything else is not an answer of the
+ * script. */
 static void an_ok_answer_names_rebuilding_opened_and_late(void **state)
 {
     (void)state;
@@ -881,9 +882,13 @@ static void an_ok_answer_names_rebuilding_opened_and_late(void **state)
         {"*4\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopened\r\n", LB_APPLY_OK, 0, 1, 0},
         {"*5\r\n$2\r\nok\r\n:4\r\n:0\r\n$10\r\nrebuilding\r\n$6\r\nopened\r\n", LB_APPLY_OK, 1, 1,
          0},
-        {"*7\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopened\r\n$4\r\nlate\r\n"
-         "$16\r\ndaily:2026-11-23\r\n$15\r\nweekly:2026-W48\r\n",
+        {"*9\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopened\r\n$4\r\nlate\r\n"
+         "$16\r\ndaily:2026-11-23\r\n$13\r\nt:1=40,t:10=7\r\n"
+         "$15\r\nweekly:2026-W48\r\n$0\r\n\r\n",
          LB_APPLY_OK, 0, 1, 2},
+        {"*8\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopened\r\n$4\r\nlate\r\n"
+         "$16\r\ndaily:2026-11-23\r\n$6\r\nt:1=40\r\n$15\r\nweekly:2026-W48\r\n",
+         LB_APPLY_UNKNOWN, 0, 0, 0}, /* a window without its close offsets */
         {"*5\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopened\r\n$10\r\nrebuilding\r\n", LB_APPLY_UNKNOWN, 0,
          0, 0}, /* out of order */
         {"*4\r\n$2\r\nok\r\n:4\r\n:0\r\n$6\r\nopen!!\r\n", LB_APPLY_UNKNOWN, 0, 0, 0},
@@ -901,6 +906,18 @@ static void an_ok_answer_names_rebuilding_opened_and_late(void **state)
             assert_int_equal(a.rebuilding, cases[k].rebuilding);
             assert_int_equal(a.opened, cases[k].opened);
             assert_int_equal(a.late, cases[k].late);
+        }
+        if (cases[k].late) { /* each partition's close offset; 0 for one not named */
+            int64_t first_late = -1;
+            assert_string_equal(lb_apply_late(&a, 0, "t", 10, &first_late), "daily:2026-11-23");
+            assert_int_equal(first_late, 7);
+            lb_apply_late(&a, 0, "t", 1, &first_late);
+            assert_int_equal(first_late, 40);
+            lb_apply_late(&a, 0, "t", 2, &first_late);
+            assert_int_equal(first_late, 0);
+            assert_string_equal(lb_apply_late(&a, 1, "t", 1, &first_late), "weekly:2026-W48");
+            assert_int_equal(first_late, 0);
+            assert_null(lb_apply_late(&a, 2, "t", 1, &first_late));
         }
         freeReplyObject(reply);
     }
