@@ -80,6 +80,8 @@ if ARGV[2] == 'R' then
     for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')) do r[#r + 1] = m end
     return r
   end
+  -- this gen rebuilt already: a finish sent again after its reply was lost
+  if step == 'finish' and not st[2] and st[1] == ARGV[6] then return {'ok'} end
   if not st[2] or st[1] ~= ARGV[6] or st[3] ~= holder then return {'stale'} end
   if step == 'chunk' then
     for i = 8, #ARGV, CHUNK do
@@ -265,6 +267,10 @@ if ARGV[2] == 'C' then
     local meta = redis.call('HMGET', KEYS[4], 'c:' .. w, 'n:' .. w, 'o:' .. w)
     return {'go', meta[1], meta[2], meta[3]}
   end
+  -- published, nobody's lease left: a done sent again after its reply was
+  -- lost (or a publisher whose lease ran out while another finished: its
+  -- parts were acknowledged too)
+  if ARGV[3] == 'done' and st[1] == 'published' and not st[2] then return {'ok'} end
   if st[1] ~= 'claimed' or st[2] ~= ARGV[4] then return {'stale'} end
   if ARGV[3] == 'keep' then
     local field = 'r:' .. w .. ':' .. ARGV[7]

@@ -23,6 +23,8 @@ struct fake_redis {
     size_t loglen;
     fake_handler handler;
     void *ctx;
+    const size_t *argvlen; /* the command being handled's */
+    size_t replylen;       /* the handler's reply's; 0: up to its NUL */
 };
 
 static void record(struct fake_redis *f, int argc, char **argv)
@@ -53,18 +55,25 @@ static int serve(struct fake_redis *f, int fd, redisReader *reader)
         redisReply *cmd = parsed;
         size_t n = cmd->type == REDIS_REPLY_ARRAY ? cmd->elements : 0;
         char **argv = calloc(n + 1, sizeof(*argv));
+        size_t *argvlen = calloc(n + 1, sizeof(*argvlen));
         int argc = 0;
-        for (size_t i = 0; argv && i < n; i++)
+        for (size_t i = 0; argv && argvlen && i < n; i++) {
+            argvlen[argc] = cmd->element[i]->len;
             argv[argc++] = cmd->element[i]->str;
+        }
         record(f, argc, argv);
-        const char *reply = argv ? f->handler(f, argc, argv, f->ctx) : NULL;
+        f->argvlen = argvlen;
+        f->replylen = 0;
+        const char *reply = argv && argvlen ? f->handler(f, argc, argv, f->ctx) : NULL;
+        f->argvlen = NULL;
         free(argv);
+        free(argvlen);
         freeReplyObject(cmd);
         if (!reply)
             return -1;
         int then_close = reply[0] == FAKE_REDIS_THEN_CLOSE[0];
         reply += then_close;
-        size_t len = strlen(reply), sent = 0;
+        size_t len = f->replylen ? f->replylen : strlen(reply), sent = 0;
         while (sent < len) {
             /* a client may be gone (freed mid-call): no SIGPIPE for the test */
             ssize_t w = send(fd, reply + sent, len - sent, MSG_NOSIGNAL);
@@ -183,4 +192,14 @@ void fake_redis_clear_log(struct fake_redis *f)
     if (f->log)
         f->log[0] = '\0';
     pthread_mutex_unlock(&f->lock);
+}
+
+const size_t *fake_redis_argvlen(const struct fake_redis *f)
+{
+    return f->argvlen;
+}
+
+void fake_redis_reply_len(struct fake_redis *f, size_t len)
+{
+    f->replylen = len;
 }

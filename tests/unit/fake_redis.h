@@ -23,6 +23,12 @@ struct fake_redis;
 typedef const char *(*fake_handler)(struct fake_redis *fake, int argc, char **argv, void *ctx);
 
 struct fake_redis *fake_redis_start(fake_handler handler, void *ctx);
+
+/* For a handler of binary commands and replies, during its call: the
+ * lengths of 'argv', and the length of the reply it returns (which may then
+ * hold NULs; not with FAKE_REDIS_THEN_CLOSE). */
+const size_t *fake_redis_argvlen(const struct fake_redis *fake);
+void fake_redis_reply_len(struct fake_redis *fake, size_t len);
 void fake_redis_stop(struct fake_redis *fake);
 int fake_redis_port(const struct fake_redis *fake);
 

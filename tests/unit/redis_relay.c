@@ -19,7 +19,7 @@ struct redis_relay {
     struct fake_redis *fake;
     redisContext *to; /* the server; used on the fake's thread only */
     pthread_mutex_t lock;
-    char lose[32]; /* "": none */
+    char lose[32], lose_arg[32]; /* "": none */
     int lost;
     char names[1024]; /* the commands relayed, by name, space-separated */
     char *out;        /* the reply in RESP 2 */
@@ -48,8 +48,7 @@ static int put(struct redis_relay *r, const char *fmt, ...)
     }
 }
 
-/* Appends 'reply' in RESP 2 (the fake node sends a reply up to its first
- * NUL: the replies relayed hold none); -1 for a type not passed on. */
+/* Appends 'reply' in RESP 2; -1 for a type not passed on. */
 static int encode(struct redis_relay *r, const redisReply *reply)
 {
     switch (reply->type) {
@@ -61,8 +60,11 @@ static int encode(struct redis_relay *r, const redisReply *reply)
         return put(r, ":%lld\r\n", reply->integer);
     case REDIS_REPLY_NIL:
         return put(r, "$-1\r\n");
-    case REDIS_REPLY_STRING:
-        return put(r, "$%zu\r\n%.*s\r\n", reply->len, (int)reply->len, reply->str);
+    case REDIS_REPLY_STRING: /* its bytes as they are, NULs too */
+        if (put(r, "$%zu\r\n%*s\r\n", reply->len, (int)reply->len, "") != 0)
+            return -1;
+        memcpy(r->out + r->used - 2 - reply->len, reply->str, reply->len);
+        return 0;
     case REDIS_REPLY_ARRAY:
         if (put(r, "*%zu\r\n", reply->elements) != 0)
             return -1;
@@ -78,8 +80,8 @@ static int encode(struct redis_relay *r, const redisReply *reply)
 static const char *relay(struct fake_redis *fake, int argc, char **argv, void *ctx)
 {
     struct redis_relay *r = ctx;
-    (void)fake;
-    redisReply *reply = redisCommandArgv(r->to, argc, (const char **)argv, NULL);
+    redisReply *reply =
+        redisCommandArgv(r->to, argc, (const char **)argv, fake_redis_argvlen(fake));
     if (!reply)
         return NULL; /* the server is gone: so is the connection */
     r->used = 0;
@@ -90,11 +92,17 @@ static const char *relay(struct fake_redis *fake, int argc, char **argv, void *c
     snprintf(r->names + used, sizeof(r->names) - used, "%s%s", used ? " " : "",
              argc > 0 ? argv[0] : "?");
     int lose = argc > 0 && r->lose[0] && strcasecmp(argv[0], r->lose) == 0;
+    if (lose && r->lose_arg[0]) {
+        lose = 0;
+        for (int i = 1; i < argc && !lose; i++)
+            lose = strcmp(argv[i], r->lose_arg) == 0;
+    }
     if (lose) {
         r->lose[0] = '\0';
         r->lost++;
     }
     pthread_mutex_unlock(&r->lock);
+    fake_redis_reply_len(fake, r->used);
     return ok && !lose ? r->out : NULL; /* NULL: applied; the client never hears of it */
 }
 
@@ -129,10 +137,11 @@ int redis_relay_port(const struct redis_relay *r)
     return fake_redis_port(r->fake);
 }
 
-void redis_relay_lose(struct redis_relay *r, const char *command)
+void redis_relay_lose(struct redis_relay *r, const char *command, const char *arg)
 {
     pthread_mutex_lock(&r->lock);
     snprintf(r->lose, sizeof(r->lose), "%s", command);
+    snprintf(r->lose_arg, sizeof(r->lose_arg), "%s", arg ? arg : "");
     pthread_mutex_unlock(&r->lock);
 }
 

@@ -20,8 +20,8 @@ void redis_relay_stop(struct redis_relay *relay);
 int redis_relay_port(const struct redis_relay *relay);
 
 /* The next command named 'command' ("EVALSHA") is applied and its reply
- * lost. */
-void redis_relay_lose(struct redis_relay *relay, const char *command);
+ * lost; with 'arg', the next such command with an argument 'arg'. */
+void redis_relay_lose(struct redis_relay *relay, const char *command, const char *arg);
 
 /* Replies lost so far. */
 int redis_relay_lost(struct redis_relay *relay);

@@ -124,6 +124,10 @@ static void a_window_closes_reopens_and_closes_again(void **state)
     step(f, "keep", "pod-a", keep, 2, "ok bytes");
     step(f, "done", "pod-a", done, 1, "ok");
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
+    /* sent again, its reply lost: done, as the first time; nothing changes */
+    step(f, "done", "pod-a", done, 1, "ok");
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
+    assert_final(f, "a b");
 
     /* replay --republish: reopened, nothing closes it, restore leaves it */
     step(f, "reopen", "replay-1", NULL, 0, "ok");

@@ -110,7 +110,7 @@ static void take_and_release(struct fixture *f, const char *want)
 static void a_lost_reply_to_taking_the_lease_leaves_it_ours(void **state)
 {
     struct fixture *f = *state;
-    redis_relay_lose(f->relay, "SET");
+    redis_relay_lose(f->relay, "SET", NULL);
     take_and_release(f, "SET SET GET");
 }
 
@@ -129,7 +129,7 @@ static void a_lost_reply_to_taking_over_a_dead_runs_lease_leaves_it_ours(void **
     this_host(host, sizeof(host));
     snprintf(dead, sizeof(dead), "%s %ld 1700000000000", host, (long)pid);
     freeReplyObject(redis_server_command(f->redis, "SET %s %s PX 30000", LEASE, dead));
-    redis_relay_lose(f->relay, "EVAL");
+    redis_relay_lose(f->relay, "EVAL", NULL);
     take_and_release(f, "SET GET EVAL EVAL");
 }
 

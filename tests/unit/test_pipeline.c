@@ -639,7 +639,7 @@ static void late_events_are_named_however_their_request_reaches_redis(void **sta
                          {0, 5, event_at("h5", "res", "f", 1, 0, MAY1 + DAY_MS)}};
     struct lb_record records[16];
     records_of(b2, 3, records);
-    redis_relay_lose(f->relay, "EVALSHA");
+    redis_relay_lose(f->relay, "EVALSHA", NULL);
     int64_t now = MAY1 + 2 * DAY_MS;
     assert_int_equal(lb_pipeline_run(f->pipeline, records, 3, now, st, retry, NULL), 0);
     assert_int_equal(redis_relay_lost(f->relay), 1);

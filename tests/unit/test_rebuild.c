@@ -21,12 +21,14 @@
 #include "engine.h"
 #include "event.h"
 #include "eventgen.h"
+#include "redis_relay.h"
 #include "redis_server.h"
 
 #define MAY1 INT64_C(1777593600000) /* 2026-05-01 */
 
 struct fixture {
     struct redis_server *redis;
+    struct redis_relay *relay; /* between the engine and a standalone 'redis', or NULL */
     struct lb_config *config;
     struct lb_engine *engine;
     int64_t offset;
@@ -46,7 +48,8 @@ static void open_engine(struct fixture *f, const char *decay)
              "    score_max: 40000\n"
              "    windows: {alltime: {}, custom: [{dim: patch}]}\n"
              "    decay: {dim: patch, max_age: 5, precision: 0.01, %s}\n",
-             getenv("LB_SOURCE_DIR"), redis_server_port(f->redis), decay);
+             getenv("LB_SOURCE_DIR"),
+             f->relay ? redis_relay_port(f->relay) : redis_server_port(f->redis), decay);
     assert_int_equal(
         lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
     f->engine = lb_engine_open(f->config, NULL, err, sizeof(err), NULL);
@@ -69,10 +72,22 @@ static int setup(void **state)
     return 0;
 }
 
+/* A standalone server behind a relay that can lose a reply. */
+static int setup_relay(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    f->redis = redis_server_start(0);
+    f->relay = redis_relay_start(redis_server_port(f->redis));
+    open_engine(f, "tax: 0.1");
+    *state = f;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     struct fixture *f = *state;
     close_engine(f);
+    redis_relay_stop(f->relay);
     redis_server_stop(f->redis);
     free(f);
     return 0;
@@ -402,6 +417,21 @@ static void a_stalled_redis_holds_the_rebuild_until_it_answers(void **state)
     assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->finished, 2);
 }
 
+/* The node applies the rebuild's finish and hangs up before replying: the
+ * finish sent again finds this gen rebuilt and says so; the rebuild is
+ * counted finished, not started over. */
+static void a_finish_whose_reply_was_lost_has_finished(void **state)
+{
+    struct fixture *f = *state;
+    ann_then_bob_in_2_0(f);
+    redis_relay_lose(f->relay, "EVALSHA", "finish");
+    drain(f);
+    assert_int_equal(redis_relay_lost(f->relay), 1);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
+    assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->finished, 2);
+    assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->restarts, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -410,6 +440,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_patch_arriving_mid_rebuild_restarts_it, setup, teardown),
         cmocka_unit_test_setup_teardown(a_lease_held_elsewhere_is_waited_for, setup, teardown),
         cmocka_unit_test_setup_teardown(a_stalled_redis_holds_the_rebuild_until_it_answers, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_finish_whose_reply_was_lost_has_finished, setup_relay,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_changed_tax_retaxes_the_board, setup, teardown),
         cmocka_unit_test_setup_teardown(a_configured_list_orders_and_limits_the_patches, setup,
