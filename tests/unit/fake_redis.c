@@ -23,6 +23,7 @@ struct fake_redis {
     size_t loglen;
     fake_handler handler;
     void *ctx;
+    int paused;            /* under 'lock': no connection is read */
     const size_t *argvlen; /* the command being handled's */
     size_t replylen;       /* the handler's reply's; 0: up to its NUL */
 };
@@ -97,12 +98,25 @@ static void *run(void *arg)
     pfds[1] = (struct pollfd){.fd = f->listener, .events = POLLIN};
 
     for (;;) {
+        pthread_mutex_lock(&f->lock);
+        int paused = f->paused;
+        pthread_mutex_unlock(&f->lock);
+        for (nfds_t i = 2; i < n; i++)
+            pfds[i].events = paused ? 0 : POLLIN;
         if (poll(pfds, n, -1) < 0)
             continue;
-        if (pfds[0].revents)
-            break;
+        if (pfds[0].revents) {
+            char why = 'x';
+            if (read(f->wake[0], &why, 1) != 1 || why == 'x')
+                break; /* stopped */
+            continue;  /* paused or resumed */
+        }
         if (pfds[1].revents & POLLIN) {
             int fd = accept(f->listener, NULL, NULL);
+            /* a fixed receive buffer: what a paused node takes is bounded */
+            int rcvbuf = 65536;
+            if (fd >= 0)
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
             if (fd >= 0 && n < MAX_CONNS + 2) {
                 pfds[n] = (struct pollfd){.fd = fd, .events = POLLIN};
                 readers[n++] = redisReaderCreate();
@@ -111,7 +125,7 @@ static void *run(void *arg)
             }
         }
         for (nfds_t i = 2; i < n; i++) {
-            if (!pfds[i].revents)
+            if (!pfds[i].revents || paused)
                 continue;
             char buf[16384];
             ssize_t got = read(pfds[i].fd, buf, sizeof(buf));
@@ -202,4 +216,13 @@ const size_t *fake_redis_argvlen(const struct fake_redis *f)
 void fake_redis_reply_len(struct fake_redis *f, size_t len)
 {
     f->replylen = len;
+}
+
+void fake_redis_pause(struct fake_redis *f, int paused)
+{
+    pthread_mutex_lock(&f->lock);
+    f->paused = paused;
+    pthread_mutex_unlock(&f->lock);
+    ssize_t ignored = write(f->wake[1], "p", 1);
+    (void)ignored;
 }

@@ -21,6 +21,7 @@ struct redis_relay {
     pthread_mutex_t lock;
     char lose[32], lose_arg[32]; /* "": none */
     int lost;
+    size_t bytes;     /* of the arguments relayed */
     char names[1024]; /* the commands relayed, by name, space-separated */
     char *out;        /* the reply in RESP 2 */
     size_t used, cap;
@@ -88,6 +89,8 @@ static const char *relay(struct fake_redis *fake, int argc, char **argv, void *c
     int ok = encode(r, reply) == 0;
     freeReplyObject(reply);
     pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < argc; i++)
+        r->bytes += fake_redis_argvlen(fake)[i];
     size_t used = strlen(r->names);
     snprintf(r->names + used, sizeof(r->names) - used, "%s%s", used ? " " : "",
              argc > 0 ? argv[0] : "?");
@@ -159,4 +162,17 @@ void redis_relay_names(struct redis_relay *r, char *out, size_t cap)
     snprintf(out, cap, "%s", r->names);
     r->names[0] = '\0';
     pthread_mutex_unlock(&r->lock);
+}
+
+void redis_relay_pause(struct redis_relay *r, int paused)
+{
+    fake_redis_pause(r->fake, paused);
+}
+
+size_t redis_relay_bytes(struct redis_relay *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t bytes = r->bytes;
+    pthread_mutex_unlock(&r->lock);
+    return bytes;
 }

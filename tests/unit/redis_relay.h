@@ -30,4 +30,11 @@ int redis_relay_lost(struct redis_relay *relay);
  * ("SET GET EVAL"), into 'out'. */
 void redis_relay_names(struct redis_relay *relay, char *out, size_t cap);
 
+/* Stops passing commands on (they wait in the sockets: fake_redis_pause),
+ * or passes them on again. */
+void redis_relay_pause(struct redis_relay *relay, int paused);
+
+/* Bytes of the commands' arguments passed on so far. */
+size_t redis_relay_bytes(struct redis_relay *relay);
+
 #endif

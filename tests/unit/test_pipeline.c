@@ -443,6 +443,36 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+/* Sends the prepared batch while its node reads nothing ('stall' on, then
+ * off): progress says no reply is in, then, moved on by progress alone, that
+ * every reply is, and the batch has an end. */
+static void send_past_a_stall(struct fixture *f, void (*stall)(struct fixture *, int))
+{
+    stall(f, 1);
+    lb_pipeline_send(f->pipeline);
+    for (int i = 0; i < 50; i++) { /* nothing is read: no reply can be in */
+        assert_int_equal(lb_pipeline_progress(f->pipeline), 0);
+        sleep_ms(2);
+    }
+    stall(f, 0);
+    int in = 0;
+    for (int i = 0; i < 15000 && !in; i++)
+        if (!(in = lb_pipeline_progress(f->pipeline)))
+            sleep_ms(2);
+    assert_true(in);
+    assert_true(lb_pipeline_answered_ms(f->pipeline) > 0); /* the batch's end, for the metrics */
+}
+
+static void stop_second_master(struct fixture *f, int stopped)
+{
+    redis_server_pause(f->redis2, stopped);
+}
+
+static void pause_relay(struct fixture *f, int paused)
+{
+    redis_relay_pause(f->relay, paused);
+}
+
 /* While the daemon collects the next batch it moves the one in flight on
  * (lb_pipeline_progress): without blocking, it says whether every reply is
  * in, and the batch is written by then; complete checks the replies as
@@ -454,26 +484,71 @@ static void a_batch_in_flight_is_moved_on_without_blocking(void **state)
     two_batches(f, &t, 2);
 
     assert_int_equal(lb_pipeline_progress(f->pipeline), 1); /* nothing in flight */
-    redis_server_pause(f->redis2, 1);
     assert_int_equal(lb_pipeline_prepare(f->pipeline, t.r1, 2, MAY1), 0);
-    lb_pipeline_send(f->pipeline);
-    for (int i = 0; i < 50; i++) { /* y's master is stopped: its reply cannot be in */
-        assert_int_equal(lb_pipeline_progress(f->pipeline), 0);
-        sleep_ms(2);
-    }
-    redis_server_pause(f->redis2, 0);
-    int in = 0;
-    for (int i = 0; i < 2500 && !in; i++)
-        if (!(in = lb_pipeline_progress(f->pipeline)))
-            sleep_ms(2);
-    assert_true(in);
-    assert_true(lb_pipeline_answered_ms(f->pipeline) > 0); /* the batch's end, for the metrics */
+    send_past_a_stall(f, stop_second_master); /* y's master */
     assert_int_equal(total(f, t.x, "a"), 1);
     assert_int_equal(total(f, t.y, "b"), 1);
     assert_int_equal(lb_pipeline_complete(f->pipeline, t.st1, give_up_at_once, NULL), 0);
     assert_int_equal(t.st1[0], LB_RECORD_DURABLE);
     assert_int_equal(t.st1[1], LB_RECORD_DURABLE);
     assert_int_equal(lb_pipeline_progress(f->pipeline), 1);
+}
+
+/* The largest send buffer the kernel may give a socket (tcp_wmem's third
+ * field). */
+static size_t send_buffer_max(void)
+{
+    unsigned long lo = 0, mid = 0, hi = 0;
+    FILE *in = fopen("/proc/sys/net/ipv4/tcp_wmem", "r");
+    assert_non_null(in);
+    assert_int_equal(fscanf(in, "%lu %lu %lu", &lo, &mid, &hi), 3);
+    fclose(in);
+    return hi;
+}
+
+/* A request larger than the sockets take while its node reads nothing
+ * (the relay paused: 64 KiB in the node's receive buffer, at most
+ * tcp_wmem's largest in the client's send buffer): the rest is written by
+ * progress, the way the daemon moves a batch on while it collects the
+ * next, without blocking and without complete. */
+static void a_request_larger_than_the_sockets_take_is_written_by_progress(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 100000 };
+    size_t cap = (size_t)N * 128, used = 0;
+    uint8_t *payloads = malloc(cap), *st = calloc(N, 1);
+    struct lb_record *records = calloc(N, sizeof(*records));
+    assert_true(payloads && records && st);
+    for (int i = 0; i < N; i++) {
+        char id[32], player[32];
+        snprintf(id, sizeof(id), "big-%d", i);
+        snprintf(player, sizeof(player), "player-%024d", i); /* 31 bytes, the most */
+        struct event e = event(id, "big", player, 1 + i % 7);
+        assert_true(used + e.len <= cap);
+        memcpy(payloads + used, e.bytes, e.len);
+        records[i] = (struct lb_record){payloads + used, e.len, "t", 0, i, 0};
+        used += e.len;
+    }
+    /* the client connected and its map read while the relay passes them */
+    struct input first[] = {{1, 0, event("big-first", "big", "first", 1)}};
+    assert_int_equal(run(f, first, 1, st), 0);
+    size_t before = redis_relay_bytes(f->relay);
+
+    assert_int_equal(lb_pipeline_prepare(f->pipeline, records, N, MAY1), 0);
+    send_past_a_stall(f, pause_relay);
+    /* the request was more than the sockets could take while paused */
+    size_t sent = redis_relay_bytes(f->relay) - before;
+    if (sent <= send_buffer_max() + 2 * 65536)
+        fail_msg("the request (%zu bytes) fits the sockets: make it larger", sent);
+
+    assert_int_equal(lb_pipeline_complete(f->pipeline, st, give_up_at_once, NULL), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], LB_RECORD_DURABLE);
+    assert_int_equal(total(f, "big", "player-000000000000000000000000"), 1);
+    assert_int_equal(total(f, "big", "player-000000000000000000099999"), 1 + 99999 % 7);
+    free(payloads);
+    free(records);
+    free(st);
 }
 
 /* Replies a caller leaves unread for longer than the command timeout (the
@@ -613,8 +688,10 @@ static void late_events_are_named_however_their_request_reaches_redis(void **sta
     struct rejects rejected = {0};
     char err[256];
     lb_pipeline_set_reject_hook(f->pipeline, note_reject, &rejected);
-    if (lb_intact_mark(f->cluster, "lb:", NULL, "test", err, sizeof(err)) != 0)
-        fail_msg("%s", err); /* every slot's shard as the projector wrote it */
+    static uint8_t which[LB_SLOTS]; /* the board's slot: its shard as the projector wrote it */
+    which[lb_key_slot("{res}", 5)] = 1;
+    if (lb_intact_mark(f->cluster, "lb:", which, "test", err, sizeof(err)) != 0)
+        fail_msg("%s", err);
 
     /* May 1st takes three events, then closes: its close offset is 3 */
     struct input b1[] = {{0, 0, event("h0", "res", "a", 5)},
@@ -876,6 +953,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(late_events_are_named_however_their_request_reaches_redis,
                                         setup_relay, teardown),
+        cmocka_unit_test_setup_teardown(
+            a_request_larger_than_the_sockets_take_is_written_by_progress, setup_relay, teardown),
         cmocka_unit_test_setup_teardown(a_batch_in_flight_is_moved_on_without_blocking, setup_pair,
                                         teardown),
     };
