@@ -1102,8 +1102,9 @@ const char *lb_apply_late(const struct lb_apply_answer *a, size_t w, const char 
         return NULL;
     char field[LB_MARKER_FIELD_MAX];
     size_t n = lb_marker_field(topic, partition, field, sizeof(field));
-    *first_late = 0;
-    for (const char *p = word(a->reply, a->late_at + 2 * w + 1); p && *p;) {
+    const char *offsets = word(a->reply, a->late_at + 2 * w + 1);
+    *first_late = offsets && *offsets ? 0 : -1;
+    for (const char *p = offsets; p && *p;) {
         if (strncmp(p, field, n) == 0 && p[n] == '=') {
             *first_late = strtoll(p + n + 1, NULL, 10);
             break;

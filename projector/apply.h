@@ -366,7 +366,8 @@ int lb_apply_duplicate(const struct lb_apply_answer *answer, size_t i, const cha
 /* Late window 'w' of an ok answer: its name, and in '*first_late' the first
  * offset of 'topic' 'partition' whose events came too late for it (the
  * partition's close offset; 0 when it had written nothing to the board by
- * then: every event of it is late). NULL past the end. */
+ * then: every event of it is late; -1 when the window's close offsets are
+ * not known). NULL past the end. */
 const char *lb_apply_late(const struct lb_apply_answer *answer, size_t w, const char *topic,
                           int32_t partition, int64_t *first_late);
 

@@ -615,38 +615,47 @@ static int add_exclusion(struct slot *slot, uint32_t txn, enum exclusion_kind ki
  * (each once) are counted, logged and dead-lettered; their other windows
  * were written. The offsets decide, not whether a segment was applied now:
  * a request sent again after its reply was lost, or records read again,
- * name their late events as the first time. */
+ * name their late events as the first time. A window whose close offsets
+ * are not known (a ~final put back from a results record without them)
+ * takes the events of a request that applied every segment, as before. */
 static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t txn,
                        const struct lb_apply_answer *a)
 {
     static struct lb_ratelimit said;
-    enum { MAX = 8 };
-    enum lb_window_kind kinds[MAX];
-    int64_t ids[MAX], first_late;
-    size_t which[MAX]; /* each one's place among the answer's windows */
-    size_t nlate = 0;
-    for (size_t w = 0; w < a->late && nlate < MAX; w++) {
-        if (lb_window_name_parse(lb_apply_late(a, w, "", 0, &first_late), &kinds[nlate],
-                                 &ids[nlate]) == 0)
-            which[nlate++] = w;
-    }
+    enum { CACHED = 64 }; /* windows parsed once; any more, for each event */
+    enum lb_window_kind kinds[CACHED];
+    int64_t ids[CACHED], first_late;
+    int parsed[CACHED];
+    for (size_t w = 0; w < a->late && w < CACHED; w++)
+        parsed[w] =
+            lb_window_name_parse(lb_apply_late(a, w, "", 0, &first_late), &kinds[w], &ids[w]) == 0;
     uint64_t n = 0;
     const char *named = NULL; /* the first late event's window */
+    int others = 0;           /* events late for another */
     for (size_t i = 0; i < slot->count; i++) {
         if (slot->txn_of[i] != txn || !slot->ts[i] || slot->fate[i] != FATE_PLANNED)
             continue;
         const struct lb_record *r = &slot->records[i];
         const char *late = NULL;
-        for (size_t w = 0; w < nlate && !late; w++) {
+        for (size_t w = 0; w < a->late && !late; w++) {
+            enum lb_window_kind kind = w < CACHED ? kinds[w] : LB_WINDOW_ALLTIME;
+            int64_t id = w < CACHED ? ids[w] : 0;
+            if (w < CACHED ? !parsed[w]
+                           : lb_window_name_parse(lb_apply_late(a, w, "", 0, &first_late), &kind,
+                                                  &id) != 0)
+                continue;
             struct lb_window_span span;
-            lb_window_span(kinds[w], slot->ts[i], &span);
-            const char *name = lb_apply_late(a, which[w], r->topic, r->partition, &first_late);
-            if (span.id == ids[w] && r->offset >= first_late)
+            lb_window_span(kind, slot->ts[i], &span);
+            if (span.id != id)
+                continue;
+            const char *name = lb_apply_late(a, w, r->topic, r->partition, &first_late);
+            if (first_late < 0 ? !a->skipped : r->offset >= first_late)
                 late = name;
         }
         if (!late)
             continue;
         n++;
+        others |= named && strcmp(named, late) != 0;
         named = named ? named : late;
         if (p->on_reject) { /* dead-lettered: a record of what the closed window did not take */
             char detail[200];
@@ -663,7 +672,7 @@ static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t 
     lb_log_every(&said, 10000, LB_LOG_WARN, "pipeline",
                  "%llu event(s) came after window '%s'%s closed: not written to it, its final "
                  "standings stand; their other windows were written",
-                 (unsigned long long)n, named, a->late > 1 ? " (and others)" : "");
+                 (unsigned long long)n, named, others ? " (and others)" : "");
 }
 
 /* Reads the apply script's answer: 0 when the board's events are written, 1

@@ -113,7 +113,8 @@ static void *run(void *arg)
         }
         if (pfds[1].revents & POLLIN) {
             int fd = accept(f->listener, NULL, NULL);
-            /* a fixed receive buffer: what a paused node takes is bounded */
+            /* a fixed receive buffer (64 KiB, which Linux doubles): what a
+             * paused node takes is bounded */
             int rcvbuf = 65536;
             if (fd >= 0)
                 setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
@@ -125,10 +126,14 @@ static void *run(void *arg)
             }
         }
         for (nfds_t i = 2; i < n; i++) {
-            if (!pfds[i].revents || paused)
+            if (!pfds[i].revents)
+                continue;
+            /* paused, nothing is read; a client that hung up is let go */
+            int gone = paused && (pfds[i].revents & (POLLHUP | POLLERR));
+            if (paused && !gone)
                 continue;
             char buf[16384];
-            ssize_t got = read(pfds[i].fd, buf, sizeof(buf));
+            ssize_t got = gone ? 0 : read(pfds[i].fd, buf, sizeof(buf));
             if (got <= 0 || redisReaderFeed(readers[i], buf, (size_t)got) != REDIS_OK ||
                 serve(f, pfds[i].fd, readers[i]) != 0) {
                 close(pfds[i].fd);

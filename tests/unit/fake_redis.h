@@ -24,9 +24,9 @@ typedef const char *(*fake_handler)(struct fake_redis *fake, int argc, char **ar
 
 struct fake_redis *fake_redis_start(fake_handler handler, void *ctx);
 
-/* Stops reading every connection (paused: commands wait in the sockets,
- * whose receive buffers are fixed at 64 KiB, then in the clients') or
- * reads them again. */
+/* Stops reading every connection, or reads them again. Paused, commands
+ * wait in the sockets, whose receive buffers are fixed at 64 KiB (128 KiB
+ * once Linux doubles it), then in the clients'. */
 void fake_redis_pause(struct fake_redis *fake, int paused);
 
 /* For a handler of binary commands and replies, during its call: the

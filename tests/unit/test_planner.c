@@ -915,8 +915,9 @@ static void an_ok_answer_names_rebuilding_opened_and_late(void **state)
             assert_int_equal(first_late, 40);
             lb_apply_late(&a, 0, "t", 2, &first_late);
             assert_int_equal(first_late, 0);
+            /* close offsets not known (put back from a record without them) */
             assert_string_equal(lb_apply_late(&a, 1, "t", 1, &first_late), "weekly:2026-W48");
-            assert_int_equal(first_late, 0);
+            assert_int_equal(first_late, -1);
             assert_null(lb_apply_late(&a, 2, "t", 1, &first_late));
         }
         freeReplyObject(reply);
