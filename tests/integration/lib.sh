@@ -500,7 +500,8 @@ run_oracle() {
 # verify [ARGS...] - compare Redis with the independent oracle.
 verify() {
     local status deadline=$((SECONDS + 60))
-    # exit 3: a decaying board's rebuild is still running (not settled yet)
+    # exit 3: not settled yet (a rebuild running, a merged top not refreshed,
+    # a window closing while the oracle read)
     while :; do
         status=0
         run_oracle "$@" >"$T_DIR/verify.out" 2>&1 || status=$?

@@ -63,9 +63,10 @@
  * for the others; the window closed at or after its end plus GRACE and no
  * later than the latest event plus --idle-ms (default 600000); ~final
  * counted its players; <prefix>{B}:final:<window> holds exactly its first
- * TOP entries. --final B/WINDOW prints the expected standings of a closed
- * window with raw scores, instants and ranks (lbadmin results prints the
- * published ones alike).
+ * TOP entries. A window that closed while the keys were read (counted again
+ * after them) makes the state unsettled: exit 3. --final B/WINDOW
+ * prints the expected standings of a closed window with raw scores,
+ * instants and ranks (lbadmin results prints the published ones alike).
  *
  * Credentials, when the cluster needs them, come from REDIS_USER and
  * REDIS_PASSWORD in the environment (as for ops/services.sh); --tls-dir DIR
@@ -73,7 +74,8 @@
  * with DIR's ca.crt, client.crt and client.key.
  *
  * Exit 0 when Redis matches, 1 on any difference, 2 on usage or I/O errors,
- * 3 when a decaying board's rebuild is still running.
+ * 3 when the state is not settled (a rebuild running, merged tops not
+ * refreshed yet, a window closing).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -1156,7 +1158,7 @@ static void add_decayed(const struct rules *r, struct map *members, struct map *
 static long long expiry_slack_ms;
 
 struct report {
-    size_t keys_found, members_checked, differences, meta_keys, rebuilding;
+    size_t keys_found, members_checked, differences, meta_keys, rebuilding, closing;
     size_t tops_checked, top_differences; /* merged tops of split boards */
 };
 
@@ -1714,6 +1716,20 @@ static void add_decay_state(struct conn *c, const char *key, void *ctx)
     ds->sum += h;
 }
 
+/* How many windows the boards' ~final say closed (s: fields): the same
+ * count after the keys were read as before (r->closed), or a window closed
+ * while they were: its final standings may be read with no closed window
+ * to check them against. */
+static void count_closed(struct conn *c, const char *key, void *ctx)
+{
+    size_t *n = ctx;
+    redisReply *h = command(c, "HKEYS %s", key);
+    for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i < h->elements; i++)
+        *n += strncmp(h->element[i]->str, "s:", 2) == 0;
+    if (h)
+        freeReplyObject(h);
+}
+
 struct check {
     const struct rules *r;
     struct map *members, *keys, *tops;
@@ -1970,6 +1986,11 @@ int main(int argc, char **argv)
         if (scan_node(node[i], port[i], decay, add_decay_state, &after) != 0)
             return 2;
     rep.rebuilding = before.running || after.running || before.sum != after.sum;
+    size_t closed_after = 0;
+    for (size_t i = 0; i < nnodes; i++)
+        if (scan_node(node[i], port[i], finals, count_closed, &closed_after) != 0)
+            return 2;
+    rep.closing = closed_after != closed.count;
     size_t expected = 0;
     for (size_t i = 0; i < keys.cap; i++) {
         if (!keys.slots[i].key || keys.slots[i].aux == 0)
@@ -2016,6 +2037,10 @@ int main(int argc, char **argv)
     if (rep.rebuilding) {
         printf("verify_state: a decaying board was rebuilt while the keys were read, or is "
                "being rebuilt: not settled\n");
+        return 3;
+    }
+    if (rep.closing) {
+        printf("verify_state: a window closed while the keys were read: not settled\n");
         return 3;
     }
     return rep.differences ? 1 : 0;
