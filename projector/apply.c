@@ -1095,10 +1095,16 @@ int lb_apply_duplicate(const struct lb_apply_answer *a, size_t i, const char **f
     return 0;
 }
 
+const char *lb_apply_late_name(const struct lb_apply_answer *a, size_t w)
+{
+    return a->status == LB_APPLY_OK && w < a->late ? word(a->reply, a->late_at + 2 * w) : NULL;
+}
+
 const char *lb_apply_late(const struct lb_apply_answer *a, size_t w, const char *topic,
                           int32_t partition, int64_t *first_late)
 {
-    if (a->status != LB_APPLY_OK || w >= a->late)
+    const char *name = lb_apply_late_name(a, w);
+    if (!name)
         return NULL;
     char field[LB_MARKER_FIELD_MAX];
     size_t n = lb_marker_field(topic, partition, field, sizeof(field));
@@ -1112,7 +1118,7 @@ const char *lb_apply_late(const struct lb_apply_answer *a, size_t w, const char 
         p = strchr(p, ',');
         p = p ? p + 1 : NULL;
     }
-    return word(a->reply, a->late_at + 2 * w);
+    return name;
 }
 
 int lb_apply_pair(const struct lb_apply_answer *a, size_t i, const char **first,

@@ -371,6 +371,9 @@ int lb_apply_duplicate(const struct lb_apply_answer *answer, size_t i, const cha
 const char *lb_apply_late(const struct lb_apply_answer *answer, size_t w, const char *topic,
                           int32_t partition, int64_t *first_late);
 
+/* The name of late window 'w' alone; NULL past the end. */
+const char *lb_apply_late_name(const struct lb_apply_answer *answer, size_t w);
+
 /* Pair 'i' of a partial or overflow answer; returns 0, or -1 past the end. */
 int lb_apply_pair(const struct lb_apply_answer *answer, size_t i, const char **first,
                   const char **second);

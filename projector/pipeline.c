@@ -609,6 +609,30 @@ static int add_exclusion(struct slot *slot, uint32_t txn, enum exclusion_kind ki
     return 0;
 }
 
+/* The windows of a late answer, each parsed once when asked for (the first
+ * LATE_CACHED; any more, each time). */
+enum { LATE_CACHED = 64 };
+struct late_windows {
+    const struct lb_apply_answer *a;
+    enum lb_window_kind kind[LATE_CACHED];
+    int64_t id[LATE_CACHED];
+    int8_t parsed[LATE_CACHED]; /* 0 not yet, 1 parsed, -1 not a window name */
+};
+
+/* Late window 'w' as a kind and id: 0, or -1 when its name is not a window's. */
+static int late_window(struct late_windows *lw, size_t w, enum lb_window_kind *kind, int64_t *id)
+{
+    if (w >= LATE_CACHED)
+        return lb_window_name_parse(lb_apply_late_name(lw->a, w), kind, id);
+    if (!lw->parsed[w]) {
+        const char *name = lb_apply_late_name(lw->a, w);
+        lw->parsed[w] = lb_window_name_parse(name, &lw->kind[w], &lw->id[w]) == 0 ? 1 : -1;
+    }
+    *kind = lw->kind[w];
+    *id = lw->id[w];
+    return lw->parsed[w] == 1 ? 0 : -1;
+}
+
 /* The script named the closed windows board request 'txn' has events for
  * (README "Final standings"), with their close offsets: an event for one of
  * them at or past its partition's close offset came too late. Those events
@@ -622,13 +646,7 @@ static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t 
                        const struct lb_apply_answer *a)
 {
     static struct lb_ratelimit said;
-    enum { CACHED = 64 }; /* windows parsed once; any more, for each event */
-    enum lb_window_kind kinds[CACHED];
-    int64_t ids[CACHED], first_late;
-    int parsed[CACHED];
-    for (size_t w = 0; w < a->late && w < CACHED; w++)
-        parsed[w] =
-            lb_window_name_parse(lb_apply_late(a, w, "", 0, &first_late), &kinds[w], &ids[w]) == 0;
+    struct late_windows lw = {.a = a};
     uint64_t n = 0;
     const char *named = NULL; /* the first late event's window */
     int others = 0;           /* events late for another */
@@ -638,13 +656,11 @@ static void count_late(struct lb_pipeline *p, const struct slot *slot, uint32_t 
         const struct lb_record *r = &slot->records[i];
         const char *late = NULL;
         for (size_t w = 0; w < a->late && !late; w++) {
-            enum lb_window_kind kind = w < CACHED ? kinds[w] : LB_WINDOW_ALLTIME;
-            int64_t id = w < CACHED ? ids[w] : 0;
-            if (w < CACHED ? !parsed[w]
-                           : lb_window_name_parse(lb_apply_late(a, w, "", 0, &first_late), &kind,
-                                                  &id) != 0)
-                continue;
+            enum lb_window_kind kind;
+            int64_t id, first_late;
             struct lb_window_span span;
+            if (late_window(&lw, w, &kind, &id) != 0)
+                continue;
             lb_window_span(kind, slot->ts[i], &span);
             if (span.id != id)
                 continue;

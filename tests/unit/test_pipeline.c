@@ -648,7 +648,8 @@ static void a_refused_batch_in_flight_has_not_ended(void **state)
     assert_int_equal(total(f, t.x, "a"), 1);
     assert_int_equal(total(f, t.y, "b"), 1);
 }
-/* The records the pipeline rejected: offset and reason, in order. */
+/* The records the pipeline rejected: offset and reason of the first 16, in
+ * order, and how many in all. */
 struct rejects {
     int64_t offset[16];
     enum lb_reject reason[16];
@@ -662,8 +663,9 @@ static void note_reject(void *ctx, const struct lb_record *record, enum lb_rejec
     (void)detail;
     if (r->n < 16) {
         r->offset[r->n] = record->offset;
-        r->reason[r->n++] = reason;
+        r->reason[r->n] = reason;
     }
+    r->n++; /* counted past the 16 kept */
 }
 
 /* The daemon's policy while the drain timeout has not passed: retry. */
@@ -759,6 +761,80 @@ static void late_events_are_named_however_their_request_reaches_redis(void **sta
     assert_int_equal(lb_pipeline_stats(f->pipeline)->late_after_close, 4);
 }
 
+/* A request whose late events fall in more closed windows than count_late
+ * parses once (64): each of 65 closed days names its own late event, the
+ * windows past the 64th too, and each day keeps what it closed with. */
+static void late_events_of_more_closed_windows_than_are_cached_are_each_named(void **state)
+{
+    struct fixture *f = *state;
+    enum { CLOSED = 65, N = 2 * CLOSED + 2 };
+    static struct input in[N];
+    struct lb_record records[N];
+    uint8_t st[N];
+    struct rejects rejected = {0};
+    char err[256], window[CLOSED + 1][32];
+    lb_pipeline_set_reject_hook(f->pipeline, note_reject, &rejected);
+    static uint8_t which[LB_SLOTS];
+    which[lb_key_slot("{res}", 5)] = 1;
+    if (lb_intact_mark(f->cluster, "lb:", which, "test", err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    for (int d = 0; d <= CLOSED; d++) {
+        time_t t = (time_t)((MAY1 + d * DAY_MS) / 1000);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(window[d], sizeof(window[d]), "daily:%Y-%m-%d", &tm);
+    }
+
+    /* one event on each of 66 days (offsets 0 to 65), then 65 days close:
+     * each close offset is 66 */
+    int64_t now = MAY1 + (CLOSED + 1) * DAY_MS;
+    for (int d = 0; d <= CLOSED; d++) {
+        char id[16], player[16];
+        snprintf(id, sizeof(id), "m%d", d);
+        snprintf(player, sizeof(player), "p%d", d);
+        in[d] = (struct input){0, d, event_at(id, "res", player, 5, 0, MAY1 + d * DAY_MS)};
+    }
+    records_of(in, CLOSED + 1, records);
+    assert_int_equal(lb_pipeline_run(f->pipeline, records, CLOSED + 1, now, st, retry, NULL), 0);
+    const char *claim[] = {"10", "d", "1783296000000"};
+    size_t claimlen[] = {2, 1, 13};
+    for (int d = 0; d < CLOSED; d++) {
+        redisReply *r = lb_final_step(f->cluster, "lb:", "res", window[d], "claim", "pod-a", 30000,
+                                      claim, claimlen, 3);
+        assert_non_null(r);
+        assert_true(r->type == REDIS_REPLY_ARRAY && r->elements == 4);
+        assert_string_equal(r->element[0]->str, "go");
+        assert_string_equal(r->element[3]->str, "t:0=66");
+        freeReplyObject(r);
+    }
+
+    /* one late event for each closed day (offsets 66 to 130) and one for
+     * the open day, in one request */
+    for (int d = 0; d <= CLOSED; d++) {
+        char id[16], player[16];
+        snprintf(id, sizeof(id), "l%d", d);
+        snprintf(player, sizeof(player), "q%d", d);
+        in[d] = (struct input){0, CLOSED + 1 + d,
+                               event_at(id, "res", player, 9, 0, MAY1 + d * DAY_MS + 3600000)};
+    }
+    records_of(in, CLOSED + 1, records);
+    assert_int_equal(lb_pipeline_run(f->pipeline, records, CLOSED + 1, now, st, retry, NULL), 0);
+    for (int i = 0; i <= CLOSED; i++)
+        assert_int_equal(st[i], LB_RECORD_DURABLE);
+    assert_int_equal(rejected.n, CLOSED);
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(rejected.offset[i], CLOSED + 1 + i);
+        assert_int_equal(rejected.reason[i], LB_REJECT_WINDOW_CLOSED);
+    }
+    assert_int_equal(lb_pipeline_stats(f->pipeline)->late_after_close, CLOSED);
+    for (int d = 0; d <= CLOSED; d++) {
+        redisReply *day = redis_server_command(f->redis, "ZCARD lb:{res}:%s", window[d]);
+        assert_int_equal(day->integer, d < CLOSED ? 1 : 2);
+        freeReplyObject(day);
+    }
+    assert_true(total(f, "res", "q0") > 0); /* alltime took every event */
+    assert_true(total(f, "res", "q64") > 0);
+}
 /* input.max_future (5 minutes by default): an event further ahead of its
  * record's timestamp than that is dead-lettered as ts_in_future, one within
  * it is written; a record without a timestamp is compared with the clock,
@@ -968,6 +1044,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(late_events_are_named_however_their_request_reaches_redis,
                                         setup_relay, teardown),
+        cmocka_unit_test_setup_teardown(
+            late_events_of_more_closed_windows_than_are_cached_are_each_named, setup_relay,
+            teardown),
         cmocka_unit_test_setup_teardown(
             a_request_larger_than_the_sockets_take_is_written_by_progress, setup_relay, teardown),
         cmocka_unit_test_setup_teardown(a_batch_in_flight_is_moved_on_without_blocking, setup_pair,

@@ -919,6 +919,8 @@ static void an_ok_answer_names_rebuilding_opened_and_late(void **state)
             assert_string_equal(lb_apply_late(&a, 1, "t", 1, &first_late), "weekly:2026-W48");
             assert_int_equal(first_late, -1);
             assert_null(lb_apply_late(&a, 2, "t", 1, &first_late));
+            assert_string_equal(lb_apply_late_name(&a, 1), "weekly:2026-W48");
+            assert_null(lb_apply_late_name(&a, 2));
         }
         freeReplyObject(reply);
     }
