@@ -396,6 +396,7 @@ load_stop() {
 # (claimed, published, reopening, ...; empty while it has not closed)
 final_state() { redis_cli "$(live_ports | first)" -c HGET "lb:{$1}:~final" "s:$2"; }
 window_published() { [[ $(final_state "$1" "$2") == published ]]; } # BOARD WINDOW
+window_claimed() { [[ $(final_state "$1" "$2") == claimed ]]; }     # BOARD WINDOW
 
 # lose_board BOARD - deletes every key of BOARD (windows, markers, dedupe
 # set), on whichever node holds them.
@@ -501,7 +502,7 @@ run_oracle() {
 verify() {
     local status deadline=$((SECONDS + 60))
     # exit 3: not settled yet (a rebuild running, a merged top not refreshed,
-    # a window closing while the oracle read)
+    # a window closing or reopened while the oracle read)
     while :; do
         status=0
         run_oracle "$@" >"$T_DIR/verify.out" 2>&1 || status=$?

@@ -132,10 +132,10 @@ acl_setuser() { # RULE...
 rule=$(grep '^user projector ' "$REDIS_ACL_FILE")
 mapfile -t commands < <(tr ' ' '\n' <<<"$rule" | sed -n 's/^+//p' | grep -vx asking)
 ((${#commands[@]} >= 20)) || fail "only ${#commands[@]} commands in the projector's rule"
-window_claimed() { [[ $(final_state "$1" "$2") == claimed ]]; } # BOARD WINDOW
+sweeps() { curl -sf "$METRICS_URL/metrics" | awk '$1 == "lb_results_sweeps_total" { print $2 }'; }
 sweeps_over() { # the pod's first sweep of every master has completed
     local n
-    n=$(curl -sf "$METRICS_URL/metrics" | awk '$1 == "lb_results_sweeps_total" { print $2 }')
+    n=$(sweeps)
     ((${n:-0} > 0))
 }
 seed=100
@@ -188,8 +188,13 @@ for cmd in "${commands[@]}"; do
         if [[ $cmd == hsetnx ]]; then
             # the failing board's ~final is read again at each check (2 s),
             # not every board's: res-0, with nothing to close, stays unread
-            sleep 5
-            idle=$(redis_cli "$(live_ports | first)" -c OBJECT IDLETIME "lb:{res-0}:~final")
+            # (but by a sweep, once a minute: then watched again)
+            for _ in 1 2; do
+                before=$(sweeps)
+                sleep 5
+                idle=$(redis_cli "$(live_ports | first)" -c OBJECT IDLETIME "lb:{res-0}:~final")
+                [[ $(sweeps) == "$before" ]] && break
+            done
             [[ $idle =~ ^[0-9]+$ ]] || fail "no ~final of res-0 to watch: OBJECT IDLETIME answered '$idle'"
             ((idle >= 4)) ||
                 fail "without +$cmd the ~final of res-0 (nothing to close) was read ${idle} s ago: read again at each check"

@@ -269,12 +269,14 @@ wait_caught_up 120
 best=$(awk -F '\t' '$1 ~ /^e507-/ && $2 == "res-0" { if ($4 > m) m = $4 } END { print m + 0 }' "$T_DIR/events.tsv")
 top=$(redis_cli "$(live_ports | first)" -c ZRANGE "lb:{res-0}:$w0" 0 0 REV WITHSCORES | tail -n 1)
 (((${top%.*} >> 30) >= best)) || fail "the pod did not write a late event into the reopening res-0 $w0"
-sleep 3 # a closer check or more: it would have closed it again by now
-reopening || fail "res-0 $w0 is $(final_state res-0 "$w0") while replay has not rebuilt it"
-grep -q "board 'res-0' window '$w0' is being reopened by replay --republish" "$T_DIR/a.log" ||
+# a closer check (every 2 s, two boards a round) tries to close it, and
+# leaves it reopening
+lb_wait_for 15 grep -q "board 'res-0' window '$w0' is being reopened by replay --republish" \
+    "$T_DIR/a.log" ||
     fail "the pod did not try to close res-0 $w0 (the late events listed it in ~open)
 $(unpublished)
 $(curl -sf "$METRICS_URL/metrics" | grep '^lb_results')"
+reopening || fail "res-0 $w0 is $(final_state res-0 "$w0") while replay has not rebuilt it"
 dump_results
 (($(wc -l <"$T_DIR/results.dump") == records)) || fail "res-0 $w0 was published while reopening"
 # and a note whose window is not reopening (a run killed before its reopen

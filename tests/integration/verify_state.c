@@ -63,10 +63,11 @@
  * for the others; the window closed at or after its end plus GRACE and no
  * later than the latest event plus --idle-ms (default 600000); ~final
  * counted its players; <prefix>{B}:final:<window> holds exactly its first
- * TOP entries. A window that closed while the keys were read (counted again
- * after them) makes the state unsettled: exit 3. --final B/WINDOW
- * prints the expected standings of a closed window with raw scores,
- * instants and ranks (lbadmin results prints the published ones alike).
+ * TOP entries. A window that closed, or was reopened, while the keys were
+ * read (~final read again after them) makes the state unsettled: exit 3.
+ * --final B/WINDOW prints the expected standings of a closed window with
+ * raw scores, instants and ranks (lbadmin results prints the published
+ * ones alike).
  *
  * Credentials, when the cluster needs them, come from REDIS_USER and
  * REDIS_PASSWORD in the environment (as for ops/services.sh); --tls-dir DIR
@@ -1716,16 +1717,32 @@ static void add_decay_state(struct conn *c, const char *key, void *ctx)
     ds->sum += h;
 }
 
-/* How many windows the boards' ~final say closed (s: fields): the same
- * count after the keys were read as before (r->closed), or a window closed
- * while they were: its final standings may be read with no closed window
- * to check them against. */
-static void count_closed(struct conn *c, const char *key, void *ctx)
+/* A closed window as ~final says at one moment: its key and state, claimed
+ * and published alike (done changes nothing read here). Summed over every
+ * window, order-free: the sum after the keys were read differs from the
+ * one before (r->closed) when a window closed, or replay reopened one,
+ * while they were. */
+static uint64_t closed_token(const char *wkey, const char *state)
 {
-    size_t *n = ctx;
-    redisReply *h = command(c, "HKEYS %s", key);
-    for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i < h->elements; i++)
-        *n += strncmp(h->element[i]->str, "s:", 2) == 0;
+    char line[1000];
+    snprintf(line, sizeof(line), "%s\n%s", wkey,
+             strcmp(state, "published") == 0 ? "claimed" : state);
+    return hash(line);
+}
+
+static void add_closed_token(struct conn *c, const char *key, void *ctx)
+{
+    uint64_t *sum = ctx;
+    const char *close = strstr(key, "}:~final");
+    redisReply *h = command(c, "HGETALL %s", key);
+    for (size_t i = 0; close && h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2) {
+        const char *f = h->element[i]->str;
+        char wkey[900];
+        if (strncmp(f, "s:", 2) != 0)
+            continue;
+        snprintf(wkey, sizeof(wkey), "%.*s:%s", (int)(close + 1 - key), key, f + 2);
+        *sum += closed_token(wkey, h->element[i + 1]->str);
+    }
     if (h)
         freeReplyObject(h);
 }
@@ -1986,11 +2003,15 @@ int main(int argc, char **argv)
         if (scan_node(node[i], port[i], decay, add_decay_state, &after) != 0)
             return 2;
     rep.rebuilding = before.running || after.running || before.sum != after.sum;
-    size_t closed_after = 0;
+    uint64_t closed_before = 0, closed_after = 0;
+    for (size_t i = 0; i < closed.cap; i++)
+        if (closed.slots[i].key)
+            closed_before +=
+                closed_token(closed.slots[i].key, ((struct closed *)closed.slots[i].data)->state);
     for (size_t i = 0; i < nnodes; i++)
-        if (scan_node(node[i], port[i], finals, count_closed, &closed_after) != 0)
+        if (scan_node(node[i], port[i], finals, add_closed_token, &closed_after) != 0)
             return 2;
-    rep.closing = closed_after != closed.count;
+    rep.closing = closed_after != closed_before;
     size_t expected = 0;
     for (size_t i = 0; i < keys.cap; i++) {
         if (!keys.slots[i].key || keys.slots[i].aux == 0)
@@ -2040,7 +2061,8 @@ int main(int argc, char **argv)
         return 3;
     }
     if (rep.closing) {
-        printf("verify_state: a window closed while the keys were read: not settled\n");
+        printf("verify_state: a window closed or was reopened while the keys were read: not "
+               "settled\n");
         return 3;
     }
     return rep.differences ? 1 : 0;
