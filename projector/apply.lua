@@ -47,7 +47,8 @@ local function refused(r, name)
 end
 
 -- A decaying board's rebuild, one step (rebuild.c drives it).
--- KEYS: [1] ~decay (gen, rebuilding, holder, until), [2] the shadow, [3]
+-- KEYS: [1] ~decay (gen, rebuilding, holder, until, rule, finished: the
+--       holder that finished the last rebuild), [2] the shadow, [3]
 --       the overall board, [4] ~patches.
 -- ARGV: [2] R, [3] take|chunk|rekey|finish, [4] holder, [5] lease in ms;
 --       take: [6] the caller's rule (another one starts a rebuild: an idle
@@ -58,7 +59,8 @@ end
 --       of ~patches as the caller's configuration orders it (a new gen).
 if ARGV[2] == 'R' then
   local step, holder = ARGV[3], ARGV[4]
-  local st = redis.pcall('HMGET', KEYS[1], 'gen', 'rebuilding', 'holder', 'until', 'rule')
+  local st = redis.pcall('HMGET', KEYS[1], 'gen', 'rebuilding', 'holder', 'until', 'rule',
+                         'finished')
   if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[1]} end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -80,8 +82,9 @@ if ARGV[2] == 'R' then
     for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')) do r[#r + 1] = m end
     return r
   end
-  -- this gen rebuilt already: a finish sent again after its reply was lost
-  if step == 'finish' and not st[2] and st[1] == ARGV[6] then return {'ok'} end
+  -- this gen rebuilt already by this holder: a finish sent again after its
+  -- reply was lost (one whose lease ran out while another finished: stale)
+  if step == 'finish' and not st[2] and st[1] == ARGV[6] and st[6] == holder then return {'ok'} end
   if not st[2] or st[1] ~= ARGV[6] or st[3] ~= holder then return {'stale'} end
   if step == 'chunk' then
     for i = 8, #ARGV, CHUNK do
@@ -108,6 +111,7 @@ if ARGV[2] == 'R' then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '+inf')
   end
   redis.call('HDEL', KEYS[1], 'rebuilding', 'holder', 'until')
+  redis.call('HSET', KEYS[1], 'finished', holder)
   return {'ok'}
 end
 
@@ -157,7 +161,8 @@ end
 --       script (sorted set), [3] ~open, [4] ~final (per window: s:<w>
 --       claimed|published, or reopening|reopened (replay --republish), c:
 --       closed at, n: players, o: each partition's close offset, h: and u:
---       the publisher's lease, r:<w>:<part> the record's bytes), [5] the
+--       the publisher's lease, p: the holder that published it, r:<w>:<part>
+--       the record's bytes), [5] the
 --       window key, [6] the final key, [7] the slot's ~intact mark (apply.h:
 --       none, and the node was replaced empty or flushed since; a claim
 --       then freezes nothing and answers lost, until replay rebuilt it).
@@ -168,7 +173,7 @@ end
 --       final key, 0 not.
 if ARGV[2] == 'C' then
   local w = ARGV[6]
-  local st = redis.pcall('HMGET', KEYS[4], 's:' .. w, 'h:' .. w, 'u:' .. w)
+  local st = redis.pcall('HMGET', KEYS[4], 's:' .. w, 'h:' .. w, 'u:' .. w, 'p:' .. w)
   if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[4]} end
   -- restore (published.h): a window the results topic says was published,
   -- put back where ~final lost it: [7] closed at, [8] players, [9] the
@@ -267,10 +272,12 @@ if ARGV[2] == 'C' then
     local meta = redis.call('HMGET', KEYS[4], 'c:' .. w, 'n:' .. w, 'o:' .. w)
     return {'go', meta[1], meta[2], meta[3]}
   end
-  -- published, nobody's lease left: a done sent again after its reply was
-  -- lost (or a publisher whose lease ran out while another finished: its
-  -- parts were acknowledged too)
-  if ARGV[3] == 'done' and st[1] == 'published' and not st[2] then return {'ok'} end
+  -- published by this holder (p:), nobody's lease left: a done sent again
+  -- after its reply was lost. A publisher whose lease ran out while
+  -- another finished is stale: the window was published once, by the other
+  if ARGV[3] == 'done' and st[1] == 'published' and not st[2] and st[4] == ARGV[4] then
+    return {'ok'}
+  end
   if st[1] ~= 'claimed' or st[2] ~= ARGV[4] then return {'stale'} end
   if ARGV[3] == 'keep' then
     local field = 'r:' .. w .. ':' .. ARGV[7]
@@ -283,7 +290,7 @@ if ARGV[2] == 'C' then
     if string.sub(f, 1, #w + 3) == 'r:' .. w .. ':' then drop[#drop + 1] = f end
   end
   redis.call('HDEL', KEYS[4], unpack(drop))
-  redis.call('HSET', KEYS[4], 's:' .. w, 'published')
+  redis.call('HSET', KEYS[4], 's:' .. w, 'published', 'p:' .. w, ARGV[4])
   if ARGV[7] == '0' then redis.call('DEL', KEYS[6]) end
   return {'ok'}
 end

@@ -127,7 +127,10 @@ static void a_window_closes_reopens_and_closes_again(void **state)
     /* sent again, its reply lost: done, as the first time; nothing changes */
     step(f, "done", "pod-a", done, 1, "ok");
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
+    assert_field(f, "lb:{fb}:~final", "p:" WINDOW, "pod-a");
     assert_final(f, "a b");
+    /* a publisher whose lease ran out while pod-a finished: stale */
+    step(f, "done", "pod-b", done, 1, "stale");
 
     /* replay --republish: reopened, nothing closes it, restore leaves it */
     step(f, "reopen", "replay-1", NULL, 0, "ok");

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "apply.h"
 #include "clock.h"
 #include "engine.h"
 #include "event.h"
@@ -430,6 +431,25 @@ static void a_finish_whose_reply_was_lost_has_finished(void **state)
     assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
     assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->finished, 2);
     assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->restarts, 0);
+
+    /* the same finish from a holder whose lease ran out while this pod
+     * finished is stale: the gen was finished once, by this pod */
+    redisReply *st = redis_server_command(f->redis, "HMGET lb:{ach}:~decay gen finished");
+    assert_true(st->element[0]->type == REDIS_REPLY_STRING &&
+                st->element[1]->type == REDIS_REPLY_STRING);
+    const char *who[] = {"gone", st->element[1]->str}, *want[] = {"stale", "ok"};
+    for (int i = 0; i < 2; i++) {
+        redisReply *r = redis_server_command(f->redis,
+                                             "EVALSHA %s 4 lb:{ach}:" LB_DECAY_STATE_KEY
+                                             " lb:{ach}:" LB_DECAY_SHADOW
+                                             " lb:{ach}:overall lb:{ach}:" LB_PATCHES_KEY
+                                             " " LB_APPLY_VERSION_TEXT " R finish %s 30000 %s",
+                                             lb_apply_script_sha(), who[i], st->element[0]->str);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_string_equal(r->element[0]->str, want[i]);
+        freeReplyObject(r);
+    }
+    freeReplyObject(st);
 }
 
 int main(void)
