@@ -113,8 +113,9 @@
  * request would), "chunk" (ZADD GT|LT of taxed composites into the shadow,
  * the lease renewed), "rekey" (~patches written anew as the caller's
  * configuration orders them: a new gen) and "finish" (RENAME of the shadow
- * over the overall board, the flag cleared), each answering {"stale"} when
- * its gen or lease is no longer current.
+ * over the overall board, the flag cleared, the gen and holder noted as
+ * finished), each answering {"stale"} when its gen or lease is no longer
+ * current (a finish sent again by the holder that finished: {"ok"}).
  *
  * Best boards whose profile rejects retractions, does not dedupe and does
  * not decay need no script: ZADD GT|LT

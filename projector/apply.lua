@@ -48,7 +48,7 @@ end
 
 -- A decaying board's rebuild, one step (rebuild.c drives it).
 -- KEYS: [1] ~decay (gen, rebuilding, holder, until, rule, finished: the
---       holder that finished the last rebuild), [2] the shadow, [3]
+--       gen last rebuilt and its holder), [2] the shadow, [3]
 --       the overall board, [4] ~patches.
 -- ARGV: [2] R, [3] take|chunk|rekey|finish, [4] holder, [5] lease in ms;
 --       take: [6] the caller's rule (another one starts a rebuild: an idle
@@ -84,7 +84,7 @@ if ARGV[2] == 'R' then
   end
   -- this gen rebuilt already by this holder: a finish sent again after its
   -- reply was lost (one whose lease ran out while another finished: stale)
-  if step == 'finish' and not st[2] and st[1] == ARGV[6] and st[6] == holder then return {'ok'} end
+  if step == 'finish' and not st[2] and st[6] == ARGV[6] .. ' ' .. holder then return {'ok'} end
   if not st[2] or st[1] ~= ARGV[6] or st[3] ~= holder then return {'stale'} end
   if step == 'chunk' then
     for i = 8, #ARGV, CHUNK do
@@ -111,7 +111,7 @@ if ARGV[2] == 'R' then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '+inf')
   end
   redis.call('HDEL', KEYS[1], 'rebuilding', 'holder', 'until')
-  redis.call('HSET', KEYS[1], 'finished', holder)
+  redis.call('HSET', KEYS[1], 'finished', st[1] .. ' ' .. holder)
   return {'ok'}
 end
 
@@ -202,6 +202,7 @@ if ARGV[2] == 'C' then
     if st[1] == 'claimed' then return {'claimed', st[2] or ''} end
     if not st[1] then return {'open'} end
     redis.call('HSET', KEYS[4], 's:' .. w, 'reopening')
+    redis.call('HDEL', KEYS[4], 'p:' .. w) -- published again by the next claim's holder
     return {'ok'}
   end
   if ARGV[3] == 'reopened' then

@@ -21,8 +21,10 @@
  *   keep    stores each record's bytes, made from the frozen copy alone;
  *           the first kept stay (a publisher taking over sends the same);
  *   produce to results.topic, keyed by "{B}:<window>", idempotent;
- *   done    once the broker acknowledged every part: published (the bytes
- *           dropped; the final key kept unless results.keep is false).
+ *   done    once the broker acknowledged every part: published by this
+ *           holder (the bytes dropped; the final key kept unless
+ *           results.keep is false); sent again by it, ok again; by a
+ *           holder whose lease ran out meanwhile, stale.
  *
  * A crash anywhere in between leaves the window claimed: the next claim
  * (another pod's once the lease ran out) sends the same bytes again.

@@ -127,7 +127,9 @@ dump >"$T_DIR/after.dump"
 # the markers of a rebuilt board (hash fields or sorted set members
 # "<topic>:<partition>") end at the last offset replay read: the only thing
 # allowed to change, with the generations of the merged tops it refreshed
-# (fields "g:<window>" of a split board's ~tops); no marker key appears or
+# (fields "g:<window>" of a split board's ~tops) and the holder that
+# finished a decaying board's rebuild (~decay's "finished": replay's own
+# rebuild finishes too); no marker key appears or
 # goes. What depends on how the events fell into batches is left out (the
 # rest must match): a latest board's window stamp of a player whose ~newest
 # names that window, which is never read, and a ~newest naming no window
@@ -148,7 +150,7 @@ unchanged() {
             k = $1; sub(/:~ts$/, "", k); b = k; sub(/}:.*$/, "}", b); w = k; sub(/^[^}]*}:/, "", w)
             if (index(newest[b, $2], "|" w "|")) next
         }
-        { print }' "$1" "$1" | grep -a -v -e $'\tscores:' -e $':~tops\tg:' | sort
+        { print }' "$1" "$1" | grep -a -v -e $'\tscores:' -e $':~tops\tg:' -e $':~decay\tfinished\t' | sort
 }
 if ! diff <(unchanged "$T_DIR/before.dump") <(unchanged "$T_DIR/after.dump") \
     >"$T_DIR/dump.diff"; then

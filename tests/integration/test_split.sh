@@ -199,8 +199,9 @@ ranks_exact ha-2 alltime
 #    them. Staged wide: the lease of hot-0's alltime top is another
 #    refresher's for 2 minutes more (one that went away holding it), so the
 #    pod cannot refresh that window; its partitions' commits must stay
-#    below the records that changed it. Killed then, and the lease ended,
-#    the records are read again by the next pod, which refreshes the top.
+#    below the records that changed it. Killed then, and the lease run
+#    out, the records are read again by the next pod, which takes the lease
+#    over and refreshes the top.
 tops_port=$(key_port "lb:{hot-0}:~tops")
 redis_cli "$tops_port" HSET "lb:{hot-0}:~tops" h:alltime gone u:alltime \
     "$(($(date +%s%3N) + 120000))" >/dev/null
@@ -217,9 +218,9 @@ waiting=$(awk '$1 ~ /^lb_partition_held\{.*reason="top"\}$/ { s += $2 } END { pr
 ((waiting == below)) ||
     fail "metrics say $waiting partition(s) wait for a merged top, the offsets $below: $c2"
 PROJECTOR_PID=$pod_split GROUP=lb-split kill_mid_stream
-# the lease runs out (ended here, so that no slow step before the kill
-# sees it run out first)
-redis_cli "$tops_port" HDEL "lb:{hot-0}:~tops" h:alltime u:alltime >/dev/null
+# the lease runs out now (here, so that no slow step before the kill saw
+# it run out first): the next pod takes over the gone refresher's lease
+redis_cli "$tops_port" HSET "lb:{hot-0}:~tops" u:alltime "$(date +%s%3N)" >/dev/null
 start_projector split3 "$T_DIR/split.yaml"
 pod_split=$PROJECTOR_PID
 check_all

@@ -1696,11 +1696,14 @@ static void add_closed(struct conn *c, const char *key, void *ctx)
 struct decay_state {
     uint64_t sum;
     size_t running;
+    struct map seen; /* the ~decay keys read: SCAN may return one twice */
 };
 
 static void add_decay_state(struct conn *c, const char *key, void *ctx)
 {
     struct decay_state *ds = ctx;
+    if (map_get(&ds->seen, key, 1)->seen++)
+        return;
     redisReply *st = command(c, "HMGET %s gen rebuilding", key);
     int ok = st && st->type == REDIS_REPLY_ARRAY && st->elements == 2;
     int rebuilding = ok && st->element[1]->type == REDIS_REPLY_STRING;
@@ -1717,31 +1720,41 @@ static void add_decay_state(struct conn *c, const char *key, void *ctx)
     ds->sum += h;
 }
 
-/* A closed window as ~final says at one moment: its key and state, claimed
- * and published alike (done changes nothing read here). Summed over every
+/* A closed window as ~final says at one moment: its key, state (claimed
+ * and published alike: done changes nothing read here) and closing time
+ * (a window reopened and closed again has another). Summed over every
  * window, order-free: the sum after the keys were read differs from the
  * one before (r->closed) when a window closed, or replay reopened one,
  * while they were. */
-static uint64_t closed_token(const char *wkey, const char *state)
+static uint64_t closed_token(const char *wkey, const char *state, int64_t closed_at)
 {
     char line[1000];
-    snprintf(line, sizeof(line), "%s\n%s", wkey,
-             strcmp(state, "published") == 0 ? "claimed" : state);
+    snprintf(line, sizeof(line), "%s\n%s\n%lld", wkey,
+             strcmp(state, "published") == 0 ? "claimed" : state, (long long)closed_at);
     return hash(line);
 }
 
+struct closed_sum {
+    uint64_t sum;
+    struct map seen; /* the ~final keys summed: SCAN may return one twice */
+};
+
 static void add_closed_token(struct conn *c, const char *key, void *ctx)
 {
-    uint64_t *sum = ctx;
+    struct closed_sum *cs = ctx;
+    struct entry *e = map_get(&cs->seen, key, 1);
     const char *close = strstr(key, "}:~final");
+    if (e->seen++ || !close)
+        return;
     redisReply *h = command(c, "HGETALL %s", key);
-    for (size_t i = 0; close && h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2) {
+    for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2) {
         const char *f = h->element[i]->str;
-        char wkey[900];
+        char wkey[900], field[300];
         if (strncmp(f, "s:", 2) != 0)
             continue;
         snprintf(wkey, sizeof(wkey), "%.*s:%s", (int)(close + 1 - key), key, f + 2);
-        *sum += closed_token(wkey, h->element[i + 1]->str);
+        snprintf(field, sizeof(field), "c:%s", f + 2);
+        cs->sum += closed_token(wkey, h->element[i + 1]->str, field_int(h, field, -1));
     }
     if (h)
         freeReplyObject(h);
@@ -2003,15 +2016,20 @@ int main(int argc, char **argv)
         if (scan_node(node[i], port[i], decay, add_decay_state, &after) != 0)
             return 2;
     rep.rebuilding = before.running || after.running || before.sum != after.sum;
-    uint64_t closed_before = 0, closed_after = 0;
-    for (size_t i = 0; i < closed.cap; i++)
-        if (closed.slots[i].key)
-            closed_before +=
-                closed_token(closed.slots[i].key, ((struct closed *)closed.slots[i].data)->state);
+    map_free(&before.seen);
+    map_free(&after.seen);
+    uint64_t closed_before = 0;
+    struct closed_sum closed_after = {0};
+    for (size_t i = 0; i < closed.cap; i++) {
+        const struct closed *cl = closed.slots[i].key ? closed.slots[i].data : NULL;
+        if (cl)
+            closed_before += closed_token(closed.slots[i].key, cl->state, cl->closed_at);
+    }
     for (size_t i = 0; i < nnodes; i++)
         if (scan_node(node[i], port[i], finals, add_closed_token, &closed_after) != 0)
             return 2;
-    rep.closing = closed_after != closed_before;
+    map_free(&closed_after.seen);
+    rep.closing = closed_after.sum != closed_before;
     size_t expected = 0;
     for (size_t i = 0; i < keys.cap; i++) {
         if (!keys.slots[i].key || keys.slots[i].aux == 0)

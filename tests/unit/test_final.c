@@ -135,6 +135,7 @@ static void a_window_closes_reopens_and_closes_again(void **state)
     /* replay --republish: reopened, nothing closes it, restore leaves it */
     step(f, "reopen", "replay-1", NULL, 0, "ok");
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "reopening");
+    assert_field(f, "lb:{fb}:~final", "p:" WINDOW, NULL);
     run(f, "HSET lb:{fb}:~open %s 900", WINDOW); /* a pod wrote an event there */
     step(f, "claim", "pod-a", claim, 3, "reopening");
     assert_field(f, "lb:{fb}:~open", WINDOW, "900");
@@ -153,8 +154,15 @@ static void a_window_closes_reopens_and_closes_again(void **state)
     step(f, "claim", "pod-b", claim2, 3, "go 2000 4 scores:0=51");
     assert_final(f, "d a");
     assert_field(f, "lb:{fb}:~open", WINDOW, NULL);
-    step(f, "done", "pod-b", done, 1, "ok");
+    /* pod-b's lease runs out before its records are acknowledged: pod-c
+     * takes the window over and publishes it; pod-b's done is stale */
+    run(f, "HSET lb:{fb}:~final u:%s 0", WINDOW);
+    step(f, "claim", "pod-c", claim2, 3, "go 2000 4 scores:0=51");
+    step(f, "keep", "pod-c", keep, 2, "ok bytes");
+    step(f, "done", "pod-c", done, 1, "ok");
+    step(f, "done", "pod-b", done, 1, "stale");
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
+    assert_field(f, "lb:{fb}:~final", "p:" WINDOW, "pod-c");
     step(f, "reopened", "replay-1", NULL, 0, "stale published");
 }
 

@@ -437,14 +437,17 @@ static void a_finish_whose_reply_was_lost_has_finished(void **state)
     redisReply *st = redis_server_command(f->redis, "HMGET lb:{ach}:~decay gen finished");
     assert_true(st->element[0]->type == REDIS_REPLY_STRING &&
                 st->element[1]->type == REDIS_REPLY_STRING);
-    const char *who[] = {"gone", st->element[1]->str}, *want[] = {"stale", "ok"};
+    const char *gen = st->element[0]->str, *finished = st->element[1]->str; /* "<gen> <holder>" */
+    size_t glen = strlen(gen);
+    assert_true(strncmp(finished, gen, glen) == 0 && finished[glen] == ' ');
+    const char *who[] = {"gone", finished + glen + 1}, *want[] = {"stale", "ok"};
     for (int i = 0; i < 2; i++) {
         redisReply *r = redis_server_command(f->redis,
                                              "EVALSHA %s 4 lb:{ach}:" LB_DECAY_STATE_KEY
                                              " lb:{ach}:" LB_DECAY_SHADOW
                                              " lb:{ach}:overall lb:{ach}:" LB_PATCHES_KEY
                                              " " LB_APPLY_VERSION_TEXT " R finish %s 30000 %s",
-                                             lb_apply_script_sha(), who[i], st->element[0]->str);
+                                             lb_apply_script_sha(), who[i], gen);
         assert_int_equal(r->type, REDIS_REPLY_ARRAY);
         assert_string_equal(r->element[0]->str, want[i]);
         freeReplyObject(r);
