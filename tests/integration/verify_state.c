@@ -1603,18 +1603,24 @@ static int scan_node(const char *host, int port, const char *pattern,
     if (open <= 0)
         return open;
     char cursor[32] = "0";
+    struct map seen = {0}; /* SCAN may return a key twice: each is given once */
     do {
         redisReply *s = command(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
         if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 2) {
             fprintf(stderr, "verify_state: SCAN failed on %s:%d\n", host, port);
+            map_free(&seen);
             conn_close(c);
             return -1;
         }
         snprintf(cursor, sizeof(cursor), "%s", s->element[0]->str);
-        for (size_t i = 0; i < s->element[1]->elements; i++)
-            each(c, s->element[1]->element[i]->str, ctx);
+        for (size_t i = 0; i < s->element[1]->elements; i++) {
+            const char *key = s->element[1]->element[i]->str;
+            if (!map_get(&seen, key, 1)->seen++)
+                each(c, key, ctx);
+        }
         freeReplyObject(s);
     } while (strcmp(cursor, "0") != 0);
+    map_free(&seen);
     conn_close(c);
     return 0;
 }
@@ -1696,14 +1702,11 @@ static void add_closed(struct conn *c, const char *key, void *ctx)
 struct decay_state {
     uint64_t sum;
     size_t running;
-    struct map seen; /* the ~decay keys read: SCAN may return one twice */
 };
 
 static void add_decay_state(struct conn *c, const char *key, void *ctx)
 {
     struct decay_state *ds = ctx;
-    if (map_get(&ds->seen, key, 1)->seen++)
-        return;
     redisReply *st = command(c, "HMGET %s gen rebuilding", key);
     int ok = st && st->type == REDIS_REPLY_ARRAY && st->elements == 2;
     int rebuilding = ok && st->element[1]->type == REDIS_REPLY_STRING;
@@ -1734,17 +1737,11 @@ static uint64_t closed_token(const char *wkey, const char *state, int64_t closed
     return hash(line);
 }
 
-struct closed_sum {
-    uint64_t sum;
-    struct map seen; /* the ~final keys summed: SCAN may return one twice */
-};
-
 static void add_closed_token(struct conn *c, const char *key, void *ctx)
 {
-    struct closed_sum *cs = ctx;
-    struct entry *e = map_get(&cs->seen, key, 1);
+    uint64_t *sum = ctx;
     const char *close = strstr(key, "}:~final");
-    if (e->seen++ || !close)
+    if (!close)
         return;
     redisReply *h = command(c, "HGETALL %s", key);
     for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2) {
@@ -1754,7 +1751,7 @@ static void add_closed_token(struct conn *c, const char *key, void *ctx)
             continue;
         snprintf(wkey, sizeof(wkey), "%.*s:%s", (int)(close + 1 - key), key, f + 2);
         snprintf(field, sizeof(field), "c:%s", f + 2);
-        cs->sum += closed_token(wkey, h->element[i + 1]->str, field_int(h, field, -1));
+        *sum += closed_token(wkey, h->element[i + 1]->str, field_int(h, field, -1));
     }
     if (h)
         freeReplyObject(h);
@@ -2016,10 +2013,7 @@ int main(int argc, char **argv)
         if (scan_node(node[i], port[i], decay, add_decay_state, &after) != 0)
             return 2;
     rep.rebuilding = before.running || after.running || before.sum != after.sum;
-    map_free(&before.seen);
-    map_free(&after.seen);
-    uint64_t closed_before = 0;
-    struct closed_sum closed_after = {0};
+    uint64_t closed_before = 0, closed_after = 0;
     for (size_t i = 0; i < closed.cap; i++) {
         const struct closed *cl = closed.slots[i].key ? closed.slots[i].data : NULL;
         if (cl)
@@ -2028,8 +2022,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nnodes; i++)
         if (scan_node(node[i], port[i], finals, add_closed_token, &closed_after) != 0)
             return 2;
-    map_free(&closed_after.seen);
-    rep.closing = closed_after.sum != closed_before;
+    rep.closing = closed_after != closed_before;
     size_t expected = 0;
     for (size_t i = 0; i < keys.cap; i++) {
         if (!keys.slots[i].key || keys.slots[i].aux == 0)

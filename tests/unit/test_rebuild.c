@@ -433,7 +433,8 @@ static void a_finish_whose_reply_was_lost_has_finished(void **state)
     assert_int_equal(lb_rebuild_stats(f->engine->rebuild)->restarts, 0);
 
     /* the same finish from a holder whose lease ran out while this pod
-     * finished is stale: the gen was finished once, by this pod */
+     * finished is stale: the gen was finished once, by this pod (both
+     * answers come from ~decay alone: the other keys are only named) */
     redisReply *st = redis_server_command(f->redis, "HMGET lb:{ach}:~decay gen finished");
     assert_true(st->element[0]->type == REDIS_REPLY_STRING &&
                 st->element[1]->type == REDIS_REPLY_STRING);
