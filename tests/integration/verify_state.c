@@ -570,6 +570,14 @@ static int by_set_order(const void *x, const void *y)
     return strcmp(a->member, b->member);
 }
 
+/* qsort of a list that may be empty: no items, no array (qsort must not be
+ * given NULL even for none) */
+static void sort_items(struct top_item *items, size_t n, int (*cmp)(const void *, const void *))
+{
+    if (n)
+        qsort(items, n, sizeof(*items), cmp);
+}
+
 static int64_t expected_value(const struct rules *r, const struct profile *p,
                               const struct member *m)
 {
@@ -944,7 +952,7 @@ static void add_tops(const struct rules *r, struct map *members, struct map *key
         snprintf(board, sizeof(board), "%.*s", (int)(strchr(open, '}') - open - 1), open + 1);
         const struct split *sp = split_of(r, board);
         const struct profile *p = profile_of(r, board);
-        qsort(l->items, l->n, sizeof(*l->items), by_set_order);
+        sort_items(l->items, l->n, by_set_order);
         size_t keep = l->n < (size_t)sp->top ? l->n : (size_t)sp->top;
         size_t from = p->order == 'd' ? l->n - keep : 0; /* the best: the high end on desc */
         for (size_t j = 0; j < l->n; j++)
@@ -1214,8 +1222,8 @@ static void add_expected(const struct rules *r, struct map *members)
         const char *close = strchr(open, '}');
         char board[256];
         snprintf(board, sizeof(board), "%.*s", (int)(close - open - 1), open + 1);
-        qsort(cl->expected.items, cl->expected.n, sizeof(*cl->expected.items),
-              profile_of(r, board)->order == 'd' ? by_set_order_rev : by_set_order);
+        sort_items(cl->expected.items, cl->expected.n,
+                   profile_of(r, board)->order == 'd' ? by_set_order_rev : by_set_order);
     }
 }
 
@@ -1264,8 +1272,8 @@ static size_t check_closed(const struct rules *r, struct report *rep)
         size_t want =
             rr->top && (size_t)rr->top < cl->expected.n ? (size_t)rr->top : cl->expected.n;
         struct top_list w = {.items = cl->expected.items, .n = want};
-        qsort(w.items, want, sizeof(*w.items), by_set_order);
-        qsort(cl->frozen.items, cl->frozen.n, sizeof(*cl->frozen.items), by_set_order);
+        sort_items(w.items, want, by_set_order);
+        sort_items(cl->frozen.items, cl->frozen.n, by_set_order);
         int same = cl->frozen.n == want;
         for (size_t j = 0; same && j < want; j++)
             same = w.items[j].value == cl->frozen.items[j].value &&
@@ -1275,8 +1283,8 @@ static size_t check_closed(const struct rules *r, struct report *rep)
                        cl->frozen.n, want,
                        cl->frozen.n == want ? " (members or scores differ)" : "");
         /* back in the board's order, for --final */
-        qsort(w.items, want, sizeof(*w.items),
-              profile_of(r, board)->order == 'd' ? by_set_order_rev : by_set_order);
+        sort_items(w.items, want,
+                   profile_of(r, board)->order == 'd' ? by_set_order_rev : by_set_order);
     }
     closed_late = late;
     return checked;
