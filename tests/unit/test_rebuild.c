@@ -35,7 +35,8 @@ struct fixture {
     int64_t offset;
 };
 
-static void open_engine(struct fixture *f, const char *decay)
+/* An engine (a pod) on 'port' with its own configuration in '*config'. */
+static struct lb_engine *engine_on(int port, const char *decay, struct lb_config **config)
 {
     char text[2048], err[512];
     snprintf(text, sizeof(text),
@@ -49,13 +50,19 @@ static void open_engine(struct fixture *f, const char *decay)
              "    score_max: 40000\n"
              "    windows: {alltime: {}, custom: [{dim: patch}]}\n"
              "    decay: {dim: patch, max_age: 5, precision: 0.01, %s}\n",
-             getenv("LB_SOURCE_DIR"),
-             f->relay ? redis_relay_port(f->relay) : redis_server_port(f->redis), decay);
+             getenv("LB_SOURCE_DIR"), port, decay);
     assert_int_equal(
-        lb_config_load_string("test.yaml", text, strlen(text), &f->config, err, sizeof(err)), 0);
-    f->engine = lb_engine_open(f->config, NULL, err, sizeof(err), NULL);
-    assert_non_null(f->engine);
-    assert_non_null(f->engine->rebuild);
+        lb_config_load_string("test.yaml", text, strlen(text), config, err, sizeof(err)), 0);
+    struct lb_engine *engine = lb_engine_open(*config, NULL, err, sizeof(err), NULL);
+    assert_non_null(engine);
+    assert_non_null(engine->rebuild);
+    return engine;
+}
+
+static void open_engine(struct fixture *f, const char *decay)
+{
+    f->engine = engine_on(f->relay ? redis_relay_port(f->relay) : redis_server_port(f->redis),
+                          decay, &f->config);
 }
 
 static void close_engine(struct fixture *f)
@@ -456,6 +463,67 @@ static void a_finish_whose_reply_was_lost_has_finished(void **state)
     freeReplyObject(st);
 }
 
+/* A real takeover: pod A (this fixture's engine, through the relay) has
+ * taxed every member into the shadow, its finish still to send, when its
+ * lease runs out; pod B takes the rebuild over and finishes it. A's finish
+ * then answers stale: A starts over, finds the gen rebuilt and is done, and
+ * the rebuild is counted finished once, by B. */
+static void a_finish_after_another_pod_took_over_is_stale(void **state)
+{
+    struct fixture *f = *state;
+    ann_then_bob_in_2_0(f);
+    struct lb_rebuild *a = f->engine->rebuild;
+    const struct lb_rebuild_stats *as = lb_rebuild_stats(a);
+    uint64_t a_finished = as->finished, a_members = as->members;
+    /* A finished gen 1 (ann alone): "1 <A's holder>" */
+    redisReply *fin = redis_server_command(f->redis, "HGET lb:{ach}:~decay finished");
+    assert_int_equal(fin->type, REDIS_REPLY_STRING);
+    assert_true(strncmp(fin->str, "1 ", 2) == 0);
+    char a_holder[128];
+    snprintf(a_holder, sizeof(a_holder), "%s", fin->str + 2);
+    freeReplyObject(fin);
+    int64_t now = lb_monotonic_ms();
+    /* A's last write with its lease is the chunk that taxes bob: from then
+     * on it only reads the patch boards, then sends its finish */
+    for (int i = 0; i < 100 && as->members < a_members + 2; i++)
+        lb_rebuild_step(a, now += 10);
+    assert_int_equal(as->members, a_members + 2);
+    assert_int_equal(lb_rebuild_pending(a), 1);
+    /* A's lease runs out (its "until" reached, as when its steps stop for
+     * longer than LB_REBUILD_LEASE_MS) */
+    redisReply *t = redis_server_command(f->redis, "TIME");
+    long long past = atoll(t->element[0]->str) * 1000 - 1;
+    freeReplyObject(t);
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:{ach}:~decay until %lld", past));
+
+    struct lb_config *b_config;
+    struct lb_engine *b = engine_on(redis_server_port(f->redis), "tax: 0.1", &b_config);
+    lb_rebuild_note(b->rebuild, (struct lb_str){"ach", 3});
+    assert_int_equal(lb_rebuild_drain(b->rebuild, lb_monotonic_ms() + 10000), 0);
+    assert_int_equal(lb_rebuild_stats(b->rebuild)->started, 1);
+    assert_int_equal(lb_rebuild_stats(b->rebuild)->finished, 1);
+    /* gen 2, finished by another holder than A */
+    fin = redis_server_command(f->redis, "HGET lb:{ach}:~decay finished");
+    assert_true(strncmp(fin->str, "2 ", 2) == 0);
+    assert_string_not_equal(fin->str + 2, a_holder);
+    char b_finished[256];
+    snprintf(b_finished, sizeof(b_finished), "%s", fin->str);
+    freeReplyObject(fin);
+
+    for (int i = 0; i < 100 && lb_rebuild_pending(a); i++)
+        lb_rebuild_step(a, now += 10);
+    assert_int_equal(lb_rebuild_pending(a), 0);
+    assert_int_equal(as->finished, a_finished); /* stale: not counted by A */
+    assert_true(as->restarts >= 1);
+    fin = redis_server_command(f->redis, "HGET lb:{ach}:~decay finished");
+    assert_string_equal(fin->str, b_finished); /* still B's */
+    freeReplyObject(fin);
+    assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
+    assert_int_equal(overall(f, "bob"), expected(f, "bob", "2.0", 150, 15000));
+    lb_engine_close(b);
+    lb_config_free(b_config);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -466,6 +534,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_stalled_redis_holds_the_rebuild_until_it_answers, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_finish_whose_reply_was_lost_has_finished, setup_relay,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_finish_after_another_pod_took_over_is_stale, setup_relay,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_changed_tax_retaxes_the_board, setup, teardown),
         cmocka_unit_test_setup_teardown(a_configured_list_orders_and_limits_the_patches, setup,
