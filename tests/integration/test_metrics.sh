@@ -121,8 +121,9 @@ stop_projector "$PROJECTOR_PID"
 # A merged top due cuts a batch's linger short (README "Writing"): a pod of
 # split boards (merged tops of 20, staleness 400 ms: each window's top is due
 # 100 ms after a write) and a linger of 3 s shows every write in its merged
-# tops within a second. One whose batch waited out the linger showed the
-# writes of the batch before it 3 s late. It reads the 19,000 events there
+# tops within 2 s (within 1 s in most runs; the 19,000 events below are read
+# with the sanitizer build beside another test). One whose batch waited out
+# the linger showed the writes of the batch before it 3 s late. It reads the 19,000 events there
 # (the last batch of them lingers), then a trickle.
 BATCH_LINGER=3s GROUP=lb-metrics-split write_config "$T_DIR/split.yaml" "metrics:
   listen: 127.0.0.1:$mport
@@ -138,10 +139,10 @@ GROUP=lb-metrics-split wait_caught_up 60
 sleep 2
 scrape "$T_DIR/m4"
 refreshes=$(value "$T_DIR/m4" 'lb_top_staleness_seconds_count{}')
-within=$(value "$T_DIR/m4" 'lb_top_staleness_seconds_bucket{le="1"}')
+within=$(value "$T_DIR/m4" 'lb_top_staleness_seconds_bucket{le="2"}')
 ((refreshes >= 6)) || fail "only $refreshes merged top refreshes observed"
 [[ $within == "$refreshes" ]] ||
-    fail "$((refreshes - within)) of $refreshes merged top refreshes came more than 1 s after the write (batch.linger 3 s)"
-ok "a merged top due cuts a batch's linger: $refreshes refreshes, each within 1 s of its write"
+    fail "$((refreshes - within)) of $refreshes merged top refreshes came more than 2 s after the write (batch.linger 3 s)"
+ok "a merged top due cuts a batch's linger: $refreshes refreshes, each within 2 s of its write"
 stop_projector "$PROJECTOR_PID"
 [[ $STOP_STATUS == 0 ]] || fail "projector exited $STOP_STATUS"

@@ -64,8 +64,9 @@ ok "the rebuilt shard equals the oracle, and replay --verify agrees"
 
 # --verify while the projector applies events between a compare and its
 # check that nothing moved: the copy is read on and compared again, and
-# no difference is made up
-LB_FAULT_VERIFY_PAUSE_MS=2000 "$BIN/replay" --config "$T_DIR/projector.yaml" \
+# no difference is made up. The pause (5 s) holds the 300 events' produce
+# and apply (about 1 s with the sanitizer build beside another test)
+LB_FAULT_VERIFY_PAUSE_MS=5000 "$BIN/replay" --config "$T_DIR/projector.yaml" \
     --node "127.0.0.1:$lost" --verify >"$T_DIR/verify-moved.out" 2>"$T_DIR/verify-moved.err" &
 vpid=$!
 T_PIDS+=("$vpid")
