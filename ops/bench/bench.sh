@@ -40,6 +40,9 @@
 #                        linger 0), but on a small machine the broker's cost
 #                        of tiny produce requests comes out of Redis' share
 #                        (README "Performance", "Measured again, 2026-11-25")
+#   --linger MS          the projector's batch linger (20, its default): how
+#                        long a tailing pod gathers events into one request
+#                        per board; the drain's batches are full at once
 #   --brokers HOST:PORT  use this running Kafka instead of starting one
 #   --redis HOST:PORT    use this running Redis Cluster instead of starting one
 #                        (Redis CPU is then not measured)
@@ -82,7 +85,7 @@ cd "$repo"
 
 events=2000000 boards=50 players=100000 zipf=1.1 days=7 replicas=0 runs=3 fresh_seconds=20
 fresh_rate="" fresh_warmup=60
-load_linger=50
+load_linger=50 linger=20
 aggregation=best retractions=allow decay=0 hot=0 dedupe=""
 brokers="" redis="" out=""
 while (($#)); do
@@ -101,6 +104,7 @@ while (($#)); do
     --fresh-rate) fresh_rate=$2 ;;
     --fresh-warmup) fresh_warmup=$2 ;;
     --load-linger) load_linger=$2 ;;
+    --linger) linger=$2 ;;
     --brokers) brokers=$2 ;;
     --redis) redis=$2 ;;
     --out) out=$2 ;;
@@ -139,6 +143,10 @@ best | latest | sum) ;;
 esac
 [[ $load_linger =~ ^[0-9]+$ ]] || {
     echo "bench: --load-linger wants milliseconds, not '$load_linger'" >&2
+    exit 2
+}
+[[ $linger =~ ^[0-9]+$ ]] || {
+    echo "bench: --linger wants milliseconds, not '$linger'" >&2
     exit 2
 }
 [[ -z $fresh_rate || $fresh_rate =~ ^[1-9][0-9]*$ ]] || {
@@ -290,7 +298,8 @@ decay_profile() { # RETRACTIONS [DECAY LINE]
 }
 write_config() { # FILE TOPIC [KAFKA PROPERTY LINE] [RETRACTIONS] [PROFILE LINES]
     cat >"$1" <<YAML
-# written by ops/bench/bench.sh; batch settings are the defaults
+# written by ops/bench/bench.sh
+batch: {max_events: 5000, linger: ${linger}ms}
 kafka:
   brokers: $brokers
   group: \${BENCH_GROUP:-bench}
@@ -413,7 +422,7 @@ metrics:
     {
         echo "leaderboard projector benchmark, one hot board, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
         echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)); Redis Cluster 3 masters + $replicas replica(s) each; Kafka 1 broker; all on this machine"
-        echo "events $events on 1 board, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly, aggregation $aggregation, retractions $retractions, batch 5000 events / 20 ms, runs $runs (medians; every run in hot-1.txt and hot-3.txt)"
+        echo "events $events on 1 board, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly, aggregation $aggregation, retractions $retractions, batch 5000 events / $linger ms, runs $runs (medians; every run in hot-1.txt and hot-3.txt)"
         echo
         row "metric" "shards: 1" "shards: 3"
         row "drain throughput, events/s" "$(eps 1)" "$(eps 3)"
@@ -571,7 +580,7 @@ ratio=$(awk -v a="$d_ups" -v b="$c_ups" 'BEGIN { printf "%.2f", a / b }')
 {
     echo "leaderboard projector benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "machine: $cores cores ($cpu_model); Redis Cluster 3 masters + $replicas replica(s) each; Kafka 1 broker; all on this machine"
-    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly$( ((decay)) && echo "+patch (1.0, 1.1, 1.2) and an overall board (decay: 10% per patch, linear, max_age 10, in 0.1)"), aggregation $aggregation, retractions $retractions, dedupe ${dedupe:-default} (each board's batch $([[ $aggregation/$retractions/$decay == best/reject/0 && ${dedupe:-off} == off ]] && echo "one MULTI/EXEC, no script" || echo "one EVALSHA of the apply script")), batch 5000 events / 20 ms (defaults), runs $runs, pre-fill ${prefill_s}s"
+    echo "events $events, boards $boards, players $players (Zipf $zipf), times over $days days, windows alltime+daily+weekly+monthly$( ((decay)) && echo "+patch (1.0, 1.1, 1.2) and an overall board (decay: 10% per patch, linear, max_age 10, in 0.1)"), aggregation $aggregation, retractions $retractions, dedupe ${dedupe:-default} (each board's batch $([[ $aggregation/$retractions/$decay == best/reject/0 && ${dedupe:-off} == off ]] && echo "one MULTI/EXEC, no script" || echo "one EVALSHA of the apply script")), batch 5000 events / $linger ms, runs $runs, pre-fill ${prefill_s}s"
     echo
     row "metric" "median" "spread (min..max over $runs runs)"
     row "drain throughput, events/s" "$(fmt "$d_eps")" "$(awk -v s="$d_eps_spread" 'BEGIN { split(s, a, "\\.\\."); printf "%.0f..%.0f", a[1], a[2] }')"
@@ -620,7 +629,7 @@ cat >"$out/results.json" <<JSON
   "machine": {"cores": $cores, "cpu": "$cpu_model"},
   "parameters": {"events": $events, "boards": $boards, "players": $players, "zipf": $zipf,
                  "days": $days, "aggregation": "$aggregation", "retractions": "$retractions", "dedupe": "${dedupe:-default}", "redis_masters": 3, "redis_replicas": $replicas, "runs": $runs,
-                 "batch_max_events": 5000, "batch_linger_ms": 20, "fresh_seconds": $fresh_seconds},
+                 "batch_max_events": 5000, "batch_linger_ms": $linger, "fresh_seconds": $fresh_seconds},
   "drain_events_per_s": {"median": $d_eps, "spread": "$d_eps_spread"},
   "drain_member_updates_per_s": {"median": $d_ups, "spread": "$d_ups_spread"},
   "ceiling_member_updates_per_s": {"median": $c_ups, "spread": "$c_ups_spread"},
