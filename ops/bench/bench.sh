@@ -145,10 +145,10 @@ esac
     echo "bench: --load-linger wants milliseconds, not '$load_linger'" >&2
     exit 2
 }
-[[ $linger =~ ^[0-9]+$ ]] || {
-    echo "bench: --linger wants milliseconds, not '$linger'" >&2
+if [[ ! $linger =~ ^[0-9]{1,5}$ ]] || ((10#$linger > 10000)); then
+    echo "bench: --linger wants milliseconds up to 10000 (batch.linger's bound), not '$linger'" >&2
     exit 2
-}
+fi
 [[ -z $fresh_rate || $fresh_rate =~ ^[1-9][0-9]*$ ]] || {
     echo "bench: --fresh-rate wants events per second, not '$fresh_rate'" >&2
     exit 2

@@ -11,7 +11,7 @@
 # shellcheck source=tests/integration/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-port=$(lb_free_port_base 1 27000 29000) || fail "no free port for Redis"
+port=$(lb_free_port_base 1) || fail "no free port for Redis"
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --enable-debug-command local --dir "$T_DIR" >"$T_DIR/redis.log" 2>&1 &
 T_PIDS+=("$!")
@@ -38,7 +38,7 @@ oracle_meanwhile() {
     while :; do
         kill -0 "$pid" 2>/dev/null || fail "the oracle ended before its second scan was seen"
         id=$(redis_cli "$port" CLIENT LIST TYPE normal | awk '/ cmd=scan / {
-            sub(/^id=/, "", $1); print $1 }' | sort -n | tail -n 1)
+            sub(/^id=/, "", $1); print $1 }' | sort -n | tail -n 1) || fail "CLIENT LIST failed"
         if [[ -n $id ]]; then
             [[ -z $first ]] && first=$id
             ((id > first)) && break
@@ -86,6 +86,8 @@ ok "the same state, settled: exit 1"
 redis_cli "$port" HSET "$final" s:daily:2026-01-01 published p:daily:2026-01-01 pod-a >/dev/null
 oracle_meanwhile 3 "$unsettled" redis_cli "$port" HSET "$final" s:daily:2026-01-01 reopening
 ok "a published window reopened while the oracle read: exit 3"
+settled 1 "state 'reopening' in ~final"
+ok "the same state, settled: exit 1"
 
 # 3. the window, claimed before the oracle starts, is reopened and claimed
 # again while it reads: only its closing time tells
@@ -93,6 +95,8 @@ redis_cli "$port" HSET "$final" s:daily:2026-01-01 claimed >/dev/null
 oracle_meanwhile 3 "$unsettled" redis_cli "$port" HSET "$final" \
     c:daily:2026-01-01 "$((closed_at + 60000))"
 ok "a window reopened and closed again while the oracle read: exit 3"
+settled 1 'daily:2026-01-01 closed, and no event falls in it'
+ok "the same state, settled: exit 1"
 
 # 4. a frozen copy with no closed window, nothing moving: the difference CI
 # reported, now settled, stays a difference

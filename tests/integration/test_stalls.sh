@@ -15,7 +15,7 @@
 #     sent again one per batch, whole;
 #  4. the dead-letter topic missing: partitions hold for the DLQ (metrics and
 #     log say so, not Redis); SIGTERM during the 20 s stall exits within
-#     drain_timeout + 2 s with exit 6, and the log stays short;
+#     drain_timeout + 3 s with exit 6, and the log stays short;
 #  5. all of Redis frozen: partitions shown held for Redis;
 #  6. the Kafka broker down for ~15 s, within the consumer's session: logged
 #     once when lost, once when back; events produced on its return are
@@ -232,10 +232,14 @@ ok "with the DLQ topic missing, partitions hold for the DLQ and the log says so"
 alerts_scrape dlq 2
 alerts_test dlq ProjectorHeldForDeadLetter ProjectorDeadLetterFailing ProjectorCommitsStalled
 while ((SECONDS - stall_started < 20)); do sleep 1; done
-t0=$(_lb_now_ms) # in ms: whole seconds of $SECONDS are off by up to one
+# within drain_timeout + 3 s: after the drain, closing the consumer (its
+# commit, leaving the group) took up to 1.6 s with the sanitizer build beside
+# another test (6.1 s in all in one CI run); a stop that waits out the stall
+# takes 20 s. In ms: whole seconds of $SECONDS are off by up to one.
+t0=$(_lb_now_ms)
 stop_projector "$PROJECTOR_PID" 10
 took=$(($(_lb_now_ms) - t0))
-((took <= 7000)) || fail "SIGTERM during the stall took $took ms (drain_timeout 5 s + 2)"
+((took <= 8000)) || fail "SIGTERM during the stall took $took ms (drain_timeout 5 s + 3)"
 took=$(awk -v ms="$took" 'BEGIN { printf "%.1f", ms / 1000 }')
 [[ $STOP_STATUS == 6 ]] || fail "SIGTERM during the stall exited $STOP_STATUS, not 6"
 lines=$(($(wc -l <"$T_DIR/late.log") - lines_before))

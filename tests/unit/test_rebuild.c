@@ -483,8 +483,8 @@ static void a_finish_after_another_pod_took_over_is_stale(void **state)
     snprintf(a_holder, sizeof(a_holder), "%s", fin->str + 2);
     freeReplyObject(fin);
     int64_t now = lb_monotonic_ms();
-    /* A's last write with its lease is the chunk that taxes bob: from then
-     * on it only reads the patch boards, then sends its finish */
+    /* A's last write with its lease is the chunk that taxes bob: what it
+     * sends after that is its finish */
     for (int i = 0; i < 100 && as->members < a_members + 2; i++)
         lb_rebuild_step(a, now += 10);
     assert_int_equal(as->members, a_members + 2);
@@ -504,6 +504,7 @@ static void a_finish_after_another_pod_took_over_is_stale(void **state)
     assert_int_equal(lb_rebuild_stats(b->rebuild)->finished, 1);
     /* gen 2, finished by another holder than A */
     fin = redis_server_command(f->redis, "HGET lb:{ach}:~decay finished");
+    assert_int_equal(fin->type, REDIS_REPLY_STRING);
     assert_true(strncmp(fin->str, "2 ", 2) == 0);
     assert_string_not_equal(fin->str + 2, a_holder);
     char b_finished[256];
@@ -516,6 +517,7 @@ static void a_finish_after_another_pod_took_over_is_stale(void **state)
     assert_int_equal(as->finished, a_finished); /* stale: not counted by A */
     assert_true(as->restarts >= 1);
     fin = redis_server_command(f->redis, "HGET lb:{ach}:~decay finished");
+    assert_int_equal(fin->type, REDIS_REPLY_STRING);
     assert_string_equal(fin->str, b_finished); /* still B's */
     freeReplyObject(fin);
     assert_int_equal(overall(f, "ann"), expected(f, "ann", "1.9", 109, 11990));
