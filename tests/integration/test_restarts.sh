@@ -87,12 +87,16 @@ wait_log "$T_DIR/replay.err" 'events read' 30
 # meets the outage on any machine, and it applies more of the backlog while
 # nothing can be committed.
 start_projector projector "$T_DIR/projector.yaml"
+applied() { # events the projector applied, as its metrics page says (0 before any)
+    local n
+    n=$(awk '/"applied"/ { print $2 }' <(curl -sf "$url/metrics") | first)
+    echo "${n:-0}"
+}
 c1=0 deadline=$((SECONDS + 20))
 while ((c1 == 0)); do
     ((SECONDS < deadline)) || fail "the projector applied nothing of the backlog in 20 s"
     sleep 0.02
-    c1=$(awk '/"applied"/ { print $2 }' <(curl -sf "$url/metrics") | first)
-    c1=${c1:-0}
+    c1=$(applied)
 done
 kill -STOP "$PROJECTOR_PID"
 ((c1 < 120000)) || fail "the projector had applied the whole backlog at its first look"
@@ -104,8 +108,8 @@ kill -CONT "$PROJECTOR_PID"
 kill -0 "$replay_pid" 2>/dev/null || fail "replay had ended before Kafka stopped: $(tail -n 3 "$T_DIR/replay.err")"
 log "Kafka stopped while the projector drains (it had applied $c1 of the 120000-event backlog) and replay reads"
 sleep 10
-c2=$(awk '/"applied"/ { print $2 }' <(curl -sf "$url/metrics") | first)
-((${c2:-0} > c1)) || fail "the projector applied nothing while Kafka was away (${c2:-0} applied, $c1 before)"
+c2=$(applied)
+((c2 > c1)) || fail "the projector applied nothing while Kafka was away ($c2 applied, $c1 before)"
 kill -0 "$replay_pid" 2>/dev/null || fail "replay exited during the Kafka outage: $(cat "$T_DIR/replay.err")"
 kill -0 "$PROJECTOR_PID" 2>/dev/null || fail "the projector exited during the Kafka outage"
 lb_kafka_start >>"$T_DIR/kafka-restart.log" 2>&1 || fail "Kafka did not start again"

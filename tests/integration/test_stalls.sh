@@ -238,9 +238,9 @@ while ((SECONDS - stall_started < 20)); do sleep 1; done
 # takes 20 s. In ms: whole seconds of $SECONDS are off by up to one.
 t0=$(_lb_now_ms)
 stop_projector "$PROJECTOR_PID" 10
-took=$(($(_lb_now_ms) - t0))
-((took <= 8000)) || fail "SIGTERM during the stall took $took ms (drain_timeout 5 s + 3)"
-took=$(awk -v ms="$took" 'BEGIN { printf "%.1f", ms / 1000 }')
+took_ms=$(($(_lb_now_ms) - t0))
+((took_ms <= 8000)) || fail "SIGTERM during the stall took $took_ms ms (drain_timeout 5 s + 3)"
+took=$(awk -v ms="$took_ms" 'BEGIN { printf "%.1f", ms / 1000 }')
 [[ $STOP_STATUS == 6 ]] || fail "SIGTERM during the stall exited $STOP_STATUS, not 6"
 lines=$(($(wc -l <"$T_DIR/late.log") - lines_before))
 ((lines < 200)) || fail "$lines log lines for a 20 s stall and its SIGTERM"

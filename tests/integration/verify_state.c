@@ -1725,44 +1725,29 @@ static void add_decay_state(struct conn *c, const char *key, void *ctx)
     if (st)
         freeReplyObject(st);
     ds->running += (size_t)rebuilding;
-    uint64_t h = 14695981039346656037u;
-    for (const char *p = line; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211u;
-    ds->sum += h;
+    ds->sum += hash(line);
 }
 
-/* A closed window as ~final says at one moment: its key, state (claimed
- * and published alike: done changes nothing read here) and closing time
- * (a window reopened and closed again has another). Summed over every
- * window, order-free: the sum after the keys were read differs from the
- * one before (r->closed) when a window closed, or replay reopened one,
- * while they were. */
-static uint64_t closed_token(const char *wkey, const char *state, int64_t closed_at)
+/* The closed windows of a map add_closed filled, as ~final said at one
+ * moment: each window's key, state (claimed and published alike: done
+ * changes nothing read here) and closing time (a window reopened and closed
+ * again has another), hashed and summed, order-free. The sum of a second
+ * look after the keys were read differs from the first when a window
+ * closed, or replay reopened one, while they were. */
+static uint64_t closed_sum(const struct map *closed)
 {
-    char line[1000];
-    snprintf(line, sizeof(line), "%s\n%s\n%lld", wkey,
-             strcmp(state, "published") == 0 ? "claimed" : state, (long long)closed_at);
-    return hash(line);
-}
-
-static void add_closed_token(struct conn *c, const char *key, void *ctx)
-{
-    uint64_t *sum = ctx;
-    const char *close = strstr(key, "}:~final");
-    if (!close)
-        return;
-    redisReply *h = command(c, "HGETALL %s", key);
-    for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2) {
-        const char *f = h->element[i]->str;
-        char wkey[900], field[300];
-        if (strncmp(f, "s:", 2) != 0)
+    uint64_t sum = 0;
+    for (size_t i = 0; i < closed->cap; i++) {
+        const struct closed *cl = closed->slots[i].key ? closed->slots[i].data : NULL;
+        if (!cl)
             continue;
-        snprintf(wkey, sizeof(wkey), "%.*s:%s", (int)(close + 1 - key), key, f + 2);
-        snprintf(field, sizeof(field), "c:%s", f + 2);
-        *sum += closed_token(wkey, h->element[i + 1]->str, field_int(h, field, -1));
+        char line[1000];
+        snprintf(line, sizeof(line), "%s\n%s\n%lld", closed->slots[i].key,
+                 strcmp(cl->state, "published") == 0 ? "claimed" : cl->state,
+                 (long long)cl->closed_at);
+        sum += hash(line);
     }
-    if (h)
-        freeReplyObject(h);
+    return sum;
 }
 
 struct check {
@@ -2021,16 +2006,14 @@ int main(int argc, char **argv)
         if (scan_node(node[i], port[i], decay, add_decay_state, &after) != 0)
             return 2;
     rep.rebuilding = before.running || after.running || before.sum != after.sum;
-    uint64_t closed_before = 0, closed_after = 0;
-    for (size_t i = 0; i < closed.cap; i++) {
-        const struct closed *cl = closed.slots[i].key ? closed.slots[i].data : NULL;
-        if (cl)
-            closed_before += closed_token(closed.slots[i].key, cl->state, cl->closed_at);
-    }
+    struct map closed_again = {0};
+    struct rules again = r;
+    again.closed = &closed_again;
     for (size_t i = 0; i < nnodes; i++)
-        if (scan_node(node[i], port[i], finals, add_closed_token, &closed_after) != 0)
+        if (scan_node(node[i], port[i], finals, add_closed, &again) != 0)
             return 2;
-    rep.closing = closed_after != closed_before;
+    rep.closing = closed_sum(&closed_again) != closed_sum(&closed);
+    closed_free(&closed_again);
     size_t expected = 0;
     for (size_t i = 0; i < keys.cap; i++) {
         if (!keys.slots[i].key || keys.slots[i].aux == 0)
