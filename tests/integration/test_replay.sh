@@ -322,8 +322,12 @@ string_fences() { # the fences replay set (strings; a hash there is a latest boa
         [[ $(redis_cli "$emptied" TYPE "$fence") != string ]] || printf '%s\n' "$fence"
     done
 }
+# (the pause before the first swap round lets the projector get past
+# replay's copy on the boards, which are then fenced: 3 s was not always
+# enough for it with the sanitizer build beside another test, and CI50's
+# second run swapped every board at once, fencing none)
 fenced_then_stopped() { # NAME: replay stopped by SIGINT once it fenced boards
-    replay_bg "$1" LB_FAULT_SWAP_START_PAUSE_MS=3000 LB_FAULT_FENCED_PAUSE_MS=60000 -- \
+    replay_bg "$1" LB_FAULT_SWAP_START_PAUSE_MS=10000 LB_FAULT_FENCED_PAUSE_MS=60000 -- \
         --node "127.0.0.1:$emptied" --verbose
     wait_log "$T_DIR/$1.err" 'LB_FAULT_FENCED_PAUSE_MS: pausing' 60
     fenced=$(grep -o 'fenced [0-9]* board(s)' "$T_DIR/$1.err" | awk '{ print $2 }')
