@@ -94,9 +94,28 @@ for port in "${replicas[@]}"; do
     redis_cli "$port" CONFIG SET masterauth "$REDIS_PASSWORD" >/dev/null
 done
 replica_online() { redis_cli "$1" INFO replication | grep -q 'state=online'; }
+# health_of NODE PORT - what CLUSTER SHARDS, asked on NODE, calls the node
+# listening on PORT
+health_of() {
+    redis_cli "$1" CLUSTER SHARDS | tr -d '\r' |
+        awk -v port="$2" 'prev == "port" { mine = ($0 == port) } mine && prev == "health" { print; exit }
+            { prev = $0 }'
+}
 for port in "${masters[@]}"; do
     lb_wait_for 30 replica_online "$port" || fail "master $port has no replica online after the repair"
 done
+# and CLUSTER SHARDS, which the pod asks, calls them online too (it can say
+# loading for a moment after INFO says online: the pod then writes without
+# WAIT until it looks again, which CI51 met)
+shards_online() { # as every master's CLUSTER SHARDS says
+    local m r
+    for m in "${masters[@]}"; do
+        for r in "${replicas[@]}"; do
+            [[ $(health_of "$m" "$r") == online ]] || return 1
+        done
+    done
+}
+lb_wait_for 30 shards_online || fail "CLUSTER SHARDS does not call the repaired replicas online"
 start_projector again "$T_DIR/projector.yaml"
 produce -n 3000 --seed 93 --boards 20 --players 800 --start "$START" --days 3
 wait_caught_up 60
@@ -111,13 +130,6 @@ redis_cli "$replica" CONFIG SET masterauth "old-$REDIS_PASSWORD" >/dev/null
 redis_cli "$master" CLIENT KILL TYPE replica >/dev/null
 link_down() { redis_cli "$1" INFO replication | grep -q 'master_link_status:down'; }
 lb_wait_for 10 link_down "$replica" || fail "replica $replica is still linked to $master"
-# health_of NODE PORT - what CLUSTER SHARDS, asked on NODE, calls the node
-# listening on PORT
-health_of() {
-    redis_cli "$1" CLUSTER SHARDS | tr -d '\r' |
-        awk -v port="$2" 'prev == "port" { mine = ($0 == port) } mine && prev == "health" { print; exit }
-            { prev = $0 }'
-}
 [[ $(health_of "$master" "$replica") == online ]] ||
     fail "the cluster calls replica $replica $(health_of "$master" "$replica"), not online: not the case staged"
 produce -n 3000 --seed 94 --boards 20 --players 800 --start "$START" --days 3
