@@ -989,7 +989,7 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
     uint8_t missing[LB_SLOTS];
     char err[256];
     long before = c->stats.unrebuilt_slots;
-    long n = lb_intact_missing(c->cluster, c->o.key_prefix, missing, err, sizeof(err));
+    long n = lb_intact_missing(c->cluster, c->o.key_prefix, missing, err, sizeof(err), NULL);
     if (n == LB_SLOTS && !c->intact_seen) {
         int fresh = fresh_cluster(c);
         if (fresh < 0) { /* not known yet */
@@ -1011,7 +1011,7 @@ static void check_intact(struct lb_closer *c, int64_t now_ms)
     if (n > 0 && c->marking_all) {
         char by[200];
         snprintf(by, sizeof(by), "projector %s (no slot had a mark)", c->holder);
-        if (lb_intact_mark(c->cluster, c->o.key_prefix, missing, by, err, sizeof(err)) != 0) {
+        if (lb_intact_mark(c->cluster, c->o.key_prefix, missing, by, err, sizeof(err), NULL) != 0) {
             n = -1;
         } else {
             LB_INFO("results",

@@ -469,11 +469,14 @@ redisReply *lb_reopened_touch(struct lb_cluster *cluster, const char *prefix, co
 /* One command per slot of 'which' (every slot when NULL), built by 'fn'
  * with its mark's key; the replies in 'reqs' (LB_SLOTS, calloc'ed by the
  * caller, replies freed by it). The number that failed (the first's
- * reason in 'err'), or -1 out of memory. */
+ * reason in 'err', and in '*eclass' LB_REDIS_RETRY when every failure was
+ * transient), or -1 out of memory. */
 static long intact_each(struct lb_cluster *cluster, const char *prefix, const uint8_t *which,
                         int writes, int (*fn)(struct lb_buf *, const char *, size_t, void *),
-                        void *ctx, struct lb_request *reqs, char *err, size_t errlen)
+                        void *ctx, struct lb_request *reqs, char *err, size_t errlen,
+                        enum lb_redis_error *eclass)
 {
+    *eclass = LB_REDIS_FIX;
     struct lb_buf buf = {0};
     size_t at[LB_SLOTS], n = 0;
     uint16_t slots[LB_SLOTS];
@@ -497,10 +500,12 @@ static long intact_each(struct lb_cluster *cluster, const char *prefix, const ui
                                       .bytes = buf.data + at[i],
                                       .len = (i + 1 < n ? at[i + 1] : buf.len) - at[i]};
     long failed = n ? (long)lb_cluster_exec(cluster, reqs, n) : 0;
-    for (size_t i = 0; i < n && failed; i++)
+    *eclass = failed ? LB_REDIS_RETRY : LB_REDIS_OK;
+    for (size_t i = n; i-- > 0 && failed;) /* the first failure's reason, the worst class */
         if (!reqs[i].ok) {
             snprintf(err, errlen, "slot %u: %s", (unsigned)reqs[i].slot, reqs[i].error);
-            break;
+            if (reqs[i].error_class != LB_REDIS_RETRY)
+                *eclass = (enum lb_redis_error)reqs[i].error_class;
         }
     lb_buf_free(&buf);
     return failed;
@@ -531,18 +536,23 @@ static void free_replies(struct lb_request *reqs, size_t n)
 }
 
 long lb_intact_missing(struct lb_cluster *cluster, const char *prefix, uint8_t *missing, char *err,
-                       size_t errlen)
+                       size_t errlen, enum lb_redis_error *eclass)
 {
+    enum lb_redis_error ignored;
+    eclass = eclass ? eclass : &ignored;
     struct lb_request *reqs = calloc(LB_SLOTS, sizeof(*reqs));
     if (!reqs) {
         snprintf(err, errlen, "out of memory");
+        *eclass = LB_REDIS_NOMEM;
         return -1;
     }
-    long rc = intact_each(cluster, prefix, NULL, 0, exists_command, NULL, reqs, err, errlen);
+    long rc =
+        intact_each(cluster, prefix, NULL, 0, exists_command, NULL, reqs, err, errlen, eclass);
     for (uint32_t slot = 0; rc == 0 && slot < LB_SLOTS; slot++) {
         const redisReply *r = reqs[slot].reply;
         if (!r || r->type != REDIS_REPLY_INTEGER) {
             snprintf(err, errlen, "slot %u: unexpected answer to EXISTS", (unsigned)slot);
+            *eclass = LB_REDIS_FIX;
             rc = -1;
             break;
         }
@@ -556,11 +566,14 @@ long lb_intact_missing(struct lb_cluster *cluster, const char *prefix, uint8_t *
 }
 
 int lb_intact_mark(struct lb_cluster *cluster, const char *prefix, const uint8_t *which,
-                   const char *by, char *err, size_t errlen)
+                   const char *by, char *err, size_t errlen, enum lb_redis_error *eclass)
 {
+    enum lb_redis_error ignored;
+    eclass = eclass ? eclass : &ignored;
     struct lb_request *reqs = calloc(LB_SLOTS, sizeof(*reqs));
     if (!reqs) {
         snprintf(err, errlen, "out of memory");
+        *eclass = LB_REDIS_NOMEM;
         return -1;
     }
     char at[32];
@@ -568,7 +581,8 @@ int lb_intact_mark(struct lb_cluster *cluster, const char *prefix, const uint8_t
     struct tm tm;
     strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
     const char *what[] = {by, at};
-    long rc = intact_each(cluster, prefix, which, 1, mark_command, (void *)what, reqs, err, errlen);
+    long rc = intact_each(cluster, prefix, which, 1, mark_command, (void *)what, reqs, err, errlen,
+                          eclass);
     free_replies(reqs, LB_SLOTS);
     return rc == 0 ? 0 : -1;
 }

@@ -84,13 +84,15 @@ redisReply *lb_reopened_touch(struct lb_cluster *cluster, const char *prefix, co
 
 /* The slots' "~intact" marks (apply.h LB_INTACT_KEY): sets 'missing'
  * (LB_SLOTS bytes) to 1 for each slot without its mark and returns how
- * many; -1 with 'err' (a node down, refused). */
+ * many; -1 with 'err' (a node down, refused) and, when 'eclass' is not NULL,
+ * '*eclass' (LB_REDIS_RETRY: every failure transient, worth asking again). */
 long lb_intact_missing(struct lb_cluster *cluster, const char *prefix, uint8_t *missing, char *err,
-                       size_t errlen);
+                       size_t errlen, enum lb_redis_error *eclass);
 /* Writes the mark of each slot whose byte in 'which' is 1 (every slot when
- * NULL): "by" 'by', "at" now. 0; -1 with 'err'. */
+ * NULL): "by" 'by', "at" now. 0; -1 with 'err' and '*eclass', as above
+ * (writing them again is harmless). */
 int lb_intact_mark(struct lb_cluster *cluster, const char *prefix, const uint8_t *which,
-                   const char *by, char *err, size_t errlen);
+                   const char *by, char *err, size_t errlen, enum lb_redis_error *eclass);
 
 /* Puts back a closed window of 'board' from 'pub' through the apply
  * script (its ~final: published, closed-at, players, close offsets; its

@@ -182,6 +182,15 @@ int replay_check_node(const char *node)
 
 /* ---- talking to Redis ---------------------------------------------------------------- */
 
+void replay_fault_pause(const char *name)
+{
+    const char *ms = getenv(name);
+    if (ms && atol(ms) > 0)
+        fprintf(stderr, "replay: %s: pausing %s ms\n", name, ms);
+    for (long left = ms ? atol(ms) : 0; left > 0 && !replay_interrupted; left -= 50)
+        usleep(50000);
+}
+
 #define RETRY_FOR_MS 120000 /* how long a transient failure is retried */
 
 /* Waits before the next attempt of 'what' (the back-off doubles from 100 ms
@@ -528,9 +537,25 @@ int replay_mark_reopened(struct replay *r, const char *board)
     return rc;
 }
 
+/* Whether a step of replay's end that failed by 'eclass' ('why') is tried
+ * again: transient failures (a node hanging up, failing over), after the
+ * pause of replay_retry_pause, as every call of replay's. */
+static int again(struct replay *r, const char *what, enum lb_redis_error eclass, const char *why,
+                 int attempt, int64_t since_ms)
+{
+    return eclass == LB_REDIS_RETRY && replay_retry_pause(r, what, why, attempt, since_ms) == 0;
+}
+
 void replay_announce_reopened(struct replay *r)
 {
-    redisReply *reply = lb_reopened_touch(r->lease_cluster, r->config->key_prefix, r->lease.owner);
+    redisReply *reply;
+    int64_t since = lb_monotonic_ms();
+    for (int attempt = 1;; attempt++) {
+        reply = lb_reopened_touch(r->lease_cluster, r->config->key_prefix, r->lease.owner);
+        if (reply || !again(r, "telling the pods", lb_cluster_error_class(r->lease_cluster),
+                            lb_cluster_error(r->lease_cluster), attempt, since))
+            break;
+    }
     if (!reply || reply->type == REDIS_REPLY_ERROR)
         fprintf(stderr,
                 "replay: could not tell the pods (%s%s %s): they find what it changed (windows "
@@ -541,15 +566,43 @@ void replay_announce_reopened(struct replay *r)
         freeReplyObject(reply);
 }
 
+/* lb_intact_missing and lb_intact_mark, sent again after transient
+ * failures (both can be); each after the fault pause, for the tests */
+static long missing_retrying(struct replay *r, uint8_t *missing, char *err, size_t errlen)
+{
+    enum lb_redis_error eclass;
+    int64_t since = lb_monotonic_ms();
+    replay_fault_pause("LB_FAULT_INTACT_PAUSE_MS");
+    for (int attempt = 1;; attempt++) {
+        long n = lb_intact_missing(r->lease_cluster, r->config->key_prefix, missing, err, errlen,
+                                   &eclass);
+        if (n >= 0 || !again(r, "reading the slots' ~intact marks", eclass, err, attempt, since))
+            return n;
+    }
+}
+
+static int mark_retrying(struct replay *r, const uint8_t *which, const char *by, char *err,
+                         size_t errlen)
+{
+    enum lb_redis_error eclass;
+    int64_t since = lb_monotonic_ms();
+    replay_fault_pause("LB_FAULT_INTACT_PAUSE_MS");
+    for (int attempt = 1;; attempt++) {
+        int rc = lb_intact_mark(r->lease_cluster, r->config->key_prefix, which, by, err, errlen,
+                                &eclass);
+        if (rc == 0 || !again(r, "writing the slots' ~intact marks", eclass, err, attempt, since))
+            return rc;
+    }
+}
+
 int replay_mark_intact(struct replay *r)
 {
     if (!r->sel.any_slots || r->sel.boards.count || r->sel.windows.count)
         return 0; /* some boards of the slots, not their whole shard */
     uint8_t *which = malloc(LB_SLOTS);
     char err[256], by[300];
-    long n =
-        which ? lb_intact_missing(r->lease_cluster, r->config->key_prefix, which, err, sizeof(err))
-              : (snprintf(err, sizeof(err), "out of memory"), -1);
+    long n = which ? missing_retrying(r, which, err, sizeof(err))
+                   : (snprintf(err, sizeof(err), "out of memory"), -1);
     size_t lost = 0, selected = 0;
     for (uint32_t s = 0; s < LB_SLOTS; s++) {
         selected += r->sel.slots[s];
@@ -574,8 +627,7 @@ int replay_mark_intact(struct replay *r)
                "start marks every slot; if every shard was lost, replay --slots 0-16383 marks "
                "them)\n",
                LB_INTACT_KEY);
-    } else if ((rc = lb_intact_mark(r->lease_cluster, r->config->key_prefix, which, by, err,
-                                    sizeof(err))) == 0) {
+    } else if ((rc = mark_retrying(r, which, by, err, sizeof(err))) == 0) {
         printf("replay: %zu slot(s) without a %s mark (their node replaced empty or flushed) "
                "marked rebuilt: their boards' windows close again\n",
                lost, LB_INTACT_KEY);

@@ -177,6 +177,16 @@ void replay_report_reopening(const struct replay *r);
 int replay_parse_slots(const char *text, struct selection *sel);
 /* Whether a --node is HOST:PORT: 0, or -1. */
 int replay_check_node(const char *node);
+/* A pause of the milliseconds environment variable 'name' says, for the
+ * tests: after each swap (LB_FAULT_SWAP_PAUSE_MS: replay killed between two
+ * boards), before the first swap round (LB_FAULT_SWAP_START_PAUSE_MS: a
+ * node restarted empty then), after fencing the boards the projector got
+ * ahead of (LB_FAULT_FENCED_PAUSE_MS: fences that cannot be lifted), after
+ * a compare of --verify (LB_FAULT_VERIFY_PAUSE_MS: the projector moving
+ * then), before reading the ~intact marks and again before writing those of
+ * the rebuilt slots (LB_FAULT_INTACT_PAUSE_MS: a node hanging up on replay
+ * then). */
+void replay_fault_pause(const char *name);
 int replay_retry_pause(struct replay *r, const char *what, const char *why, int attempt,
                        int64_t since_ms);
 redisReply *replay_redis_call(struct replay *r, const char *what, uint16_t slot, int argc,

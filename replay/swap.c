@@ -738,22 +738,6 @@ int replay_fence_boards(struct replay *r, const struct strings *boards, int lift
     return status;
 }
 
-/* A pause of the milliseconds environment variable 'name' says, for the
- * tests: after each swap (LB_FAULT_SWAP_PAUSE_MS: replay killed between two
- * boards), before the first swap round (LB_FAULT_SWAP_START_PAUSE_MS: a
- * node restarted empty then), after fencing the boards the projector got
- * ahead of (LB_FAULT_FENCED_PAUSE_MS: fences that cannot be lifted), after
- * a compare of --verify (LB_FAULT_VERIFY_PAUSE_MS: the projector moving
- * then). */
-static void fault_pause(const char *name)
-{
-    const char *ms = getenv(name);
-    if (ms && atol(ms) > 0)
-        fprintf(stderr, "replay: %s: pausing %s ms\n", name, ms);
-    for (long left = ms ? atol(ms) : 0; left > 0 && !replay_interrupted; left -= 50)
-        usleep(50000);
-}
-
 /* Replaces the live keys of every selected board with the staging copy.
  * Boards first seen while catching up are swapped in a later round. A board
  * the live projector got ahead of is fenced for the next round (except
@@ -767,7 +751,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
         fprintf(stderr, "replay: out of memory noting what was written; nothing swapped\n");
         return -1;
     }
-    fault_pause("LB_FAULT_SWAP_START_PAUSE_MS");
+    replay_fault_pause("LB_FAULT_SWAP_START_PAUSE_MS");
     for (int attempt = 0; status == 0 && r->sel.done.count < r->sel.seen.count; attempt++) {
         if (attempt == SWAP_ATTEMPTS) {
             fprintf(stderr,
@@ -787,7 +771,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             else if (replay_fence_boards(r, &ahead, 0) != 0)
                 status = -1;
             else
-                fault_pause("LB_FAULT_FENCED_PAUSE_MS");
+                replay_fault_pause("LB_FAULT_FENCED_PAUSE_MS");
             replay_strings_free(&ahead);
             if (status != 0 || replay_extend_to_latest(r) != 0 || replay_read_until_end(r) != 0) {
                 status = -1;
@@ -835,7 +819,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             if (rc < 0)
                 status = -1;
             else if (rc == 0)
-                fault_pause("LB_FAULT_SWAP_PAUSE_MS");
+                replay_fault_pause("LB_FAULT_SWAP_PAUSE_MS");
         }
         size_t deleted;
         per_item(r, &marked, "deleting the swaps' marks", delete_swap_mark, &deleted);
@@ -930,7 +914,7 @@ int replay_verify_all(struct replay *r, struct verify_report *v)
             board_keys_free(&bk);
         }
         /* still valid only if the projector did not move meanwhile */
-        fault_pause("LB_FAULT_VERIFY_PAUSE_MS");
+        replay_fault_pause("LB_FAULT_VERIFY_PAUSE_MS");
         int moved = 0;
         for (size_t b = 0; b < boards.count && status == 0 && !moved; b++)
             moved = live_ahead(r, boards.items[b]) != 0;

@@ -38,7 +38,7 @@ static int setup(void **state)
     f->cluster = lb_cluster_new(&options);
     assert_non_null(f->cluster);
     char err[256];
-    if (lb_intact_mark(f->cluster, "lb:", NULL, "test", err, sizeof(err)) != 0)
+    if (lb_intact_mark(f->cluster, "lb:", NULL, "test", err, sizeof(err), NULL) != 0)
         fail_msg("%s", err); /* every slot's shard as the projector wrote it */
     *state = f;
     return 0;
@@ -212,19 +212,23 @@ static void a_claim_waits_for_a_lost_slot_to_be_rebuilt(void **state)
     run(f, "HSET lb:{fb}:~open %s 900", WINDOW);
     char err[256];
     uint8_t missing[LB_SLOTS];
-    assert_int_equal(lb_intact_missing(f->cluster, "lb:", missing, err, sizeof(err)), LB_SLOTS);
+    assert_int_equal(lb_intact_missing(f->cluster, "lb:", missing, err, sizeof(err), NULL),
+                     LB_SLOTS);
     uint8_t board_slot[LB_SLOTS] = {0};
     uint16_t slot = lb_key_slot("{fb}", 4);
     board_slot[slot] = 1;
-    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err)), 0);
-    assert_int_equal(lb_intact_missing(f->cluster, "lb:", missing, err, sizeof(err)), LB_SLOTS - 1);
+    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err), NULL),
+                     0);
+    assert_int_equal(lb_intact_missing(f->cluster, "lb:", missing, err, sizeof(err), NULL),
+                     LB_SLOTS - 1);
     assert_int_equal(missing[slot], 0);
     board_slot[slot] = 0;
     board_slot[(slot + 1) % LB_SLOTS] = 1; /* its neighbour's mark does not count */
     run(f, "FLUSHALL%s", "");
     run(f, "ZADD lb:{fb}:%s 30 a", WINDOW);
     run(f, "HSET lb:{fb}:~open %s 900", WINDOW);
-    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err)), 0);
+    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err), NULL),
+                     0);
     const char *claim[] = {"0", "d", "1000"};
     step(f, "claim", "pod-a", claim, 3, "lost");
     assert_field(f, "lb:{fb}:~open", WINDOW, "900");
@@ -236,7 +240,8 @@ static void a_claim_waits_for_a_lost_slot_to_be_rebuilt(void **state)
     /* replay rebuilt it (a member the loss took) and marked the slot */
     run(f, "ZADD lb:{fb}:%s 40 z", WINDOW);
     board_slot[slot] = 1;
-    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err)), 0);
+    assert_int_equal(lb_intact_mark(f->cluster, "lb:", board_slot, "test", err, sizeof(err), NULL),
+                     0);
     step(f, "claim", "pod-a", claim, 3, "go 1000 2 ");
     assert_final(f, "z a");
 }

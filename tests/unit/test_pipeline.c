@@ -693,7 +693,7 @@ static void late_events_are_named_however_their_request_reaches_redis(void **sta
     lb_pipeline_set_reject_hook(f->pipeline, note_reject, &rejected);
     static uint8_t which[LB_SLOTS]; /* the board's slot: its shard as the projector wrote it */
     which[lb_key_slot("{res}", 5)] = 1;
-    if (lb_intact_mark(f->cluster, "lb:", which, "test", err, sizeof(err)) != 0)
+    if (lb_intact_mark(f->cluster, "lb:", which, "test", err, sizeof(err), NULL) != 0)
         fail_msg("%s", err);
 
     /* May 1st takes three events, then closes: its close offset is 3 */
@@ -776,7 +776,7 @@ static void late_events_of_more_closed_windows_than_are_cached_are_each_named(vo
     lb_pipeline_set_reject_hook(f->pipeline, note_reject, &rejected);
     static uint8_t which[LB_SLOTS];
     which[lb_key_slot("{res}", 5)] = 1;
-    if (lb_intact_mark(f->cluster, "lb:", which, "test", err, sizeof(err)) != 0)
+    if (lb_intact_mark(f->cluster, "lb:", which, "test", err, sizeof(err), NULL) != 0)
         fail_msg("%s", err);
     for (int d = 0; d <= CLOSED; d++) {
         time_t t = (time_t)((MAY1 + d * DAY_MS) / 1000);
