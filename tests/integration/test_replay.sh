@@ -340,7 +340,9 @@ fenced_then_stopped() { # NAME: replay stopped by SIGINT once it fenced boards
     [[ ${2-} != refuse ]] || redis_cli "$emptied" ACL SETUSER default +eval >/dev/null
     [[ $status == 1 ]] || fail "replay $1, stopped after fencing, exited $status"
 }
-load_start -n 300000 --seed 75 "${gen[@]}" --rate 3000
+# the load runs through both stopped runs and the run again: 230,000 events
+# of it in CI (with 3 s pauses; 10 s now), so the cap is 300 s of it
+load_start -n 900000 --seed 75 "${gen[@]}" --rate 3000
 fenced_then_stopped lifted
 grep -q 'could not all be lifted' "$T_DIR/lifted.err" && fail "replay did not lift its fences: $(tail -n 3 "$T_DIR/lifted.err")"
 [[ -z $(string_fences) ]] || fail "replay stopped after fencing left $(string_fences | wc -l) fence(s)"

@@ -37,9 +37,10 @@ reshard() { # FROM_PORT TO_PORT
 
 node_a=$(redis_port 0) node_b=$(redis_port 1)
 # the load runs through both moves, however long they take here: loadgen
-# stops on SIGTERM once they are done (at most 300 s of it) and delivers
-# what it produced
-load_start -n 900000 --seed 52 --boards 200 --players 2000 --start "$START14" --days 14 --rate 3000
+# stops on SIGTERM once they are done (at most 900 s of it: the moves took
+# 170 s in CI, over 300 s with three tests at a time) and delivers what it
+# produced
+load_start -n 2700000 --seed 52 --boards 200 --players 2000 --start "$START14" --days 14 --rate 3000
 log "resharding: 3000 slots from $node_a to $node_b, 3000 back"
 reshard "$node_a" "$node_b"
 reshard "$node_b" "$node_a"
