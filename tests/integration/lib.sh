@@ -452,7 +452,7 @@ kill_mid_stream() {
     kill -9 "$PROJECTOR_PID"
     wait "$PROJECTOR_PID" 2>/dev/null || true
     local lag
-    lag=$(committed_offsets | awk '{ c = ($2 == "-") ? 0 : $2; lag += $3 - c } END { print lag + 0 }')
+    lag=$(group_lag)
     ((lag > 0)) || fail "the kill was not mid-stream (nothing left uncommitted)"
     log "killed the projector mid-stream with ${lag} records not committed"
 }
@@ -471,6 +471,8 @@ committed_offsets() {
         --group "${GROUP:-lb-test}" |
         awk '$1 == "scores" { print $2, $3, $5 }'
 }
+# group_lag - the records not committed yet, summed over partitions
+group_lag() { committed_offsets | awk '{ c = ($2 == "-") ? 0 : $2; lag += $3 - c } END { print lag + 0 }'; }
 
 # assert_committed_at_end - every partition's committed offset is its high
 # watermark, i.e. the last offset + 1 (the projector applied every event).

@@ -41,7 +41,7 @@ stop_projector "$PROJECTOR_PID" 15
 elapsed=$((SECONDS - start))
 [[ $STOP_STATUS == 0 ]] || fail "SIGTERM: exit $STOP_STATUS, not 0"
 ((elapsed <= 10)) || fail "SIGTERM took ${elapsed}s, more than the 10s drain timeout"
-lag=$(committed_offsets | awk '{ c = ($2 == "-") ? 0 : $2; lag += $3 - c } END { print lag + 0 }')
+lag=$(group_lag)
 load_stop "SIGTERM (not a busy stop)"
 ok "SIGTERM during the stream: exit 0 in ${elapsed}s, $lag events left uncommitted"
 

@@ -325,8 +325,13 @@ string_fences() { # the fences replay set (strings; a hash there is a latest boa
 # (the pause before the first swap round lets the projector get past
 # replay's copy on the boards, which are then fenced: 3 s was not always
 # enough for it with the sanitizer build beside another test, and CI50's
-# second run swapped every board at once, fencing none)
+# second run swapped every board at once, fencing none. Nor is any pause
+# when the projector still drains a backlog, as after the first run's
+# fences, with three tests at a time: replay's read then overtakes it. So
+# each run starts once the projector is within a second of the load)
+lag_below() { (($(group_lag) < $1)); } # RECORDS
 fenced_then_stopped() { # NAME: replay stopped by SIGINT once it fenced boards
+    lb_wait_for 120 lag_below 3000 || fail "the projector did not catch up with the load before replay $1"
     replay_bg "$1" LB_FAULT_SWAP_START_PAUSE_MS=10000 LB_FAULT_FENCED_PAUSE_MS=60000 -- \
         --node "127.0.0.1:$emptied" --verbose
     wait_log "$T_DIR/$1.err" 'LB_FAULT_FENCED_PAUSE_MS: pausing' 60
