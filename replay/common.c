@@ -387,36 +387,53 @@ static const char *answer_word(const redisReply *reply)
                : NULL;
 }
 
-/* One step of a window's final standings (the apply script's C steps). */
-static redisReply *final_step(struct replay *r, const char *board, const char *window,
-                              const char *step)
+struct step_retry {
+    struct replay *r;
+    char what[80];
+    int64_t since_ms;
+};
+
+static int step_pause(void *ctx, const char *why, int attempt)
 {
-    return lb_final_step(r->lease_cluster, r->config->key_prefix, board, window, step,
-                         r->lease.owner, 0, NULL, NULL, 0);
+    struct step_retry *s = ctx;
+    return replay_retry_pause(s->r, s->what, why, attempt, s->since_ms);
+}
+
+/* One step of --republish on a window's ~final (replay_final_step), retried
+ * as every call of replay's; '*done' when it took effect. */
+static redisReply *final_step(struct replay *r, const char *board, const char *window,
+                              const char *step, int *done)
+{
+    struct step_retry s = {r, "", lb_monotonic_ms()};
+    snprintf(s.what, sizeof(s.what), "the %s step on a window's ~final", step);
+    return replay_final_step(&r->lease, r->config->key_prefix, board, window, step, step_pause, &s,
+                             done);
 }
 
 static void say_step_failed(struct replay *r, const char *board, const char *window,
                             const char *step, const redisReply *reply)
 {
     const char *word = answer_word(reply);
+    const char *what = word && reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING
+                           ? reply->element[1]->str
+                           : "";
     if (word && strcmp(word, "claimed") == 0)
         fprintf(stderr,
                 "replay: board '%s' window '%s' is being published now (claimed by %s): run "
                 "replay --republish again once it is published (a minute at most)\n",
-                board, window,
-                reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING
-                    ? reply->element[1]->str
-                    : "a pod");
+                board, window, *what ? what : "a pod");
+    else if (word && strcmp(word, "stale") == 0)
+        fprintf(stderr,
+                "replay: board '%s' window '%s': %s: its ~final says %s, not reopening: run "
+                "the same replay again\n",
+                board, window, step, *what ? what : "nothing (lost)");
     else
-        fprintf(stderr, "replay: board '%s' window '%s': %s: %s%s%s\n", board, window, step,
+        fprintf(stderr, "replay: board '%s' window '%s': %s: %s%s%s%s\n", board, window, step,
                 !reply                             ? lb_cluster_error(r->lease_cluster)
                 : reply->type == REDIS_REPLY_ERROR ? reply->str
                 : word                             ? "the script answered "
                                                    : "unexpected answer",
-                word ? word : "",
-                word && reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING
-                    ? reply->element[1]->str
-                    : "");
+                word ? word : "", *what ? " " : "", what);
 }
 
 /* Whether the live key of 'window' ("daily:2026-05-04") of 'board' has
@@ -443,9 +460,9 @@ static int window_expired(const struct replay *r, const char *board, const char 
  * closed (its final key and its record stand), and its note goes. */
 static void put_back(struct replay *r, struct closed_board *cb, const char *window)
 {
-    redisReply *reply = final_step(r, cb->board, window, "unreopen");
-    const char *word = answer_word(reply);
-    if (word && strcmp(word, "ok") == 0) {
+    int done;
+    redisReply *reply = final_step(r, cb->board, window, "unreopen", &done);
+    if (done) {
         replay_journal_reopening(&r->lease, cb->board, window, 0);
         fprintf(stderr,
                 "replay: board '%s' window '%s' was left reopening and its live key expired "
@@ -493,9 +510,10 @@ static int reopen(struct replay *r, struct closed_board *cb)
             r->reopen_failed = 1;
             continue;
         }
-        redisReply *reply = final_step(r, cb->board, f + 2, "reopen");
+        int done;
+        redisReply *reply = final_step(r, cb->board, f + 2, "reopen", &done);
         const char *word = answer_word(reply);
-        if (word && strcmp(word, "ok") == 0) {
+        if (done) {
             replay_strings_add(&cb->reopened, f + 2, strlen(f + 2));
             r->reopened++;
             any = 1;
@@ -520,9 +538,9 @@ int replay_mark_reopened(struct replay *r, const char *board)
     struct closed_board *cb = at >= 0 ? &r->closed[at] : NULL;
     int rc = 0;
     for (size_t k = 0; cb && k < cb->reopened.count; k++) {
-        redisReply *reply = final_step(r, board, cb->reopened.items[k], "reopened");
-        const char *word = answer_word(reply);
-        if (word && strcmp(word, "ok") == 0) {
+        int done;
+        redisReply *reply = final_step(r, board, cb->reopened.items[k], "reopened", &done);
+        if (done) {
             r->republished++;
             replay_journal_reopening(&r->lease, board, cb->reopened.items[k], 0);
         } else {

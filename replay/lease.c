@@ -9,6 +9,7 @@
 #include "lease.h"
 #include "apply.h"
 #include "clock.h"
+#include "published.h"
 #include "slot.h"
 
 #include <errno.h>
@@ -354,4 +355,40 @@ int replay_journal_reopening(struct replay_lease *lease, const char *board, cons
     const char *set[] = {"HSET", lease->reopening, field, lease->owner};
     const char *del[] = {"HDEL", lease->reopening, field};
     return journal_command(lease, on ? 4 : 3, on ? set : del);
+}
+
+/* The state a step sets, which the step sent again after its reply was
+ * lost finds there: stale, and done. A pod may claim a reopened window at
+ * once; published, it could also be a failover that lost the reopen, so it
+ * is not taken for done. */
+static int step_done_before(const char *step, const char *state)
+{
+    if (strcmp(step, "reopened") == 0)
+        return strcmp(state, "reopened") == 0 || strcmp(state, "claimed") == 0;
+    return strcmp(step, "unreopen") == 0 && strcmp(state, "published") == 0;
+}
+
+redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, const char *board,
+                              const char *window, const char *step,
+                              int (*pause)(void *ctx, const char *why, int attempt), void *ctx,
+                              int *done)
+{
+    redisReply *reply;
+    int attempt = 1;
+    for (;; attempt++) {
+        reply = lb_final_step(lease->cluster, prefix, board, window, step, lease->owner, 0, NULL,
+                              NULL, 0);
+        if (reply || lb_cluster_error_class(lease->cluster) != LB_REDIS_RETRY ||
+            pause(ctx, lb_cluster_error(lease->cluster), attempt) != 0)
+            break;
+    }
+    const char *word = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+                               reply->element[0]->type == REDIS_REPLY_STRING
+                           ? reply->element[0]->str
+                           : NULL;
+    *done = word && (strcmp(word, "ok") == 0 ||
+                     (attempt > 1 && strcmp(word, "stale") == 0 && reply->elements > 1 &&
+                      reply->element[1]->type == REDIS_REPLY_STRING &&
+                      step_done_before(step, reply->element[1]->str)));
+    return reply;
 }

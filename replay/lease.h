@@ -89,4 +89,17 @@ void replay_journal_finish(struct replay_lease *lease);
 int replay_journal_reopening(struct replay_lease *lease, const char *board, const char *window,
                              int on);
 
+/* One step of --republish on a window's ~final under 'prefix': "reopen",
+ * "reopened" or "unreopen" (the apply script's; README "Final standings"),
+ * held by our lease value. Sent again after transient failures for as long
+ * as 'pause' (called with why and the attempt that failed) returns 0. A step
+ * whose reply was lost may have been applied: "reopen" sent again applies
+ * again, while "reopened" and "unreopen" find the state they set and answer
+ * stale, which counts as done. Returns the reply (the caller frees it), or
+ * NULL (lb_cluster_error says why); '*done' is 1 when the step took effect. */
+redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, const char *board,
+                              const char *window, const char *step,
+                              int (*pause)(void *ctx, const char *why, int attempt), void *ctx,
+                              int *done);
+
 #endif

@@ -4,6 +4,7 @@
  * a node or a proxy hangs up mid-request. replay sends the command again;
  * what it finds then is its own write.
  */
+#include "apply.h"
 #include "lease.h"
 #include "redis_relay.h"
 #include "redis_server.h"
@@ -153,6 +154,99 @@ static void a_live_runs_lease_is_refused(void **state)
     assert_string_equal(value, live);
 }
 
+/* --republish's steps on a window's ~final (replay_final_step). */
+#define WINDOW "daily:2026-11-01"
+
+static void final_key(char *out, size_t cap, const char *rest)
+{
+    lb_board_key(PREFIX, (struct lb_str){"b", 1}, rest, out, cap);
+}
+
+/* The window's state in ~final ("" when none), and whether ~open lists it. */
+static void final_state(struct fixture *f, char *out, size_t cap, int *listed)
+{
+    char key[256];
+    final_key(key, sizeof(key), LB_FINAL_KEY);
+    redisReply *reply = redis_server_command(f->redis, "HGET %s s:" WINDOW, key);
+    snprintf(out, cap, "%s", reply->type == REDIS_REPLY_STRING ? reply->str : "");
+    freeReplyObject(reply);
+    final_key(key, sizeof(key), LB_OPEN_KEY);
+    reply = redis_server_command(f->redis, "HEXISTS %s " WINDOW, key);
+    *listed = reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
+    freeReplyObject(reply);
+}
+
+static int pauses;
+
+static int count_pause(void *ctx, const char *why, int attempt)
+{
+    (void)ctx;
+    (void)why;
+    assert_int_equal(attempt, ++pauses);
+    return attempt < 3 ? 0 : -1;
+}
+
+/* 'step' on the window in 'state', its reply lost: it was applied, and sent
+ * again it must count as done exactly when 'done', leaving 'after'. */
+static void lose_step(struct fixture *f, const char *state, const char *step, int done,
+                      const char *after, int listed)
+{
+    char key[256], now[32];
+    int was_done = -1, is_listed;
+    final_key(key, sizeof(key), LB_FINAL_KEY);
+    freeReplyObject(redis_server_command(f->redis, "DEL %s", key));
+    freeReplyObject(
+        redis_server_command(f->redis, "HSET %s s:" WINDOW " %s c:" WINDOW " 1", key, state));
+    struct replay_lease lease = {.cluster = f->cluster, .owner = "test 1 1"};
+    int lost = redis_relay_lost(f->relay);
+    redis_relay_lose(f->relay, "EVALSHA", step);
+    pauses = 0;
+    redisReply *reply =
+        replay_final_step(&lease, PREFIX, "b", WINDOW, step, count_pause, NULL, &was_done);
+    assert_non_null(reply);
+    freeReplyObject(reply);
+    assert_int_equal(redis_relay_lost(f->relay), lost + 1);
+    assert_int_equal(pauses, 1);
+    if (was_done != done)
+        fail_msg("%s on a window %s, its reply lost: done %d, expected %d", step, state, was_done,
+                 done);
+    final_state(f, now, sizeof(now), &is_listed);
+    assert_string_equal(now, after);
+    assert_int_equal(is_listed, listed);
+}
+
+static void a_lost_reply_to_a_republish_step_leaves_it_done(void **state)
+{
+    struct fixture *f = *state;
+    lose_step(f, "published", "reopen", 1, "reopening", 0);
+    lose_step(f, "reopening", "reopened", 1, "reopened", 1);
+    lose_step(f, "reopening", "unreopen", 1, "published", 0);
+}
+
+/* reopened on a window that says published (a failover lost the reopen,
+ * or a pod published it again): not done, whether or not a reply was
+ * lost, so the operator runs the replay again. */
+static void a_republish_step_finding_another_state_is_not_done(void **state)
+{
+    struct fixture *f = *state;
+    lose_step(f, "published", "reopened", 0, "published", 0);
+    char key[256], now[32];
+    int done = -1, listed;
+    struct replay_lease lease = {.cluster = f->cluster, .owner = "test 1 1"};
+    pauses = 0;
+    redisReply *reply =
+        replay_final_step(&lease, PREFIX, "b", WINDOW, "unreopen", count_pause, NULL, &done);
+    assert_non_null(reply);
+    assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(reply->element[0]->str, "stale");
+    freeReplyObject(reply);
+    assert_int_equal(done, 0);
+    assert_int_equal(pauses, 0);
+    final_key(key, sizeof(key), LB_FINAL_KEY);
+    final_state(f, now, sizeof(now), &listed);
+    assert_string_equal(now, "published");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -161,6 +255,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             a_lost_reply_to_taking_over_a_dead_runs_lease_leaves_it_ours, setup, teardown),
         cmocka_unit_test_setup_teardown(a_live_runs_lease_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_lost_reply_to_a_republish_step_leaves_it_done, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_republish_step_finding_another_state_is_not_done, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
