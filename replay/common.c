@@ -389,7 +389,7 @@ static const char *answer_word(const redisReply *reply)
 
 struct step_retry {
     struct replay *r;
-    char what[80];
+    char what[700];
     int64_t since_ms;
 };
 
@@ -405,7 +405,7 @@ static redisReply *final_step(struct replay *r, const char *board, const char *w
                               const char *step, int *done)
 {
     struct step_retry s = {r, "", lb_monotonic_ms()};
-    snprintf(s.what, sizeof(s.what), "the %s step on a window's ~final", step);
+    snprintf(s.what, sizeof(s.what), "the %s step of board '%s' window '%s'", step, board, window);
     return replay_final_step(&r->lease, r->config->key_prefix, board, window, step, step_pause, &s,
                              done);
 }

@@ -358,13 +358,17 @@ int replay_journal_reopening(struct replay_lease *lease, const char *board, cons
 }
 
 /* The state a step sets, which the step sent again after its reply was
- * lost finds there: stale, and done. A pod may claim a reopened window at
- * once; published, it could also be a failover that lost the reopen, so it
- * is not taken for done. */
+ * lost finds there: stale, and done. Only that state: a reopened window
+ * found claimed or published could also be one a failover took back to
+ * reopened or published before the reopen, and a pod then claimed while
+ * replay rebuilt it (its standings frozen from the old key). Not done is
+ * safe: replay exits 1, and a run again reopens it afresh. An unreopen
+ * found published is what it asks for either way (pods do not move a
+ * reopening window). */
 static int step_done_before(const char *step, const char *state)
 {
     if (strcmp(step, "reopened") == 0)
-        return strcmp(state, "reopened") == 0 || strcmp(state, "claimed") == 0;
+        return strcmp(state, "reopened") == 0;
     return strcmp(step, "unreopen") == 0 && strcmp(state, "published") == 0;
 }
 
