@@ -322,18 +322,35 @@ string_fences() { # the fences replay set (strings; a hash there is a latest boa
         [[ $(redis_cli "$emptied" TYPE "$fence") != string ]] || printf '%s\n' "$fence"
     done
 }
-# (the pause before the first swap round lets the projector get past
-# replay's copy on the boards, which are then fenced: 3 s was not always
-# enough for it with the sanitizer build beside another test, and CI50's
-# second run swapped every board at once, fencing none. Nor is any pause
-# when the projector still drains a backlog, as after the first run's
-# fences, with three tests at a time: replay's read then overtakes it. So
-# each run starts once the projector is within a second of the load)
+# (the projector must get past replay's copy on the boards before the
+# first swap round, so that they are fenced. No fixed pause there is enough
+# on every machine: 3 s was not with the sanitizer build beside another
+# test (CI50's second run swapped every board at once, fencing none), and
+# with three tests at a time the projector fell behind replay's read during
+# it, even starting within a second of the load. So replay is stopped
+# (SIGSTOP) in its pause before the swap until the group has committed
+# past the high watermarks of that moment, where replay's read ended at
+# the latest, by 300 records on every partition)
 lag_below() { (($(group_lag) < $1)); } # RECORDS
+committed_past() {                     # "PARTITION OFFSET" lines: committed 300 past each
+    local p c h
+    while read -r p c h; do
+        [[ $c != - ]] && ((c >= $(awk -v p="$p" '$1 == p { print $2 + 300 }' <<<"$1"))) || return 1
+    done < <(committed_offsets)
+}
 fenced_then_stopped() { # NAME: replay stopped by SIGINT once it fenced boards
     lb_wait_for 120 lag_below 3000 || fail "the projector did not catch up with the load before replay $1"
     replay_bg "$1" LB_FAULT_SWAP_START_PAUSE_MS=10000 LB_FAULT_FENCED_PAUSE_MS=60000 -- \
         --node "127.0.0.1:$emptied" --verbose
+    wait_log "$T_DIR/$1.err" 'LB_FAULT_SWAP_START_PAUSE_MS: pausing' 120
+    kill -STOP "$rpid"
+    local ends
+    ends=$(committed_offsets | awk '{ print $1, $3 }')
+    lb_wait_for 120 committed_past "$ends" || {
+        kill -CONT "$rpid"
+        fail "the projector did not commit past replay $1's read in 120 s"
+    }
+    kill -CONT "$rpid"
     wait_log "$T_DIR/$1.err" 'LB_FAULT_FENCED_PAUSE_MS: pausing' 60
     fenced=$(grep -o 'fenced [0-9]* board(s)' "$T_DIR/$1.err" | awk '{ print $2 }')
     ((fenced > 0)) || fail "replay $1 fenced no board"
@@ -346,8 +363,10 @@ fenced_then_stopped() { # NAME: replay stopped by SIGINT once it fenced boards
     [[ $status == 1 ]] || fail "replay $1, stopped after fencing, exited $status"
 }
 # the load runs through both stopped runs and the run again: 230,000 events
-# of it in CI (with 3 s pauses; 10 s now), so the cap is 300 s of it
-load_start -n 900000 --seed 75 "${gen[@]}" --rate 3000
+# of it in CI51 (with 3 s pauses), 690,000 in 297 s with three tests at a
+# time once each run waited for the projector, so the cap is 900 s of it
+# (it is stopped after the run again)
+load_start -n 2700000 --seed 75 "${gen[@]}" --rate 3000
 fenced_then_stopped lifted
 grep -q 'could not all be lifted' "$T_DIR/lifted.err" && fail "replay did not lift its fences: $(tail -n 3 "$T_DIR/lifted.err")"
 [[ -z $(string_fences) ]] || fail "replay stopped after fencing left $(string_fences | wc -l) fence(s)"
