@@ -378,15 +378,6 @@ static void restore_window(void *ctx, const char *window)
     rs->any |= fetched == 0;
 }
 
-/* The answer's first word, or NULL. */
-static const char *answer_word(const redisReply *reply)
-{
-    return reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
-                   reply->element[0]->type == REDIS_REPLY_STRING
-               ? reply->element[0]->str
-               : NULL;
-}
-
 struct step_retry {
     struct replay *r;
     char what[700];
@@ -413,10 +404,8 @@ static redisReply *final_step(struct replay *r, const char *board, const char *w
 static void say_step_failed(struct replay *r, const char *board, const char *window,
                             const char *step, const redisReply *reply)
 {
-    const char *word = answer_word(reply);
-    const char *what = word && reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING
-                           ? reply->element[1]->str
-                           : "";
+    const char *what;
+    const char *word = replay_answer_word(reply, &what);
     if (word && strcmp(word, "claimed") == 0)
         fprintf(stderr,
                 "replay: board '%s' window '%s' is being published now (claimed by %s): run "
@@ -512,7 +501,7 @@ static int reopen(struct replay *r, struct closed_board *cb)
         }
         int done;
         redisReply *reply = final_step(r, cb->board, f + 2, "reopen", &done);
-        const char *word = answer_word(reply);
+        const char *word = replay_answer_word(reply, NULL);
         if (done) {
             replay_strings_add(&cb->reopened, f + 2, strlen(f + 2));
             r->reopened++;

@@ -372,6 +372,17 @@ static int step_done_before(const char *step, const char *state)
     return strcmp(step, "unreopen") == 0 && strcmp(state, "published") == 0;
 }
 
+const char *replay_answer_word(const redisReply *reply, const char **second)
+{
+    int words = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
+                reply->element[0]->type == REDIS_REPLY_STRING;
+    if (second)
+        *second = words && reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING
+                      ? reply->element[1]->str
+                      : "";
+    return words ? reply->element[0]->str : NULL;
+}
+
 redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, const char *board,
                               const char *window, const char *step,
                               int (*pause)(void *ctx, const char *why, int attempt), void *ctx,
@@ -386,13 +397,9 @@ redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, co
             pause(ctx, lb_cluster_error(lease->cluster), attempt) != 0)
             break;
     }
-    const char *word = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1 &&
-                               reply->element[0]->type == REDIS_REPLY_STRING
-                           ? reply->element[0]->str
-                           : NULL;
+    const char *state;
+    const char *word = replay_answer_word(reply, &state);
     *done = word && (strcmp(word, "ok") == 0 ||
-                     (attempt > 1 && strcmp(word, "stale") == 0 && reply->elements > 1 &&
-                      reply->element[1]->type == REDIS_REPLY_STRING &&
-                      step_done_before(step, reply->element[1]->str)));
+                     (attempt > 1 && strcmp(word, "stale") == 0 && step_done_before(step, state)));
     return reply;
 }

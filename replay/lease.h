@@ -89,6 +89,10 @@ void replay_journal_finish(struct replay_lease *lease);
 int replay_journal_reopening(struct replay_lease *lease, const char *board, const char *window,
                              int on);
 
+/* The first word of a script's answer (an array of strings), or NULL; with
+ * 'second', the word after it there ("" when none). Both point into 'reply'. */
+const char *replay_answer_word(const redisReply *reply, const char **second);
+
 /* One step of --republish on a window's ~final under 'prefix': "reopen",
  * "reopened" or "unreopen" (the apply script's; README "Final standings"),
  * held by our lease value. Sent again after transient failures for as long

@@ -231,7 +231,7 @@ static void a_republish_step_finding_another_state_is_not_done(void **state)
     struct fixture *f = *state;
     lose_step(f, "claimed", "reopened", 0, "claimed", 0);
     lose_step(f, "published", "reopened", 0, "published", 0);
-    char key[256], now[32];
+    char now[32];
     int done = -1, listed;
     struct replay_lease lease = {.cluster = f->cluster, .owner = "test 1 1"};
     pauses = 0;
@@ -243,7 +243,6 @@ static void a_republish_step_finding_another_state_is_not_done(void **state)
     freeReplyObject(reply);
     assert_int_equal(done, 0);
     assert_int_equal(pauses, 0);
-    final_key(key, sizeof(key), LB_FINAL_KEY);
     final_state(f, now, sizeof(now), &listed);
     assert_string_equal(now, "published");
     assert_false(listed);
