@@ -526,6 +526,8 @@ int replay_mark_reopened(struct replay *r, const char *board)
     long at = lb_names_find(&r->closed_boards, board, strlen(board));
     struct closed_board *cb = at >= 0 ? &r->closed[at] : NULL;
     int rc = 0;
+    if (cb && cb->reopened.count)
+        replay_fault_pause("LB_FAULT_REOPENED_PAUSE_MS");
     for (size_t k = 0; cb && k < cb->reopened.count; k++) {
         int done;
         redisReply *reply = final_step(r, board, cb->reopened.items[k], "reopened", &done);
@@ -556,6 +558,7 @@ static int again(struct replay *r, const char *what, enum lb_redis_error eclass,
 void replay_announce_reopened(struct replay *r)
 {
     redisReply *reply;
+    replay_fault_pause("LB_FAULT_ANNOUNCE_PAUSE_MS");
     int64_t since = lb_monotonic_ms();
     for (int attempt = 1;; attempt++) {
         reply = lb_reopened_touch(r->lease_cluster, r->config->key_prefix, r->lease.owner);

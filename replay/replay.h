@@ -184,8 +184,10 @@ int replay_check_node(const char *node);
  * ahead of (LB_FAULT_FENCED_PAUSE_MS: fences that cannot be lifted), after
  * a compare of --verify (LB_FAULT_VERIFY_PAUSE_MS: the projector moving
  * then), before reading the ~intact marks and again before writing those of
- * the rebuilt slots (LB_FAULT_INTACT_PAUSE_MS: Redis failing for a moment
- * then). */
+ * the rebuilt slots (LB_FAULT_INTACT_PAUSE_MS), before --republish's
+ * reopened steps (LB_FAULT_REOPENED_PAUSE_MS) and before telling the pods
+ * what changed (LB_FAULT_ANNOUNCE_PAUSE_MS): Redis failing for a moment
+ * then. */
 void replay_fault_pause(const char *name);
 int replay_retry_pause(struct replay *r, const char *what, const char *why, int attempt,
                        int64_t since_ms);

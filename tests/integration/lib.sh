@@ -164,6 +164,21 @@ slot_masters() {
     return 0
 }
 
+# master_of_slot SLOT - the port of the master that serves SLOT now (a
+# migrating slot's "[slot->-node]" entries are not ranges, and skipped).
+master_of_slot() {
+    redis_cli "$(live_ports | first)" CLUSTER NODES | awk -v slot="$1" '$3 ~ /master/ && $3 !~ /(^|,)fail(,|$)/ {
+        for (i = 9; i <= NF; i++) {
+            if ($i ~ /^\[/) continue
+            n = split($i, r, "-")
+            if (slot + 0 >= r[1] + 0 && slot + 0 <= r[n] + 0) { split($2, a, "[:@]"); print a[2]; exit }
+        }
+    }'
+}
+
+# master_of_key KEY - the port of the master that holds KEY's slot now.
+master_of_key() { master_of_slot "$(redis_cli "$(live_ports | first)" CLUSTER KEYSLOT "$1")"; }
+
 # new_node_port - a free port for a node added to the cluster, not one a
 # dead node had: the cluster still lists a failed node at its address until
 # it is forgotten, and two entries there would confuse shard_ports.

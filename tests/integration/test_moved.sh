@@ -11,17 +11,6 @@ cli() {
     redis-cli -h 127.0.0.1 -p "$port" "$@"
 }
 
-# master_of SLOT - port of the master serving SLOT
-master_of() {
-    cli "$(redis_port 0)" cluster nodes | awk -v slot="$1" '
-        $3 ~ /master/ {
-            for (i = 9; i <= NF; i++) {
-                n = split($i, r, "-"); lo = r[1]; hi = (n == 2) ? r[2] : r[1]
-                if (slot + 0 >= lo + 0 && slot + 0 <= hi + 0) { split($2, a, "[:@]"); print a[2]; exit }
-            }
-        }'
-}
-
 # migrate_slot SLOT FROM_PORT TO_PORT - the standard live migration
 migrate_slot() {
     local slot=$1 from=$2 to=$3 from_id to_id keys port
@@ -48,7 +37,7 @@ produce -n 20000 --seed 31 --boards 4 --players 500 --start "$START" --days 3
 wait_caught_up 60
 
 slot=$(cli "$(redis_port 0)" cluster keyslot g1)
-from=$(master_of "$slot")
+from=$(master_of_slot "$slot")
 to=$(redis_port 0)
 [[ $from == "$to" ]] && to=$(redis_port 1)
 log "moving slot $slot (board g1) from $from to $to while events flow"
@@ -57,7 +46,7 @@ producer=$!
 T_PIDS+=("$producer")
 sleep 1
 migrate_slot "$slot" "$from" "$to"
-[[ $(master_of "$slot") == "$to" ]] || fail "slot $slot did not move"
+[[ $(master_of_slot "$slot") == "$to" ]] || fail "slot $slot did not move"
 wait "$producer" || fail "producer failed"
 wait_caught_up 120
 verify --expiry-slack-ms 1000 # MIGRATE moves TTLs as relative times; GT keeps the later one

@@ -291,11 +291,9 @@ ok "nodes hanging up on replay mid-run: it retried (no SIGPIPE) and the state is
 # swaps them: it swaps nothing that lacks what it wrote, says so and fails;
 # run again, the state is exact
 # (a master that does not hold replay's lease: losing that is another path)
-lease_slot=$(redis_cli "$lost" CLUSTER KEYSLOT lb:~replay-lease)
-lease_master=$(redis_cli "$lost" CLUSTER NODES | awk -v slot="$lease_slot" '$3 ~ /master/ {
-    for (i = 9; i <= NF; i++) { n = split($i, r, "-"); if (slot + 0 >= r[1] + 0 && slot + 0 <= r[n] + 0) { split($2, a, "[:@]"); print a[2]; exit } } }')
+lease_master=$(master_of_key lb:~replay-lease)
 emptied=$(printf '%s\n' "${masters[@]}" | grep -vx "$lease_master" | first)
-[[ -n $lease_master && -n $emptied ]] || fail "no master of the lease's slot $lease_slot, or no other"
+[[ -n $lease_master && -n $emptied ]] || fail "no master of lb:~replay-lease, or no other"
 replay_bg emptied LB_FAULT_SWAP_START_PAUSE_MS=3000 -- --node "127.0.0.1:$emptied"
 wait_log "$T_DIR/emptied.err" 'LB_FAULT_SWAP_START_PAUSE_MS: pausing' 60
 redis_cli "$emptied" FLUSHALL >/dev/null

@@ -282,9 +282,37 @@ dump_results
 # and a note whose window is not reopening (a run killed before its reopen
 # step): not named, deleted
 redis_cli "$(live_ports | first)" -c HSET "lb:~replay-reopening" "daily:2000-01-01 res-0" x >/dev/null
-"$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
+# and Redis fails it twice on its way: while it waits 8 s before its
+# reopened step, the board's master stops answering for 12 s (CLIENT PAUSE
+# ALL: the step times out), and so does the master of lb:~reopened while
+# it waits before telling the pods. It asks again both times (it used to
+# exit 1 at the step, the window left reopening)
+final_master=$(master_of_key "lb:{res-0}:~final")
+told_master=$(master_of_key "lb:~reopened")
+[[ -n $final_master && -n $told_master ]] || fail "no master of lb:{res-0}:~final or of lb:~reopened"
+paused_at() { grep -q "$1: pausing" "$T_DIR/replay-republish.out" 2>/dev/null; }
+fail_at_pauses() {
+    lb_wait_for 300 paused_at LB_FAULT_REOPENED_PAUSE_MS || return 1
+    redis_cli "$final_master" CLIENT PAUSE 12000 ALL >/dev/null
+    lb_wait_for 60 paused_at LB_FAULT_ANNOUNCE_PAUSE_MS || return 1
+    redis_cli "$told_master" CLIENT PAUSE 12000 ALL >/dev/null
+}
+fail_at_pauses &
+failer=$!
+T_PIDS+=("$failer")
+LB_FAULT_REOPENED_PAUSE_MS=8000 LB_FAULT_ANNOUNCE_PAUSE_MS=8000 \
+    "$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
     >"$T_DIR/replay-republish.out" 2>&1 ||
     fail "replay --republish failed: $(tail -n 3 "$T_DIR/replay-republish.out")"
+wait "$failer" || fail "replay did not pause before its reopened step and before telling the pods: $(tail -n 3 "$T_DIR/replay-republish.out")"
+grep -q "^replay: the reopened step of board 'res-0' window '$w0' failed (attempt 1)" \
+    "$T_DIR/replay-republish.out" ||
+    fail "replay's reopened step did not fail and retry: $(grep -m 3 'attempt\|reopened' "$T_DIR/replay-republish.out")"
+grep -q "^replay: telling the pods failed (attempt 1)" "$T_DIR/replay-republish.out" ||
+    fail "replay's telling the pods did not fail and retry: $(grep -m 3 'attempt\|pods' "$T_DIR/replay-republish.out")"
+if grep -q "could not tell the pods" "$T_DIR/replay-republish.out"; then
+    fail "replay gave up telling the pods: $(grep -m 1 'could not tell' "$T_DIR/replay-republish.out")"
+fi
 grep -q "^replay: 1 closed window(s) reopened and rebuilt from every event" "$T_DIR/replay-republish.out" ||
     fail "replay --republish did not say it reopened res-0 $w0: $(tail -n 3 "$T_DIR/replay-republish.out")"
 # the killed run's window, named in this run's plan (the stale note not); handed
@@ -304,7 +332,7 @@ dump_results
 [[ $(digest "lb:{res-0}:final:${days[2]}") == "$week_before" ]] || fail "the republication changed res-0's closed week"
 verify "${oracle[@]}"
 same_as_oracle res-0 "$w0"
-ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed), which the next run's plan named; run again, the day was rebuilt from every event and published again, as the oracle ranks it"
+ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed), which the next run's plan named; run again, through two masters not answering (its reopened step, telling the pods: both asked again), the day was rebuilt from every event and published again, as the oracle ranks it"
 
 # the same day left reopening by a killed --republish again, and not run
 # again until its ttl had passed: its live key expired (staged with a
