@@ -15,13 +15,20 @@ double replay_mono_s(void)
     return (double)lb_monotonic_ms() / 1000.0;
 }
 
-/* Renews the replay lease; losing it to another run stops this one. */
-void replay_keep_lease(struct replay *r)
+/* Another run took the lease: this one stops. */
+static void lease_lost(const struct replay *r)
 {
-    if (replay_lease_keep(&r->lease) != 0 && !replay_interrupted) {
+    if (!replay_interrupted) {
         fprintf(stderr, "replay: another run took the replay lease %s; stopping\n", r->lease.key);
         replay_interrupted = 1;
     }
+}
+
+/* Renews the replay lease; losing it to another run stops this one. */
+void replay_keep_lease(struct replay *r)
+{
+    if (replay_lease_keep(&r->lease) != 0)
+        lease_lost(r);
 }
 
 /* ---- small containers ---------------------------------------------------------------- */
@@ -397,8 +404,11 @@ static redisReply *final_step(struct replay *r, const char *board, const char *w
 {
     struct step_retry s = {r, "", lb_monotonic_ms()};
     snprintf(s.what, sizeof(s.what), "the %s step of board '%s' window '%s'", step, board, window);
-    return replay_final_step(&r->lease, r->config->key_prefix, board, window, step, step_pause, &s,
-                             done);
+    redisReply *reply = replay_final_step(&r->lease, r->config->key_prefix, board, window, step,
+                                          step_pause, &s, done);
+    if (!reply && !r->lease.held)
+        lease_lost(r);
+    return reply;
 }
 
 static void say_step_failed(struct replay *r, const char *board, const char *window,
@@ -418,7 +428,8 @@ static void say_step_failed(struct replay *r, const char *board, const char *win
                 board, window, step, *what ? what : "nothing (lost)");
     else
         fprintf(stderr, "replay: board '%s' window '%s': %s: %s%s%s%s\n", board, window, step,
-                !reply                             ? lb_cluster_error(r->lease_cluster)
+                !reply && !r->lease.held ? "stopped: the replay lease is another run's now"
+                : !reply                 ? lb_cluster_error(r->lease_cluster)
                 : reply->type == REDIS_REPLY_ERROR ? reply->str
                 : word                             ? "the script answered "
                                                    : "unexpected answer",
@@ -472,7 +483,7 @@ static void put_back(struct replay *r, struct closed_board *cb, const char *wind
 static int reopen(struct replay *r, struct closed_board *cb)
 {
     int any = 0;
-    for (size_t i = 0; cb->fields && i + 1 < cb->fields->elements; i += 2) {
+    for (size_t i = 0; cb->fields && i + 1 < cb->fields->elements && r->lease.held; i += 2) {
         const char *f = cb->fields->element[i]->str;
         if (strncmp(f, "s:", 2) != 0)
             continue;
@@ -528,7 +539,7 @@ int replay_mark_reopened(struct replay *r, const char *board)
     int rc = 0;
     if (cb && cb->reopened.count)
         replay_fault_pause("LB_FAULT_REOPENED_PAUSE_MS");
-    for (size_t k = 0; cb && k < cb->reopened.count; k++) {
+    for (size_t k = 0; cb && k < cb->reopened.count && r->lease.held; k++) {
         int done;
         redisReply *reply = final_step(r, board, cb->reopened.items[k], "reopened", &done);
         if (done) {

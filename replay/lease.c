@@ -40,21 +40,27 @@ static const char takeover_script[] = "local v = redis.call('GET', KEYS[1])\n"
                                       "end\n"
                                       "return 0\n";
 
-/* Runs one command on the master of 'key', sent again a few times over
+/* Runs one command on the master of 'key', sent up to 'tries' times over
  * about three seconds when the failure is transient (a node hanging up or
  * failing over): every command here can be sent twice. */
-static redisReply *command(struct lb_cluster *cl, const char *key, int argc, const char **argv)
+static redisReply *command_tries(struct lb_cluster *cl, const char *key, int argc,
+                                 const char **argv, int tries)
 {
     size_t argvlen[12];
     for (int i = 0; i < argc; i++)
         argvlen[i] = strlen(argv[i]);
-    for (int attempt = 0;; attempt++) {
+    for (int attempt = 1;; attempt++) {
         redisReply *reply =
             lb_cluster_command(cl, lb_key_slot(key, strlen(key)), argc, argv, argvlen);
-        if (reply || attempt == 5 || lb_cluster_error_class(cl) != LB_REDIS_RETRY)
+        if (reply || attempt >= tries || lb_cluster_error_class(cl) != LB_REDIS_RETRY)
             return reply;
-        usleep((useconds_t)(100000 << (attempt < 3 ? attempt : 3)));
+        usleep((useconds_t)(100000 << (attempt < 4 ? attempt - 1 : 3)));
     }
+}
+
+static redisReply *command(struct lb_cluster *cl, const char *key, int argc, const char **argv)
+{
+    return command_tries(cl, key, argc, argv, 6);
 }
 
 static redisReply *eval(struct lb_cluster *cl, const char *script, const char *key,
@@ -191,22 +197,33 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
     return 1;
 }
 
+/* Renews the held lease now, in one try (the callers try again, each in
+ * its own time): 0 when it is ours (again, if it had expired and nobody
+ * took it), 1 when another run holds it (no longer held), -1 when Redis
+ * failed (lb_cluster_error says why). */
+static int renew(struct replay_lease *lease)
+{
+    char ttl[24];
+    long long renewed = 0;
+    if (!lease->held)
+        return 1;
+    snprintf(ttl, sizeof(ttl), "%d", LB_LEASE_TTL_MS);
+    const char *argv[] = {"EVAL", renew_script, "1", lease->key, lease->owner, ttl};
+    if (reply_integer(command_tries(lease->cluster, lease->key, 6, argv, 1), &renewed) != 0)
+        return -1;
+    if (!renewed) {
+        lease->held = 0;
+        return 1;
+    }
+    lease->renewed_ms = lb_monotonic_ms();
+    return 0;
+}
+
 int replay_lease_keep(struct replay_lease *lease)
 {
     if (!lease->held || lb_monotonic_ms() - lease->renewed_ms < LB_LEASE_TTL_MS / 3)
         return 0;
-    char ttl[24];
-    long long renewed = 0;
-    snprintf(ttl, sizeof(ttl), "%d", LB_LEASE_TTL_MS);
-    if (reply_integer(eval(lease->cluster, renew_script, lease->key, lease->owner, ttl, NULL),
-                      &renewed) != 0)
-        return 0; /* Redis failing: the next call tries again */
-    if (!renewed) {
-        lease->held = 0;
-        return -1;
-    }
-    lease->renewed_ms = lb_monotonic_ms();
-    return 0;
+    return renew(lease) == 1 ? -1 : 0; /* Redis failing: the next call tries again */
 }
 
 void replay_lease_release(struct replay_lease *lease)
@@ -308,6 +325,10 @@ int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy
  * (said). */
 static int journal_command(struct replay_lease *lease, int argc, const char **argv)
 {
+    if (!lease->held) { /* another run's now */
+        fprintf(stderr, "replay: %s not updated: the replay lease is another run's\n", argv[1]);
+        return -1;
+    }
     redisReply *reply = command(lease->cluster, argv[1], argc, argv);
     int failed = !reply || reply->type == REDIS_REPLY_ERROR;
     if (failed)
@@ -388,18 +409,33 @@ redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, co
                               int (*pause)(void *ctx, const char *why, int attempt), void *ctx,
                               int *done)
 {
-    redisReply *reply;
-    int attempt = 1;
-    for (;; attempt++) {
-        reply = lb_final_step(lease->cluster, prefix, board, window, step, lease->owner, 0, NULL,
-                              NULL, 0);
-        if (reply || lb_cluster_error_class(lease->cluster) != LB_REDIS_RETRY ||
-            pause(ctx, lb_cluster_error(lease->cluster), attempt) != 0)
+    redisReply *reply = NULL;
+    int sent = 0; /* a try went out, and may have been applied */
+    for (int attempt = 1;; attempt++) {
+        /* the lease confirmed ours first: after an outage longer than its
+         * TTL, another run may have taken it and be reopening this window */
+        int held = renew(lease);
+        if (held == 1)
+            break;
+        char why[300];
+        if (held == 0) {
+            reply = lb_final_step(lease->cluster, prefix, board, window, step, lease->owner, 0,
+                                  NULL, NULL, 0);
+            if (reply)
+                break;
+            sent = 1;
+            snprintf(why, sizeof(why), "%s", lb_cluster_error(lease->cluster));
+        } else {
+            snprintf(why, sizeof(why), "renewing the replay lease %s: %s", lease->key,
+                     lb_cluster_error(lease->cluster));
+        }
+        if (lb_cluster_error_class(lease->cluster) != LB_REDIS_RETRY ||
+            pause(ctx, why, attempt) != 0)
             break;
     }
     const char *state;
     const char *word = replay_answer_word(reply, &state);
     *done = word && (strcmp(word, "ok") == 0 ||
-                     (attempt > 1 && strcmp(word, "stale") == 0 && step_done_before(step, state)));
+                     (sent && strcmp(word, "stale") == 0 && step_done_before(step, state)));
     return reply;
 }

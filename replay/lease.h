@@ -99,8 +99,11 @@ const char *replay_answer_word(const redisReply *reply, const char **second);
  * as 'pause' (called with why and the attempt that failed) returns 0. A step
  * whose reply was lost may have been applied: "reopen" sent again applies
  * again, while "reopened" and "unreopen" find the state they set and answer
- * stale, which counts as done. Returns the reply (the caller frees it), or
- * NULL (lb_cluster_error says why); '*done' is 1 when the step took effect. */
+ * stale, which counts as done (only after a try that went out). Each try
+ * goes out only once the lease was renewed (confirmed ours). Returns the
+ * reply (the caller frees it), or NULL: lease->held is 0 when another run
+ * holds the lease, else lb_cluster_error says why. '*done' is 1 when the
+ * step took effect. */
 redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, const char *board,
                               const char *window, const char *step,
                               int (*pause)(void *ctx, const char *why, int attempt), void *ctx,

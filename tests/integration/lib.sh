@@ -167,6 +167,7 @@ slot_masters() {
 # master_of_slot SLOT - the port of the master that serves SLOT now (a
 # migrating slot's "[slot->-node]" entries are not ranges, and skipped).
 master_of_slot() {
+    [[ $1 =~ ^[0-9]+$ ]] || return 1
     redis_cli "$(live_ports | first)" CLUSTER NODES | awk -v slot="$1" '$3 ~ /master/ && $3 !~ /(^|,)fail(,|$)/ {
         for (i = 9; i <= NF; i++) {
             if ($i ~ /^\[/) continue

@@ -176,6 +176,14 @@ static void final_state(struct fixture *f, char *out, size_t cap, int *listed)
     freeReplyObject(reply);
 }
 
+/* The lease taken as replay takes it, our value in Redis. */
+static void take_lease(struct fixture *f, struct replay_lease *lease)
+{
+    char why[300];
+    memset(lease, 0, sizeof(*lease));
+    assert_int_equal(replay_lease_take(lease, f->cluster, PREFIX, why, sizeof(why)), 0);
+}
+
 static int pauses;
 
 static int count_pause(void *ctx, const char *why, int attempt)
@@ -184,6 +192,26 @@ static int count_pause(void *ctx, const char *why, int attempt)
     (void)why;
     assert_int_equal(attempt, ++pauses);
     return attempt < 3 ? 0 : -1;
+}
+
+/* 'step' on the window as it stands, under a lease taken now: it answers
+ * stale and is not done, after 'tries' tries. */
+static void stale_not_done(struct fixture *f, const char *step, int tries)
+{
+    int done = -1;
+    struct replay_lease lease;
+    take_lease(f, &lease);
+    pauses = 0;
+    redisReply *reply =
+        replay_final_step(&lease, PREFIX, "b", WINDOW, step, count_pause, NULL, &done);
+    assert_non_null(reply);
+    assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(reply->element[0]->str, "stale");
+    freeReplyObject(reply);
+    assert_int_equal(done, 0);
+    assert_int_equal(pauses, tries - 1);
+    assert_true(lease.held);
+    replay_lease_release(&lease);
 }
 
 /* 'step' on the window in 'state', its reply lost: it was applied, and sent
@@ -197,7 +225,8 @@ static void lose_step(struct fixture *f, const char *state, const char *step, in
     freeReplyObject(redis_server_command(f->redis, "DEL %s", key));
     freeReplyObject(
         redis_server_command(f->redis, "HSET %s s:" WINDOW " %s c:" WINDOW " 1", key, state));
-    struct replay_lease lease = {.cluster = f->cluster, .owner = "test 1 1"};
+    struct replay_lease lease;
+    take_lease(f, &lease);
     int lost = redis_relay_lost(f->relay);
     redis_relay_lose(f->relay, "EVALSHA", step);
     pauses = 0;
@@ -213,6 +242,7 @@ static void lose_step(struct fixture *f, const char *state, const char *step, in
     final_state(f, now, sizeof(now), &is_listed);
     assert_string_equal(now, after);
     assert_int_equal(is_listed, listed);
+    replay_lease_release(&lease);
 }
 
 static void a_lost_reply_to_a_republish_step_leaves_it_done(void **state)
@@ -232,20 +262,67 @@ static void a_republish_step_finding_another_state_is_not_done(void **state)
     lose_step(f, "claimed", "reopened", 0, "claimed", 0);
     lose_step(f, "published", "reopened", 0, "published", 0);
     char now[32];
-    int done = -1, listed;
-    struct replay_lease lease = {.cluster = f->cluster, .owner = "test 1 1"};
-    pauses = 0;
-    redisReply *reply =
-        replay_final_step(&lease, PREFIX, "b", WINDOW, "unreopen", count_pause, NULL, &done);
-    assert_non_null(reply);
-    assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
-    assert_string_equal(reply->element[0]->str, "stale");
-    freeReplyObject(reply);
-    assert_int_equal(done, 0);
-    assert_int_equal(pauses, 0);
+    int listed;
+    stale_not_done(f, "unreopen", 1);
     final_state(f, now, sizeof(now), &listed);
     assert_string_equal(now, "published");
     assert_false(listed);
+}
+
+/* A step goes out only once the lease was confirmed ours: after an outage
+ * longer than its TTL, another run may hold it and be rebuilding the
+ * window. One whose lease merely expired takes it again and goes. */
+static void a_republish_step_goes_out_only_under_our_lease(void **state)
+{
+    struct fixture *f = *state;
+    char key[256], now[32], value[200];
+    int done = -1, listed;
+    final_key(key, sizeof(key), LB_FINAL_KEY);
+    freeReplyObject(
+        redis_server_command(f->redis, "HSET %s s:" WINDOW " published c:" WINDOW " 1", key));
+    struct replay_lease lease;
+    take_lease(f, &lease);
+    freeReplyObject(redis_server_command(f->redis, "SET %s %s", LEASE, "elsewhere 7 1"));
+    pauses = 0;
+    redisReply *reply =
+        replay_final_step(&lease, PREFIX, "b", WINDOW, "reopen", count_pause, NULL, &done);
+    assert_null(reply);
+    assert_int_equal(done, 0);
+    assert_false(lease.held);
+    assert_int_equal(pauses, 0);
+    final_state(f, now, sizeof(now), &listed);
+    assert_string_equal(now, "published");
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, "elsewhere 7 1");
+
+    freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE));
+    take_lease(f, &lease);
+    freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE)); /* its TTL passed */
+    reply = replay_final_step(&lease, PREFIX, "b", WINDOW, "reopen", count_pause, NULL, &done);
+    assert_non_null(reply);
+    freeReplyObject(reply);
+    assert_int_equal(done, 1);
+    assert_true(lease.held);
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, lease.owner);
+    final_state(f, now, sizeof(now), &listed);
+    assert_string_equal(now, "reopening");
+}
+
+/* A try whose lease renewal failed (its reply lost) sent no step: the
+ * window a later try finds reopened was reopened by someone else, which is
+ * not this step done. */
+static void a_state_found_before_any_step_went_out_is_not_done(void **state)
+{
+    struct fixture *f = *state;
+    char key[256];
+    final_key(key, sizeof(key), LB_FINAL_KEY);
+    freeReplyObject(
+        redis_server_command(f->redis, "HSET %s s:" WINDOW " reopened c:" WINDOW " 1", key));
+    int lost = redis_relay_lost(f->relay);
+    redis_relay_lose(f->relay, "EVAL", NULL); /* the renewal's (taking the lease is a SET) */
+    stale_not_done(f, "reopened", 2);
+    assert_int_equal(redis_relay_lost(f->relay), lost + 1);
 }
 
 int main(void)
@@ -259,6 +336,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_lost_reply_to_a_republish_step_leaves_it_done, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_republish_step_finding_another_state_is_not_done, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_republish_step_goes_out_only_under_our_lease, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_state_found_before_any_step_went_out_is_not_done, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
