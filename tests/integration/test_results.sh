@@ -457,14 +457,7 @@ stop_projector "$pod_d"
 #    from the events before its close offsets only, and publishes nothing.
 #    A pod started after it does not close them again, and late events
 #    still change nothing there.
-master_of() { # BOARD: the master holding its ~final
-    local p
-    for p in $(slot_masters); do
-        [[ $(redis_cli "$p" EXISTS "lb:{$1}:~final" 2>/dev/null) == 1 ]] && echo "$p"
-    done
-    return 0
-}
-lost_port=$(master_of res-0)
+lost_port=$(master_of_key "lb:{res-0}:~final")
 [[ -n $lost_port ]] || fail "no master holds lb:{res-0}:~final"
 final_of() { # BOARD WINDOW: ~final's fields of a closed window, and its final key
     redis_cli "$(live_ports | first)" -c HMGET "lb:{$1}:~final" "s:$2" "c:$2" "n:$2" "o:$2"
@@ -509,7 +502,7 @@ ok "res-0's shard lost and replaced empty: its closed windows put back from the 
 #     the final standings as they were) instead of closing it again, and
 #     publishes nothing; replay --node (the runbook's row for it) then
 #     rebuilds everything the node held, closed days as they closed.
-flushed_port=$(master_of res-1)
+flushed_port=$(master_of_key "lb:{res-1}:~final")
 [[ -n $flushed_port ]] || fail "no master holds lb:{res-1}:~final"
 final_of res-1 "${days[0]}" >"$T_DIR/res-1.before"
 redis_cli "$flushed_port" FLUSHALL >/dev/null
