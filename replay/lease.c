@@ -140,7 +140,9 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
     snprintf(lease->journal, sizeof(lease->journal), "%s~replay-journal", prefix);
     snprintf(lease->reopening, sizeof(lease->reopening), "%s~replay-reopening", prefix);
     owner_name(lease->owner, sizeof(lease->owner));
-    snprintf(ttl, sizeof(ttl), "%d", LB_LEASE_TTL_MS);
+    const char *fault = getenv("LB_FAULT_LEASE_TTL_MS"); /* tests: a lease that runs out soon */
+    lease->ttl_ms = fault && atoi(fault) > 0 ? atoi(fault) : LB_LEASE_TTL_MS;
+    snprintf(ttl, sizeof(ttl), "%d", lease->ttl_ms);
 
     for (int attempt = 0; attempt < 2; attempt++) {
         const char *set[] = {"SET", lease->key, lease->owner, "NX", "PX", ttl};
@@ -190,7 +192,7 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
         snprintf(why, whylen,
                  "another replay is running on this keyspace (%s); wait for it to finish (its "
                  "lease %s expires %d s after that run stops)",
-                 who, lease->key, LB_LEASE_TTL_MS / 1000);
+                 who, lease->key, lease->ttl_ms / 1000);
         return 1;
     }
     snprintf(why, whylen, "the replay lease %s keeps changing hands; try again", lease->key);
@@ -207,7 +209,7 @@ static int renew(struct replay_lease *lease)
     long long renewed = 0;
     if (!lease->held)
         return 1;
-    snprintf(ttl, sizeof(ttl), "%d", LB_LEASE_TTL_MS);
+    snprintf(ttl, sizeof(ttl), "%d", lease->ttl_ms);
     const char *argv[] = {"EVAL", renew_script, "1", lease->key, lease->owner, ttl};
     if (reply_integer(command_tries(lease->cluster, lease->key, 6, argv, 1), &renewed) != 0)
         return -1;
@@ -221,7 +223,7 @@ static int renew(struct replay_lease *lease)
 
 int replay_lease_keep(struct replay_lease *lease)
 {
-    if (!lease->held || lb_monotonic_ms() - lease->renewed_ms < LB_LEASE_TTL_MS / 3)
+    if (!lease->held || lb_monotonic_ms() - lease->renewed_ms < lease->ttl_ms / 3)
         return 0;
     return renew(lease) == 1 ? -1 : 0; /* Redis failing: the next call tries again */
 }

@@ -42,6 +42,7 @@ struct replay_lease {
     char key[256], journal[256], reopening[256];
     char owner[160]; /* our lease value */
     int held;
+    int ttl_ms;         /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */
     int64_t renewed_ms; /* monotonic */
 };
 

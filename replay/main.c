@@ -7,8 +7,9 @@
  *     assignment (never joining or committing for the live group) and runs
  *     the selected boards' events through the projector's own engine
  *     (decoder, profiles, planner, apply script, cluster client) into
- *     staging keys: the same keys under the prefix "<prefix>~replay:", so
- *     "lb:~replay:{B}:daily:2026-05-04" shares board B's hash tag and slot.
+ *     staging keys: the same keys under the run's own prefix
+ *     "<prefix>~replay:<run>:", so "lb:~replay:19a2f3c4d5e-4711:{B}:daily:2026-05-04"
+ *     shares board B's hash tag and slot, and no other run writes it.
  *     The staging copy has its own applied-offset markers, so retries and
  *     redeliveries inside the replay count once, as in the projector.
  *
@@ -108,6 +109,8 @@ static int print_leftovers(struct replay *r)
     if (old.found || staged.count)
         printf("  (this run rebuilds its whole selection; boards swapped before are simply "
                "rebuilt again)\n");
+    if (!r->o.dry_run)
+        printf("  this run stages its copy under %s{<board>}:...\n", r->staging_prefix);
     fflush(stdout);
     replay_strings_free(&live);
     replay_strings_free(&staged);
@@ -363,8 +366,10 @@ int main(int argc, char **argv)
             return lb_usage_error("%s", err);
         }
     }
-    snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%s", r.config->key_prefix,
-             STAGING_INFIX);
+    /* this run's own: a run that lost the lease while frozen and goes on
+     * writing for a moment writes keys no other run reads */
+    snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%s%llx-%ld:", r.config->key_prefix,
+             STAGING_INFIX, (unsigned long long)lb_wall_ms(), (long)getpid());
     enum lb_error_class class;
     struct lb_engine_options eopts = {
         .key_prefix = r.staging_prefix,

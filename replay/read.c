@@ -226,6 +226,11 @@ static int flush_batch(struct replay *r, struct lb_flow *flow)
 {
     if (resolve_schemas(r, flow) != 0)
         return -1;
+    /* a batch goes out only under the lease: a run that was frozen past it
+     * (and lost it to another run) stops here, its batch unsent */
+    replay_keep_lease(r);
+    if (replay_interrupted)
+        return -1;
     if (lb_flow_prepare(flow, lb_wall_ms()) != 0) {
         fprintf(stderr, "replay: out of memory\n");
         return -1;
@@ -334,6 +339,7 @@ static int read_until_end(struct replay *r)
     lb_flow_begin(&flow);
     double batch_started = replay_mono_s(), budget_start = replay_mono_s();
     uint64_t budget_read = 0;
+    static int frozen;
     while (status == 0 && remaining(r) > 0 && !replay_interrupted) {
         replay_keep_lease(r); /* also while Kafka gives nothing (a call every 10 s) */
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, flow.inflight ? 0 : 100);
@@ -372,6 +378,11 @@ static int read_until_end(struct replay *r)
                 r->read++;
                 budget_read++;
                 flow.next->msgs[flow.next->n++] = m;
+                if (!frozen && r->applied_batches && getenv("LB_FAULT_READ_STOP")) {
+                    frozen = 1; /* tests: a run frozen (a VM paused), a record in hand */
+                    fprintf(stderr, "replay: LB_FAULT_READ_STOP: stopping\n");
+                    raise(SIGSTOP);
+                }
             }
         }
         size_t n = flow.next->n;
@@ -387,9 +398,12 @@ static int read_until_end(struct replay *r)
                 usleep((useconds_t)(ahead * 1e6));
         }
     }
-    if (status == 0 && flow.next->n)
+    /* interrupted: what was read and not yet sent stays unsent (nothing is
+     * swapped now); with the lease lost, what is in flight is not finished
+     * either: a request half written is dropped as the connections close */
+    if (status == 0 && flow.next->n && !replay_interrupted)
         status = flush_batch(r, &flow);
-    if (finish_inflight(r, &flow) != 0)
+    if ((r->lease.held || !replay_interrupted) && finish_inflight(r, &flow) != 0)
         status = -1;
     lb_flow_free(&flow);
     rd_kafka_assign(r->reader, NULL);

@@ -44,7 +44,7 @@ enum {
     EXIT_DIFFERENT = 5,
 };
 
-#define STAGING_INFIX    "~replay:" /* staging keys: <prefix>~replay:{B}:... */
+#define STAGING_INFIX    "~replay:" /* staging keys: <prefix>~replay:<run>:{B}:... */
 #define SWAP_ATTEMPTS    30
 #define KAFKA_TIMEOUT_MS 10000
 #define FENCE_TTL_MS     60000

@@ -50,6 +50,16 @@ static int key_in_selection(struct replay *r, const char *key, size_t len, const
            replay_board_selected(&r->sel, kp.board.ptr, kp.board.len);
 }
 
+/* Whether 'key' is a staging key of any run: this one's, an earlier one's
+ * ("<prefix>~replay:<run>:{B}:..."), or one of a release that staged every
+ * run under "<prefix>~replay:{B}:...". */
+static int is_staging_key(const struct replay *r, const char *key, size_t len)
+{
+    size_t pl = strlen(r->config->key_prefix), il = strlen(STAGING_INFIX);
+    return len > pl + il && memcmp(key, r->config->key_prefix, pl) == 0 &&
+           memcmp(key + pl, STAGING_INFIX, il) == 0 && memchr(key + pl + il, '{', len - pl - il);
+}
+
 static void collect_key(void *ctx, const redisReply *reply)
 {
     struct scan_ctx *s = ctx;
@@ -59,8 +69,7 @@ static void collect_key(void *ctx, const redisReply *reply)
     for (size_t i = 0; i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
         size_t len = keys->element[i]->len;
-        size_t sp = strlen(s->r->staging_prefix);
-        if (s->all_staged && len > sp && memcmp(k, s->r->staging_prefix, sp) == 0 && k[sp] == '{')
+        if (s->all_staged && is_staging_key(s->r, k, len))
             replay_strings_add(s->staged, k, len);
         else if (key_in_selection(s->r, k, len, s->r->staging_prefix))
             replay_strings_add(s->staged, k, len);

@@ -298,13 +298,74 @@ fail_at_pauses() {
     lb_wait_for 60 paused_at LB_FAULT_ANNOUNCE_PAUSE_MS || return 1
     redis_cli "$told_master" CLIENT PAUSE 12000 ALL >/dev/null || return 1
 }
+# Before it, another replay (of every board) froze while it read, a record
+# in hand (it stops itself with SIGSTOP there: a VM paused, a process
+# swapped out) past its lease's TTL (3 s here, 30 s by default), so this run takes
+# the lease. Resumed, the frozen run stops at its renewal before its next
+# batch: it writes no staging key after this run deleted its leftovers, and
+# it leaves this run's lease and journal alone. Each run stages under its
+# own prefix, so even a write already on its way when it froze lands in
+# keys no other run reads.
+staged_under() { # PREFIX: staging keys under it, on the masters
+    local p
+    for p in $(live_ports); do
+        is_master "$p" && redis_cli "$p" --scan --pattern "$1*"
+    done | wc -l
+}
+staging_of() { sed -n 's/^  this run stages its copy under \(.*\){<board>}:\.\.\.$/\1/p' "$1" | first; }
+LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_READ_STOP=1 \
+    "$BIN/replay" --config "$T_DIR/projector.yaml" --board 'res-*' --max-rate 200 \
+    >"$T_DIR/replay-frozen.out" 2>&1 &
+frozen=$!
+T_PIDS+=("$frozen")
+stopped() { [[ $(ps -o stat= -p "$frozen") == T* ]]; }
+lb_wait_for 60 stopped ||
+    fail "the replay of every board did not stop itself: $(tail -n 3 "$T_DIR/replay-frozen.out")"
+frozen_prefix=$(staging_of "$T_DIR/replay-frozen.out")
+if [[ -z $frozen_prefix ]] || (($(staged_under "$frozen_prefix") == 0)); then
+    fail "the frozen replay staged nothing under '$frozen_prefix': $(head -n 12 "$T_DIR/replay-frozen.out")"
+fi
+lease_gone() { [[ $(redis_cli "$(live_ports | first)" -c EXISTS "lb:~replay-lease") == 0 ]]; }
+lb_wait_for 10 lease_gone ||
+    fail "the frozen replay's lease did not run out: $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease")"
+# and a staging key of the release before, which staged every run under
+# lb:~replay:{<board>}:...: a leftover too
+redis_cli "$(live_ports | first)" -c ZADD "lb:~replay:{res-0}:alltime" 1 older-release >/dev/null
 fail_at_pauses &
 failer=$!
 T_PIDS+=("$failer")
 LB_FAULT_REOPENED_PAUSE_MS=8000 LB_FAULT_ANNOUNCE_PAUSE_MS=8000 \
     "$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
-    >"$T_DIR/replay-republish.out" 2>&1 ||
-    fail "replay --republish failed: $(tail -n 3 "$T_DIR/replay-republish.out")"
+    >"$T_DIR/replay-republish.out" 2>&1 &
+republish=$!
+T_PIDS+=("$republish")
+# its leftovers deleted, its journal begun: it reads
+journal_of() { [[ $(redis_cli "$(live_ports | first)" -c HGET "lb:~replay-journal" owner) == *" $1 "* ]]; }
+lb_wait_for 120 journal_of "$republish" ||
+    fail "replay --republish did not start reading: $(tail -n 3 "$T_DIR/replay-republish.out")"
+kill -CONT "$frozen"
+frozen_rc=0
+wait "$frozen" || frozen_rc=$?
+((frozen_rc == 1)) || fail "the frozen replay exited $frozen_rc once resumed, not 1: $(tail -n 3 "$T_DIR/replay-frozen.out")"
+grep -q "^replay: another run took the replay lease lb:~replay-lease; stopping" "$T_DIR/replay-frozen.out" ||
+    fail "the frozen replay did not stop on the lost lease: $(tail -n 3 "$T_DIR/replay-frozen.out")"
+(($(staged_under "$frozen_prefix") == 0)) ||
+    fail "the frozen replay wrote $(staged_under "$frozen_prefix") staging key(s) under $frozen_prefix after it lost the lease"
+[[ $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease") == *" $republish "* ]] ||
+    fail "the frozen replay took the lease back: $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease")"
+journal_of "$republish" || fail "the frozen replay changed the journal's owner"
+[[ $(redis_cli "$(live_ports | first)" -c EXISTS "lb:~replay:{res-0}:alltime") == 0 ]] ||
+    fail "the staging key lb:~replay:{res-0}:alltime of the release before was not deleted"
+republish_prefix=$(staging_of "$T_DIR/replay-republish.out")
+[[ -n $republish_prefix && $republish_prefix != "$frozen_prefix" ]] ||
+    fail "the two runs stage under '$frozen_prefix' and '$republish_prefix'"
+grep -q "^  an earlier replay did not finish: pid $frozen on host .*, selection '--board res-\\* --max-rate 200'" \
+    "$T_DIR/replay-republish.out" ||
+    fail "the plan did not name the frozen run: $(head -n 12 "$T_DIR/replay-republish.out")"
+grep -q "^  [1-9][0-9]* staging key(s) left by an earlier run are deleted before reading" \
+    "$T_DIR/replay-republish.out" ||
+    fail "the plan did not list the frozen run's staging keys: $(head -n 12 "$T_DIR/replay-republish.out")"
+wait "$republish" || fail "replay --republish failed: $(tail -n 3 "$T_DIR/replay-republish.out")"
 # (replay ends only after both pauses: a failer still waiting is one whose
 # pause never came)
 if kill -0 "$failer" 2>/dev/null; then
@@ -339,7 +400,7 @@ dump_results
 [[ $(digest "lb:{res-0}:final:${days[2]}") == "$week_before" ]] || fail "the republication changed res-0's closed week"
 verify "${oracle[@]}"
 same_as_oracle res-0 "$w0"
-ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed), which the next run's plan named; run again, through two masters not answering (its reopened step, telling the pods: both asked again), the day was rebuilt from every event and published again, as the oracle ranks it"
+ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed), which the next run's plan named; run again while a replay frozen past its lease resumed and stopped, writing nothing, through two masters not answering (its reopened step, telling the pods: both asked again), the day was rebuilt from every event and published again, as the oracle ranks it"
 
 # the same day left reopening by a killed --republish again, and not run
 # again until its ttl had passed: its live key expired (staged with a
