@@ -6,7 +6,8 @@
 # subshell runs (loadgen in the tests; a sleep here). An interrupted test
 # ends by the signal, so a loop running it stops too; and run.sh stops at a
 # test a signal ended instead of starting the next; a second Ctrl-C does not
-# cut the cleanup short. No services.
+# cut the cleanup short. A test that passed is failed by a sanitizer's
+# report in what it kept. No services.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +38,9 @@ T_PIDS+=("$!")
 until [[ -s $HARNESS_WORK/child.pid ]]; do sleep 0.05; done
 case $1 in
     fail) fail "on purpose, with the producer running" ;;
+    pass) ;;
+    # a tool's sanitizer report, its exit code the one the test expected
+    sanitizer) echo "==1==ERROR: LeakSanitizer: detected memory leaks" >"$T_DIR/tool.out" ;;
     *) wait ;; # until a signal ends it
 esac
 EOF
@@ -71,11 +75,12 @@ start_job() {
 }
 
 failures=0
-for end in fail interrupt interrupt-twice terminate; do
+for end in fail pass sanitizer interrupt interrupt-twice terminate; do
     start_job "$end" bash "$work/inner.sh" "$end"
     inner=$job
     expected=1
-    if [[ $end != fail ]]; then
+    [[ $end == pass ]] && expected=0
+    if [[ $end == interrupt* || $end == terminate ]]; then
         sleep 0.2 # inside its wait
         if [[ $end == interrupt* ]]; then
             kill -INT "$inner"

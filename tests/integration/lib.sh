@@ -67,6 +67,14 @@ t_cleanup() {
         lb_kafka_stop >/dev/null 2>&1 || true
         lb_redis_cluster_stop >/dev/null 2>&1 || true
     fi
+    # a sanitizer's report in anything the test kept fails it, whatever the
+    # reporting process exited with (ASan's 1 is replay's own exit 1 too)
+    local reports
+    if ((status == 0)) && reports=$(grep -rlE --exclude-dir=state \
+        -e 'ERROR: (Address|Leak)Sanitizer' -e 'runtime error: ' "$T_DIR" 2>/dev/null); then
+        log "FAIL: a sanitizer reported in $(echo "$reports" | tr '\n' ' ')"
+        status=1
+    fi
     if ((status == 0)) && [[ -z ${LB_KEEP_LOGS-} ]]; then
         rm -rf "$T_DIR"
     else
