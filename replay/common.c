@@ -15,11 +15,15 @@ double replay_mono_s(void)
     return (double)lb_monotonic_ms() / 1000.0;
 }
 
-/* Another run took the lease: this one stops. */
+/* Another run took the lease, or had it while this one was stalled: this
+ * one stops. */
 static void lease_lost(const struct replay *r)
 {
     if (!replay_interrupted) {
-        fprintf(stderr, "replay: another run took the replay lease %s; stopping\n", r->lease.key);
+        fprintf(stderr,
+                "replay: the replay lease %s went to another run while this one was stalled; "
+                "stopping\n",
+                r->lease.key);
         replay_interrupted = 1;
     }
 }
@@ -29,6 +33,13 @@ void replay_keep_lease(struct replay *r)
 {
     if (replay_lease_keep(&r->lease) != 0)
         lease_lost(r);
+}
+
+int replay_confirm_lease(struct replay *r)
+{
+    if (replay_lease_confirm(&r->lease) != 0)
+        lease_lost(r);
+    return replay_interrupted ? -1 : 0;
 }
 
 /* ---- small containers ---------------------------------------------------------------- */

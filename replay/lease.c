@@ -24,7 +24,7 @@ static const char renew_script[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
     "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "end\n"
-    "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0\n";
+    "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 2 or 0\n";
 
 static const char release_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
                                      "  return redis.call('DEL', KEYS[1])\n"
@@ -199,10 +199,23 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
     return 1;
 }
 
+/* Whether the journal still names us: a lease we took again after it
+ * expired was nobody's meanwhile only if no run started its own journal
+ * (a run that finished deleted it, one that failed left its own). */
+static int journal_ours(struct replay_lease *lease)
+{
+    const char *argv[] = {"HGET", lease->journal, "owner"};
+    redisReply *reply = command_tries(lease->cluster, lease->journal, 3, argv, 1);
+    int ours = reply && reply->type == REDIS_REPLY_STRING && strcmp(reply->str, lease->owner) == 0;
+    if (reply)
+        freeReplyObject(reply);
+    return ours;
+}
+
 /* Renews the held lease now, in one try (the callers try again, each in
  * its own time): 0 when it is ours (again, if it had expired and nobody
- * took it), 1 when another run holds it (no longer held), -1 when Redis
- * failed (lb_cluster_error says why). */
+ * took it), 1 when another run holds it or held it meanwhile (no longer
+ * held), -1 when Redis failed (lb_cluster_error says why). */
 static int renew(struct replay_lease *lease)
 {
     char ttl[24];
@@ -213,6 +226,13 @@ static int renew(struct replay_lease *lease)
     const char *argv[] = {"EVAL", renew_script, "1", lease->key, lease->owner, ttl};
     if (reply_integer(command_tries(lease->cluster, lease->key, 6, argv, 1), &renewed) != 0)
         return -1;
+    /* taken again once our journal began: it must still be ours, or
+     * another run cleared and rebuilt while we were stalled (a failure to
+     * read it counts as that too: stopping is safe, going on may not be) */
+    if (renewed == 2 && lease->journaled && !journal_ours(lease)) {
+        replay_lease_release(lease);
+        renewed = 0;
+    }
     if (!renewed) {
         lease->held = 0;
         return 1;
@@ -226,6 +246,11 @@ int replay_lease_keep(struct replay_lease *lease)
     if (!lease->held || lb_monotonic_ms() - lease->renewed_ms < lease->ttl_ms / 3)
         return 0;
     return renew(lease) == 1 ? -1 : 0; /* Redis failing: the next call tries again */
+}
+
+int replay_lease_confirm(struct replay_lease *lease)
+{
+    return lease->held && renew(lease) == 1 ? -1 : 0;
 }
 
 void replay_lease_release(struct replay_lease *lease)
@@ -351,6 +376,7 @@ void replay_journal_start(struct replay_lease *lease, const char *selection)
     const char *del[] = {"DEL", lease->journal};
     const char *set[] = {"HSET",    lease->journal, "owner",     lease->owner,
                          "started", started,        "selection", selection};
+    lease->journaled = 1; /* begun, or failed: a lease taken again is checked against it */
     journal_command(lease, 2, del);
     journal_command(lease, 8, set);
 }

@@ -43,6 +43,7 @@ struct replay_lease {
     char owner[160]; /* our lease value */
     int held;
     int ttl_ms;         /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */
+    int journaled;      /* our journal begun: the staging keys are ours to write */
     int64_t renewed_ms; /* monotonic */
 };
 
@@ -63,9 +64,14 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
                       char *why, size_t whylen);
 
 /* Renews the lease when a third of its TTL has passed. Returns 0, or -1
- * when another run holds it now (we stop). A Redis failure is not a loss:
- * renewal is tried again on the next call. */
+ * when another run holds it now, or held it since our journal began (we
+ * stop): a lease that expired and that nobody took is taken again, unless
+ * the journal is no longer ours. A Redis failure is not a loss: renewal is
+ * tried again on the next call. */
 int replay_lease_keep(struct replay_lease *lease);
+/* The same, now, whatever time has passed: before each batch and each
+ * swap (a clock stopped with the machine, a paused VM, would delay keep's). */
+int replay_lease_confirm(struct replay_lease *lease);
 
 /* Gives the lease up if it is still ours. Accepts a lease never taken. */
 void replay_lease_release(struct replay_lease *lease);

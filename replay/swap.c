@@ -777,7 +777,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             struct strings ahead = replay_boards_of(&r->sel.seen);
             if (r->sel.windows.count)
                 usleep(200000);
-            else if (replay_fence_boards(r, &ahead, 0) != 0)
+            else if (replay_confirm_lease(r) != 0 || replay_fence_boards(r, &ahead, 0) != 0)
                 status = -1;
             else
                 replay_fault_pause("LB_FAULT_FENCED_PAUSE_MS");
@@ -800,8 +800,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             const char *board = boards.items[b];
             if (lb_names_has(&r->sel.done, board, strlen(board)))
                 continue;
-            replay_keep_lease(r);
-            if (replay_interrupted) {
+            if (replay_confirm_lease(r) != 0) {
                 status = -1;
                 break;
             }
@@ -944,9 +943,10 @@ int replay_verify_all(struct replay *r, struct verify_report *v)
     return status;
 }
 
-/* Deletes every staging key (while we hold the lease, none is another
- * live run's): what a board that was not swapped left, or what an earlier,
- * interrupted run did. */
+/* Deletes every staging key: what a board that was not swapped left, or
+ * what an earlier, interrupted run did. While we hold the lease no other
+ * run writes any: one stalled past its lease stops when it wakes, before
+ * its next batch, and what it had on its way went under its own prefix. */
 int replay_clear_staging(struct replay *r, size_t *deleted)
 {
     struct strings live = {0}, staged = {0};

@@ -298,14 +298,17 @@ fail_at_pauses() {
     lb_wait_for 60 paused_at LB_FAULT_ANNOUNCE_PAUSE_MS || return 1
     redis_cli "$told_master" CLIENT PAUSE 12000 ALL >/dev/null || return 1
 }
-# Before it, another replay (of every board) froze while it read, a record
-# in hand (it stops itself with SIGSTOP there: a VM paused, a process
-# swapped out) past its lease's TTL (3 s here, 30 s by default), so this run takes
-# the lease. Resumed, the frozen run stops at its renewal before its next
-# batch: it writes no staging key after this run deleted its leftovers, and
-# it leaves this run's lease and journal alone. Each run stages under its
-# own prefix, so even a write already on its way when it froze lands in
-# keys no other run reads.
+# Before it, two replays (of every board) froze while they read, each with
+# a record in hand (it stops itself with SIGSTOP there: a VM paused, a
+# process swapped out), past their leases' TTL (3 s here, 30 s by
+# default), so this run takes the lease. The first is resumed while this
+# run holds the lease, the second once this run has finished and given the
+# lease back: each stops before its next batch (exit 1), writes no staging
+# key (the leftovers of both were deleted by the next run's start), and
+# leaves the lease and the journal alone; the second does not take the
+# free lease again, since the journal no longer names it. Each run stages
+# under its own prefix, so even a write already on its way when it froze
+# lands in keys no other run reads.
 staged_under() { # PREFIX: staging keys under it, on the masters
     local p
     for p in $(live_ports); do
@@ -313,59 +316,72 @@ staged_under() { # PREFIX: staging keys under it, on the masters
     done | wc -l
 }
 staging_of() { sed -n 's/^  this run stages its copy under \(.*\){<board>}:\.\.\.$/\1/p' "$1" | first; }
-LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_READ_STOP=1 \
-    "$BIN/replay" --config "$T_DIR/projector.yaml" --board 'res-*' --max-rate 200 \
-    >"$T_DIR/replay-frozen.out" 2>&1 &
-frozen=$!
-T_PIDS+=("$frozen")
-stopped() { [[ $(ps -o stat= -p "$frozen") == T* ]]; }
-lb_wait_for 60 stopped ||
-    fail "the replay of every board did not stop itself: $(tail -n 3 "$T_DIR/replay-frozen.out")"
-frozen_prefix=$(staging_of "$T_DIR/replay-frozen.out")
-if [[ -z $frozen_prefix ]] || (($(staged_under "$frozen_prefix") == 0)); then
-    fail "the frozen replay staged nothing under '$frozen_prefix': $(head -n 12 "$T_DIR/replay-frozen.out")"
-fi
 lease_gone() { [[ $(redis_cli "$(live_ports | first)" -c EXISTS "lb:~replay-lease") == 0 ]]; }
-lb_wait_for 10 lease_gone ||
-    fail "the frozen replay's lease did not run out: $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease")"
+lease_of() { [[ $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease") == *" $1 "* ]]; }
+journal_of() { [[ $(redis_cli "$(live_ports | first)" -c HGET "lb:~replay-journal" owner) == *" $1 "* ]]; }
+stopped() { [[ $(ps -o stat= -p "$1") == T* ]]; }
+declare -A frozen_pid frozen_prefix
+freeze_replay() { # NAME: started, until it stops itself
+    local out="$T_DIR/replay-frozen-$1.out"
+    LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_READ_STOP=1 \
+        "$BIN/replay" --config "$T_DIR/projector.yaml" --board 'res-*' --max-rate 200 >"$out" 2>&1 &
+    frozen_pid[$1]=$!
+    T_PIDS+=("$!")
+    lb_wait_for 60 stopped "${frozen_pid[$1]}" ||
+        fail "replay $1 did not stop itself: $(tail -n 3 "$out")"
+    frozen_prefix[$1]=$(staging_of "$out")
+    if [[ -z ${frozen_prefix[$1]} ]] || (($(staged_under "${frozen_prefix[$1]}") == 0)); then
+        fail "replay $1 staged nothing under '${frozen_prefix[$1]}': $(head -n 12 "$out")"
+    fi
+}
+resume_frozen() { # NAME: it stops, exit 1, writing nothing
+    local out="$T_DIR/replay-frozen-$1.out" rc=0
+    kill -CONT "${frozen_pid[$1]}"
+    wait "${frozen_pid[$1]}" || rc=$?
+    ((rc == 1)) || fail "replay $1 exited $rc once resumed, not 1: $(tail -n 3 "$out")"
+    grep -q "^replay: the replay lease lb:~replay-lease went to another run while this one was stalled; stopping" "$out" ||
+        fail "replay $1 did not stop on the lost lease: $(tail -n 3 "$out")"
+    (($(staged_under "${frozen_prefix[$1]}") == 0)) ||
+        fail "replay $1 wrote $(staged_under "${frozen_prefix[$1]}") staging key(s) under ${frozen_prefix[$1]} after it lost the lease"
+}
+freeze_replay first # (the killed run's lease taken over: its process is gone)
+lb_wait_for 10 lease_gone || fail "the first frozen replay's lease did not run out"
+freeze_replay second
+lb_wait_for 10 lease_gone || fail "the second frozen replay's lease did not run out"
 # and a staging key of the release before, which staged every run under
 # lb:~replay:{<board>}:...: a leftover too
 redis_cli "$(live_ports | first)" -c ZADD "lb:~replay:{res-0}:alltime" 1 older-release >/dev/null
 fail_at_pauses &
 failer=$!
 T_PIDS+=("$failer")
-LB_FAULT_REOPENED_PAUSE_MS=8000 LB_FAULT_ANNOUNCE_PAUSE_MS=8000 \
+# (it stops itself too once it wrote a batch, its leftovers deleted: held
+# there, well within its lease's 30 s, while the first frozen run wakes; so
+# no master of its faults is silent yet, nor its end reached)
+LB_FAULT_REOPENED_PAUSE_MS=8000 LB_FAULT_ANNOUNCE_PAUSE_MS=8000 LB_FAULT_READ_STOP=1 \
     "$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
     >"$T_DIR/replay-republish.out" 2>&1 &
 republish=$!
 T_PIDS+=("$republish")
-# its leftovers deleted, its journal begun: it reads
-journal_of() { [[ $(redis_cli "$(live_ports | first)" -c HGET "lb:~replay-journal" owner) == *" $1 "* ]]; }
-lb_wait_for 120 journal_of "$republish" ||
-    fail "replay --republish did not start reading: $(tail -n 3 "$T_DIR/replay-republish.out")"
-kill -CONT "$frozen"
-frozen_rc=0
-wait "$frozen" || frozen_rc=$?
-((frozen_rc == 1)) || fail "the frozen replay exited $frozen_rc once resumed, not 1: $(tail -n 3 "$T_DIR/replay-frozen.out")"
-grep -q "^replay: another run took the replay lease lb:~replay-lease; stopping" "$T_DIR/replay-frozen.out" ||
-    fail "the frozen replay did not stop on the lost lease: $(tail -n 3 "$T_DIR/replay-frozen.out")"
-(($(staged_under "$frozen_prefix") == 0)) ||
-    fail "the frozen replay wrote $(staged_under "$frozen_prefix") staging key(s) under $frozen_prefix after it lost the lease"
-[[ $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease") == *" $republish "* ]] ||
-    fail "the frozen replay took the lease back: $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease")"
-journal_of "$republish" || fail "the frozen replay changed the journal's owner"
+lb_wait_for 120 stopped "$republish" ||
+    fail "replay --republish did not stop itself: $(tail -n 3 "$T_DIR/replay-republish.out")"
+resume_frozen first
+lease_of "$republish" || fail "the first frozen replay took the lease: $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease")"
+journal_of "$republish" || fail "the first frozen replay changed the journal's owner"
 [[ $(redis_cli "$(live_ports | first)" -c EXISTS "lb:~replay:{res-0}:alltime") == 0 ]] ||
     fail "the staging key lb:~replay:{res-0}:alltime of the release before was not deleted"
 republish_prefix=$(staging_of "$T_DIR/replay-republish.out")
-[[ -n $republish_prefix && $republish_prefix != "$frozen_prefix" ]] ||
-    fail "the two runs stage under '$frozen_prefix' and '$republish_prefix'"
-grep -q "^  an earlier replay did not finish: pid $frozen on host .*, selection '--board res-\\* --max-rate 200'" \
+[[ -n $republish_prefix && $republish_prefix != "${frozen_prefix[second]}" ]] ||
+    fail "two runs stage under '$republish_prefix'"
+grep -q "^  an earlier replay did not finish: pid ${frozen_pid[second]} on host .*, selection '--board res-\\* --max-rate 200'" \
     "$T_DIR/replay-republish.out" ||
     fail "the plan did not name the frozen run: $(head -n 12 "$T_DIR/replay-republish.out")"
 grep -q "^  [1-9][0-9]* staging key(s) left by an earlier run are deleted before reading" \
     "$T_DIR/replay-republish.out" ||
     fail "the plan did not list the frozen run's staging keys: $(head -n 12 "$T_DIR/replay-republish.out")"
+kill -CONT "$republish"
 wait "$republish" || fail "replay --republish failed: $(tail -n 3 "$T_DIR/replay-republish.out")"
+resume_frozen second
+lease_gone || fail "the second frozen replay kept the lease it took again: $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease")"
 # (replay ends only after both pauses: a failer still waiting is one whose
 # pause never came)
 if kill -0 "$failer" 2>/dev/null; then
@@ -400,7 +416,7 @@ dump_results
 [[ $(digest "lb:{res-0}:final:${days[2]}") == "$week_before" ]] || fail "the republication changed res-0's closed week"
 verify "${oracle[@]}"
 same_as_oracle res-0 "$w0"
-ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed), which the next run's plan named; run again while a replay frozen past its lease resumed and stopped, writing nothing, through two masters not answering (its reopened step, telling the pods: both asked again), the day was rebuilt from every event and published again, as the oracle ranks it"
+ok "replay --republish of res-0 $w0: killed, it left the day reopening (written, not closed), which the next run's plan named; run again while two replays frozen past their leases resumed (one while it ran, one after) and stopped, writing nothing, through two masters not answering (its reopened step, telling the pods: both asked again), the day was rebuilt from every event and published again, as the oracle ranks it"
 
 # the same day left reopening by a killed --republish again, and not run
 # again until its ttl had passed: its live key expired (staged with a

@@ -325,6 +325,47 @@ static void a_state_found_before_any_step_went_out_is_not_done(void **state)
     assert_int_equal(redis_relay_lost(f->relay), lost + 1);
 }
 
+/* A run stalled past its lease (a paused VM) takes it again on waking only
+ * if nobody had it meanwhile: once its journal began, the journal must
+ * still name it. Another run that finished (its journal deleted) or failed
+ * (its journal left) cleared the staging keys and may have swapped: the
+ * stalled run stops, and gives back what it took. */
+static void a_lease_taken_again_after_another_run_had_it_is_lost(void **state)
+{
+    struct fixture *f = *state;
+    char value[200];
+    for (int failed = 0; failed < 2; failed++) {
+        struct replay_lease lease;
+        take_lease(f, &lease);
+        replay_journal_start(&lease, "--board b");
+        /* its TTL passed, nobody took it (a Redis outage): ours again */
+        freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE));
+        assert_int_equal(replay_lease_confirm(&lease), 0);
+        assert_true(lease.held);
+        lease_value(f, value, sizeof(value));
+        assert_string_equal(value, lease.owner);
+        /* another run had it meanwhile and ended */
+        freeReplyObject(redis_server_command(f->redis, "SET %s %s", LEASE, "elsewhere 7 1"));
+        freeReplyObject(redis_server_command(
+            f->redis, "HSET lb:~replay-journal owner %s selection y", "elsewhere 7 1"));
+        if (!failed) /* it finished: its journal deleted; one that failed leaves it */
+            freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
+        freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE));
+        assert_int_equal(replay_lease_confirm(&lease), -1);
+        assert_false(lease.held);
+        lease_value(f, value, sizeof(value));
+        assert_string_equal(value, ""); /* given back */
+        redisReply *reply = redis_server_command(f->redis, "HGET lb:~replay-journal owner");
+        if (!failed)
+            assert_int_equal(reply->type, REDIS_REPLY_NIL);
+        else
+            assert_string_equal(reply->str, "elsewhere 7 1");
+        freeReplyObject(reply);
+        assert_int_equal(replay_lease_confirm(&lease), 0); /* not held: nothing to confirm */
+        freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,6 +381,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_republish_step_goes_out_only_under_our_lease, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_state_found_before_any_step_went_out_is_not_done, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_lease_taken_again_after_another_run_had_it_is_lost, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
