@@ -28,16 +28,11 @@ static void lease_lost(const struct replay *r)
     }
 }
 
-/* Renews the replay lease; losing it to another run stops this one. */
-void replay_keep_lease(struct replay *r)
+/* Renews the replay lease when due; losing it to another run stops this
+ * one (-1, as once interrupted). */
+int replay_keep_lease(struct replay *r)
 {
     if (replay_lease_keep(&r->lease) != 0)
-        lease_lost(r);
-}
-
-int replay_confirm_lease(struct replay *r)
-{
-    if (replay_lease_confirm(&r->lease) != 0)
         lease_lost(r);
     return replay_interrupted ? -1 : 0;
 }

@@ -127,6 +127,7 @@ static int hold(struct replay_lease *lease)
 {
     lease->held = 1;
     lease->renewed_ms = lb_monotonic_ms();
+    lease->renewed_wall_ms = lb_wall_ms();
     return 0;
 }
 
@@ -238,19 +239,17 @@ static int renew(struct replay_lease *lease)
         return 1;
     }
     lease->renewed_ms = lb_monotonic_ms();
+    lease->renewed_wall_ms = lb_wall_ms();
     return 0;
 }
 
 int replay_lease_keep(struct replay_lease *lease)
 {
-    if (!lease->held || lb_monotonic_ms() - lease->renewed_ms < lease->ttl_ms / 3)
+    int64_t mono = lb_monotonic_ms() - lease->renewed_ms,
+            wall = lb_wall_ms() - lease->renewed_wall_ms, due = lease->ttl_ms / 3;
+    if (!lease->held || (mono < due && wall >= 0 && wall < due))
         return 0;
     return renew(lease) == 1 ? -1 : 0; /* Redis failing: the next call tries again */
-}
-
-int replay_lease_confirm(struct replay_lease *lease)
-{
-    return lease->held && renew(lease) == 1 ? -1 : 0;
 }
 
 void replay_lease_release(struct replay_lease *lease)

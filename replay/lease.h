@@ -42,9 +42,9 @@ struct replay_lease {
     char key[256], journal[256], reopening[256];
     char owner[160]; /* our lease value */
     int held;
-    int ttl_ms;         /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */
-    int journaled;      /* our journal begun: the staging keys are ours to write */
-    int64_t renewed_ms; /* monotonic */
+    int ttl_ms;                          /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */
+    int journaled;                       /* our journal begun: the staging keys are ours to write */
+    int64_t renewed_ms, renewed_wall_ms; /* monotonic, and the wall clock */
 };
 
 /* What the journal of a run that did not finish says. */
@@ -63,15 +63,14 @@ struct replay_leftover {
 int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, const char *prefix,
                       char *why, size_t whylen);
 
-/* Renews the lease when a third of its TTL has passed. Returns 0, or -1
- * when another run holds it now, or held it since our journal began (we
- * stop): a lease that expired and that nobody took is taken again, unless
- * the journal is no longer ours. A Redis failure is not a loss: renewal is
- * tried again on the next call. */
+/* Renews the lease when a third of its TTL has passed, by the monotonic
+ * clock or by the wall clock (a paused VM's monotonic clock may not count
+ * the pause; its wall clock is set right once it runs again), or the wall
+ * clock went back. Returns 0, or -1 when another run holds it now, or held
+ * it since our journal began (we stop): a lease that expired and that
+ * nobody took is taken again, unless the journal is no longer ours. A Redis
+ * failure is not a loss: renewal is tried again on the next call. */
 int replay_lease_keep(struct replay_lease *lease);
-/* The same, now, whatever time has passed: before each batch and each
- * swap (a clock stopped with the machine, a paused VM, would delay keep's). */
-int replay_lease_confirm(struct replay_lease *lease);
 
 /* Gives the lease up if it is still ours. Accepts a lease never taken. */
 void replay_lease_release(struct replay_lease *lease);

@@ -226,10 +226,10 @@ static int flush_batch(struct replay *r, struct lb_flow *flow)
 {
     if (resolve_schemas(r, flow) != 0)
         return -1;
-    /* a batch goes out only under the lease, confirmed: a run that was
-     * frozen past it (another run took it, or had it meanwhile) stops here,
-     * its batch unsent */
-    if (replay_confirm_lease(r) != 0)
+    /* a batch goes out only under the lease: a run that was frozen past it
+     * (another run took it, or had it meanwhile) stops here, its batch
+     * unsent */
+    if (replay_keep_lease(r) != 0)
         return -1;
     if (lb_flow_prepare(flow, lb_wall_ms()) != 0) {
         fprintf(stderr, "replay: out of memory\n");
@@ -341,9 +341,10 @@ static int read_until_end(struct replay *r)
     uint64_t budget_read = 0;
     static int frozen;
     while (status == 0 && remaining(r) > 0 && !replay_interrupted) {
-        replay_keep_lease(r); /* also while Kafka gives nothing (a call every 10 s) */
-        if (replay_interrupted)
-            break; /* not even what is in flight finished (below) */
+        /* also while Kafka gives nothing (a call every 10 s); once stopped,
+         * not even what is in flight is finished (below) */
+        if (replay_keep_lease(r) != 0)
+            break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->reader, flow.inflight ? 0 : 100);
         if (m && m->err) {
             /* A broker restarting or unreachable is reported here too:

@@ -144,8 +144,7 @@ extern volatile sig_atomic_t replay_interrupted;
 /* common.c */
 void replay_on_signal(int sig);
 double replay_mono_s(void);
-void replay_keep_lease(struct replay *r);   /* renewed when a third of its TTL passed */
-int replay_confirm_lease(struct replay *r); /* now, before a batch, a fence, a swap: -1 stop */
+int replay_keep_lease(struct replay *r); /* before a batch, a fence, a swap: -1 stop */
 void replay_strings_add(struct strings *s, const char *text, size_t len);
 void replay_strings_free(struct strings *s);
 void replay_names_add(struct lb_names *set, const char *id,

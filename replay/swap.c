@@ -777,7 +777,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             struct strings ahead = replay_boards_of(&r->sel.seen);
             if (r->sel.windows.count)
                 usleep(200000);
-            else if (replay_confirm_lease(r) != 0 || replay_fence_boards(r, &ahead, 0) != 0)
+            else if (replay_keep_lease(r) != 0 || replay_fence_boards(r, &ahead, 0) != 0)
                 status = -1;
             else
                 replay_fault_pause("LB_FAULT_FENCED_PAUSE_MS");
@@ -800,7 +800,7 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             const char *board = boards.items[b];
             if (lb_names_has(&r->sel.done, board, strlen(board)))
                 continue;
-            if (replay_confirm_lease(r) != 0) {
+            if (replay_keep_lease(r) != 0) {
                 status = -1;
                 break;
             }
