@@ -225,12 +225,14 @@ static int renew(struct replay_lease *lease)
         return 1;
     snprintf(ttl, sizeof(ttl), "%d", lease->ttl_ms);
     const char *argv[] = {"EVAL", renew_script, "1", lease->key, lease->owner, ttl};
-    if (reply_integer(command_tries(lease->cluster, lease->key, 6, argv, 1), &renewed) != 0)
+    if (reply_integer(command_tries(lease->cluster, lease->key, 6, argv, 1), &renewed) != 0) {
+        lease->unsure = 1; /* it may have taken the lease again, its reply lost */
         return -1;
+    }
     /* taken again once our journal began: it must still be ours, or
      * another run cleared and rebuilt while we were stalled (a failure to
      * read it counts as that too: stopping is safe, going on may not be) */
-    if (renewed == 2 && lease->journaled && !journal_ours(lease)) {
+    if ((renewed == 2 || (renewed && lease->unsure)) && lease->journaled && !journal_ours(lease)) {
         replay_lease_release(lease);
         renewed = 0;
     }
@@ -238,6 +240,7 @@ static int renew(struct replay_lease *lease)
         lease->held = 0;
         return 1;
     }
+    lease->unsure = 0;
     lease->renewed_ms = lb_monotonic_ms();
     lease->renewed_wall_ms = lb_wall_ms();
     return 0;

@@ -44,6 +44,7 @@ struct replay_lease {
     int held;
     int ttl_ms;                          /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */
     int journaled;                       /* our journal begun: the staging keys are ours to write */
+    int unsure;                          /* a renewal failed since the last one that did not */
     int64_t renewed_ms, renewed_wall_ms; /* monotonic, and the wall clock */
 };
 

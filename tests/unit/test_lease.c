@@ -329,7 +329,8 @@ static void a_state_found_before_any_step_went_out_is_not_done(void **state)
  * if nobody had it meanwhile: once its journal began, the journal must
  * still name it. Another run that finished (its journal deleted) or failed
  * (its journal left) cleared the staging keys and may have swapped: the
- * stalled run stops, and gives back what it took. */
+ * stalled run stops, and gives back what it took; also when the renewal
+ * that took it again lost its reply, and the next one finds it ours. */
 /* replay_lease_keep once a third of the TTL has passed (by the wall
  * clock: the monotonic clock of a paused VM may not count the pause) */
 static int keep_after_a_while(struct replay_lease *lease)
@@ -359,6 +360,14 @@ static void a_lease_taken_again_after_another_run_had_it_is_lost(void **state)
         if (!failed) /* it finished: its journal deleted; one that failed leaves it */
             freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
         freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE));
+        if (failed) { /* the renewal that takes it again applied, its reply lost */
+            int lost = redis_relay_lost(f->relay);
+            redis_relay_lose(f->relay, "EVAL", NULL);
+            assert_int_equal(keep_after_a_while(&lease), 0); /* a failure, not a loss */
+            assert_int_equal(redis_relay_lost(f->relay), lost + 1);
+            lease_value(f, value, sizeof(value));
+            assert_string_equal(value, lease.owner); /* so the next finds it "ours" */
+        }
         assert_int_equal(keep_after_a_while(&lease), -1);
         assert_false(lease.held);
         lease_value(f, value, sizeof(value));
