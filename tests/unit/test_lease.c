@@ -381,6 +381,18 @@ static void a_lease_taken_again_after_another_run_had_it_is_lost(void **state)
         assert_int_equal(keep_after_a_while(&lease), 0); /* not held: nothing to renew */
         freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
     }
+    /* nobody had it, but the journal cannot be read (its reply lost): not
+     * knowing counts as lost, the safe side */
+    struct replay_lease lease;
+    take_lease(f, &lease);
+    replay_journal_start(&lease, "--board b");
+    freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE));
+    int lost = redis_relay_lost(f->relay);
+    redis_relay_lose(f->relay, "HGET", NULL);
+    assert_int_equal(keep_after_a_while(&lease), -1);
+    assert_int_equal(redis_relay_lost(f->relay), lost + 1);
+    assert_false(lease.held);
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
 }
 
 int main(void)
