@@ -339,7 +339,6 @@ static int read_until_end(struct replay *r)
     lb_flow_begin(&flow);
     double batch_started = replay_mono_s(), budget_start = replay_mono_s();
     uint64_t budget_read = 0;
-    static int frozen;
     while (status == 0 && remaining(r) > 0 && !replay_interrupted) {
         /* also while Kafka gives nothing (a call every 10 s); once stopped,
          * not even what is in flight is finished (below) */
@@ -381,8 +380,9 @@ static int read_until_end(struct replay *r)
                 r->read++;
                 budget_read++;
                 flow.next->msgs[flow.next->n++] = m;
-                if (!frozen && r->applied_batches) {
-                    frozen = 1; /* tests: a run frozen (a VM paused), a record in hand */
+                if (!r->read_stop_checked && r->applied_batches) {
+                    /* tests: a run frozen (a VM paused), a record in hand */
+                    r->read_stop_checked = 1;
                     if (getenv("LB_FAULT_READ_STOP")) {
                         fprintf(stderr, "replay: LB_FAULT_READ_STOP: stopping\n");
                         raise(SIGSTOP);
@@ -408,7 +408,7 @@ static int read_until_end(struct replay *r)
      * either: a request half written is dropped as the connections close */
     if (status == 0 && flow.next->n && !replay_interrupted)
         status = flush_batch(r, &flow);
-    if ((r->lease.held || !replay_interrupted) && finish_inflight(r, &flow) != 0)
+    if (r->lease.held && finish_inflight(r, &flow) != 0)
         status = -1;
     lb_flow_free(&flow);
     rd_kafka_assign(r->reader, NULL);

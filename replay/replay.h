@@ -112,6 +112,7 @@ struct replay {
     struct plan plan;
     struct selection sel;
     uint64_t read, applied_batches;
+    int read_stop_checked; /* LB_FAULT_READ_STOP looked at (read.c) */
     double started, last_progress;
     int tty;
     struct lb_names closed_boards;  /* boards met whose ~final was read (common.c) */
