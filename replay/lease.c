@@ -123,12 +123,53 @@ static void describe_owner(const char *owner, char *out, size_t cap)
     snprintf(out, cap, "pid %ld on host %s, started %s", pid, host, when);
 }
 
-static int hold(struct replay_lease *lease)
+static int renew(struct replay_lease *lease);
+
+/* renew(), tried again over about a second while Redis fails. */
+static int confirm(struct replay_lease *lease)
+{
+    int rc;
+    for (int attempt = 1; (rc = renew(lease)) == -1 && attempt < 4; attempt++)
+        usleep((useconds_t)(100000 * attempt));
+    return rc;
+}
+
+/* Draws the held lease's epoch, then renews the lease: still ours after the
+ * draw, so a run that takes it from now on draws a larger number. 0 done, 1
+ * the lease went to another run meanwhile, -1 Redis failed. */
+static int draw_epoch(struct replay_lease *lease, const char *prefix, char *why, size_t whylen)
+{
+    char key[256];
+    snprintf(key, sizeof(key), "%s~replay-epoch", prefix);
+    const char *incr[] = {"INCR", key};
+    long long epoch = 0;
+    int rc = reply_integer(command(lease->cluster, key, 2, incr), &epoch);
+    if (rc != 0)
+        snprintf(why, whylen, "cannot draw the replay epoch %s: %s", key,
+                 lb_cluster_error(lease->cluster));
+    else if ((rc = confirm(lease)) == 1)
+        snprintf(why, whylen,
+                 "the replay lease %s went to another run while this one was taking it; try "
+                 "again",
+                 lease->key);
+    else if (rc == -1)
+        snprintf(why, whylen, "cannot renew the replay lease %s: %s", lease->key,
+                 lb_cluster_error(lease->cluster));
+    if (rc != 0) {
+        replay_lease_release(lease);
+        return rc;
+    }
+    lease->epoch = epoch;
+    return 0;
+}
+
+/* The lease is ours: holds it and draws its epoch. */
+static int hold(struct replay_lease *lease, const char *prefix, char *why, size_t whylen)
 {
     lease->held = 1;
     lease->renewed_ms = lb_monotonic_ms();
     lease->renewed_wall_ms = lb_wall_ms();
-    return 0;
+    return draw_epoch(lease, prefix, why, whylen);
 }
 
 int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, const char *prefix,
@@ -155,9 +196,8 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
         }
         int taken = reply->type == REDIS_REPLY_STATUS;
         freeReplyObject(reply);
-        if (taken) {
-            return hold(lease);
-        }
+        if (taken)
+            return hold(lease, prefix, why, whylen);
         const char *get[] = {"GET", lease->key};
         reply = command(cluster, lease->key, 2, get);
         if (!reply || (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_NIL)) {
@@ -177,15 +217,14 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
         if (strcmp(holder, lease->owner) == 0) {
             /* ours: a command of ours was applied but its reply lost (the
              * node hung up), and command() sent it again */
-            return hold(lease);
+            return hold(lease, prefix, why, whylen);
         }
         if (owner_is_dead_here(holder)) {
             long long swapped = 0;
             if (reply_integer(eval(cluster, takeover_script, lease->key, holder, lease->owner, ttl),
                               &swapped) == 0 &&
-                swapped == 1) {
-                return hold(lease);
-            }
+                swapped == 1)
+                return hold(lease, prefix, why, whylen);
             continue;
         }
         char who[200];

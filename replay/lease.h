@@ -10,6 +10,14 @@
  *                            expire anyway). A run that finds its own
  *                            value there took it already: its SET was
  *                            applied, the reply lost, and the SET sent again.
+ *   <prefix>~replay-epoch    a counter: each run that takes the lease draws
+ *                            the next number (INCR), then renews the lease
+ *                            to confirm it still holds it, so a run that
+ *                            takes the lease later always draws a larger
+ *                            one. The fences a run sets carry it (swap.c):
+ *                            a run that froze past its lease finds a later
+ *                            run's fence and stops instead of overwriting,
+ *                            lifting or swapping under it.
  *   <prefix>~replay-journal  a hash: owner, started, selection, and one
  *                            "swapped:<board>" field per board swapped. It is
  *                            deleted when a run finishes, so a journal found
@@ -45,6 +53,7 @@ struct replay_lease {
     int ttl_ms;                          /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */
     int journaled;                       /* our journal begun: the staging keys are ours to write */
     int unsure;                          /* a renewal failed since the last one that did not */
+    long long epoch;                     /* drawn from <prefix>~replay-epoch once taken */
     int64_t renewed_ms, renewed_wall_ms; /* monotonic, and the wall clock */
 };
 
@@ -58,9 +67,9 @@ struct replay_leftover {
     char reopening_examples[300]; /* the first few, "<window> of <board>" */
 };
 
-/* Takes the lease for the keyspace under 'prefix'. Returns 0 when held, 1
- * when another live run holds it ('why' names it), -1 when Redis failed
- * ('why' says how). */
+/* Takes the lease for the keyspace under 'prefix' and draws its epoch.
+ * Returns 0 when held, 1 when another live run holds it ('why' names it),
+ * -1 when Redis failed ('why' says how). */
 int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, const char *prefix,
                       char *why, size_t whylen);
 

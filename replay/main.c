@@ -126,7 +126,7 @@ static int finish(struct replay *r, int status)
     if (status == EXIT_GAP) {
         /* refused before writing anything */
     } else if (status == EXIT_OK || status == EXIT_DIFFERENT) {
-        replay_clear_staging(r, NULL);
+        replay_clear_staging(r, NULL, 0);
         replay_journal_finish(&r->lease);
     } else {
         struct strings fenced = replay_boards_of(&r->fenced);
@@ -137,7 +137,7 @@ static int finish(struct replay *r, int status)
                     FENCE_TTL_MS / 1000);
         replay_strings_free(&fenced);
         size_t deleted = 0;
-        int cleared = replay_clear_staging(r, &deleted) == 0;
+        int cleared = replay_clear_staging(r, &deleted, 0) == 0;
         fprintf(stderr,
                 "replay: %s: %zu of %zu board(s) swapped (each swap is atomic; the others are "
                 "untouched)%s; run replay again to finish\n",
@@ -476,7 +476,7 @@ int main(int argc, char **argv)
         goto out;
     }
     size_t leftovers = 0;
-    if (replay_clear_staging(&r, &leftovers) != 0) {
+    if (replay_clear_staging(&r, &leftovers, 1) != 0) {
         status = EXIT_BROKEN;
         goto out;
     }

@@ -222,6 +222,6 @@ struct strings replay_boards_of(const struct lb_names *set);
 int replay_fence_boards(struct replay *r, const struct strings *boards, int lift);
 int replay_swap_all(struct replay *r, size_t *swapped);
 int replay_verify_all(struct replay *r, struct verify_report *v);
-int replay_clear_staging(struct replay *r, size_t *deleted);
+int replay_clear_staging(struct replay *r, size_t *deleted, int all);
 
 #endif

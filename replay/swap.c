@@ -10,9 +10,10 @@
  *       [6] its ~final, [7] its ~newest, then n staging keys, then their n
  *       live names, then live keys to delete.
  * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, [4] which
- *       of the staging keys is ~open (1..n, 0: none), then f triples (marker
- *       field, last offset read from there, last offset replay wrote into
- *       this board's staging copy from there or -1).
+ *       of the staging keys is ~open (1..n, 0: none), [5] the run's epoch
+ *       (lease.h), then f triples (marker field, last offset read from
+ *       there, last offset replay wrote into this board's staging copy from
+ *       there or -1).
  * A staging ~open (final standings: the windows to close) is merged into
  * the live one, less the windows ~final names closed, instead of replacing
  * it; the live ~open is never deleted.
@@ -27,11 +28,14 @@
  * nothing. A staging marker below what replay wrote (the node restarted
  * empty, or failed over without the writes, since) answers {"lost", field,
  * staged, written}: the copy lacks events, nothing is swapped and the run
- * fails. */
+ * fails. A fence of a run with a larger epoch answers {"taken", its
+ * value}: this run lost its lease while it was stalled (between its last
+ * renewal and this swap), nothing is swapped and the run stops. */
 /* From the build (swap_lua.c, generated from replay/swap.lua). */
 extern const char lb_swap_lua[];
-/* From the build (lift_lua.c, from replay/lift.lua): a fence lifted, not swapped. */
-extern const char lb_lift_lua[];
+/* From the build (fence_lua.c, from replay/fence.lua): a fence set, or
+ * lifted from a board not swapped. */
+extern const char lb_fence_lua[];
 
 /* ---- keys --------------------------------------------------------------------------- */
 
@@ -292,10 +296,10 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     lb_board_key(r->config->key_prefix, id, LB_FINAL_KEY, final, sizeof(final));
     lb_board_key(r->config->key_prefix, id, LB_NEWEST_KEY, newest, sizeof(newest));
     size_t n = bk->staged.count, nkeys = 7 + 2 * n + bk->extra.count;
-    size_t argc = 3 + nkeys + 4 + 3 * r->plan.count;
+    size_t argc = 3 + nkeys + 5 + 3 * r->plan.count;
     const char **argv = calloc(argc, sizeof(char *));
     size_t *argvlen = calloc(argc, sizeof(size_t));
-    char(*numbers)[24] = calloc(2 * r->plan.count + 4, sizeof(*numbers));
+    char(*numbers)[24] = calloc(2 * r->plan.count + 5, sizeof(*numbers));
     if (!argv || !argvlen || !numbers) {
         free(argv);
         free(argvlen);
@@ -307,6 +311,7 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     snprintf(numbers[1], sizeof(numbers[1]), "%zu", n);
     snprintf(numbers[2], sizeof(numbers[2]), "%zu", r->plan.count);
     snprintf(numbers[3], sizeof(numbers[3]), "%zu", bk->open);
+    snprintf(numbers[4], sizeof(numbers[4]), "%lld", r->lease.epoch);
     argv[a++] = "EVAL";
     argv[a++] = lb_swap_lua;
     argv[a++] = numbers[0];
@@ -325,8 +330,9 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     argv[a++] = r->sel.windows.count ? "exact" : "advance";
     argv[a++] = numbers[2];
     argv[a++] = numbers[3];
+    argv[a++] = numbers[4];
     for (size_t i = 0; i < r->plan.count; i++) {
-        char *read = numbers[4 + 2 * i], *wrote = numbers[5 + 2 * i];
+        char *read = numbers[5 + 2 * i], *wrote = numbers[6 + 2 * i];
         snprintf(read, sizeof(numbers[0]), "%lld", (long long)(r->plan.parts[i].read_to - 1));
         snprintf(wrote, sizeof(numbers[0]), "%lld", (long long)replay_written(r, board, i));
         argv[a++] = r->plan.parts[i].field;
@@ -358,6 +364,11 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
                 "empty or failed over without them; nothing was swapped for it; run replay "
                 "again\n",
                 board, reply->element[1]->str, reply->element[2]->str, reply->element[3]->str);
+    } else if (answer && strcmp(answer, "taken") == 0 && reply->elements == 2) {
+        fprintf(stderr,
+                "replay: board '%s' is fenced by a later replay run (%s): this run lost its "
+                "lease while it was stalled; nothing was swapped for it; stopping\n",
+                board, reply->element[1]->str);
     } else if (answer) {
         rc = strcmp(answer, "ok") == 0 || strcmp(answer, "gone") == 0 ? 0 : 1;
     } else {
@@ -682,18 +693,29 @@ static int delete_keys(struct replay *r, const struct strings *keys)
     return 0;
 }
 
+/* fence.lua's 'step' (set or lift) on a board's fence, appended to 'buf'.
+ * The fence's value is "<epoch> <lease value>". */
+static int fence_command(struct replay *r, const char *board, size_t blen, const char *step,
+                         struct lb_buf *buf, uint16_t *slot)
+{
+    char fence[600], newest[600], epoch[24], value[200], ttl[24];
+    struct lb_str id = {board, (uint32_t)blen};
+    size_t flen = lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
+    lb_board_key(r->config->key_prefix, id, LB_NEWEST_KEY, newest, sizeof(newest));
+    snprintf(epoch, sizeof(epoch), "%lld", r->lease.epoch);
+    snprintf(value, sizeof(value), "%lld %s", r->lease.epoch, r->lease.owner);
+    snprintf(ttl, sizeof(ttl), "%d", FENCE_TTL_MS);
+    const char *argv[] = {"EVAL", lb_fence_lua, "2", fence, newest, step, epoch, value, ttl};
+    *slot = lb_key_slot(fence, flen);
+    return lb_buf_command(buf, 9, argv, NULL);
+}
+
 static int set_fence(struct replay *r, const char *board, size_t blen, struct lb_buf *buf,
                      uint16_t *slot)
 {
-    char fence[600], ttl[24];
     if (lb_names_has(&r->sel.done, board, blen))
         return 1;
-    size_t flen = lb_fence_key(r->config->key_prefix, (struct lb_str){board, (uint32_t)blen}, fence,
-                               sizeof(fence));
-    snprintf(ttl, sizeof(ttl), "%d", FENCE_TTL_MS);
-    const char *set[] = {"SET", fence, r->lease.owner, "PX", ttl};
-    *slot = lb_key_slot(fence, flen);
-    if (lb_buf_command(buf, 5, set, NULL) != 0)
+    if (fence_command(r, board, blen, "set", buf, slot) != 0)
         return -1;
     replay_names_add(&r->fenced, board, blen);
     return 0;
@@ -702,15 +724,9 @@ static int set_fence(struct replay *r, const char *board, size_t blen, struct lb
 static int lift_fence(struct replay *r, const char *board, size_t blen, struct lb_buf *buf,
                       uint16_t *slot)
 {
-    char fence[600], newest[600];
     if (lb_names_has(&r->sel.done, board, blen) || !lb_names_has(&r->fenced, board, blen))
         return 1;
-    struct lb_str id = {board, (uint32_t)blen};
-    size_t flen = lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
-    lb_board_key(r->config->key_prefix, id, LB_NEWEST_KEY, newest, sizeof(newest));
-    const char *lift[] = {"EVAL", lb_lift_lua, "2", fence, newest};
-    *slot = lb_key_slot(fence, flen);
-    return lb_buf_command(buf, 5, lift, NULL) != 0 ? -1 : 0;
+    return fence_command(r, board, blen, "lift", buf, slot) != 0 ? -1 : 0;
 }
 
 /* The "~swapped" mark a swap left in place of the staging markers. */
@@ -747,6 +763,17 @@ int replay_fence_boards(struct replay *r, const struct strings *boards, int lift
     return status;
 }
 
+/* Tests: a run frozen (a VM paused) between its lease check and its first
+ * fences, by SIGSTOP to itself. Returns 0. */
+static int fault_stop(int attempt)
+{
+    if (attempt == 1 && getenv("LB_FAULT_FENCE_STOP")) {
+        fprintf(stderr, "replay: LB_FAULT_FENCE_STOP: stopping\n");
+        raise(SIGSTOP);
+    }
+    return 0;
+}
+
 /* Replaces the live keys of every selected board with the staging copy.
  * Boards first seen while catching up are swapped in a later round. A board
  * the live projector got ahead of is fenced for the next round (except
@@ -777,7 +804,8 @@ int replay_swap_all(struct replay *r, size_t *swapped)
             struct strings ahead = replay_boards_of(&r->sel.seen);
             if (r->sel.windows.count)
                 usleep(200000);
-            else if (replay_keep_lease(r) != 0 || replay_fence_boards(r, &ahead, 0) != 0)
+            else if (replay_keep_lease(r) != 0 || fault_stop(attempt) ||
+                     replay_fence_boards(r, &ahead, 0) != 0)
                 status = -1;
             else
                 replay_fault_pause("LB_FAULT_FENCED_PAUSE_MS");
@@ -943,14 +971,17 @@ int replay_verify_all(struct replay *r, struct verify_report *v)
     return status;
 }
 
-/* Deletes every staging key: what a board that was not swapped left, or
- * what an earlier, interrupted run did. While we hold the lease no other
- * run writes any: one stalled past its lease stops when it wakes, before
- * its next batch, and what it had on its way went under its own prefix. */
-int replay_clear_staging(struct replay *r, size_t *deleted)
+/* Deletes this run's staging keys (what a board that was not swapped
+ * left), or with 'all' every run's (at the start: what earlier, interrupted
+ * runs left). While we hold the lease no other run writes any: one stalled
+ * past its lease stops when it wakes, before its next batch, and what it
+ * had on its way went under its own prefix. A run ending deletes only its
+ * own: if it stalled past its lease just before, another run's are not
+ * leftovers. */
+int replay_clear_staging(struct replay *r, size_t *deleted, int all)
 {
     struct strings live = {0}, staged = {0};
-    int rc = replay_scan_keys(r, &live, &staged, 1);
+    int rc = replay_scan_keys(r, &live, &staged, all);
     if (rc == 0 && delete_keys(r, &staged) != 0) {
         /* a marker left without its data would have events skipped, data
          * without its marker events applied twice */

@@ -7,13 +7,19 @@ local n, mode, f, open = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber
 -- swapped already (a resend after a lost reply): the swap leaves this field
 -- in place of the staging markers, for a few minutes
 if redis.call('HGET', KEYS[3], '~swapped') then return {'gone'} end
+-- the fence of a run with a larger epoch (fence.lua): this run lost its
+-- lease while it was stalled, and that run may be rebuilding the board
+local held = redis.call('TYPE', KEYS[5]).ok == 'string' and redis.call('GET', KEYS[5])
+if held and (tonumber(string.match(held, '^(%d+) ')) or 0) > tonumber(ARGV[5]) then
+  return {'taken', held}
+end
 local function marker(hash, zset, field)
   local h = tonumber(redis.call('HGET', hash, field) or '-1')
   local z = tonumber(redis.call('ZSCORE', zset, field) or '-1')
   return math.max(h, z)
 end
 for i = 0, f - 1 do
-  local field, read, wrote = ARGV[5 + 3 * i], tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i])
+  local field, read, wrote = ARGV[6 + 3 * i], tonumber(ARGV[7 + 3 * i]), tonumber(ARGV[8 + 3 * i])
   local staged = marker(KEYS[3], KEYS[4], field)
   if staged < wrote then
     return {'lost', field, string.format('%.0f', staged), string.format('%.0f', wrote)}
@@ -56,9 +62,9 @@ if mode == 'advance' then
   local zset = redis.call('EXISTS', KEYS[2], KEYS[4]) > 0
   for i = 0, f - 1 do
     if zset then
-      redis.call('ZADD', KEYS[2], 'GT', ARGV[6 + 3 * i], ARGV[5 + 3 * i])
+      redis.call('ZADD', KEYS[2], 'GT', ARGV[7 + 3 * i], ARGV[6 + 3 * i])
     else
-      redis.call('HSET', KEYS[1], ARGV[5 + 3 * i], ARGV[6 + 3 * i])
+      redis.call('HSET', KEYS[1], ARGV[6 + 3 * i], ARGV[7 + 3 * i])
     end
   end
 end

@@ -130,7 +130,8 @@ dump >"$T_DIR/after.dump"
 # allowed to change, with the generations of the merged tops it refreshed
 # (fields "g:<window>" of a split board's ~tops) and the holder that
 # finished a decaying board's rebuild (~decay's "finished": replay's own
-# rebuild finishes too); no marker key appears or
+# rebuild finishes too), and replay's own counter of its runs
+# (lb:~replay-epoch, if on this master); no marker key appears or
 # goes. What depends on how the events fell into batches is left out (the
 # rest must match): a latest board's window stamp of a player whose ~newest
 # names that window, which is never read, and a ~newest naming no window
@@ -151,7 +152,8 @@ unchanged() {
             k = $1; sub(/:~ts$/, "", k); b = k; sub(/}:.*$/, "}", b); w = k; sub(/^[^}]*}:/, "", w)
             if (index(newest[b, $2], "|" w "|")) next
         }
-        { print }' "$1" "$1" | grep -a -v -e $'\tscores:' -e $':~tops\tg:' -e $':~decay\tfinished\t' | sort
+        { print }' "$1" "$1" | grep -a -v -e $'\tscores:' -e $':~tops\tg:' -e $':~decay\tfinished\t' \
+        -e $'^lb:~replay-epoch\t' | sort
 }
 if ! diff <(unchanged "$T_DIR/before.dump") <(unchanged "$T_DIR/after.dump") \
     >"$T_DIR/dump.diff"; then
@@ -313,12 +315,26 @@ ok "a master restarted empty between replay's writes and its swap: nothing swapp
 # Once with Redis answering: it lifts every fence. Once while their node
 # refuses its EVAL: exit 1, a line saying the live projector holds those
 # boards until the fences expire; each is left with its TTL, and a run
-# again, before they expire, lifts them and is exact
+# again, before they expire, lifts them and is exact. While the second
+# holds its fences, a run frozen (SIGSTOP, a paused VM) past its 3 s lease
+# between its lease check and its own fences is woken: its fences do not
+# replace the later run's, it stops (exit 1), and in stopping lifts only
+# its own fences and deletes only its own staging keys
 string_fences() { # the fences replay set (strings; a hash there is a latest board's mark)
     local fence
     for fence in $(redis_cli "$emptied" --scan --pattern 'lb:{*}:~fence'); do
         [[ $(redis_cli "$emptied" TYPE "$fence") != string ]] || printf '%s\n' "$fence"
     done
+}
+fences_of() { # PID: how many fences the run of that pid holds ("<epoch> <host> <pid> <ms>")
+    local fence n=0
+    for fence in $(string_fences); do
+        [[ $(redis_cli "$emptied" GET "$fence") != *" $1 "* ]] || n=$((n + 1))
+    done
+    echo "$n"
+}
+staging_of() { # PID: how many staging keys of the run of that pid the node holds
+    redis_cli "$emptied" --scan --pattern "lb:~replay:*-$1:*" | wc -l
 }
 # (the projector must get past replay's copy on the boards before the
 # first swap round, so that they are fenced. No fixed pause there is enough
@@ -335,22 +351,29 @@ committed_past() { # "PARTITION OFFSET" lines: committed 300 past each
         [[ $c != - ]] && ((c >= $(awk -v p="$p" '$1 == p { print $2 + 300 }' <<<"$1"))) || return 1
     done < <(committed_offsets)
 }
-fenced_then_stopped() { # NAME: replay stopped by SIGINT once it fenced boards
-    replay_bg "$1" LB_FAULT_SWAP_START_PAUSE_MS=10000 LB_FAULT_FENCED_PAUSE_MS=60000 -- \
+to_fencing() { # NAME [VAR=VALUE...]: replay going on to fence boards once the projector is past it
+    local name=$1
+    shift
+    replay_bg "$name" LB_FAULT_SWAP_START_PAUSE_MS=10000 LB_FAULT_FENCED_PAUSE_MS=60000 "$@" -- \
         --node "127.0.0.1:$emptied" --verbose
-    wait_log "$T_DIR/$1.err" 'LB_FAULT_SWAP_START_PAUSE_MS: pausing' 120
+    wait_log "$T_DIR/$name.err" 'LB_FAULT_SWAP_START_PAUSE_MS: pausing' 120
     kill -STOP "$rpid"
     local ends
     ends=$(committed_offsets | awk '{ print $1, $3 }')
     lb_wait_for 120 committed_past "$ends" || {
         kill -CONT "$rpid"
-        fail "the projector did not commit past replay $1's read in 120 s"
+        fail "the projector did not commit past replay $name's read in 120 s"
     }
     kill -CONT "$rpid"
+}
+fenced_run() { # NAME: replay in its pause after fencing boards ($fenced of them)
+    to_fencing "$1"
     wait_log "$T_DIR/$1.err" 'LB_FAULT_FENCED_PAUSE_MS: pausing' 60
     fenced=$(grep -o 'fenced [0-9]* board(s)' "$T_DIR/$1.err" | awk '{ print $2 }')
     ((fenced > 0)) || fail "replay $1 fenced no board"
-    [[ $(string_fences | wc -l) == "$fenced" ]] || fail "replay $1 fenced $fenced board(s), Redis holds $(string_fences | wc -l) fence(s)"
+    [[ $(fences_of "$rpid") == "$fenced" ]] || fail "replay $1 fenced $fenced board(s), Redis holds $(fences_of "$rpid") fence(s) of it"
+}
+stop_fenced() { # NAME [refuse]: SIGINT to the fenced run $rpid (its node refusing EVAL)
     [[ ${2-} != refuse ]] || redis_cli "$emptied" ACL SETUSER default -eval >/dev/null
     kill -INT "$rpid" || true
     status=0
@@ -363,10 +386,35 @@ fenced_then_stopped() { # NAME: replay stopped by SIGINT once it fenced boards
 # time once each run waited for the projector, so the cap is 900 s of it
 # (it is stopped after the run again)
 load_start -n 2700000 --seed 75 "${gen[@]}" --rate 3000
-fenced_then_stopped lifted
+fenced_run lifted
+stop_fenced lifted
 grep -q 'could not all be lifted' "$T_DIR/lifted.err" && fail "replay did not lift its fences: $(tail -n 3 "$T_DIR/lifted.err")"
 [[ -z $(string_fences) ]] || fail "replay stopped after fencing left $(string_fences | wc -l) fence(s)"
-fenced_then_stopped nolift refuse
+to_fencing frozen LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_FENCE_STOP=1
+frozen=$rpid
+on_exit "kill -CONT $frozen 2>/dev/null"
+wait_log "$T_DIR/frozen.err" 'LB_FAULT_FENCE_STOP: stopping' 60
+stopped() { [[ $(awk '{ print $3 }' "/proc/$frozen/stat" 2>/dev/null) == T ]]; }
+lb_wait_for 10 stopped || fail "replay frozen did not stop itself"
+lease_gone() { [[ $(redis_cli "$lease_master" EXISTS lb:~replay-lease) == 0 ]]; }
+lb_wait_for 10 lease_gone || fail "the frozen replay's lease did not run out"
+fenced_run nolift
+later=$rpid
+staged=$(staging_of "$later")
+((staged > 0)) || fail "the later run holds no staging key on 127.0.0.1:$emptied"
+kill -CONT "$frozen"
+status=0
+wait "$frozen" || status=$?
+[[ $status == 1 ]] || fail "the frozen replay, woken, exited $status, not 1"
+grep -q "^replay: setting fences failed: 127.0.0.1:$emptied: ERR lease lost: a later replay run holds lb:{.*}:~fence ([0-9]* [^ ]* $later [0-9]*)$" \
+    "$T_DIR/frozen.err" || fail "the frozen replay did not say a later run holds the fences: $(tail -n 3 "$T_DIR/frozen.err")"
+[[ $(fences_of "$later") == "$fenced" ]] ||
+    fail "the later run fenced $fenced board(s); after the frozen one stopped it holds $(fences_of "$later")"
+[[ $(fences_of "$frozen") == 0 ]] || fail "the frozen replay left $(fences_of "$frozen") fence(s) of its own"
+[[ $(staging_of "$later") == "$staged" ]] ||
+    fail "the later run had $staged staging key(s); after the frozen one stopped, $(staging_of "$later")"
+[[ $(staging_of "$frozen") == 0 ]] || fail "the frozen replay left $(staging_of "$frozen") staging key(s)"
+stop_fenced nolift refuse
 grep -q "^replay: lifting fences failed: 127.0.0.1:$emptied: NOPERM .*'eval'" "$T_DIR/nolift.err" ||
     fail "replay did not say why the fences stay: $(tail -n 3 "$T_DIR/nolift.err")"
 grep -q '^replay: the fences this run set could not all be lifted: the live projector holds those boards until their fences expire (60 s at most)$' \
@@ -388,7 +436,7 @@ replay --node "127.0.0.1:$emptied" >"$T_DIR/nolift-again.out" 2>&1 ||
 load_stop "replay ran again"
 wait_caught_up 120
 verify "${MODE_ORACLE[@]}"
-ok "replay stopped after fencing $fenced board(s) lifts them; when Redis refuses, exit 1 saying so, $left left with their TTL; run again, lifted and exact"
+ok "replay stopped after fencing $fenced board(s) lifts them; when Redis refuses, exit 1 saying so, $left left with their TTL; a run frozen past its lease meanwhile leaves them and the later run's staging keys; run again, lifted and exact"
 
 # replay's exit 1 paths: Kafka or Redis unreachable, one line each
 unreachable() { # NAME SED PATTERN: replay on a config edited by SED must say PATTERN

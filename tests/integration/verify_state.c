@@ -1505,8 +1505,11 @@ static void check_key(struct conn *c, const struct rules *r, const char *key, st
     size_t plen = strlen(r->prefix);
     if (strstr(key, "}:~") || strstr(key, ":~ts") ||
         (strncmp(key, r->prefix, plen) == 0 &&
-         (strcmp(key + plen, "~reopened") == 0 || strncmp(key + plen, "~intact{", 8) == 0))) {
-        rep->meta_keys++; /* the projector's markers and event-time hashes, replay's words */
+         (strcmp(key + plen, "~reopened") == 0 || strncmp(key + plen, "~intact{", 8) == 0 ||
+          strcmp(key + plen, "~replay-epoch") == 0))) {
+        /* the projector's markers and event-time hashes, replay's words and
+         * its runs' counter */
+        rep->meta_keys++;
         return;
     }
     const char *final = strstr(key, "}:final:");

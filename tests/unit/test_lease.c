@@ -112,7 +112,7 @@ static void a_lost_reply_to_taking_the_lease_leaves_it_ours(void **state)
 {
     struct fixture *f = *state;
     redis_relay_lose(f->relay, "SET", NULL);
-    take_and_release(f, "SET SET GET");
+    take_and_release(f, "SET SET GET INCR EVAL"); /* then its epoch, confirmed */
 }
 
 /* The lease of a run that died on this host is taken over by a script; its
@@ -131,7 +131,7 @@ static void a_lost_reply_to_taking_over_a_dead_runs_lease_leaves_it_ours(void **
     snprintf(dead, sizeof(dead), "%s %ld 1700000000000", host, (long)pid);
     freeReplyObject(redis_server_command(f->redis, "SET %s %s PX 30000", LEASE, dead));
     redis_relay_lose(f->relay, "EVAL", NULL);
-    take_and_release(f, "SET GET EVAL EVAL");
+    take_and_release(f, "SET GET EVAL EVAL INCR EVAL");
 }
 
 /* A live run's lease (this test process, as another run would be) is still
@@ -196,11 +196,13 @@ static int count_pause(void *ctx, const char *why, int attempt)
 
 /* 'step' on the window as it stands, under a lease taken now: it answers
  * stale and is not done, after 'tries' tries. */
-static void stale_not_done(struct fixture *f, const char *step, int tries)
+static void stale_not_done(struct fixture *f, const char *step, int tries, const char *lose)
 {
     int done = -1;
     struct replay_lease lease;
     take_lease(f, &lease);
+    if (lose)
+        redis_relay_lose(f->relay, lose, NULL);
     pauses = 0;
     redisReply *reply =
         replay_final_step(&lease, PREFIX, "b", WINDOW, step, count_pause, NULL, &done);
@@ -263,7 +265,7 @@ static void a_republish_step_finding_another_state_is_not_done(void **state)
     lose_step(f, "published", "reopened", 0, "published", 0);
     char now[32];
     int listed;
-    stale_not_done(f, "unreopen", 1);
+    stale_not_done(f, "unreopen", 1, NULL);
     final_state(f, now, sizeof(now), &listed);
     assert_string_equal(now, "published");
     assert_false(listed);
@@ -320,8 +322,7 @@ static void a_state_found_before_any_step_went_out_is_not_done(void **state)
     freeReplyObject(
         redis_server_command(f->redis, "HSET %s s:" WINDOW " reopened c:" WINDOW " 1", key));
     int lost = redis_relay_lost(f->relay);
-    redis_relay_lose(f->relay, "EVAL", NULL); /* the renewal's (taking the lease is a SET) */
-    stale_not_done(f, "reopened", 2);
+    stale_not_done(f, "reopened", 2, "EVAL"); /* the renewal's before the step */
     assert_int_equal(redis_relay_lost(f->relay), lost + 1);
 }
 
@@ -395,6 +396,139 @@ static void a_lease_taken_again_after_another_run_had_it_is_lost(void **state)
     freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
 }
 
+/* A run that takes the lease after another lost it (stalled past its
+ * TTL) draws a larger epoch; the stalled one, woken, finds it lost. */
+static void a_run_taking_the_lease_later_draws_a_larger_epoch(void **state)
+{
+    struct fixture *f = *state;
+    struct replay_lease stalled, later;
+    take_lease(f, &stalled);
+    assert_true(stalled.epoch > 0);
+    freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE)); /* its TTL passed */
+    usleep(5000); /* the same process: a lease value of its own (its ms) */
+    take_lease(f, &later);
+    assert_true(later.epoch > stalled.epoch);
+    assert_int_equal(keep_after_a_while(&stalled), -1);
+    assert_false(stalled.held);
+    char value[200];
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, later.owner);
+    replay_lease_release(&later);
+    /* the draw's reply lost: sent again, it draws once more */
+    redis_relay_lose(f->relay, "INCR", NULL);
+    take_lease(f, &stalled);
+    assert_int_equal(stalled.epoch, later.epoch + 2);
+    replay_lease_release(&stalled);
+    /* the reply of the renewal that confirms it lost: sent again */
+    redis_relay_lose(f->relay, "EVAL", NULL);
+    take_lease(f, &stalled);
+    assert_int_equal(stalled.epoch, later.epoch + 3);
+    replay_lease_release(&stalled);
+    /* no epoch can be drawn: the run does not start, the lease given back */
+    freeReplyObject(redis_server_command(f->redis, "SET lb:~replay-epoch not-a-number"));
+    char why[300];
+    assert_int_equal(replay_lease_take(&stalled, f->cluster, PREFIX, why, sizeof(why)), -1);
+    assert_non_null(strstr(why, "cannot draw the replay epoch lb:~replay-epoch"));
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, "");
+}
+
+/* replay's fence scripts (replay/fence.lua, swap.lua) on a board's fence
+ * held by runs of different epochs. */
+extern const char lb_fence_lua[], lb_swap_lua[];
+#define FENCE  "lb:{b}:~fence"
+#define NEWEST "lb:{b}:~newest"
+
+static redisReply *fence(struct fixture *f, const char *step, const char *epoch, const char *value)
+{
+    return redis_server_command(f->redis, "EVAL %s 2 %s %s %s %s %s 60000", lb_fence_lua, FENCE,
+                                NEWEST, step, epoch, value);
+}
+
+static void fence_is(struct fixture *f, const char *want)
+{
+    redisReply *reply = redis_server_command(f->redis, "GET %s", FENCE);
+    assert_true(reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_NIL);
+    assert_string_equal(reply->type == REDIS_REPLY_STRING ? reply->str : "", want);
+    freeReplyObject(reply);
+}
+
+static void expect_ok(redisReply *reply)
+{
+    assert_int_equal(reply->type, REDIS_REPLY_STATUS);
+    assert_string_equal(reply->str, "OK");
+    freeReplyObject(reply);
+}
+
+static void a_later_runs_fence_is_neither_overwritten_nor_lifted(void **state)
+{
+    struct fixture *f = *state;
+    /* a latest board's mark, then an earlier release's fence: both taken */
+    freeReplyObject(redis_server_command(f->redis, "HSET %s apply 5", FENCE));
+    expect_ok(fence(f, "set", "5", "5 stalled-run"));
+    fence_is(f, "5 stalled-run");
+    freeReplyObject(redis_server_command(f->redis, "SET %s %s", FENCE, "host 12 1700000000000"));
+    expect_ok(fence(f, "set", "5", "5 stalled-run"));
+    /* the later run's, over the earlier one's */
+    expect_ok(fence(f, "set", "7", "7 later-run"));
+    fence_is(f, "7 later-run");
+    redisReply *ttl = redis_server_command(f->redis, "PTTL %s", FENCE);
+    assert_true(ttl->integer > 0 && ttl->integer <= 60000);
+    freeReplyObject(ttl);
+    /* the stalled run woken: its fence is refused, its lift leaves it */
+    redisReply *reply = fence(f, "set", "5", "5 stalled-run");
+    assert_int_equal(reply->type, REDIS_REPLY_ERROR);
+    assert_non_null(
+        strstr(reply->str, "lease lost: a later replay run holds " FENCE " (7 later-run)"));
+    freeReplyObject(reply);
+    expect_ok(fence(f, "lift", "5", "5 stalled-run"));
+    fence_is(f, "7 later-run");
+    /* the later run's own lift: gone, a latest board's mark back */
+    freeReplyObject(redis_server_command(f->redis, "HSET %s p x", NEWEST));
+    expect_ok(fence(f, "lift", "7", "7 later-run"));
+    reply = redis_server_command(f->redis, "HGET %s apply", FENCE);
+    assert_string_equal(reply->str, "5");
+    freeReplyObject(reply);
+}
+
+/* One board's swap (swap.lua) by a run of 'epoch': its answer's first word. */
+static void swap_answer(struct fixture *f, const char *epoch, char *out, size_t cap)
+{
+    redisReply *reply = redis_server_command(
+        f->redis,
+        "EVAL %s 9 lb:{b}:~applied lb:{b}:~offsets s:{b}:~applied s:{b}:~offsets %s "
+        "lb:{b}:~final %s s:{b}:alltime lb:{b}:alltime 1 advance 1 0 %s t:0 10 10",
+        lb_swap_lua, FENCE, NEWEST, epoch);
+    assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
+    snprintf(out, cap, "%s", reply->element[0]->str);
+    freeReplyObject(reply);
+}
+
+static void a_swap_under_a_later_runs_fence_swaps_nothing(void **state)
+{
+    struct fixture *f = *state;
+    char answer[32];
+    freeReplyObject(redis_server_command(f->redis, "HSET s:{b}:~applied t:0 10"));
+    freeReplyObject(redis_server_command(f->redis, "ZADD s:{b}:alltime 9 staged"));
+    freeReplyObject(redis_server_command(f->redis, "ZADD lb:{b}:alltime 1 live"));
+    freeReplyObject(redis_server_command(f->redis, "SET %s %s", FENCE, "7 later-run"));
+    swap_answer(f, "5", answer, sizeof(answer));
+    assert_string_equal(answer, "taken");
+    redisReply *reply = redis_server_command(f->redis, "ZRANGE lb:{b}:alltime 0 -1");
+    assert_int_equal(reply->elements, 1);
+    assert_string_equal(reply->element[0]->str, "live");
+    freeReplyObject(reply);
+    fence_is(f, "7 later-run");
+    /* the run that fenced it swaps, and lifts its fence */
+    swap_answer(f, "7", answer, sizeof(answer));
+    assert_string_equal(answer, "ok");
+    reply = redis_server_command(f->redis, "ZRANGE lb:{b}:alltime 0 -1");
+    assert_int_equal(reply->elements, 1);
+    assert_string_equal(reply->element[0]->str, "staged");
+    freeReplyObject(reply);
+    fence_is(f, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +546,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_state_found_before_any_step_went_out_is_not_done, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_lease_taken_again_after_another_run_had_it_is_lost, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_run_taking_the_lease_later_draws_a_larger_epoch, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_later_runs_fence_is_neither_overwritten_nor_lifted, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_swap_under_a_later_runs_fence_swaps_nothing, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
