@@ -9,7 +9,9 @@
 #   tests/integration/run.sh [--lanes N] [test_name...]
 #
 # --lanes N runs N tests at a time (each lane takes the next test not yet
-# taken, the slowest of the last run first; lb_free_port_base picks their
+# taken, the slowest of the last run first, or for a test this machine has
+# not run yet, of tests/integration/seconds: a fresh-clone run of the test
+# command, CI63, 2 lanes on 2 cores; lb_free_port_base picks their
 # ports from random starting points, which two tests rarely share: nothing
 # is reserved). A test's output is printed whole when it ends. SIGINT
 # or SIGTERM to the run is passed on to the tests running, as SIGTERM (tests
@@ -88,12 +90,14 @@ if ((lanes == 1)); then
         fi
     done
 else
-    if [[ -s $seconds_file ]]; then
-        mapfile -t ordered < <(printf '%s\n' "${tests[@]}" |
-            awk 'FILENAME == ARGV[1] { s[$1] = $2; next } { print (($1 in s) ? s[$1] : 1e9), $1 }' \
-                "$seconds_file" - | sort -k1,1nr -k2,2 | awk '{ print $2 }')
-        ((${#ordered[@]} == ${#tests[@]})) && tests=("${ordered[@]}")
-    fi
+    known=/dev/null
+    [[ -s $seconds_file ]] && known=$seconds_file
+    mapfile -t ordered < <(printf '%s\n' "${tests[@]}" |
+        awk 'FILENAME == ARGV[1] { s[$1] = $2; next }
+            FILENAME == ARGV[2] { if (!($1 in s)) s[$1] = $2; next }
+            { print (($1 in s) ? s[$1] : 1e9), $1 }' \
+            "$known" "$here/seconds" - | sort -k1,1nr -k2,2 | awk '{ print $2 }')
+    ((${#ordered[@]} == ${#tests[@]})) && tests=("${ordered[@]}")
     lane() {
         # a Ctrl-C or SIGTERM to the whole job reaches the lanes too: they
         # stay until their tests have stopped (the tests, started in the
