@@ -2,20 +2,23 @@
 -- (swap.lua lifts it from those it did). Embedded at build time
 -- (replay/CMakeLists.txt); swap.c documents when each is sent.
 -- KEYS: [1] the board's fence, [2] its ~newest.
--- ARGV: [1] set|lift, [2] the run's epoch, [3] the fence's value
---       ("<epoch> <lease value>"), [4] its TTL in ms.
--- A fence of a run with a larger epoch (one that took the lease after this
--- run lost it, while this one was stalled) is neither overwritten nor
--- lifted: setting fails, and the run stops; lifting leaves it.
+-- ARGV: [1] set|lift, [2] the fence's value, "<epoch> <lease value>"
+--       (lease.h: "<epoch> <host> <pid> <ms>"), [3] its TTL in ms.
+-- The fence of a later run (another value, an epoch at least ours: that
+-- run took the lease after this one lost it, while this one was stalled)
+-- is neither overwritten nor lifted: setting fails, and the run stops;
+-- lifting leaves it. An earlier release's fence ("<host> <pid> <ms>") is
+-- nobody's later one.
+local function epoch(v) return tonumber(string.match(v, '^(%d+) %S+ %d+ %d+$')) or 0 end
 local held = redis.call('TYPE', KEYS[1]).ok == 'string' and redis.call('GET', KEYS[1])
-local later = held and (tonumber(string.match(held, '^(%d+) ')) or 0) > tonumber(ARGV[2])
+local later = held and held ~= ARGV[2] and epoch(held) >= epoch(ARGV[2])
 if ARGV[1] == 'set' then
   if later then
     -- (short: replay shows the first 120 characters)
     return redis.error_reply('ERR lease lost: a later replay run holds ' .. KEYS[1] .. ' (' ..
                              held .. ')')
   end
-  return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+  return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
 if later then return redis.status_reply('OK') end
 -- a latest board keeping ~newest has the hash there again (apply.lua): it

@@ -31,6 +31,25 @@ static const char release_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] t
                                      "end\n"
                                      "return 0\n";
 
+/* The lease still ours (not taken again: see draw_epoch): 1, else 0. */
+static const char confirm_script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                                     "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+                                     "end\n"
+                                     "return 0\n";
+
+/* The next epoch: the counter's next number, or the server's time in ms if
+ * that is larger (a counter lost with its master, or rolled back by a
+ * failover, still gives numbers above those drawn before). */
+static const char draw_script[] =
+    "local n = redis.call('INCR', KEYS[1])\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "if n < now then\n"
+    "  redis.call('SET', KEYS[1], string.format('%.0f', now))\n"
+    "  n = now\n"
+    "end\n"
+    "return n\n";
+
 /* Takes over a dead run's lease; ours already (this script sent again
  * after its reply was lost) answers taken too. */
 static const char takeover_script[] = "local v = redis.call('GET', KEYS[1])\n"
@@ -123,43 +142,42 @@ static void describe_owner(const char *owner, char *out, size_t cap)
     snprintf(out, cap, "pid %ld on host %s, started %s", pid, host, when);
 }
 
-static int renew(struct replay_lease *lease);
-
-/* renew(), tried again over about a second while Redis fails. */
-static int confirm(struct replay_lease *lease)
-{
-    int rc;
-    for (int attempt = 1; (rc = renew(lease)) == -1 && attempt < 4; attempt++)
-        usleep((useconds_t)(100000 * attempt));
-    return rc;
-}
-
-/* Draws the held lease's epoch, then renews the lease: still ours after the
- * draw, so a run that takes it from now on draws a larger number. 0 done, 1
- * the lease went to another run meanwhile, -1 Redis failed. */
+/* Draws the held lease's epoch, then checks the lease is still ours: a
+ * run that takes it from then on draws a larger number. A lease found
+ * expired then is not taken again (renew() would): another run may have
+ * had it and drawn a larger one meanwhile. 0 done, 1 the lease went to
+ * another run meanwhile, -1 Redis failed. */
 static int draw_epoch(struct replay_lease *lease, const char *prefix, char *why, size_t whylen)
 {
-    char key[256];
+    char key[256], ttl[24];
     snprintf(key, sizeof(key), "%s~replay-epoch", prefix);
-    const char *incr[] = {"INCR", key};
-    long long epoch = 0;
-    int rc = reply_integer(command(lease->cluster, key, 2, incr), &epoch);
-    if (rc != 0)
+    snprintf(ttl, sizeof(ttl), "%d", lease->ttl_ms);
+    long long epoch = 0, ours = 0;
+    int rc = reply_integer(eval(lease->cluster, draw_script, key, NULL, NULL, NULL), &epoch);
+    if (rc != 0) {
         snprintf(why, whylen, "cannot draw the replay epoch %s: %s", key,
                  lb_cluster_error(lease->cluster));
-    else if ((rc = confirm(lease)) == 1)
+    } else if (reply_integer(
+                   eval(lease->cluster, confirm_script, lease->key, lease->owner, ttl, NULL),
+                   &ours) != 0) {
+        rc = -1;
+        snprintf(why, whylen, "cannot renew the replay lease %s: %s", lease->key,
+                 lb_cluster_error(lease->cluster));
+    } else if (ours != 1) {
+        rc = 1;
+        lease->held = 0;
         snprintf(why, whylen,
                  "the replay lease %s went to another run while this one was taking it; try "
                  "again",
                  lease->key);
-    else if (rc == -1)
-        snprintf(why, whylen, "cannot renew the replay lease %s: %s", lease->key,
-                 lb_cluster_error(lease->cluster));
+    }
     if (rc != 0) {
         replay_lease_release(lease);
         return rc;
     }
     lease->epoch = epoch;
+    lease->renewed_ms = lb_monotonic_ms();
+    lease->renewed_wall_ms = lb_wall_ms();
     return 0;
 }
 

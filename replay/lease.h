@@ -11,13 +11,16 @@
  *                            value there took it already: its SET was
  *                            applied, the reply lost, and the SET sent again.
  *   <prefix>~replay-epoch    a counter: each run that takes the lease draws
- *                            the next number (INCR), then renews the lease
- *                            to confirm it still holds it, so a run that
- *                            takes the lease later always draws a larger
- *                            one. The fences a run sets carry it (swap.c):
- *                            a run that froze past its lease finds a later
- *                            run's fence and stops instead of overwriting,
- *                            lifting or swapping under it.
+ *                            the next number (INCR; the server's time in
+ *                            ms if that is larger, should the counter be
+ *                            lost), then checks the lease is still its own
+ *                            (not taken again), so a run that takes the
+ *                            lease later always draws a larger one. The
+ *                            fences a run sets carry it ("<epoch> <lease
+ *                            value>", fence.lua): a run that froze past its
+ *                            lease finds a later run's fence and stops
+ *                            instead of overwriting or swapping under it,
+ *                            and leaves it when lifting its own.
  *   <prefix>~replay-journal  a hash: owner, started, selection, and one
  *                            "swapped:<board>" field per board swapped. It is
  *                            deleted when a run finishes, so a journal found

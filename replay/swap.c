@@ -10,10 +10,10 @@
  *       [6] its ~final, [7] its ~newest, then n staging keys, then their n
  *       live names, then live keys to delete.
  * ARGV: [1] n, [2] mode "advance" or "exact", [3] field count f, [4] which
- *       of the staging keys is ~open (1..n, 0: none), [5] the run's epoch
- *       (lease.h), then f triples (marker field, last offset read from
- *       there, last offset replay wrote into this board's staging copy from
- *       there or -1).
+ *       of the staging keys is ~open (1..n, 0: none), [5] the run's fence
+ *       value ("<epoch> <lease value>", lease.h), then f triples (marker
+ *       field, last offset read from there, last offset replay wrote into
+ *       this board's staging copy from there or -1).
  * A staging ~open (final standings: the windows to close) is merged into
  * the live one, less the windows ~final names closed, instead of replacing
  * it; the live ~open is never deleted.
@@ -28,14 +28,20 @@
  * nothing. A staging marker below what replay wrote (the node restarted
  * empty, or failed over without the writes, since) answers {"lost", field,
  * staged, written}: the copy lacks events, nothing is swapped and the run
- * fails. A fence of a run with a larger epoch answers {"taken", its
- * value}: this run lost its lease while it was stalled (between its last
- * renewal and this swap), nothing is swapped and the run stops. */
+ * fails. A later run's fence (fence.lua) answers {"taken", its value}:
+ * this run lost its lease while it was stalled (between its last renewal
+ * and this swap), nothing is swapped and the run stops. */
 /* From the build (swap_lua.c, generated from replay/swap.lua). */
 extern const char lb_swap_lua[];
 /* From the build (fence_lua.c, from replay/fence.lua): a fence set, or
  * lifted from a board not swapped. */
 extern const char lb_fence_lua[];
+
+/* This run's fence value, "<epoch> <lease value>" (lease.h). */
+static void fence_value(const struct replay *r, char *out, size_t cap)
+{
+    snprintf(out, cap, "%lld %s", r->lease.epoch, r->lease.owner);
+}
 
 /* ---- keys --------------------------------------------------------------------------- */
 
@@ -299,7 +305,9 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     size_t argc = 3 + nkeys + 5 + 3 * r->plan.count;
     const char **argv = calloc(argc, sizeof(char *));
     size_t *argvlen = calloc(argc, sizeof(size_t));
-    char(*numbers)[24] = calloc(2 * r->plan.count + 5, sizeof(*numbers));
+    char(*numbers)[24] = calloc(2 * r->plan.count + 4, sizeof(*numbers));
+    char value[200];
+    fence_value(r, value, sizeof(value));
     if (!argv || !argvlen || !numbers) {
         free(argv);
         free(argvlen);
@@ -311,7 +319,6 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     snprintf(numbers[1], sizeof(numbers[1]), "%zu", n);
     snprintf(numbers[2], sizeof(numbers[2]), "%zu", r->plan.count);
     snprintf(numbers[3], sizeof(numbers[3]), "%zu", bk->open);
-    snprintf(numbers[4], sizeof(numbers[4]), "%lld", r->lease.epoch);
     argv[a++] = "EVAL";
     argv[a++] = lb_swap_lua;
     argv[a++] = numbers[0];
@@ -330,9 +337,9 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     argv[a++] = r->sel.windows.count ? "exact" : "advance";
     argv[a++] = numbers[2];
     argv[a++] = numbers[3];
-    argv[a++] = numbers[4];
+    argv[a++] = value;
     for (size_t i = 0; i < r->plan.count; i++) {
-        char *read = numbers[5 + 2 * i], *wrote = numbers[6 + 2 * i];
+        char *read = numbers[4 + 2 * i], *wrote = numbers[5 + 2 * i];
         snprintf(read, sizeof(numbers[0]), "%lld", (long long)(r->plan.parts[i].read_to - 1));
         snprintf(wrote, sizeof(numbers[0]), "%lld", (long long)replay_written(r, board, i));
         argv[a++] = r->plan.parts[i].field;
@@ -693,21 +700,19 @@ static int delete_keys(struct replay *r, const struct strings *keys)
     return 0;
 }
 
-/* fence.lua's 'step' (set or lift) on a board's fence, appended to 'buf'.
- * The fence's value is "<epoch> <lease value>". */
+/* fence.lua's 'step' (set or lift) on a board's fence, appended to 'buf'. */
 static int fence_command(struct replay *r, const char *board, size_t blen, const char *step,
                          struct lb_buf *buf, uint16_t *slot)
 {
-    char fence[600], newest[600], epoch[24], value[200], ttl[24];
+    char fence[600], newest[600], value[200], ttl[24];
     struct lb_str id = {board, (uint32_t)blen};
     size_t flen = lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
     lb_board_key(r->config->key_prefix, id, LB_NEWEST_KEY, newest, sizeof(newest));
-    snprintf(epoch, sizeof(epoch), "%lld", r->lease.epoch);
-    snprintf(value, sizeof(value), "%lld %s", r->lease.epoch, r->lease.owner);
+    fence_value(r, value, sizeof(value));
     snprintf(ttl, sizeof(ttl), "%d", FENCE_TTL_MS);
-    const char *argv[] = {"EVAL", lb_fence_lua, "2", fence, newest, step, epoch, value, ttl};
+    const char *argv[] = {"EVAL", lb_fence_lua, "2", fence, newest, step, value, ttl};
     *slot = lb_key_slot(fence, flen);
-    return lb_buf_command(buf, 9, argv, NULL);
+    return lb_buf_command(buf, 8, argv, NULL);
 }
 
 static int set_fence(struct replay *r, const char *board, size_t blen, struct lb_buf *buf,

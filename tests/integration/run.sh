@@ -90,13 +90,14 @@ if ((lanes == 1)); then
         fi
     done
 else
-    known=/dev/null
+    known=/dev/null defaults=/dev/null
     [[ -s $seconds_file ]] && known=$seconds_file
+    [[ -s $here/seconds ]] && defaults=$here/seconds
     mapfile -t ordered < <(printf '%s\n' "${tests[@]}" |
         awk 'FILENAME == ARGV[1] { s[$1] = $2; next }
             FILENAME == ARGV[2] { if (!($1 in s)) s[$1] = $2; next }
             { print (($1 in s) ? s[$1] : 1e9), $1 }' \
-            "$known" "$here/seconds" - | sort -k1,1nr -k2,2 | awk '{ print $2 }')
+            "$known" "$defaults" - | sort -k1,1nr -k2,2 | awk '{ print $2 }')
     ((${#ordered[@]} == ${#tests[@]})) && tests=("${ordered[@]}")
     lane() {
         # a Ctrl-C or SIGTERM to the whole job reaches the lanes too: they

@@ -112,7 +112,7 @@ static void a_lost_reply_to_taking_the_lease_leaves_it_ours(void **state)
 {
     struct fixture *f = *state;
     redis_relay_lose(f->relay, "SET", NULL);
-    take_and_release(f, "SET SET GET INCR EVAL"); /* then its epoch, confirmed */
+    take_and_release(f, "SET SET GET EVAL EVAL"); /* then its epoch, confirmed */
 }
 
 /* The lease of a run that died on this host is taken over by a script; its
@@ -131,7 +131,7 @@ static void a_lost_reply_to_taking_over_a_dead_runs_lease_leaves_it_ours(void **
     snprintf(dead, sizeof(dead), "%s %ld 1700000000000", host, (long)pid);
     freeReplyObject(redis_server_command(f->redis, "SET %s %s PX 30000", LEASE, dead));
     redis_relay_lose(f->relay, "EVAL", NULL);
-    take_and_release(f, "SET GET EVAL EVAL INCR EVAL");
+    take_and_release(f, "SET GET EVAL EVAL EVAL EVAL");
 }
 
 /* A live run's lease (this test process, as another run would be) is still
@@ -415,15 +415,24 @@ static void a_run_taking_the_lease_later_draws_a_larger_epoch(void **state)
     assert_string_equal(value, later.owner);
     replay_lease_release(&later);
     /* the draw's reply lost: sent again, it draws once more */
-    redis_relay_lose(f->relay, "INCR", NULL);
+    int lost = redis_relay_lost(f->relay);
+    redis_relay_lose(f->relay, "EVAL", "lb:~replay-epoch");
     take_lease(f, &stalled);
-    assert_int_equal(stalled.epoch, later.epoch + 2);
+    assert_int_equal(redis_relay_lost(f->relay), lost + 1);
+    assert_true(stalled.epoch > later.epoch);
+    long long before = stalled.epoch;
     replay_lease_release(&stalled);
-    /* the reply of the renewal that confirms it lost: sent again */
-    redis_relay_lose(f->relay, "EVAL", NULL);
+    /* the reply of the check that the lease is still ours lost: sent again */
+    redis_relay_lose(f->relay, "EVAL", LEASE);
     take_lease(f, &stalled);
-    assert_int_equal(stalled.epoch, later.epoch + 3);
+    assert_int_equal(redis_relay_lost(f->relay), lost + 2);
+    assert_true(stalled.epoch > before);
     replay_lease_release(&stalled);
+    /* the counter lost (its master restarted empty): still larger */
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-epoch"));
+    take_lease(f, &later);
+    assert_true(later.epoch > stalled.epoch);
+    replay_lease_release(&later);
     /* no epoch can be drawn: the run does not start, the lease given back */
     freeReplyObject(redis_server_command(f->redis, "SET lb:~replay-epoch not-a-number"));
     char why[300];
@@ -439,10 +448,14 @@ extern const char lb_fence_lua[], lb_swap_lua[];
 #define FENCE  "lb:{b}:~fence"
 #define NEWEST "lb:{b}:~newest"
 
-static redisReply *fence(struct fixture *f, const char *step, const char *epoch, const char *value)
+/* Fence values: "<epoch> <host> <pid> <ms>" */
+#define STALLED "5 host 11 1"
+#define LATER   "7 host 12 2"
+
+static redisReply *fence(struct fixture *f, const char *step, const char *value)
 {
-    return redis_server_command(f->redis, "EVAL %s 2 %s %s %s %s %s 60000", lb_fence_lua, FENCE,
-                                NEWEST, step, epoch, value);
+    return redis_server_command(f->redis, "EVAL %s 2 %s %s %s %s 60000", lb_fence_lua, FENCE,
+                                NEWEST, step, value);
 }
 
 static void fence_is(struct fixture *f, const char *want)
@@ -463,42 +476,54 @@ static void expect_ok(redisReply *reply)
 static void a_later_runs_fence_is_neither_overwritten_nor_lifted(void **state)
 {
     struct fixture *f = *state;
-    /* a latest board's mark, then an earlier release's fence: both taken */
+    /* a latest board's mark, then earlier releases' fences (one of a host
+     * named with digits only): all taken */
     freeReplyObject(redis_server_command(f->redis, "HSET %s apply 5", FENCE));
-    expect_ok(fence(f, "set", "5", "5 stalled-run"));
-    fence_is(f, "5 stalled-run");
-    freeReplyObject(redis_server_command(f->redis, "SET %s %s", FENCE, "host 12 1700000000000"));
-    expect_ok(fence(f, "set", "5", "5 stalled-run"));
+    expect_ok(fence(f, "set", STALLED));
+    fence_is(f, STALLED);
+    const char *earlier[] = {"host 12 1700000000000", "123456 12 1700000000000"};
+    for (int i = 0; i < 2; i++) {
+        freeReplyObject(redis_server_command(f->redis, "SET %s %s", FENCE, earlier[i]));
+        expect_ok(fence(f, "set", STALLED));
+        fence_is(f, STALLED);
+    }
     /* the later run's, over the earlier one's */
-    expect_ok(fence(f, "set", "7", "7 later-run"));
-    fence_is(f, "7 later-run");
+    expect_ok(fence(f, "set", LATER));
+    fence_is(f, LATER);
     redisReply *ttl = redis_server_command(f->redis, "PTTL %s", FENCE);
     assert_true(ttl->integer > 0 && ttl->integer <= 60000);
     freeReplyObject(ttl);
-    /* the stalled run woken: its fence is refused, its lift leaves it */
-    redisReply *reply = fence(f, "set", "5", "5 stalled-run");
-    assert_int_equal(reply->type, REDIS_REPLY_ERROR);
-    assert_non_null(
-        strstr(reply->str, "lease lost: a later replay run holds " FENCE " (7 later-run)"));
-    freeReplyObject(reply);
-    expect_ok(fence(f, "lift", "5", "5 stalled-run"));
-    fence_is(f, "7 later-run");
-    /* the later run's own lift: gone, a latest board's mark back */
+    /* the stalled run woken: its fence is refused, its lift leaves it; so
+     * is one of another run with the same epoch (a counter rolled back) */
+    const char *stale[] = {STALLED, "7 host 13 3"};
+    for (int i = 0; i < 2; i++) {
+        redisReply *reply = fence(f, "set", stale[i]);
+        assert_int_equal(reply->type, REDIS_REPLY_ERROR);
+        assert_non_null(
+            strstr(reply->str, "lease lost: a later replay run holds " FENCE " (" LATER ")"));
+        freeReplyObject(reply);
+        expect_ok(fence(f, "lift", stale[i]));
+        fence_is(f, LATER);
+    }
+    /* the later run's own: set again (renewed), then lifted: gone, a
+     * latest board's mark back */
+    expect_ok(fence(f, "set", LATER));
     freeReplyObject(redis_server_command(f->redis, "HSET %s p x", NEWEST));
-    expect_ok(fence(f, "lift", "7", "7 later-run"));
-    reply = redis_server_command(f->redis, "HGET %s apply", FENCE);
+    expect_ok(fence(f, "lift", LATER));
+    redisReply *reply = redis_server_command(f->redis, "HGET %s apply", FENCE);
     assert_string_equal(reply->str, "5");
     freeReplyObject(reply);
 }
 
-/* One board's swap (swap.lua) by a run of 'epoch': its answer's first word. */
-static void swap_answer(struct fixture *f, const char *epoch, char *out, size_t cap)
+/* One board's swap (swap.lua) by the run of fence value 'value': its
+ * answer's first word. */
+static void swap_answer(struct fixture *f, const char *value, char *out, size_t cap)
 {
     redisReply *reply = redis_server_command(
         f->redis,
         "EVAL %s 9 lb:{b}:~applied lb:{b}:~offsets s:{b}:~applied s:{b}:~offsets %s "
         "lb:{b}:~final %s s:{b}:alltime lb:{b}:alltime 1 advance 1 0 %s t:0 10 10",
-        lb_swap_lua, FENCE, NEWEST, epoch);
+        lb_swap_lua, FENCE, NEWEST, value);
     assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
     snprintf(out, cap, "%s", reply->element[0]->str);
     freeReplyObject(reply);
@@ -511,16 +536,16 @@ static void a_swap_under_a_later_runs_fence_swaps_nothing(void **state)
     freeReplyObject(redis_server_command(f->redis, "HSET s:{b}:~applied t:0 10"));
     freeReplyObject(redis_server_command(f->redis, "ZADD s:{b}:alltime 9 staged"));
     freeReplyObject(redis_server_command(f->redis, "ZADD lb:{b}:alltime 1 live"));
-    freeReplyObject(redis_server_command(f->redis, "SET %s %s", FENCE, "7 later-run"));
-    swap_answer(f, "5", answer, sizeof(answer));
+    freeReplyObject(redis_server_command(f->redis, "SET %s %s", FENCE, LATER));
+    swap_answer(f, STALLED, answer, sizeof(answer));
     assert_string_equal(answer, "taken");
     redisReply *reply = redis_server_command(f->redis, "ZRANGE lb:{b}:alltime 0 -1");
     assert_int_equal(reply->elements, 1);
     assert_string_equal(reply->element[0]->str, "live");
     freeReplyObject(reply);
-    fence_is(f, "7 later-run");
+    fence_is(f, LATER);
     /* the run that fenced it swaps, and lifts its fence */
-    swap_answer(f, "7", answer, sizeof(answer));
+    swap_answer(f, LATER, answer, sizeof(answer));
     assert_string_equal(answer, "ok");
     reply = redis_server_command(f->redis, "ZRANGE lb:{b}:alltime 0 -1");
     assert_int_equal(reply->elements, 1);

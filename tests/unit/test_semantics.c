@@ -1350,7 +1350,10 @@ static const char *replay_script(const char *name, char *script, size_t cap)
     return script;
 }
 
-/* replay's swap script (replay/swap.lua). */
+/* replay's swap script (replay/swap.lua), and the fence value of the run
+ * that sends it ("<epoch> <host> <pid> <ms>": one argument, given with
+ * %s, which redis_server_command does not split). */
+#define REPLAY_RUN "1 host 1 1"
 static const char *swap_script(void)
 {
     static char script[8192];
@@ -1364,13 +1367,13 @@ static const char *swap_script(void)
 static char *swap_alltime(int64_t read, int64_t wrote)
 {
     const char *script = swap_script();
-    redisReply *r = redis_server_command(
-        redis,
-        "EVAL %s 11 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
-        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:~newest "
-        "lb:~replay:{z}:alltime lb:~replay:{z}:~seen lb:{z}:alltime lb:{z}:~seen 2 advance 1 0 "
-        "t:0 %lld %lld",
-        script, (long long)read, (long long)wrote);
+    redisReply *r =
+        redis_server_command(redis,
+                             "EVAL %s 11 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+                             "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:~newest "
+                             "lb:~replay:{z}:alltime lb:~replay:{z}:~seen lb:{z}:alltime "
+                             "lb:{z}:~seen 2 advance 1 0 %s t:0 %lld %lld",
+                             script, REPLAY_RUN, (long long)read, (long long)wrote);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     static char word[32];
     snprintf(word, sizeof(word), "%s", r->element[0]->str);
@@ -1455,8 +1458,8 @@ static void a_swap_of_a_copy_that_lost_writes_changes_nothing(void **state)
         redis_server_command(redis,
                              "EVAL %s 8 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
                              "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:~newest "
-                             "lb:{z}:alltime 0 advance 1 0 t:0 9 8",
-                             swap_script());
+                             "lb:{z}:alltime 0 advance 1 0 %s t:0 9 8",
+                             swap_script(), REPLAY_RUN);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 4);
     assert_string_equal(r->element[0]->str, "lost");
@@ -1470,7 +1473,7 @@ static void a_swap_of_a_copy_that_lost_writes_changes_nothing(void **state)
 
 /* replay's fence (a string) on a latest board that keeps ~newest replaces
  * the hash there, which holds pods of the previous release off the board;
- * when replay lifts it (lift.lua) or swaps the board in (swap.lua, here only
+ * when replay lifts it (fence.lua) or swaps the board in (swap.lua, here only
  * a window, as replay --window does), the hash is there again, before any
  * write of this release could put it back. A board without ~newest is left
  * without a fence. */
@@ -1478,7 +1481,7 @@ static void a_board_keeping_newest_has_its_hash_fence_after_replay(void **state)
 {
     (void)state;
     static char lift[2048];
-    replay_script("lift.lua", lift, sizeof(lift));
+    replay_script("fence.lua", lift, sizeof(lift));
     struct harness h;
     harness_open(&h, LATEST_CONFIG, redis);
     struct lb_event ev = latest_event("f", 1, MAY1);
@@ -1494,8 +1497,9 @@ static void a_board_keeping_newest_has_its_hash_fence_after_replay(void **state)
                 redis_server_command(redis, "SET lb:{%s}:~fence replay-1 PX 60000", board));
             redisReply *r;
             if (!swapped) {
-                r = redis_server_command(redis, "EVAL %s 2 lb:{%s}:~fence lb:{%s}:~newest", lift,
-                                         board, board);
+                r = redis_server_command(redis,
+                                         "EVAL %s 2 lb:{%s}:~fence lb:{%s}:~newest lift %s 60000",
+                                         lift, board, board, REPLAY_RUN);
             } else { /* the copy read as far as the board's marker */
                 long long m = (long long)marker_of(redis, board, "t:0");
                 freeReplyObject(redis_server_command(
@@ -1506,11 +1510,11 @@ static void a_board_keeping_newest_has_its_hash_fence_after_replay(void **state)
                     redis,
                     "EVAL %s 9 lb:{%s}:~applied lb:{%s}:~offsets lb:~replay:{%s}:~applied "
                     "lb:~replay:{%s}:~offsets lb:{%s}:~fence lb:{%s}:~final lb:{%s}:~newest "
-                    "lb:~replay:{%s}:alltime lb:{%s}:alltime 1 exact 1 0 t:0 %lld %lld",
-                    swap_script(), board, board, board, board, board, board, board, board, board, m,
-                    m);
+                    "lb:~replay:{%s}:alltime lb:{%s}:alltime 1 exact 1 0 %s t:0 %lld %lld",
+                    swap_script(), board, board, board, board, board, board, board, board, board,
+                    REPLAY_RUN, m, m);
             }
-            assert_true(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_ARRAY);
+            assert_true(r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ARRAY);
             if (r->type == REDIS_REPLY_ARRAY)
                 assert_string_equal(r->element[0]->str, "ok");
             freeReplyObject(r);
@@ -1541,13 +1545,13 @@ static void a_swap_merges_the_open_windows_less_the_closed_ones(void **state)
         redis, "HSET lb:{z}:~final s:daily:2026-05-02 published s:daily:2026-05-04 claimed"));
     freeReplyObject(redis_server_command(redis, "HSET lb:~replay:{z}:~applied t:0 3"));
     freeReplyObject(redis_server_command(redis, "ZADD lb:~replay:{z}:alltime 7 ann"));
-    redisReply *r = redis_server_command(
-        redis,
-        "EVAL %s 11 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
-        "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:~newest "
-        "lb:~replay:{z}:alltime lb:~replay:{z}:~open lb:{z}:alltime lb:{z}:~open 2 advance 1 2 "
-        "t:0 3 3",
-        swap_script());
+    redisReply *r =
+        redis_server_command(redis,
+                             "EVAL %s 11 lb:{z}:~applied lb:{z}:~offsets lb:~replay:{z}:~applied "
+                             "lb:~replay:{z}:~offsets lb:{z}:~fence lb:{z}:~final lb:{z}:~newest "
+                             "lb:~replay:{z}:alltime lb:~replay:{z}:~open lb:{z}:alltime "
+                             "lb:{z}:~open 2 advance 1 2 %s t:0 3 3",
+                             swap_script(), REPLAY_RUN);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(r->element[0]->str, "ok");
     freeReplyObject(r);
