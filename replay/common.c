@@ -195,6 +195,14 @@ int replay_check_node(const char *node)
 
 /* ---- talking to Redis ---------------------------------------------------------------- */
 
+void replay_fault_stop(const char *name)
+{
+    if (!getenv(name))
+        return;
+    fprintf(stderr, "replay: %s: stopping\n", name);
+    raise(SIGSTOP);
+}
+
 void replay_fault_pause(const char *name)
 {
     const char *ms = getenv(name);

@@ -425,19 +425,37 @@ static int journal_command(struct replay_lease *lease, int argc, const char **ar
     return failed ? -1 : 0;
 }
 
-void replay_journal_start(struct replay_lease *lease, const char *selection)
+/* A new journal, unless it is a later run's (its epoch above ours): 1, or 0. */
+static const char journal_script[] =
+    "if (tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') or 0) > tonumber(ARGV[1]) then\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'started', ARGV[3], 'selection', ARGV[4],\n"
+    "           'epoch', ARGV[1])\n"
+    "return 1\n";
+
+int replay_journal_start(struct replay_lease *lease, const char *selection)
 {
-    char started[40];
+    char started[40], epoch[24];
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(started, sizeof(started), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    const char *del[] = {"DEL", lease->journal};
-    const char *set[] = {"HSET",    lease->journal, "owner",     lease->owner,
-                         "started", started,        "selection", selection};
+    snprintf(epoch, sizeof(epoch), "%lld", lease->epoch);
+    const char *argv[] = {"EVAL", journal_script, "1",     lease->journal,
+                          epoch,  lease->owner,   started, selection};
     lease->journaled = 1; /* begun, or failed: a lease taken again is checked against it */
-    journal_command(lease, 2, del);
-    journal_command(lease, 8, set);
+    if (!lease->held)
+        return 1;
+    long long begun = 1;
+    if (reply_integer(command(lease->cluster, lease->journal, 8, argv), &begun) != 0)
+        fprintf(stderr, "replay: updating %s failed: %s\n", lease->journal,
+                lb_cluster_error(lease->cluster));
+    if (begun)
+        return 0;
+    lease->held = 0; /* a later run's journal: that run holds the lease */
+    return 1;
 }
 
 void replay_journal_swapped(struct replay_lease *lease, const char *board)

@@ -21,10 +21,12 @@
  *                            lease finds a later run's fence and stops
  *                            instead of overwriting or swapping under it,
  *                            and leaves it when lifting its own.
- *   <prefix>~replay-journal  a hash: owner, started, selection, and one
- *                            "swapped:<board>" field per board swapped. It is
- *                            deleted when a run finishes, so a journal found
- *                            at start is the record of a run that did not.
+ *   <prefix>~replay-journal  a hash: owner, started, selection, epoch, and
+ *                            one "swapped:<board>" field per board swapped.
+ *                            It is deleted when a run finishes, so a journal
+ *                            found at start is the record of a run that did
+ *                            not. A run never replaces a later run's (a
+ *                            larger epoch).
  *   <prefix>~replay-reopening a hash, one field "<window> <board>" per closed
  *                            window a --republish reopened and has not yet
  *                            handed back to the pods (README "Final
@@ -33,8 +35,9 @@
  *                            closes them, and every later run names them
  *                            until a --republish of them completes.
  *
- * Because only the lease holder writes staging keys, every staging key found
- * while holding the lease is a leftover, never a live run's key.
+ * Because only the lease holder writes staging keys, every staging key of
+ * an earlier run (replay.h: its prefix names the run's epoch) found while
+ * holding the lease is a leftover, never a live run's key.
  *
  * Single-threaded; every function talks to Redis through 'cluster'.
  */
@@ -94,11 +97,13 @@ void replay_lease_release(struct replay_lease *lease);
 int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy,
                         struct replay_leftover *out);
 
-/* Starts our journal (replacing an old one); records a swapped board;
- * deletes the journal once the run has finished. Failures are reported and
- * ignored: the journal is what an operator reads, not what makes replay
- * exact. */
-void replay_journal_start(struct replay_lease *lease, const char *selection);
+/* Starts our journal (replacing an old one, but never a later run's: one
+ * whose epoch is above ours); records a swapped board; deletes the journal
+ * once the run has finished. Failures are reported and ignored: the journal
+ * is what an operator reads, not what makes replay exact. The start returns
+ * 1 when a later run's journal is there (the lease went to that run while
+ * this one was stalled; no longer held), else 0. */
+int replay_journal_start(struct replay_lease *lease, const char *selection);
 void replay_journal_swapped(struct replay_lease *lease, const char *board);
 void replay_journal_finish(struct replay_lease *lease);
 

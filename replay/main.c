@@ -367,7 +367,8 @@ int main(int argc, char **argv)
         }
     }
     /* this run's own: a run that lost the lease while frozen and goes on
-     * writing for a moment writes keys no other run reads */
+     * writing for a moment writes keys no other run reads (named by the
+     * run's epoch below, once it holds the lease) */
     snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%s%llx-%ld:", r.config->key_prefix,
              STAGING_INFIX, (unsigned long long)lb_wall_ms(), (long)getpid());
     enum lb_error_class class;
@@ -433,6 +434,11 @@ int main(int argc, char **argv)
             status = EXIT_BROKEN;
             goto out;
         }
+        /* the run's own prefix names its epoch: its start deletes the
+         * staging keys of earlier runs only (swap.c); nothing was staged
+         * under the first one (the engine keeps a pointer to it) */
+        snprintf(r.staging_prefix, sizeof(r.staging_prefix), "%s%sr%lld-%ld:", r.config->key_prefix,
+                 STAGING_INFIX, r.lease.epoch, (long)getpid());
     }
     int gaps = replay_print_plan(&r.plan, &r.o, r.config->group);
     if (print_leftovers(&r) != 0) {
@@ -476,11 +482,19 @@ int main(int argc, char **argv)
         goto out;
     }
     size_t leftovers = 0;
+    replay_fault_stop("LB_FAULT_START_STOP");
     if (replay_clear_staging(&r, &leftovers, 1) != 0) {
         status = EXIT_BROKEN;
         goto out;
     }
-    replay_journal_start(&r.lease, r.selection);
+    if (replay_journal_start(&r.lease, r.selection) != 0) {
+        fprintf(stderr,
+                "replay: the replay lease %s went to another run while this one was "
+                "stalled; stopping\n",
+                r.lease.key);
+        status = EXIT_BROKEN;
+        goto out;
+    }
     r.started = replay_mono_s();
     if (replay_read_until_end(&r) != 0) {
         status = EXIT_BROKEN;

@@ -381,12 +381,8 @@ static int read_until_end(struct replay *r)
                 budget_read++;
                 flow.next->msgs[flow.next->n++] = m;
                 if (!r->read_stop_checked && r->applied_batches) {
-                    /* tests: a run frozen (a VM paused), a record in hand */
                     r->read_stop_checked = 1;
-                    if (getenv("LB_FAULT_READ_STOP")) {
-                        fprintf(stderr, "replay: LB_FAULT_READ_STOP: stopping\n");
-                        raise(SIGSTOP);
-                    }
+                    replay_fault_stop("LB_FAULT_READ_STOP");
                 }
             }
         }

@@ -70,6 +70,22 @@ static int is_staging_key(const struct replay *r, const char *key, size_t len)
            memcmp(key + pl, STAGING_INFIX, il) == 0 && memchr(key + pl + il, '{', len - pl - il);
 }
 
+/* Whether a staging key (is_staging_key) is an earlier run's: its run's
+ * epoch, in "<prefix>~replay:r<epoch>-<pid>:{...", is below ours, or it is
+ * of an earlier layout (":<hex ms>-<pid>:{" or ":{"; no epoch). A later
+ * run's keys are not leftovers even for a run that lost its lease
+ * unawares: it took the lease after this one. Before the lease, every
+ * staging key counts (the plan of --dry-run). */
+static int earlier_run(const struct replay *r, const char *key)
+{
+    const char *run = key + strlen(r->config->key_prefix) + strlen(STAGING_INFIX);
+    char *end;
+    long long epoch = *run == 'r' ? strtoll(run + 1, &end, 10) : 0;
+    if (*run == 'r' && *end != '-')
+        epoch = 0;
+    return r->lease.epoch == 0 || epoch < r->lease.epoch;
+}
+
 static void collect_key(void *ctx, const redisReply *reply)
 {
     struct scan_ctx *s = ctx;
@@ -79,12 +95,14 @@ static void collect_key(void *ctx, const redisReply *reply)
     for (size_t i = 0; i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
         size_t len = keys->element[i]->len;
-        if (s->all_staged && is_staging_key(s->r, k, len))
+        if (s->all_staged && is_staging_key(s->r, k, len)) {
+            if (earlier_run(s->r, k))
+                replay_strings_add(s->staged, k, len);
+        } else if (key_in_selection(s->r, k, len, s->r->staging_prefix)) {
             replay_strings_add(s->staged, k, len);
-        else if (key_in_selection(s->r, k, len, s->r->staging_prefix))
-            replay_strings_add(s->staged, k, len);
-        else if (key_in_selection(s->r, k, len, s->r->config->key_prefix))
+        } else if (key_in_selection(s->r, k, len, s->r->config->key_prefix)) {
             replay_strings_add(s->live, k, len);
+        }
     }
 }
 
@@ -768,14 +786,11 @@ int replay_fence_boards(struct replay *r, const struct strings *boards, int lift
     return status;
 }
 
-/* Tests: a run frozen (a VM paused) between its lease check and its first
- * fences, by SIGSTOP to itself. Returns 0. */
+/* replay_fault_stop before the first fences. Returns 0. */
 static int fault_stop(int attempt)
 {
-    if (attempt == 1 && getenv("LB_FAULT_FENCE_STOP")) {
-        fprintf(stderr, "replay: LB_FAULT_FENCE_STOP: stopping\n");
-        raise(SIGSTOP);
-    }
+    if (attempt == 1)
+        replay_fault_stop("LB_FAULT_FENCE_STOP");
     return 0;
 }
 

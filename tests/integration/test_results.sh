@@ -308,11 +308,15 @@ fail_at_pauses() {
 # leaves the lease and the journal alone; the second does not take the
 # free lease again, since the journal no longer names it. Each run stages
 # under its own prefix, so even a write already on its way when it froze
-# lands in keys no other run reads.
+# lands in keys no other run reads. A third froze at its start, with the
+# lease and before deleting what earlier runs left (LB_FAULT_START_STOP):
+# resumed while this run holds the lease, it deletes none of this run's
+# staging keys (this run's epoch, in its prefix, is larger), leaves the
+# journal alone and stops (exit 1).
 staged_under() { # PREFIX: staging keys under it, on the masters
     local p
     for p in $(live_ports); do
-        is_master "$p" && redis_cli "$p" --scan --pattern "$1*"
+        if is_master "$p"; then redis_cli "$p" --scan --pattern "$1*"; fi
     done | wc -l
 }
 staging_of() { sed -n 's/^  this run stages its copy under \(.*\){<board>}:\.\.\.$/\1/p' "$1" | first; }
@@ -348,6 +352,14 @@ freeze_replay first # (the killed run's lease taken over: its process is gone)
 lb_wait_for 10 lease_gone || fail "the first frozen replay's lease did not run out"
 freeze_replay second
 lb_wait_for 10 lease_gone || fail "the second frozen replay's lease did not run out"
+LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_START_STOP=1 "$BIN/replay" --config "$T_DIR/projector.yaml" \
+    --board 'res-*' >"$T_DIR/replay-frozen-start.out" 2>&1 &
+at_start=$!
+T_PIDS+=("$at_start")
+on_exit "kill -CONT $at_start 2>/dev/null"
+lb_wait_for 60 stopped "$at_start" ||
+    fail "the replay to freeze at its start did not stop itself: $(tail -n 3 "$T_DIR/replay-frozen-start.out")"
+lb_wait_for 10 lease_gone || fail "the replay frozen at its start kept its lease"
 # and a staging key of the release before, which staged every run under
 # lb:~replay:{<board>}:...: a leftover too
 redis_cli "$(live_ports | first)" -c ZADD "lb:~replay:{res-0}:alltime" 1 older-release >/dev/null
@@ -372,6 +384,19 @@ journal_of "$republish" || fail "the first frozen replay changed the journal's o
 republish_prefix=$(staging_of "$T_DIR/replay-republish.out")
 [[ -n $republish_prefix && $republish_prefix != "${frozen_prefix[second]}" ]] ||
     fail "two runs stage under '$republish_prefix'"
+staged=$(staged_under "$republish_prefix")
+((staged > 0)) || fail "replay --republish staged nothing under $republish_prefix before it stopped"
+kill -CONT "$at_start"
+rc=0
+wait "$at_start" || rc=$?
+((rc == 1)) || fail "the replay frozen at its start exited $rc once resumed, not 1: $(tail -n 3 "$T_DIR/replay-frozen-start.out")"
+grep -q "^replay: the replay lease lb:~replay-lease went to another run while this one was stalled; stopping" \
+    "$T_DIR/replay-frozen-start.out" ||
+    fail "the replay frozen at its start did not stop on the lost lease: $(tail -n 3 "$T_DIR/replay-frozen-start.out")"
+(($(staged_under "$republish_prefix") == staged)) ||
+    fail "the replay frozen at its start deleted $((staged - $(staged_under "$republish_prefix"))) of the $staged staging key(s) of replay --republish"
+lease_of "$republish" || fail "the replay frozen at its start took the lease"
+journal_of "$republish" || fail "the replay frozen at its start replaced the journal"
 grep -q "^  an earlier replay did not finish: pid ${frozen_pid[second]} on host .*, selection '--board res-\\* --max-rate 200'" \
     "$T_DIR/replay-republish.out" ||
     fail "the plan did not name the frozen run: $(head -n 12 "$T_DIR/replay-republish.out")"
