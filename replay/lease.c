@@ -147,10 +147,10 @@ static void describe_owner(const char *owner, char *out, size_t cap)
  * expired then is not taken again (renew() would): another run may have
  * had it and drawn a larger one meanwhile. 0 done, 1 the lease went to
  * another run meanwhile, -1 Redis failed. */
-static int draw_epoch(struct replay_lease *lease, const char *prefix, char *why, size_t whylen)
+static int draw_epoch(struct replay_lease *lease, char *why, size_t whylen)
 {
-    char key[256], ttl[24];
-    snprintf(key, sizeof(key), "%s~replay-epoch", prefix);
+    char ttl[24];
+    const char *key = lease->epoch_key;
     snprintf(ttl, sizeof(ttl), "%d", lease->ttl_ms);
     long long epoch = 0, ours = 0;
     int rc = reply_integer(eval(lease->cluster, draw_script, key, NULL, NULL, NULL), &epoch);
@@ -182,12 +182,12 @@ static int draw_epoch(struct replay_lease *lease, const char *prefix, char *why,
 }
 
 /* The lease is ours: holds it and draws its epoch. */
-static int hold(struct replay_lease *lease, const char *prefix, char *why, size_t whylen)
+static int hold(struct replay_lease *lease, char *why, size_t whylen)
 {
     lease->held = 1;
     lease->renewed_ms = lb_monotonic_ms();
     lease->renewed_wall_ms = lb_wall_ms();
-    return draw_epoch(lease, prefix, why, whylen);
+    return draw_epoch(lease, why, whylen);
 }
 
 int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, const char *prefix,
@@ -199,6 +199,7 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
     snprintf(lease->key, sizeof(lease->key), "%s~replay-lease", prefix);
     snprintf(lease->journal, sizeof(lease->journal), "%s~replay-journal", prefix);
     snprintf(lease->reopening, sizeof(lease->reopening), "%s~replay-reopening", prefix);
+    snprintf(lease->epoch_key, sizeof(lease->epoch_key), "%s~replay-epoch", prefix);
     owner_name(lease->owner, sizeof(lease->owner));
     const char *fault = getenv("LB_FAULT_LEASE_TTL_MS"); /* tests: a lease that runs out soon */
     lease->ttl_ms = fault && atoi(fault) > 0 ? atoi(fault) : LB_LEASE_TTL_MS;
@@ -215,7 +216,7 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
         int taken = reply->type == REDIS_REPLY_STATUS;
         freeReplyObject(reply);
         if (taken)
-            return hold(lease, prefix, why, whylen);
+            return hold(lease, why, whylen);
         const char *get[] = {"GET", lease->key};
         reply = command(cluster, lease->key, 2, get);
         if (!reply || (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_NIL)) {
@@ -235,14 +236,14 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
         if (strcmp(holder, lease->owner) == 0) {
             /* ours: a command of ours was applied but its reply lost (the
              * node hung up), and command() sent it again */
-            return hold(lease, prefix, why, whylen);
+            return hold(lease, why, whylen);
         }
         if (owner_is_dead_here(holder)) {
             long long swapped = 0;
             if (reply_integer(eval(cluster, takeover_script, lease->key, holder, lease->owner, ttl),
                               &swapped) == 0 &&
                 swapped == 1)
-                return hold(lease, prefix, why, whylen);
+                return hold(lease, why, whylen);
             continue;
         }
         char who[200];
@@ -270,6 +271,17 @@ static int journal_ours(struct replay_lease *lease)
     return ours;
 }
 
+/* Whether the last epoch drawn is still ours: no run took the lease since. */
+static int epoch_ours(struct replay_lease *lease)
+{
+    const char *argv[] = {"GET", lease->epoch_key};
+    redisReply *reply = command_tries(lease->cluster, lease->epoch_key, 2, argv, 1);
+    int ours = reply && reply->type == REDIS_REPLY_STRING && atoll(reply->str) == lease->epoch;
+    if (reply)
+        freeReplyObject(reply);
+    return ours;
+}
+
 /* Renews the held lease now, in one try (the callers try again, each in
  * its own time): 0 when it is ours (again, if it had expired and nobody
  * took it), 1 when another run holds it or held it meanwhile (no longer
@@ -286,10 +298,13 @@ static int renew(struct replay_lease *lease)
         lease->unsure = 1; /* it may have taken the lease again, its reply lost */
         return -1;
     }
-    /* taken again once our journal began: it must still be ours, or
-     * another run cleared and rebuilt while we were stalled (a failure to
-     * read it counts as that too: stopping is safe, going on may not be) */
-    if ((renewed == 2 || (renewed && lease->unsure)) && lease->journaled && !journal_ours(lease)) {
+    /* taken again: nobody may have drawn an epoch since ours (a run that
+     * took the lease meanwhile did, and may have cleared and rebuilt while
+     * we were stalled), and once our journal began it must still be ours
+     * (a failure to read either counts as a loss too: stopping is safe,
+     * going on may not be) */
+    if ((renewed == 2 || (renewed && lease->unsure)) &&
+        (!epoch_ours(lease) || (lease->journaled && !journal_ours(lease)))) {
         replay_lease_release(lease);
         renewed = 0;
     }

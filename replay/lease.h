@@ -53,7 +53,7 @@
 
 struct replay_lease {
     struct lb_cluster *cluster; /* borrowed */
-    char key[256], journal[256], reopening[256];
+    char key[256], journal[256], reopening[256], epoch_key[256];
     char owner[160]; /* our lease value */
     int held;
     int ttl_ms;                          /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */

@@ -8,7 +8,7 @@
  *     the selected boards' events through the projector's own engine
  *     (decoder, profiles, planner, apply script, cluster client) into
  *     staging keys: the same keys under the run's own prefix
- *     "<prefix>~replay:<run>:", so "lb:~replay:19a2f3c4d5e-4711:{B}:daily:2026-05-04"
+ *     "<prefix>~replay:r<epoch>-<pid>:", so "lb:~replay:r1796089537885-4711:{B}:daily:2026-05-04"
  *     shares board B's hash tag and slot, and no other run writes it.
  *     The staging copy has its own applied-offset markers, so retries and
  *     redeliveries inside the replay count once, as in the projector.
@@ -489,9 +489,9 @@ int main(int argc, char **argv)
     }
     if (replay_journal_start(&r.lease, r.selection) != 0) {
         fprintf(stderr,
-                "replay: the replay lease %s went to another run while this one was "
-                "stalled; stopping\n",
-                r.lease.key);
+                "replay: the replay journal %s is a later run's: the replay lease went to "
+                "another run while this one was stalled; stopping\n",
+                r.lease.journal);
         status = EXIT_BROKEN;
         goto out;
     }

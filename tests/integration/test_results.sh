@@ -367,9 +367,11 @@ fail_at_pauses &
 failer=$!
 T_PIDS+=("$failer")
 # (it stops itself too once it wrote a batch, its leftovers deleted: held
-# there, well within its lease's 30 s, while the first frozen run wakes; so
-# no master of its faults is silent yet, nor its end reached)
+# there, well within its lease (120 s here), while the first frozen run
+# and the one frozen at its start wake; so no master of its faults is
+# silent yet, nor its end reached)
 LB_FAULT_REOPENED_PAUSE_MS=8000 LB_FAULT_ANNOUNCE_PAUSE_MS=8000 LB_FAULT_READ_STOP=1 \
+    LB_FAULT_LEASE_TTL_MS=120000 \
     "$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
     >"$T_DIR/replay-republish.out" 2>&1 &
 republish=$!
@@ -390,7 +392,7 @@ kill -CONT "$at_start"
 rc=0
 wait "$at_start" || rc=$?
 ((rc == 1)) || fail "the replay frozen at its start exited $rc once resumed, not 1: $(tail -n 3 "$T_DIR/replay-frozen-start.out")"
-grep -q "^replay: the replay lease lb:~replay-lease went to another run while this one was stalled; stopping" \
+grep -q "^replay: the replay journal lb:~replay-journal is a later run's: the replay lease went to another run while this one was stalled; stopping" \
     "$T_DIR/replay-frozen-start.out" ||
     fail "the replay frozen at its start did not stop on the lost lease: $(tail -n 3 "$T_DIR/replay-frozen-start.out")"
 (($(staged_under "$republish_prefix") == staged)) ||

@@ -442,6 +442,31 @@ static void a_run_taking_the_lease_later_draws_a_larger_epoch(void **state)
     assert_string_equal(value, "");
 }
 
+/* A stalled run whose lease ran out is not given it again once another
+ * run took it meanwhile, even before its journal began: that run drew a
+ * larger epoch (and may have stalled in turn, its lease run out too). */
+static void a_lease_another_run_drew_an_epoch_under_is_not_taken_again(void **state)
+{
+    struct fixture *f = *state;
+    struct replay_lease stalled, later;
+    take_lease(f, &stalled);
+    freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE)); /* its TTL passed */
+    usleep(5000); /* the same process: a lease value of its own (its ms) */
+    take_lease(f, &later);
+    freeReplyObject(redis_server_command(f->redis, "DEL %s", LEASE)); /* and the later's */
+    assert_int_equal(keep_after_a_while(&stalled), -1);
+    assert_false(stalled.held);
+    char value[200];
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, ""); /* given back */
+    /* the later one, woken, takes it again: nobody drew since */
+    assert_int_equal(keep_after_a_while(&later), 0);
+    assert_true(later.held);
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, later.owner);
+    replay_lease_release(&later);
+}
+
 /* replay's fence scripts (replay/fence.lua, swap.lua) on a board's fence
  * held by runs of different epochs. */
 extern const char lb_fence_lua[], lb_swap_lua[];
@@ -574,6 +599,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_run_taking_the_lease_later_draws_a_larger_epoch, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_lease_another_run_drew_an_epoch_under_is_not_taken_again,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(a_later_runs_fence_is_neither_overwritten_nor_lifted, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_swap_under_a_later_runs_fence_swaps_nothing, setup,
