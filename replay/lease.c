@@ -181,12 +181,11 @@ static int draw_epoch(struct replay_lease *lease, char *why, size_t whylen)
     return 0;
 }
 
-/* The lease is ours: holds it and draws its epoch. */
+/* The lease is ours: holds it (draw_epoch gives it back on failure, and
+ * notes when it was confirmed) and draws its epoch. */
 static int hold(struct replay_lease *lease, char *why, size_t whylen)
 {
     lease->held = 1;
-    lease->renewed_ms = lb_monotonic_ms();
-    lease->renewed_wall_ms = lb_wall_ms();
     return draw_epoch(lease, why, whylen);
 }
 
