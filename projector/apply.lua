@@ -162,7 +162,8 @@ end
 --       claimed|published, or reopening|reopened (replay --republish), c:
 --       closed at, n: players, o: each partition's close offset, h: and u:
 --       the publisher's lease, p: the holder that published it, r:<w>:<part>
---       the record's bytes), [5] the
+--       the record's bytes, e: the replay run that reopened it last),
+--       [5] the
 --       window key, [6] the final key, [7] the slot's ~intact mark (apply.h:
 --       none, and the node was replaced empty or flushed since; a claim
 --       then freezes nothing and answers lost, until replay rebuilt it).
@@ -173,8 +174,18 @@ end
 --       final key, 0 not.
 if ARGV[2] == 'C' then
   local w = ARGV[6]
-  local st = redis.pcall('HMGET', KEYS[4], 's:' .. w, 'h:' .. w, 'u:' .. w, 'p:' .. w)
+  local st = redis.pcall('HMGET', KEYS[4], 's:' .. w, 'h:' .. w, 'u:' .. w, 'p:' .. w, 'e:' .. w)
   if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[4]} end
+  -- reopen, reopened, unreopen: [4] is the replay run's "<epoch> <lease
+  -- value>" (replay/lease.h), kept by reopen; a run whose epoch is not
+  -- above that of another run found there (one stalled past its lease,
+  -- woken) changes nothing
+  if ARGV[3] == 'reopen' or ARGV[3] == 'reopened' or ARGV[3] == 'unreopen' then
+    local function epoch(v) return tonumber(string.match(v, '^(%d+) %S+ %d+ %d+$')) or 0 end
+    if st[5] and st[5] ~= ARGV[4] and epoch(st[5]) >= epoch(ARGV[4]) then
+      return {'taken', st[5]}
+    end
+  end
   -- restore (published.h): a window the results topic says was published,
   -- put back where ~final lost it: [7] closed at, [8] players, [9] the
   -- close offsets, [10] 1 keep the final key, then its composite and
@@ -201,7 +212,7 @@ if ARGV[2] == 'C' then
   if ARGV[3] == 'reopen' then
     if st[1] == 'claimed' then return {'claimed', st[2] or ''} end
     if not st[1] then return {'open'} end
-    redis.call('HSET', KEYS[4], 's:' .. w, 'reopening')
+    redis.call('HSET', KEYS[4], 's:' .. w, 'reopening', 'e:' .. w, ARGV[4])
     redis.call('HDEL', KEYS[4], 'p:' .. w) -- published again by the next claim's holder
     return {'ok'}
   end

@@ -195,14 +195,6 @@ int replay_check_node(const char *node)
 
 /* ---- talking to Redis ---------------------------------------------------------------- */
 
-void replay_fault_stop(const char *name)
-{
-    if (!getenv(name))
-        return;
-    fprintf(stderr, "replay: %s: stopping\n", name);
-    raise(SIGSTOP);
-}
-
 void replay_fault_pause(const char *name)
 {
     const char *ms = getenv(name);
@@ -420,7 +412,7 @@ static redisReply *final_step(struct replay *r, const char *board, const char *w
     snprintf(s.what, sizeof(s.what), "the %s step of board '%s' window '%s'", step, board, window);
     redisReply *reply = replay_final_step(&r->lease, r->config->key_prefix, board, window, step,
                                           step_pause, &s, done);
-    if (!reply && !r->lease.held)
+    if (!r->lease.held)
         lease_lost(r);
     return reply;
 }
@@ -435,6 +427,11 @@ static void say_step_failed(struct replay *r, const char *board, const char *win
                 "replay: board '%s' window '%s' is being published now (claimed by %s): run "
                 "replay --republish again once it is published (a minute at most)\n",
                 board, window, *what ? what : "a pod");
+    else if (word && strcmp(word, "taken") == 0)
+        fprintf(stderr,
+                "replay: board '%s' window '%s': %s: not done, a later replay run reopened it "
+                "(%s)\n",
+                board, window, step, what);
     else if (word && strcmp(word, "stale") == 0)
         fprintf(stderr,
                 "replay: board '%s' window '%s': %s: its ~final says %s, not reopening: run "

@@ -326,6 +326,11 @@ int replay_lease_keep(struct replay_lease *lease)
     return renew(lease) == 1 ? -1 : 0; /* Redis failing: the next call tries again */
 }
 
+void replay_lease_mark(const struct replay_lease *lease, char *out, size_t cap)
+{
+    snprintf(out, cap, "%lld %s", lease->epoch, lease->owner);
+}
+
 void replay_lease_release(struct replay_lease *lease)
 {
     long long ignored;
@@ -421,22 +426,70 @@ int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy
     return 0;
 }
 
-/* A command on argv[1], the journal or the reopening windows; -1 failed
- * (said). */
-static int journal_command(struct replay_lease *lease, int argc, const char **argv)
+/* The journal's entries and the reopening notes, written by the run whose
+ * epoch they carry only: a run that froze past its lease, between its last
+ * renewal and one of these writes, leaves a later run's alone.
+ * journal_entry_script, on the journal: ARGV[1] our epoch, [2] a field
+ * and [3] its value, or [2] "" to delete the journal; 0 when it is another
+ * run's, 2 when there is none (its start failed, and said so).
+ * note_script, on the notes: [1] our epoch, [2] the field, [3] "<epoch>
+ * <lease value>" to set it or "" to delete it; 0 when a later run's note is
+ * there (an earlier release's, "<lease value>", counts as epoch 0). */
+static const char journal_entry_script[] =
+    "local e = redis.call('HGET', KEYS[1], 'epoch')\n"
+    "if e ~= ARGV[1] then return e and 0 or 2 end\n"
+    "if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end\n"
+    "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])\n"
+    "return 1\n";
+
+static const char note_script[] =
+    "local v = redis.call('HGET', KEYS[1], ARGV[2])\n"
+    "if v and tonumber(string.match(v, '^(%d+) %S+ %d+ %d+$') or '0') > tonumber(ARGV[1]) then\n"
+    "  return 0\n"
+    "end\n"
+    "if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[2])\n"
+    "else redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end\n"
+    "return 1\n";
+
+/* Whether 'reply' (to a script on 'key' that answers an integer) is a
+ * failure: said if so. */
+static int update_failed(struct replay_lease *lease, const char *key, const redisReply *reply)
+{
+    if (reply && reply->type == REDIS_REPLY_INTEGER)
+        return 0;
+    fprintf(stderr, "replay: updating %s failed: %s\n", key,
+            !reply                             ? lb_cluster_error(lease->cluster)
+            : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                               : "unexpected reply");
+    return 1;
+}
+
+/* Runs 'script' on 'key' (the journal or the notes) with our epoch, 'a'
+ * and 'b': 0 done (or no journal to write), 1 left alone (another run's,
+ * said), -1 failed (said). */
+static int journal_eval(struct replay_lease *lease, const char *key, const char *script,
+                        const char *a, const char *b)
 {
     if (!lease->held) { /* another run's now */
-        fprintf(stderr, "replay: %s not updated: the replay lease is another run's\n", argv[1]);
+        fprintf(stderr, "replay: %s not updated: the replay lease is another run's\n", key);
         return -1;
     }
-    redisReply *reply = command(lease->cluster, argv[1], argc, argv);
-    int failed = !reply || reply->type == REDIS_REPLY_ERROR;
-    if (failed)
-        fprintf(stderr, "replay: updating %s failed: %s\n", argv[1],
-                reply ? reply->str : lb_cluster_error(lease->cluster));
-    if (reply)
-        freeReplyObject(reply);
-    return failed ? -1 : 0;
+    char epoch[24];
+    snprintf(epoch, sizeof(epoch), "%lld", lease->epoch);
+    redisReply *reply = eval(lease->cluster, script, key, epoch, a, b);
+    if (update_failed(lease, key, reply)) {
+        if (reply)
+            freeReplyObject(reply);
+        return -1;
+    }
+    int left = reply->integer == 0;
+    freeReplyObject(reply);
+    if (left)
+        fprintf(stderr,
+                "replay: %s not updated: it is a later run's (the replay lease went to another "
+                "run while this one was stalled)\n",
+                key);
+    return left;
 }
 
 /* A new journal, unless it is a later run's (its epoch above ours): 1, or 0. */
@@ -462,10 +515,10 @@ int replay_journal_start(struct replay_lease *lease, const char *selection)
     lease->journaled = 1; /* begun, or failed: a lease taken again is checked against it */
     if (!lease->held)
         return 1;
-    long long begun = 1;
-    if (reply_integer(command(lease->cluster, lease->journal, 8, argv), &begun) != 0)
-        fprintf(stderr, "replay: updating %s failed: %s\n", lease->journal,
-                lb_cluster_error(lease->cluster));
+    redisReply *reply = command(lease->cluster, lease->journal, 8, argv);
+    long long begun = update_failed(lease, lease->journal, reply) || reply->integer;
+    if (reply)
+        freeReplyObject(reply);
     if (begun)
         return 0;
     lease->held = 0; /* a later run's journal: that run holds the lease */
@@ -477,24 +530,29 @@ void replay_journal_swapped(struct replay_lease *lease, const char *board)
     char field[300], when[24];
     snprintf(field, sizeof(field), "swapped:%s", board);
     snprintf(when, sizeof(when), "%lld", (long long)lb_wall_ms());
-    const char *argv[] = {"HSET", lease->journal, field, when};
-    journal_command(lease, 4, argv);
+    journal_eval(lease, lease->journal, journal_entry_script, field, when);
 }
 
 void replay_journal_finish(struct replay_lease *lease)
 {
-    const char *argv[] = {"DEL", lease->journal};
-    journal_command(lease, 2, argv);
+    journal_eval(lease, lease->journal, journal_entry_script, "", "");
 }
 
 int replay_journal_reopening(struct replay_lease *lease, const char *board, const char *window,
                              int on)
 {
-    char field[600];
+    char field[600], value[200];
     snprintf(field, sizeof(field), "%s %s", window, board);
-    const char *set[] = {"HSET", lease->reopening, field, lease->owner};
-    const char *del[] = {"HDEL", lease->reopening, field};
-    return journal_command(lease, on ? 4 : 3, on ? set : del);
+    replay_lease_mark(lease, value, sizeof(value));
+    return journal_eval(lease, lease->reopening, note_script, field, on ? value : "") ? -1 : 0;
+}
+
+void replay_fault_stop(const char *name)
+{
+    if (!getenv(name))
+        return;
+    fprintf(stderr, "replay: %s: stopping\n", name);
+    raise(SIGSTOP);
 }
 
 /* The state a step sets, which the step sent again after its reply was
@@ -537,9 +595,14 @@ redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, co
         if (held == 1)
             break;
         char why[300];
+        const char *stop = getenv("LB_FAULT_STEP_STOP");
+        if (held == 0 && !sent && stop && strcmp(stop, step) == 0)
+            replay_fault_stop("LB_FAULT_STEP_STOP");
         if (held == 0) {
-            reply = lb_final_step(lease->cluster, prefix, board, window, step, lease->owner, 0,
-                                  NULL, NULL, 0);
+            char mark[200];
+            replay_lease_mark(lease, mark, sizeof(mark));
+            reply =
+                lb_final_step(lease->cluster, prefix, board, window, step, mark, 0, NULL, NULL, 0);
             if (reply)
                 break;
             sent = 1;
@@ -554,6 +617,8 @@ redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, co
     }
     const char *state;
     const char *word = replay_answer_word(reply, &state);
+    if (word && strcmp(word, "taken") == 0)
+        lease->held = 0; /* a later run reopened the window: it holds the lease */
     *done = word && (strcmp(word, "ok") == 0 ||
                      (sent && strcmp(word, "stale") == 0 && step_done_before(step, state)));
     return reply;

@@ -88,6 +88,11 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
  * failure is not a loss: renewal is tried again on the next call. */
 int replay_lease_keep(struct replay_lease *lease);
 
+/* What this run writes where a later run must find it stands for a later
+ * run: "<epoch> <lease value>", in its fences, its reopening notes and the
+ * e:<window> of the windows it reopens. */
+void replay_lease_mark(const struct replay_lease *lease, char *out, size_t cap);
+
 /* Gives the lease up if it is still ours. Accepts a lease never taken. */
 void replay_lease_release(struct replay_lease *lease);
 
@@ -113,21 +118,34 @@ void replay_journal_finish(struct replay_lease *lease);
 int replay_journal_reopening(struct replay_lease *lease, const char *board, const char *window,
                              int on);
 
+/* For the tests: a run frozen (a VM paused) at this point, by SIGSTOP to
+ * itself, when the environment variable 'name' is set:
+ * LB_FAULT_READ_STOP (read.c, once a batch was applied, a record in hand),
+ * LB_FAULT_FENCE_STOP (swap.c, between its lease check and its first
+ * fences), LB_FAULT_START_STOP (main.c, before clearing the leftovers at
+ * its start), LB_FAULT_FINISH_STOP (main.c, its work done, before its
+ * journal goes), LB_FAULT_STEP_STOP=<step> (replay_final_step, between the
+ * renewal and that step of --republish). */
+void replay_fault_stop(const char *name);
+
 /* The first word of a script's answer (an array of strings), or NULL; with
  * 'second', the word after it there ("" when none). Both point into 'reply'. */
 const char *replay_answer_word(const redisReply *reply, const char **second);
 
 /* One step of --republish on a window's ~final under 'prefix': "reopen",
  * "reopened" or "unreopen" (the apply script's; README "Final standings"),
- * held by our lease value. Sent again after transient failures for as long
+ * sent with our mark (replay_lease_mark), which reopen keeps in the
+ * window's e:<window>. Sent again after transient failures for as long
  * as 'pause' (called with why and the attempt that failed) returns 0. A step
  * whose reply was lost may have been applied: "reopen" sent again applies
  * again, while "reopened" and "unreopen" find the state they set and answer
  * stale, which counts as done (only after a try that went out). Each try
- * goes out only once the lease was renewed (confirmed ours). Returns the
- * reply (the caller frees it), or NULL: lease->held is 0 when another run
- * holds the lease, else lb_cluster_error says why. '*done' is 1 when the
- * step took effect. */
+ * goes out only once the lease was renewed (confirmed ours); a step that
+ * still finds a later run's mark there (we stalled past our lease between
+ * the renewal and the step) changes nothing and answers taken. Returns the
+ * reply (the caller frees it), or NULL; lease->held is 0 when another run
+ * holds the lease (or answered taken), else a NULL reply's reason is in
+ * lb_cluster_error. '*done' is 1 when the step took effect. */
 redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, const char *board,
                               const char *window, const char *step,
                               int (*pause)(void *ctx, const char *why, int attempt), void *ctx,

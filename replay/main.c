@@ -126,6 +126,7 @@ static int finish(struct replay *r, int status)
     if (status == EXIT_GAP) {
         /* refused before writing anything */
     } else if (status == EXIT_OK || status == EXIT_DIFFERENT) {
+        replay_fault_stop("LB_FAULT_FINISH_STOP");
         replay_clear_staging(r, NULL, 0);
         replay_journal_finish(&r->lease);
     } else {

@@ -235,6 +235,10 @@ static int flush_batch(struct replay *r, struct lb_flow *flow)
         fprintf(stderr, "replay: out of memory\n");
         return -1;
     }
+    /* planning it met a closed window: a --republish step there that found
+     * a later run's mark lost the lease, and the batch stays unsent too */
+    if (!r->lease.held)
+        return -1;
     int rc = finish_inflight(r, flow);
     lb_flow_send(flow);
     lb_flow_begin(flow);

@@ -190,13 +190,6 @@ int replay_check_node(const char *node);
  * what changed (LB_FAULT_ANNOUNCE_PAUSE_MS): Redis failing for a moment
  * then. */
 void replay_fault_pause(const char *name);
-/* For the tests: a run frozen (a VM paused) at this point, by SIGSTOP to
- * itself, when the environment variable 'name' is set:
- * LB_FAULT_READ_STOP (read.c, once a batch was applied, a record in hand),
- * LB_FAULT_FENCE_STOP (swap.c, between its lease check and its first
- * fences), LB_FAULT_START_STOP (main.c, before clearing the leftovers at
- * its start). */
-void replay_fault_stop(const char *name);
 int replay_retry_pause(struct replay *r, const char *what, const char *why, int attempt,
                        int64_t since_ms);
 redisReply *replay_redis_call(struct replay *r, const char *what, uint16_t slot, int argc,

@@ -37,12 +37,6 @@ extern const char lb_swap_lua[];
  * lifted from a board not swapped. */
 extern const char lb_fence_lua[];
 
-/* This run's fence value, "<epoch> <lease value>" (lease.h). */
-static void fence_value(const struct replay *r, char *out, size_t cap)
-{
-    snprintf(out, cap, "%lld %s", r->lease.epoch, r->lease.owner);
-}
-
 /* ---- keys --------------------------------------------------------------------------- */
 
 struct scan_ctx {
@@ -325,7 +319,7 @@ static int swap_board(struct replay *r, const char *board, const struct board_ke
     size_t *argvlen = calloc(argc, sizeof(size_t));
     char(*numbers)[24] = calloc(2 * r->plan.count + 4, sizeof(*numbers));
     char value[200];
-    fence_value(r, value, sizeof(value));
+    replay_lease_mark(&r->lease, value, sizeof(value));
     if (!argv || !argvlen || !numbers) {
         free(argv);
         free(argvlen);
@@ -726,7 +720,7 @@ static int fence_command(struct replay *r, const char *board, size_t blen, const
     struct lb_str id = {board, (uint32_t)blen};
     size_t flen = lb_fence_key(r->config->key_prefix, id, fence, sizeof(fence));
     lb_board_key(r->config->key_prefix, id, LB_NEWEST_KEY, newest, sizeof(newest));
-    fence_value(r, value, sizeof(value));
+    replay_lease_mark(&r->lease, value, sizeof(value));
     snprintf(ttl, sizeof(ttl), "%d", FENCE_TTL_MS);
     const char *argv[] = {"EVAL", lb_fence_lua, "2", fence, newest, step, value, ttl};
     *slot = lb_key_slot(fence, flen);

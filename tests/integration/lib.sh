@@ -458,6 +458,35 @@ stop_hanging_up() {
     wait "$HANGUP_PID" 2>/dev/null || true
 }
 
+# replay_bg [-1] NAME [VAR=VALUE...] -- ARGS... - replay (--config
+# $T_DIR/projector.yaml ARGS) in the background with those variables, its
+# output in $T_DIR/NAME.out and NAME.err (-1: both in NAME.out), its pid in
+# rpid; woken (a fault may have stopped it) and stopped on the test's exit.
+replay_bg() {
+    local joined=0 name
+    if [[ $1 == -1 ]]; then
+        joined=1
+        shift
+    fi
+    name=$1
+    local -a vars=()
+    shift
+    while [[ $1 != -- ]]; do
+        vars+=("$1")
+        shift
+    done
+    shift
+    if ((joined)); then
+        env "${vars[@]}" "$BIN/replay" --config "$T_DIR/projector.yaml" "$@" >"$T_DIR/$name.out" 2>&1 &
+    else
+        env "${vars[@]}" "$BIN/replay" --config "$T_DIR/projector.yaml" "$@" >"$T_DIR/$name.out" \
+            2>"$T_DIR/$name.err" &
+    fi
+    rpid=$!
+    T_PIDS+=("$rpid")
+    on_exit "kill -CONT $rpid 2>/dev/null"
+}
+
 # rebuild_board CONFIG BOARD [VERIFY_ARGS...] - BOARD lost (every key
 # deleted), rebuilt by replay --board with CONFIG, and the oracle run with
 # VERIFY_ARGS: the state must be exact again.

@@ -181,22 +181,6 @@ ok "replay --board $wboard --window $window rebuilt that one key exactly"
 
 # 4. replay interrupted, and run again; one replay at a time
 staging_keys() { redis_cli "$lost" --scan --pattern 'lb:~replay:*' | wc -l; }
-# replay_bg NAME [VAR=VALUE...] -- ARGS... - replay in the background, its
-# output in NAME.out and NAME.err, its pid in rpid.
-replay_bg() {
-    local name=$1
-    local -a vars=()
-    shift
-    while [[ $1 != -- ]]; do
-        vars+=("$1")
-        shift
-    done
-    shift
-    env "${vars[@]}" "$BIN/replay" --config "$T_DIR/projector.yaml" "$@" >"$T_DIR/$name.out" \
-        2>"$T_DIR/$name.err" &
-    rpid=$!
-    T_PIDS+=("$rpid")
-}
 redis_cli "$lost" FLUSHALL >/dev/null
 produce -n 20000 --seed 73 "${gen[@]}" --rate 20000
 # a. killed while writing staging keys

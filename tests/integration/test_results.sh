@@ -325,24 +325,33 @@ lease_of() { [[ $(redis_cli "$(live_ports | first)" -c GET "lb:~replay-lease") =
 journal_of() { [[ $(redis_cli "$(live_ports | first)" -c HGET "lb:~replay-journal" owner) == *" $1 "* ]]; }
 stopped() { [[ $(ps -o stat= -p "$1") == T* ]]; }
 declare -A frozen_pid frozen_prefix
+# NAME ENV=VALUE... -- ARGS...: replay_bg, its output in
+# $T_DIR/replay-NAME.out, until it stops itself (a fault's SIGSTOP)
+replay_until_stopped() {
+    replay_bg -1 "replay-$1" "${@:2}"
+    lb_wait_for 60 stopped "$rpid" || fail "replay $1 did not stop itself: $(tail -n 3 "$T_DIR/replay-$1.out")"
+}
+# PID CODE WHAT OUT: the stopped replay PID woken, it exits CODE (else fail,
+# naming WHAT and the end of its output OUT)
+wake_exits() {
+    local rc=0
+    kill -CONT "$1"
+    wait "$1" || rc=$?
+    ((rc == $2)) || fail "$3 exited $rc once resumed, not $2: $(tail -n 3 "$4")"
+}
 freeze_replay() { # NAME: started, until it stops itself
     local out="$T_DIR/replay-frozen-$1.out"
-    LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_READ_STOP=1 \
-        "$BIN/replay" --config "$T_DIR/projector.yaml" --board 'res-*' --max-rate 200 >"$out" 2>&1 &
-    frozen_pid[$1]=$!
-    T_PIDS+=("$!")
-    lb_wait_for 60 stopped "${frozen_pid[$1]}" ||
-        fail "replay $1 did not stop itself: $(tail -n 3 "$out")"
+    replay_until_stopped "frozen-$1" LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_READ_STOP=1 -- \
+        --board 'res-*' --max-rate 200
+    frozen_pid[$1]=$rpid
     frozen_prefix[$1]=$(staging_of "$out")
     if [[ -z ${frozen_prefix[$1]} ]] || (($(staged_under "${frozen_prefix[$1]}") == 0)); then
         fail "replay $1 staged nothing under '${frozen_prefix[$1]}': $(head -n 12 "$out")"
     fi
 }
 resume_frozen() { # NAME: it stops, exit 1, writing nothing
-    local out="$T_DIR/replay-frozen-$1.out" rc=0
-    kill -CONT "${frozen_pid[$1]}"
-    wait "${frozen_pid[$1]}" || rc=$?
-    ((rc == 1)) || fail "replay $1 exited $rc once resumed, not 1: $(tail -n 3 "$out")"
+    local out="$T_DIR/replay-frozen-$1.out"
+    wake_exits "${frozen_pid[$1]}" 1 "replay $1" "$out"
     grep -q "^replay: the replay lease lb:~replay-lease went to another run while this one was stalled; stopping" "$out" ||
         fail "replay $1 did not stop on the lost lease: $(tail -n 3 "$out")"
     (($(staged_under "${frozen_prefix[$1]}") == 0)) ||
@@ -352,13 +361,8 @@ freeze_replay first # (the killed run's lease taken over: its process is gone)
 lb_wait_for 10 lease_gone || fail "the first frozen replay's lease did not run out"
 freeze_replay second
 lb_wait_for 10 lease_gone || fail "the second frozen replay's lease did not run out"
-LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_START_STOP=1 "$BIN/replay" --config "$T_DIR/projector.yaml" \
-    --board 'res-*' >"$T_DIR/replay-frozen-start.out" 2>&1 &
-at_start=$!
-T_PIDS+=("$at_start")
-on_exit "kill -CONT $at_start 2>/dev/null"
-lb_wait_for 60 stopped "$at_start" ||
-    fail "the replay to freeze at its start did not stop itself: $(tail -n 3 "$T_DIR/replay-frozen-start.out")"
+replay_until_stopped frozen-start LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_START_STOP=1 -- --board 'res-*'
+at_start=$rpid
 lb_wait_for 10 lease_gone || fail "the replay frozen at its start kept its lease"
 # and a staging key of the release before, which staged every run under
 # lb:~replay:{<board>}:...: a leftover too
@@ -388,10 +392,7 @@ republish_prefix=$(staging_of "$T_DIR/replay-republish.out")
     fail "two runs stage under '$republish_prefix'"
 staged=$(staged_under "$republish_prefix")
 ((staged > 0)) || fail "replay --republish staged nothing under $republish_prefix before it stopped"
-kill -CONT "$at_start"
-rc=0
-wait "$at_start" || rc=$?
-((rc == 1)) || fail "the replay frozen at its start exited $rc once resumed, not 1: $(tail -n 3 "$T_DIR/replay-frozen-start.out")"
+wake_exits "$at_start" 1 "the replay frozen at its start" "$T_DIR/replay-frozen-start.out"
 grep -q "^replay: the replay journal lb:~replay-journal is a later run's: the replay lease went to another run while this one was stalled; stopping" \
     "$T_DIR/replay-frozen-start.out" ||
     fail "the replay frozen at its start did not stop on the lost lease: $(tail -n 3 "$T_DIR/replay-frozen-start.out")"
@@ -480,11 +481,78 @@ grep -q "board 'res-0' window '$w0' was left reopening and its live key expired"
 sleep 3 # a closer check or more
 dump_results
 (($(wc -l <"$T_DIR/results.dump") == records)) || fail "res-0 $w0 was published again"
-# the live day, gone with the short ttl, rebuilt as it closed for what follows
-"$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" \
-    >"$T_DIR/replay-day.out" 2>&1 || fail "replay --board res-0 --window $w0 failed: $(tail -n 3 "$T_DIR/replay-day.out")"
-verify "${oracle[@]}"
 ok "res-0 $w0 left reopening again, its ttl passed: replay --republish put it back published as it closed, out of ~open, nothing published again"
+
+# The live day, gone with the short ttl, rebuilt as it closed for what
+# follows, by two runs: the first swaps it in and freezes at its end, past
+# its lease (3 s), before deleting its journal (LB_FAULT_FINISH_STOP); the
+# second takes the lease, begins its journal and stops itself once it wrote
+# a batch. The first, woken, deletes neither the second's journal (what an
+# operator reads should the second die) nor its staging keys, and exits 0:
+# its own work was done.
+replay_until_stopped frozen-end LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_FINISH_STOP=1 -- \
+    --board res-0 --window "$w0"
+at_end=$rpid
+lb_wait_for 10 lease_gone || fail "the replay frozen at its end kept its lease"
+replay_until_stopped day LB_FAULT_READ_STOP=1 LB_FAULT_LEASE_TTL_MS=120000 -- \
+    --board res-0 --window "$w0"
+day_run=$rpid
+journal_of "$day_run" || fail "the second replay of res-0 $w0 began no journal"
+day_prefix=$(staging_of "$T_DIR/replay-day.out")
+staged=$(staged_under "$day_prefix")
+((staged > 0)) || fail "the second replay of res-0 $w0 staged nothing under '$day_prefix'"
+wake_exits "$at_end" 0 "the replay frozen at its end" "$T_DIR/replay-frozen-end.out"
+journal_of "$day_run" || fail "the replay frozen at its end deleted the later run's journal"
+lease_of "$day_run" || fail "the replay frozen at its end took or gave back the later run's lease"
+(($(staged_under "$day_prefix") == staged)) ||
+    fail "the replay frozen at its end deleted $((staged - $(staged_under "$day_prefix"))) of the later run's $staged staging key(s)"
+grep -q "^replay: lb:~replay-journal not updated: it is a later run's" "$T_DIR/replay-frozen-end.out" ||
+    fail "the replay frozen at its end did not say it left the journal: $(tail -n 3 "$T_DIR/replay-frozen-end.out")"
+kill -CONT "$day_run"
+wait "$day_run" || fail "replay --board res-0 --window $w0 failed: $(tail -n 3 "$T_DIR/replay-day.out")"
+[[ $(redis_cli "$(live_ports | first)" -c EXISTS "lb:~replay-journal") == 0 ]] ||
+    fail "the journal outlived the run that finished last"
+verify "${oracle[@]}"
+ok "res-0 $w0 rebuilt by a replay woken at its end, past its lease, beside a later run: it left that run's journal, lease and staging keys alone"
+
+# A replay --republish of the day frozen between its lease's renewal and its
+# reopen step (LB_FAULT_STEP_STOP=reopen), past its lease; another
+# --republish of the day meanwhile reopens, rebuilds and hands it back, and
+# a pod publishes it again. Woken, the first reopens nothing: its step finds
+# the later run's mark in ~final (e:<window>) and it stops (exit 1). Without
+# that, the day would stay reopening, published by no pod.
+replay_until_stopped frozen-step LB_FAULT_LEASE_TTL_MS=3000 LB_FAULT_STEP_STOP=reopen -- \
+    --board res-0 --window "$w0" --republish
+at_step=$rpid
+lb_wait_for 10 lease_gone || fail "the replay frozen at its reopen step kept its lease"
+"$BIN/replay" --config "$T_DIR/projector.yaml" --board res-0 --window "$w0" --republish \
+    >"$T_DIR/replay-republish2.out" 2>&1 ||
+    fail "the second replay --republish of res-0 $w0 failed: $(tail -n 3 "$T_DIR/replay-republish2.out")"
+lb_wait_for 20 republished || fail "res-0 $w0 was not published again: $(final_state res-0 "$w0")"
+dump_results
+records=$(wc -l <"$T_DIR/results.dump")
+wake_exits "$at_step" 1 "the replay frozen at its reopen step" "$T_DIR/replay-frozen-step.out"
+[[ $(final_state res-0 "$w0") == published ]] ||
+    fail "the replay frozen at its reopen step left res-0 $w0 $(final_state res-0 "$w0"), not published"
+[[ $(redis_cli "$(live_ports | first)" -c HEXISTS "lb:{res-0}:~open" "$w0") == 0 ]] ||
+    fail "the replay frozen at its reopen step listed res-0 $w0 in ~open"
+[[ $(redis_cli "$(live_ports | first)" -c HLEN "lb:~replay-reopening") == 0 ]] ||
+    fail "lb:~replay-reopening names a window: $(redis_cli "$(live_ports | first)" -c HKEYS "lb:~replay-reopening")"
+step_prefix=$(staging_of "$T_DIR/replay-frozen-step.out")
+[[ -n $step_prefix ]] || fail "the replay frozen at its reopen step named no staging prefix"
+(($(staged_under "$step_prefix") == 0)) ||
+    fail "the replay frozen at its reopen step wrote $(staged_under "$step_prefix") staging key(s) under $step_prefix once woken"
+grep -q "^replay: board 'res-0' window '$w0': reopen: not done, a later replay run reopened it" \
+    "$T_DIR/replay-frozen-step.out" ||
+    fail "the replay frozen at its reopen step did not name the later run: $(tail -n 3 "$T_DIR/replay-frozen-step.out")"
+grep -q "^replay: the replay lease lb:~replay-lease went to another run while this one was stalled; stopping" \
+    "$T_DIR/replay-frozen-step.out" ||
+    fail "the replay frozen at its reopen step did not stop on the lost lease: $(tail -n 3 "$T_DIR/replay-frozen-step.out")"
+sleep 3 # a closer check or more
+dump_results
+(($(wc -l <"$T_DIR/results.dump") == records)) || fail "res-0 $w0 was published again after the frozen run woke"
+verify "${oracle[@]}"
+ok "replay --republish of res-0 $w0 woken at its reopen step, past its lease, after a later --republish handed the day back: it reopened nothing and stopped"
 
 # 3. pods killed between the claim and the acknowledgement: c after it
 #    produced a window's record and before the broker acknowledged it (the

@@ -88,6 +88,10 @@ static void step(struct fixture *f, const char *name, const char *holder, const 
         fail_msg("%s answered '%s', not '%s'", name, got, want);
 }
 
+/* replay runs' marks (replay/lease.h), the second's epoch larger */
+#define RUN1 "41 host 11 1000"
+#define RUN2 "42 host 12 2000"
+
 static void assert_field(struct fixture *f, const char *key, const char *field, const char *want)
 {
     redisReply *r = redis_server_command(f->redis, "HGET %s %s", key, field);
@@ -133,7 +137,7 @@ static void a_window_closes_reopens_and_closes_again(void **state)
     step(f, "done", "pod-b", done, 1, "stale");
 
     /* replay --republish: reopened, nothing closes it, restore leaves it */
-    step(f, "reopen", "replay-1", NULL, 0, "ok");
+    step(f, "reopen", RUN1, NULL, 0, "ok");
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "reopening");
     assert_field(f, "lb:{fb}:~final", "p:" WINDOW, NULL);
     run(f, "HSET lb:{fb}:~open %s 900", WINDOW); /* a pod wrote an event there */
@@ -147,7 +151,7 @@ static void a_window_closes_reopens_and_closes_again(void **state)
     /* rebuilt with a late event (d) and more read: due at once, frozen afresh */
     run(f, "ZADD lb:{fb}:%s 40 d", WINDOW);
     run(f, "HSET %s scores:0 50", "lb:{fb}:~applied");
-    step(f, "reopened", "replay-1", NULL, 0, "ok");
+    step(f, "reopened", RUN1, NULL, 0, "ok");
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "reopened");
     assert_field(f, "lb:{fb}:~open", WINDOW, "1000"); /* when it closed: the watermark passed */
     const char *claim2[] = {"2", "d", "2000"};
@@ -163,20 +167,20 @@ static void a_window_closes_reopens_and_closes_again(void **state)
     step(f, "done", "pod-b", done, 1, "stale");
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
     assert_field(f, "lb:{fb}:~final", "p:" WINDOW, "pod-c");
-    step(f, "reopened", "replay-1", NULL, 0, "stale published");
+    step(f, "reopened", RUN1, NULL, 0, "stale published");
 }
 
 static void only_published_windows_reopen(void **state)
 {
     struct fixture *f = *state;
-    step(f, "reopen", "replay-1", NULL, 0, "open"); /* not closed: nothing to reopen */
+    step(f, "reopen", RUN1, NULL, 0, "open"); /* not closed: nothing to reopen */
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, NULL);
     run(f, "ZADD lb:{fb}:%s 30 a", WINDOW);
     const char *claim[] = {"0", "d", "1000"};
     step(f, "claim", "pod-a", claim, 3, "go 1000 1 ");
-    step(f, "reopen", "replay-1", NULL, 0, "claimed pod-a"); /* being published */
+    step(f, "reopen", RUN1, NULL, 0, "claimed pod-a"); /* being published */
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "claimed");
-    step(f, "reopened", "replay-1", NULL, 0, "stale claimed");
+    step(f, "reopened", RUN1, NULL, 0, "stale claimed");
 }
 
 /* A window left reopening whose live key expired (replay --republish
@@ -188,17 +192,51 @@ static void a_window_left_reopening_is_put_back_as_published(void **state)
     run(f, "ZADD lb:{fb}:%s 30 a 20 b", WINDOW);
     const char *claim[] = {"0", "d", "1000"}, *done[] = {"1"};
     step(f, "claim", "pod-a", claim, 3, "go 1000 2 ");
-    step(f, "unreopen", "replay-1", NULL, 0, "stale claimed");
+    step(f, "unreopen", RUN1, NULL, 0, "stale claimed");
     step(f, "done", "pod-a", done, 1, "ok");
-    step(f, "unreopen", "replay-1", NULL, 0, "stale published");
-    step(f, "reopen", "replay-1", NULL, 0, "ok");
+    step(f, "unreopen", RUN1, NULL, 0, "stale published");
+    step(f, "reopen", RUN1, NULL, 0, "ok");
     run(f, "HSET lb:{fb}:~open %s 900", WINDOW); /* a pod wrote an event there */
     run(f, "DEL lb:{fb}:%s", WINDOW);            /* its ttl */
-    step(f, "unreopen", "replay-2", NULL, 0, "ok");
+    step(f, "unreopen", RUN2, NULL, 0, "ok");
     assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
     assert_field(f, "lb:{fb}:~open", WINDOW, NULL);
     assert_final(f, "a b");
     step(f, "claim", "pod-a", claim, 3, "published");
+}
+
+/* A replay run stalled past its lease, woken after a later run reopened
+ * the window (or handed it back): none of its steps changes anything, and
+ * each names the later run; the later run's own steps go on. An earlier
+ * release's run (a lease value alone: epoch 0) counts as earlier. */
+static void a_stalled_runs_steps_leave_a_later_runs_window_alone(void **state)
+{
+    struct fixture *f = *state;
+    run(f, "ZADD lb:{fb}:%s 30 a 20 b", WINDOW);
+    const char *claim[] = {"0", "d", "1000"}, *done[] = {"1"};
+    step(f, "claim", "pod-a", claim, 3, "go 1000 2 ");
+    step(f, "done", "pod-a", done, 1, "ok");
+    step(f, "reopen", "host 10 500", NULL, 0, "ok");
+    step(f, "reopen", RUN1, NULL, 0, "ok");
+    step(f, "reopen", RUN2, NULL, 0, "ok");
+    const char *steps[] = {"reopen", "reopened", "unreopen"};
+    const char *stalled[] = {RUN1, "42 host 13 3000", "host 10 500", "123 10 500"};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t k = 0; k < 4; k++)
+            step(f, steps[i], stalled[k], NULL, 0, "taken " RUN2);
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "reopening");
+    assert_field(f, "lb:{fb}:~open", WINDOW, NULL);
+    step(f, "reopened", RUN2, NULL, 0, "ok");
+    step(f, "claim", "pod-b", claim, 3, "go 1000 2 ");
+    step(f, "done", "pod-b", done, 1, "ok");
+    /* published again: the stalled run's late reopen would hold it from
+     * the pods, its late unreopen or reopened would be stale anyway */
+    for (size_t k = 0; k < 4; k++)
+        step(f, "reopen", stalled[k], NULL, 0, "taken " RUN2);
+    assert_field(f, "lb:{fb}:~final", "s:" WINDOW, "published");
+    /* a run after both reopens it */
+    step(f, "reopen", "43 host 14 4000", NULL, 0, "ok");
+    assert_field(f, "lb:{fb}:~final", "e:" WINDOW, "43 host 14 4000");
 }
 
 /* The node of the board's slot replaced empty or flushed (its ~intact
@@ -252,6 +290,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_window_closes_reopens_and_closes_again, setup, teardown),
         cmocka_unit_test_setup_teardown(only_published_windows_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(a_window_left_reopening_is_put_back_as_published, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_stalled_runs_steps_leave_a_later_runs_window_alone, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_claim_waits_for_a_lost_slot_to_be_rebuilt, setup,
                                         teardown),

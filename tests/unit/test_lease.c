@@ -440,6 +440,20 @@ static void a_run_taking_the_lease_later_draws_a_larger_epoch(void **state)
     assert_non_null(strstr(why, "cannot draw the replay epoch lb:~replay-epoch"));
     lease_value(f, value, sizeof(value));
     assert_string_equal(value, "");
+    /* the lease ran out while it was being taken (50 ms here; the draw's
+     * reply lost, sent again 100 ms later): not taken again, since another
+     * run may have had it meanwhile; the run does not start */
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-epoch"));
+    setenv("LB_FAULT_LEASE_TTL_MS", "50", 1);
+    redis_relay_lose(f->relay, "EVAL", "lb:~replay-epoch");
+    int taken = replay_lease_take(&stalled, f->cluster, PREFIX, why, sizeof(why));
+    unsetenv("LB_FAULT_LEASE_TTL_MS");
+    assert_int_equal(taken, 1);
+    assert_int_equal(redis_relay_lost(f->relay), lost + 3);
+    assert_non_null(strstr(why, "went to another run while this one was taking it"));
+    assert_false(stalled.held);
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, "");
 }
 
 /* A stalled run whose lease ran out is not given it again once another
@@ -579,6 +593,108 @@ static void a_swap_under_a_later_runs_fence_swaps_nothing(void **state)
     fence_is(f, "");
 }
 
+/* Its journal's entries and its reopening notes: a run writes and
+ * deletes only its own journal (its epoch), and never a later run's note;
+ * a woken run stalled past its lease leaves both to the later run. */
+static void hash_field(struct fixture *f, const char *key, const char *field, char *out, size_t cap)
+{
+    redisReply *reply = redis_server_command(f->redis, "HGET %s %s", key, field);
+    assert_true(reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_NIL);
+    snprintf(out, cap, "%s", reply->type == REDIS_REPLY_STRING ? reply->str : "");
+    freeReplyObject(reply);
+}
+
+static void a_later_runs_journal_and_notes_are_left_alone(void **state)
+{
+    struct fixture *f = *state;
+    char value[300], ours[300], later[300];
+    struct replay_lease lease;
+    take_lease(f, &lease);
+    assert_int_equal(replay_journal_start(&lease, "--board b"), 0);
+    snprintf(ours, sizeof(ours), "%lld %s", lease.epoch, lease.owner);
+    snprintf(later, sizeof(later), "%lld elsewhere 7 1", lease.epoch + 1);
+    /* its own: written; a note of an earlier run or release: taken over */
+    replay_journal_swapped(&lease, "b1");
+    hash_field(f, "lb:~replay-journal", "swapped:b1", value, sizeof(value));
+    assert_true(*value);
+    const char *earlier[] = {"", "elsewhere 7 1", "1 elsewhere 7 1"};
+    for (int i = 0; i < 3; i++) {
+        if (*earlier[i])
+            freeReplyObject(redis_server_command(f->redis, "HSET lb:~replay-reopening %s %s", "w b",
+                                                 earlier[i]));
+        assert_int_equal(replay_journal_reopening(&lease, "b", "w", 1), 0);
+        hash_field(f, "lb:~replay-reopening", "w b", value, sizeof(value));
+        assert_string_equal(value, ours);
+    }
+    assert_int_equal(replay_journal_reopening(&lease, "b", "w", 0), 0);
+    hash_field(f, "lb:~replay-reopening", "w b", value, sizeof(value));
+    assert_string_equal(value, "");
+    /* a later run took the lease, began its journal and noted the window */
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:~replay-journal owner %s epoch %lld",
+                                         "elsewhere 7 1", lease.epoch + 1));
+    freeReplyObject(
+        redis_server_command(f->redis, "HSET lb:~replay-reopening %s %s", "w b", later));
+    replay_journal_swapped(&lease, "b2");
+    hash_field(f, "lb:~replay-journal", "swapped:b2", value, sizeof(value));
+    assert_string_equal(value, "");
+    replay_journal_finish(&lease);
+    hash_field(f, "lb:~replay-journal", "owner", value, sizeof(value));
+    assert_string_equal(value, "elsewhere 7 1");
+    assert_int_equal(replay_journal_reopening(&lease, "b", "w", 1), -1);
+    assert_int_equal(replay_journal_reopening(&lease, "b", "w", 0), -1);
+    hash_field(f, "lb:~replay-reopening", "w b", value, sizeof(value));
+    assert_string_equal(value, later);
+    /* no journal (its start failed): nothing written, not an error */
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
+    replay_journal_swapped(&lease, "b3");
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-reopening"));
+    redisReply *reply = redis_server_command(f->redis, "EXISTS lb:~replay-journal");
+    assert_int_equal(reply->integer, 0);
+    freeReplyObject(reply);
+    /* its own journal, begun again: deleted when the run finishes */
+    assert_int_equal(replay_journal_start(&lease, "--board b"), 0);
+    replay_journal_finish(&lease);
+    reply = redis_server_command(f->redis, "EXISTS lb:~replay-journal");
+    assert_int_equal(reply->integer, 0);
+    freeReplyObject(reply);
+    replay_lease_release(&lease);
+}
+
+/* A journal or notes key Redis refuses to write (a string there: an
+ * operator's mistake): said, the key left as it is, the run going on
+ * (the journal is what an operator reads); a note that cannot be written
+ * stops its window's reopen (-1). A run without the lease starts no
+ * journal. */
+static void a_journal_redis_refuses_is_said_and_the_run_goes_on(void **state)
+{
+    struct fixture *f = *state;
+    char value[300];
+    struct replay_lease lease;
+    take_lease(f, &lease);
+    freeReplyObject(redis_server_command(f->redis, "SET lb:~replay-journal x"));
+    freeReplyObject(redis_server_command(f->redis, "SET lb:~replay-reopening y"));
+    assert_int_equal(replay_journal_start(&lease, "--board b"), 0);
+    replay_journal_swapped(&lease, "b1");
+    replay_journal_finish(&lease);
+    assert_int_equal(replay_journal_reopening(&lease, "b", "w", 1), -1);
+    assert_int_equal(replay_journal_reopening(&lease, "b", "w", 0), -1);
+    assert_true(lease.held);
+    redisReply *reply =
+        redis_server_command(f->redis, "MGET lb:~replay-journal lb:~replay-reopening");
+    assert_string_equal(reply->element[0]->str, "x");
+    assert_string_equal(reply->element[1]->str, "y");
+    freeReplyObject(reply);
+    lease_value(f, value, sizeof(value));
+    assert_string_equal(value, lease.owner);
+    replay_lease_release(&lease);
+    freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal lb:~replay-reopening"));
+    assert_int_equal(replay_journal_start(&lease, "--board b"), 1);
+    reply = redis_server_command(f->redis, "EXISTS lb:~replay-journal");
+    assert_int_equal(reply->integer, 0);
+    freeReplyObject(reply);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -602,6 +718,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_lease_another_run_drew_an_epoch_under_is_not_taken_again,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(a_later_runs_fence_is_neither_overwritten_nor_lifted, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_later_runs_journal_and_notes_are_left_alone, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_journal_redis_refuses_is_said_and_the_run_goes_on, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_swap_under_a_later_runs_fence_swaps_nothing, setup,
                                         teardown),
