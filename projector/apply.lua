@@ -176,15 +176,11 @@ if ARGV[2] == 'C' then
   local w = ARGV[6]
   local st = redis.pcall('HMGET', KEYS[4], 's:' .. w, 'h:' .. w, 'u:' .. w, 'p:' .. w, 'e:' .. w)
   if st.err then return refused(st, 'hmget') or {'wrongtype', KEYS[4]} end
-  -- reopen, reopened, unreopen: [4] is the replay run's "<epoch> <lease
-  -- value>" (replay/lease.h), kept by reopen; a run whose epoch is not
-  -- above that of another run found there (one stalled past its lease,
-  -- woken) changes nothing
+  -- reopen, reopened, unreopen: [4] is the replay run's mark
+  -- (projector/mark.lua), kept by reopen; a later run's found there (we
+  -- were stalled past our lease) means this run changes nothing
   if ARGV[3] == 'reopen' or ARGV[3] == 'reopened' or ARGV[3] == 'unreopen' then
-    local function epoch(v) return tonumber(string.match(v, '^(%d+) %S+ %d+ %d+$')) or 0 end
-    if st[5] and st[5] ~= ARGV[4] and epoch(st[5]) >= epoch(ARGV[4]) then
-      return {'taken', st[5]}
-    end
+    if st[5] and later_mark(st[5], ARGV[4]) then return {'taken', st[5]} end
   end
   -- restore (published.h): a window the results topic says was published,
   -- put back where ~final lost it: [7] closed at, [8] players, [9] the

@@ -4,14 +4,11 @@
 -- KEYS: [1] the board's fence, [2] its ~newest.
 -- ARGV: [1] set|lift, [2] the fence's value, "<epoch> <lease value>"
 --       (lease.h: "<epoch> <host> <pid> <ms>"), [3] its TTL in ms.
--- The fence of a later run (another value, an epoch at least ours: that
--- run took the lease after this one lost it, while this one was stalled)
--- is neither overwritten nor lifted: setting fails, and the run stops;
--- lifting leaves it. An earlier release's fence ("<host> <pid> <ms>") is
--- nobody's later one.
-local function epoch(v) return tonumber(string.match(v, '^(%d+) %S+ %d+ %d+$')) or 0 end
+-- The fence of a later run (later_mark, projector/mark.lua) is neither
+-- overwritten nor lifted: setting fails, and the run stops; lifting
+-- leaves it.
 local held = redis.call('TYPE', KEYS[1]).ok == 'string' and redis.call('GET', KEYS[1])
-local later = held and held ~= ARGV[2] and epoch(held) >= epoch(ARGV[2])
+local later = held and later_mark(held, ARGV[2])
 if ARGV[1] == 'set' then
   if later then
     -- (short: replay shows the first 120 characters)

@@ -426,15 +426,12 @@ int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy
     return 0;
 }
 
-/* The journal's entries and the reopening notes, written by the run whose
- * epoch they carry only: a run that froze past its lease, between its last
- * renewal and one of these writes, leaves a later run's alone.
- * journal_entry_script, on the journal: ARGV[1] our epoch, [2] a field
- * and [3] its value, or [2] "" to delete the journal; 0 when it is another
- * run's, 2 when there is none (its start failed, and said so).
- * note_script, on the notes: [1] our epoch, [2] the field, [3] "<epoch>
- * <lease value>" to set it or "" to delete it; 0 when a later run's note is
- * there (an earlier release's, "<lease value>", counts as epoch 0). */
+/* The journal's entries, written by the run whose epoch it holds only: a
+ * run that froze past its lease, between its last renewal and one of these
+ * writes, leaves a later run's alone (the reopening notes: note.lua).
+ * ARGV[1] our epoch, [2] a field and [3] its value, or [2] "" to delete the
+ * journal; 0 when it is another run's, 2 when there is none (its start
+ * failed, and said so). */
 static const char journal_entry_script[] =
     "local e = redis.call('HGET', KEYS[1], 'epoch')\n"
     "if e ~= ARGV[1] then return e and 0 or 2 end\n"
@@ -442,14 +439,8 @@ static const char journal_entry_script[] =
     "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])\n"
     "return 1\n";
 
-static const char note_script[] =
-    "local v = redis.call('HGET', KEYS[1], ARGV[2])\n"
-    "if v and tonumber(string.match(v, '^(%d+) %S+ %d+ %d+$') or '0') > tonumber(ARGV[1]) then\n"
-    "  return 0\n"
-    "end\n"
-    "if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[2])\n"
-    "else redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end\n"
-    "return 1\n";
+/* From the build (note_lua.c, from replay/note.lua). */
+extern const char lb_note_lua[];
 
 /* Whether 'reply' (to a script on 'key' that answers an integer) is a
  * failure: said if so. */
@@ -464,19 +455,17 @@ static int update_failed(struct replay_lease *lease, const char *key, const redi
     return 1;
 }
 
-/* Runs 'script' on 'key' (the journal or the notes) with our epoch, 'a'
- * and 'b': 0 done (or no journal to write), 1 left alone (another run's,
- * said), -1 failed (said). */
+/* Runs 'script' on 'key' (the journal or the notes) with 'a', 'b', 'c': 0
+ * done (or no journal to write), 1 left alone (another run's, said), -1
+ * failed (said). */
 static int journal_eval(struct replay_lease *lease, const char *key, const char *script,
-                        const char *a, const char *b)
+                        const char *a, const char *b, const char *c)
 {
     if (!lease->held) { /* another run's now */
         fprintf(stderr, "replay: %s not updated: the replay lease is another run's\n", key);
         return -1;
     }
-    char epoch[24];
-    snprintf(epoch, sizeof(epoch), "%lld", lease->epoch);
-    redisReply *reply = eval(lease->cluster, script, key, epoch, a, b);
+    redisReply *reply = eval(lease->cluster, script, key, a, b, c);
     if (update_failed(lease, key, reply)) {
         if (reply)
             freeReplyObject(reply);
@@ -525,26 +514,36 @@ int replay_journal_start(struct replay_lease *lease, const char *selection)
     return 1;
 }
 
+/* An entry of our journal: 'field' set to 'value', or the journal deleted
+ * (field ""). */
+static void journal_entry(struct replay_lease *lease, const char *field, const char *value)
+{
+    char epoch[24];
+    snprintf(epoch, sizeof(epoch), "%lld", lease->epoch);
+    journal_eval(lease, lease->journal, journal_entry_script, epoch, field, value);
+}
+
 void replay_journal_swapped(struct replay_lease *lease, const char *board)
 {
     char field[300], when[24];
     snprintf(field, sizeof(field), "swapped:%s", board);
     snprintf(when, sizeof(when), "%lld", (long long)lb_wall_ms());
-    journal_eval(lease, lease->journal, journal_entry_script, field, when);
+    journal_entry(lease, field, when);
 }
 
 void replay_journal_finish(struct replay_lease *lease)
 {
-    journal_eval(lease, lease->journal, journal_entry_script, "", "");
+    journal_entry(lease, "", "");
 }
 
 int replay_journal_reopening(struct replay_lease *lease, const char *board, const char *window,
                              int on)
 {
-    char field[600], value[200];
+    char field[600], mark[200];
     snprintf(field, sizeof(field), "%s %s", window, board);
-    replay_lease_mark(lease, value, sizeof(value));
-    return journal_eval(lease, lease->reopening, note_script, field, on ? value : "") ? -1 : 0;
+    replay_lease_mark(lease, mark, sizeof(mark));
+    return journal_eval(lease, lease->reopening, lb_note_lua, mark, field, on ? "set" : "del") ? -1
+                                                                                               : 0;
 }
 
 void replay_fault_stop(const char *name)

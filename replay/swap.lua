@@ -7,11 +7,11 @@ local n, mode, f, open = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber
 -- swapped already (a resend after a lost reply): the swap leaves this field
 -- in place of the staging markers, for a few minutes
 if redis.call('HGET', KEYS[3], '~swapped') then return {'gone'} end
--- a later run's fence (fence.lua; ARGV[5] is ours): this run lost its
--- lease while it was stalled, and that run may be rebuilding the board
-local function epoch(v) return tonumber(string.match(v, '^(%d+) %S+ %d+ %d+$')) or 0 end
+-- a later run's fence (fence.lua, later_mark; ARGV[5] is ours): this run
+-- lost its lease while it was stalled, and that run may be rebuilding the
+-- board
 local held = redis.call('TYPE', KEYS[5]).ok == 'string' and redis.call('GET', KEYS[5])
-if held and held ~= ARGV[5] and epoch(held) >= epoch(ARGV[5]) then return {'taken', held} end
+if held and later_mark(held, ARGV[5]) then return {'taken', held} end
 local function marker(hash, zset, field)
   local h = tonumber(redis.call('HGET', hash, field) or '-1')
   local z = tonumber(redis.call('ZSCORE', zset, field) or '-1')
