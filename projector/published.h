@@ -69,9 +69,12 @@ int lb_published_fetch(struct lb_published *p, const char *board, const char *wi
                        struct lb_publication *out, int timeout_ms, char *err, size_t errlen);
 void lb_publication_free(struct lb_publication *pub);
 
-/* One "C" step of the apply script (claim, keep, done, restore) for
- * 'window' ("weekly:2026-W48") of 'board'; 'holder' and 'lease_ms' name
- * the publisher. The reply, or NULL (lb_cluster_error says why). */
+/* One "C" step of the apply script (claim, keep, done, restore; replay
+ * --republish's reopen, reopened, unreopen) for 'window'
+ * ("weekly:2026-W48") of 'board'; 'holder' and 'lease_ms' name the
+ * publisher (replay's steps: its mark, projector/mark.lua; a later run's
+ * mark there answers taken). The reply, or NULL (lb_cluster_error says
+ * why). */
 redisReply *lb_final_step(struct lb_cluster *cluster, const char *prefix, const char *board,
                           const char *window, const char *step, const char *holder, int lease_ms,
                           const char *const *extra, const size_t *extralen, size_t nextra);

@@ -319,6 +319,8 @@ static int renew(struct replay_lease *lease)
 
 int replay_lease_keep(struct replay_lease *lease)
 {
+    if (lease->lost)
+        return -1;
     int64_t mono = lb_monotonic_ms() - lease->renewed_ms,
             wall = lb_wall_ms() - lease->renewed_wall_ms, due = lease->ttl_ms / 3;
     if (!lease->held || (mono < due && wall >= 0 && wall < due))
@@ -362,12 +364,18 @@ static void journal_field(struct replay_leftover *out, const char *name, const c
         add_example(out->examples, sizeof(out->examples), ++out->swapped, name + 8);
 }
 
+static int journal_eval(struct replay_lease *lease, const char *key, const char *script,
+                        const char *a, const char *b, const char *c);
+extern const char lb_note_lua[]; /* from the build (note_lua.c, from replay/note.lua) */
+
 /* "<window> <board>": named when its ~final still says reopening (or could
  * not be read); otherwise the note is stale (a run killed just before its
- * reopen step or just after handing the window back) and, with 'tidy' (the
- * lease held), deleted. */
+ * reopen step or just after handing the window back) and, with 'tidy' (our
+ * lease, held), deleted unless it is a later run's (note.lua: one that
+ * took the lease while we were stalled, and noted it since we read). */
 static void reopening_field(struct lb_cluster *cluster, const char *prefix, const char *key,
-                            const char *name, int tidy, struct replay_leftover *out)
+                            const char *name, struct replay_lease *tidy,
+                            struct replay_leftover *out)
 {
     const char *space = strchr(name, ' ');
     char text[300], final[600], field[300];
@@ -383,16 +391,18 @@ static void reopening_field(struct lb_cluster *cluster, const char *prefix, cons
     if (reply)
         freeReplyObject(reply);
     if (stale) {
-        const char *hdel[] = {"HDEL", key, name};
-        if (tidy && (reply = command(cluster, key, 3, hdel)))
-            freeReplyObject(reply);
+        char mark[200];
+        if (tidy) {
+            replay_lease_mark(tidy, mark, sizeof(mark));
+            journal_eval(tidy, key, lb_note_lua, mark, name, "del");
+        }
         return;
     }
     snprintf(text, sizeof(text), "%.*s of %s", (int)(space - name), name, space + 1);
     add_example(out->reopening_examples, sizeof(out->reopening_examples), ++out->reopening, text);
 }
 
-int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy,
+int replay_journal_read(struct lb_cluster *cluster, const char *prefix, struct replay_lease *tidy,
                         struct replay_leftover *out)
 {
     char keys[2][256];
@@ -426,21 +436,24 @@ int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy
     return 0;
 }
 
-/* The journal's entries, written by the run whose epoch it holds only: a
- * run that froze past its lease, between its last renewal and one of these
- * writes, leaves a later run's alone (the reopening notes: note.lua).
- * ARGV[1] our epoch, [2] a field and [3] its value, or [2] "" to delete the
- * journal; 0 when it is another run's, 2 when there is none (its start
- * failed, and said so). */
+/* The journal's entries, written by the run whose epoch it holds only, and
+ * the journal deleted unless a later run's: a run that froze past its
+ * lease, between its last renewal and one of these writes, leaves a later
+ * run's alone (the reopening notes: note.lua). ARGV[1] our epoch, [2] a
+ * field and [3] its value, or [2] "" to delete the journal; 0 when it is a
+ * later run's, 2 when it is not ours to write (none, or an earlier run's:
+ * our start failed, and said so; deleted at our end all the same, as our
+ * start would have replaced it). */
 static const char journal_entry_script[] =
     "local e = redis.call('HGET', KEYS[1], 'epoch')\n"
-    "if e ~= ARGV[1] then return e and 0 or 2 end\n"
-    "if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end\n"
+    "if e and (tonumber(e) or 0) > tonumber(ARGV[1]) then return 0 end\n"
+    "if ARGV[2] == '' then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  return 1\n"
+    "end\n"
+    "if e ~= ARGV[1] then return 2 end\n"
     "redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])\n"
     "return 1\n";
-
-/* From the build (note_lua.c, from replay/note.lua). */
-extern const char lb_note_lua[];
 
 /* Whether 'reply' (to a script on 'key' that answers an integer) is a
  * failure: said if so. */
@@ -473,11 +486,14 @@ static int journal_eval(struct replay_lease *lease, const char *key, const char 
     }
     int left = reply->integer == 0;
     freeReplyObject(reply);
-    if (left)
+    if (left) {
         fprintf(stderr,
                 "replay: %s not updated: it is a later run's (the replay lease went to another "
                 "run while this one was stalled)\n",
                 key);
+        lease->held = 0; /* that run holds it */
+        lease->lost = 1;
+    }
     return left;
 }
 
@@ -511,6 +527,7 @@ int replay_journal_start(struct replay_lease *lease, const char *selection)
     if (begun)
         return 0;
     lease->held = 0; /* a later run's journal: that run holds the lease */
+    lease->lost = 1;
     return 1;
 }
 
@@ -616,8 +633,10 @@ redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, co
     }
     const char *state;
     const char *word = replay_answer_word(reply, &state);
-    if (word && strcmp(word, "taken") == 0)
+    if (word && strcmp(word, "taken") == 0) {
         lease->held = 0; /* a later run reopened the window: it holds the lease */
+        lease->lost = 1;
+    }
     *done = word && (strcmp(word, "ok") == 0 ||
                      (sent && strcmp(word, "stale") == 0 && step_done_before(step, state)));
     return reply;

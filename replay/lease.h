@@ -56,10 +56,11 @@ struct replay_lease {
     char key[256], journal[256], reopening[256], epoch_key[256];
     char owner[160]; /* our lease value */
     int held;
-    int ttl_ms;                          /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */
-    int journaled;                       /* our journal begun: the staging keys are ours to write */
-    int unsure;                          /* a renewal failed since the last one that did not */
-    long long epoch;                     /* drawn from <prefix>~replay-epoch once taken */
+    int lost;        /* a script found a later run's state: that run holds the lease */
+    int ttl_ms;      /* LB_LEASE_TTL_MS (tests: LB_FAULT_LEASE_TTL_MS) */
+    int journaled;   /* our journal begun: the staging keys are ours to write */
+    int unsure;      /* a renewal failed since the last one that did not */
+    long long epoch; /* drawn from <prefix>~replay-epoch once taken */
     int64_t renewed_ms, renewed_wall_ms; /* monotonic, and the wall clock */
 };
 
@@ -84,8 +85,9 @@ int replay_lease_take(struct replay_lease *lease, struct lb_cluster *cluster, co
  * the pause; its wall clock is set right once it runs again), or the wall
  * clock went back. Returns 0, or -1 when another run holds it now, or held
  * it since our journal began (we stop): a lease that expired and that
- * nobody took is taken again, unless the journal is no longer ours. A Redis
- * failure is not a loss: renewal is tried again on the next call. */
+ * nobody took is taken again, unless the journal is no longer ours; also
+ * -1 once a script found a later run's journal, note or mark (lease->lost).
+ * A Redis failure is not a loss: renewal is tried again on the next call. */
 int replay_lease_keep(struct replay_lease *lease);
 
 /* What this run writes where a later run must find it stands for a later
@@ -98,8 +100,9 @@ void replay_lease_release(struct replay_lease *lease);
 
 /* Reads an earlier run's journal into 'out' (out->found = 0 when none),
  * and the windows left reopening whose ~final still says so (out->reopening;
- * with 'tidy', the lease held, the notes of the others are deleted). */
-int replay_journal_read(struct lb_cluster *cluster, const char *prefix, int tidy,
+ * with 'tidy', our lease, held, the notes of the others are deleted, but
+ * never a later run's). */
+int replay_journal_read(struct lb_cluster *cluster, const char *prefix, struct replay_lease *tidy,
                         struct replay_leftover *out);
 
 /* Starts our journal (replacing an old one, but never a later run's: one
@@ -114,7 +117,8 @@ void replay_journal_finish(struct replay_lease *lease);
 
 /* Notes that 'window' of 'board' is being reopened ('on': before the
  * reopen step, which must not go ahead when this fails) or is not (0: handed
- * back to the pods, or not reopened). -1 when it failed (said). */
+ * back to the pods, or not reopened). -1 when it failed, or found a later
+ * run's note there (the lease lost), said either way. */
 int replay_journal_reopening(struct replay_lease *lease, const char *board, const char *window,
                              int on);
 

@@ -83,7 +83,8 @@ static int print_leftovers(struct replay *r)
 {
     struct replay_leftover old;
     struct strings live = {0}, staged = {0};
-    if (replay_journal_read(r->engine->cluster, r->config->key_prefix, !r->o.dry_run, &old) != 0 ||
+    if (replay_journal_read(r->engine->cluster, r->config->key_prefix,
+                            r->o.dry_run ? NULL : &r->lease, &old) != 0 ||
         replay_scan_keys(r, &live, &staged, 1) != 0) {
         fprintf(stderr, "replay: cannot read what an earlier run left in Redis: %s\n",
                 lb_cluster_error(r->engine->cluster));

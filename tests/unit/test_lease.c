@@ -604,15 +604,24 @@ static void hash_field(struct fixture *f, const char *key, const char *field, ch
     freeReplyObject(reply);
 }
 
+/* After a write a later run's state refused: the lease is lost (it stops
+ * the run), then handed back to the test for the next write. */
+static void lost_then_held(struct replay_lease *lease)
+{
+    assert_false(lease->held);
+    assert_int_equal(replay_lease_keep(lease), -1);
+    lease->held = 1;
+    lease->lost = 0;
+}
+
 static void a_later_runs_journal_and_notes_are_left_alone(void **state)
 {
     struct fixture *f = *state;
-    char value[300], ours[300], later[300];
+    char value[300], ours[300];
     struct replay_lease lease;
     take_lease(f, &lease);
     assert_int_equal(replay_journal_start(&lease, "--board b"), 0);
     snprintf(ours, sizeof(ours), "%lld %s", lease.epoch, lease.owner);
-    snprintf(later, sizeof(later), "%lld elsewhere 7 1", lease.epoch + 1);
     /* its own: written; a note of an earlier run or release: taken over */
     replay_journal_swapped(&lease, "b1");
     hash_field(f, "lb:~replay-journal", "swapped:b1", value, sizeof(value));
@@ -629,27 +638,64 @@ static void a_later_runs_journal_and_notes_are_left_alone(void **state)
     assert_int_equal(replay_journal_reopening(&lease, "b", "w", 0), 0);
     hash_field(f, "lb:~replay-reopening", "w b", value, sizeof(value));
     assert_string_equal(value, "");
-    /* a later run took the lease, began its journal and noted the window */
+    assert_true(lease.held);
+    /* a later run took the lease, began its journal and noted the window
+     * (or one of the same epoch: a counter rolled back); each write of
+     * ours finds it, changes nothing and loses the lease */
     freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
     freeReplyObject(redis_server_command(f->redis, "HSET lb:~replay-journal owner %s epoch %lld",
                                          "elsewhere 7 1", lease.epoch + 1));
-    freeReplyObject(
-        redis_server_command(f->redis, "HSET lb:~replay-reopening %s %s", "w b", later));
     replay_journal_swapped(&lease, "b2");
+    lost_then_held(&lease);
     hash_field(f, "lb:~replay-journal", "swapped:b2", value, sizeof(value));
     assert_string_equal(value, "");
     replay_journal_finish(&lease);
+    lost_then_held(&lease);
     hash_field(f, "lb:~replay-journal", "owner", value, sizeof(value));
     assert_string_equal(value, "elsewhere 7 1");
-    assert_int_equal(replay_journal_reopening(&lease, "b", "w", 1), -1);
-    assert_int_equal(replay_journal_reopening(&lease, "b", "w", 0), -1);
+    for (long long e = lease.epoch; e <= lease.epoch + 1; e++) {
+        char later[300];
+        snprintf(later, sizeof(later), "%lld elsewhere 7 1", e);
+        freeReplyObject(
+            redis_server_command(f->redis, "HSET lb:~replay-reopening %s %s", "w b", later));
+        for (int on = 1; on >= 0; on--) {
+            assert_int_equal(replay_journal_reopening(&lease, "b", "w", on), -1);
+            lost_then_held(&lease);
+            hash_field(f, "lb:~replay-reopening", "w b", value, sizeof(value));
+            assert_string_equal(value, later);
+        }
+        /* nor is it deleted by our tidy of the notes, though its window is
+         * not reopening (the later run noted it before its reopen step) */
+        struct replay_leftover old;
+        assert_int_equal(replay_journal_read(f->cluster, PREFIX, &lease, &old), 0);
+        lost_then_held(&lease);
+        hash_field(f, "lb:~replay-reopening", "w b", value, sizeof(value));
+        assert_string_equal(value, later);
+    }
+    /* an earlier run's stale note is tidied away, the lease kept */
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:~replay-reopening %s %s", "w b",
+                                         "1 elsewhere 7 1"));
+    struct replay_leftover old;
+    assert_int_equal(replay_journal_read(f->cluster, PREFIX, &lease, &old), 0);
+    assert_true(lease.held);
     hash_field(f, "lb:~replay-reopening", "w b", value, sizeof(value));
-    assert_string_equal(value, later);
-    /* no journal (its start failed): nothing written, not an error */
+    assert_string_equal(value, "");
+    /* no journal, or an earlier run's (our start failed): our entries are
+     * not written there, quietly; our end deletes an earlier run's, as our
+     * start would have replaced it */
     freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-journal"));
     replay_journal_swapped(&lease, "b3");
-    freeReplyObject(redis_server_command(f->redis, "DEL lb:~replay-reopening"));
     redisReply *reply = redis_server_command(f->redis, "EXISTS lb:~replay-journal");
+    assert_int_equal(reply->integer, 0);
+    freeReplyObject(reply);
+    freeReplyObject(redis_server_command(f->redis, "HSET lb:~replay-journal owner %s epoch 1",
+                                         "elsewhere 7 1"));
+    replay_journal_swapped(&lease, "b3");
+    hash_field(f, "lb:~replay-journal", "swapped:b3", value, sizeof(value));
+    assert_string_equal(value, "");
+    assert_true(lease.held);
+    replay_journal_finish(&lease);
+    reply = redis_server_command(f->redis, "EXISTS lb:~replay-journal");
     assert_int_equal(reply->integer, 0);
     freeReplyObject(reply);
     /* its own journal, begun again: deleted when the run finishes */
@@ -658,6 +704,7 @@ static void a_later_runs_journal_and_notes_are_left_alone(void **state)
     reply = redis_server_command(f->redis, "EXISTS lb:~replay-journal");
     assert_int_equal(reply->integer, 0);
     freeReplyObject(reply);
+    assert_int_equal(replay_lease_keep(&lease), 0);
     replay_lease_release(&lease);
 }
 
