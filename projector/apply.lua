@@ -180,6 +180,7 @@ if ARGV[2] == 'C' then
   -- (projector/mark.lua), kept by reopen; a later run's found there (we
   -- were stalled past our lease) means this run changes nothing
   if ARGV[3] == 'reopen' or ARGV[3] == 'reopened' or ARGV[3] == 'unreopen' then
+    -- include mark.lua
     if st[5] and later_mark(st[5], ARGV[4]) then return {'taken', st[5]} end
   end
   -- restore (published.h): a window the results topic says was published,

@@ -4,7 +4,7 @@
 -- write its own is another run's of an epoch at least ours, one that took
 -- the lease after ours ran out while this run was stalled. An earlier
 -- release's value ("<host> <pid> <ms>") counts as epoch 0: nobody's later.
--- Put before each script that needs it at build time (lb_embed_lua).
+-- Put in place of "-- include mark.lua" at build time (lb_embed_lua).
 local function mark_epoch(v) return tonumber(string.match(v, '^(%d+) %S+ %d+ %d+$')) or 0 end
 local function later_mark(found, ours)
   return found ~= ours and mark_epoch(found) >= mark_epoch(ours)

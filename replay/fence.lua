@@ -7,6 +7,7 @@
 -- The fence of a later run (later_mark, projector/mark.lua) is neither
 -- overwritten nor lifted: setting fails, and the run stops; lifting
 -- leaves it.
+-- include mark.lua
 local held = redis.call('TYPE', KEYS[1]).ok == 'string' and redis.call('GET', KEYS[1])
 local later = held and later_mark(held, ARGV[2])
 if ARGV[1] == 'set' then

@@ -4,6 +4,7 @@
 -- (replay/CMakeLists.txt).
 -- KEYS: [1] the notes. ARGV: [1] our mark, [2] the field ("<window>
 -- <board>"), [3] set|del. Answers 1, or 0 when a later run's note is there.
+-- include mark.lua
 local found = redis.call('HGET', KEYS[1], ARGV[2])
 if found and later_mark(found, ARGV[1]) then return 0 end
 if ARGV[3] == 'set' then

@@ -10,6 +10,7 @@ if redis.call('HGET', KEYS[3], '~swapped') then return {'gone'} end
 -- a later run's fence (fence.lua, later_mark; ARGV[5] is ours): this run
 -- lost its lease while it was stalled, and that run may be rebuilding the
 -- board
+-- include mark.lua
 local held = redis.call('TYPE', KEYS[5]).ok == 'string' and redis.call('GET', KEYS[5])
 if held and later_mark(held, ARGV[5]) then return {'taken', held} end
 local function marker(hash, zset, field)

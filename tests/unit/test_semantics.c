@@ -1335,34 +1335,15 @@ static void the_script_reads_the_markers_a_transaction_wrote(void **state)
     lb_config_free(config);
 }
 
-/* One of replay's scripts, read from the source tree into 'script'. */
-static const char *replay_script(const char *name, char *script, size_t cap)
-{
-    char path[1024];
-    const char *root = getenv("LB_SOURCE_DIR");
-    size_t n = 0;
-    /* as the build embeds it: projector/mark.lua first */
-    const char *parts[] = {"projector/mark.lua", name};
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/%s%s", root ? root : ".", i ? "replay/" : "", parts[i]);
-        FILE *f = fopen(path, "rb");
-        assert_non_null(f);
-        n += fread(script + n, 1, cap - 1 - n, f);
-        assert_true(n < cap - 1);
-        fclose(f);
-    }
-    script[n] = '\0';
-    return script;
-}
-
-/* replay's swap script (replay/swap.lua), and the fence value of the run
- * that sends it ("<epoch> <host> <pid> <ms>": one argument, given with
- * %s, which redis_server_command does not split). */
+/* replay's swap and fence scripts as the build embeds them (swap_lua.c
+ * and fence_lua.c, from replay/swap.lua and fence.lua), and the fence
+ * value of the run that sends them ("<epoch> <host> <pid> <ms>": one
+ * argument, given with %s, which redis_server_command does not split). */
+extern const char lb_swap_lua[], lb_fence_lua[];
 #define REPLAY_RUN "1 host 1 1"
 static const char *swap_script(void)
 {
-    static char script[8192];
-    return replay_script("swap.lua", script, sizeof(script));
+    return lb_swap_lua;
 }
 
 /* The swap on board z's alltime key and its dedupe set: the staging copies
@@ -1485,8 +1466,7 @@ static void a_swap_of_a_copy_that_lost_writes_changes_nothing(void **state)
 static void a_board_keeping_newest_has_its_hash_fence_after_replay(void **state)
 {
     (void)state;
-    static char lift[4096];
-    replay_script("fence.lua", lift, sizeof(lift));
+    const char *lift = lb_fence_lua;
     struct harness h;
     harness_open(&h, LATEST_CONFIG, redis);
     struct lb_event ev = latest_event("f", 1, MAY1);
