@@ -328,6 +328,14 @@ int replay_lease_keep(struct replay_lease *lease)
     return renew(lease) == 1 ? -1 : 0; /* Redis failing: the next call tries again */
 }
 
+/* A script found a later run's state: that run holds the lease, and
+ * replay_lease_keep stops this one at its next write. */
+static void lost_to_later_run(struct replay_lease *lease)
+{
+    lease->held = 0;
+    lease->lost = 1;
+}
+
 void replay_lease_mark(const struct replay_lease *lease, char *out, size_t cap)
 {
     snprintf(out, cap, "%lld %s", lease->epoch, lease->owner);
@@ -491,8 +499,7 @@ static int journal_eval(struct replay_lease *lease, const char *key, const char 
                 "replay: %s not updated: it is a later run's (the replay lease went to another "
                 "run while this one was stalled)\n",
                 key);
-        lease->held = 0; /* that run holds it */
-        lease->lost = 1;
+        lost_to_later_run(lease);
     }
     return left;
 }
@@ -526,8 +533,7 @@ int replay_journal_start(struct replay_lease *lease, const char *selection)
         freeReplyObject(reply);
     if (begun)
         return 0;
-    lease->held = 0; /* a later run's journal: that run holds the lease */
-    lease->lost = 1;
+    lost_to_later_run(lease); /* its journal */
     return 1;
 }
 
@@ -633,10 +639,8 @@ redisReply *replay_final_step(struct replay_lease *lease, const char *prefix, co
     }
     const char *state;
     const char *word = replay_answer_word(reply, &state);
-    if (word && strcmp(word, "taken") == 0) {
-        lease->held = 0; /* a later run reopened the window: it holds the lease */
-        lease->lost = 1;
-    }
+    if (word && strcmp(word, "taken") == 0)
+        lost_to_later_run(lease); /* it reopened the window */
     *done = word && (strcmp(word, "ok") == 0 ||
                      (sent && strcmp(word, "stale") == 0 && step_done_before(step, state)));
     return reply;

@@ -235,9 +235,10 @@ static int flush_batch(struct replay *r, struct lb_flow *flow)
         fprintf(stderr, "replay: out of memory\n");
         return -1;
     }
-    /* planning it met a closed window: a --republish step there that found
-     * a later run's mark lost the lease, and the batch stays unsent too */
-    if (!r->lease.held)
+    /* planning it met closed windows: a --republish step or note there may
+     * have found a later run's (the lease lost), and the batch stays unsent
+     * too */
+    if (replay_keep_lease(r) != 0)
         return -1;
     int rc = finish_inflight(r, flow);
     lb_flow_send(flow);
