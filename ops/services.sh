@@ -319,6 +319,22 @@ _lb_collect_busy_ports() {
     return 0
 }
 
+# _lb_read_reservations TABLE - fill _lb_reserved (port -> 1) with the ports
+# TABLE reserves for shells still running, and _lb_kept with their lines
+# (those of shells that ended are dropped when the table is written again).
+_lb_read_reservations() {
+    declare -gA _lb_reserved=()
+    _lb_kept=()
+    [[ -n $1 && -r $1 ]] || return 0
+    local port pid
+    while read -r port pid; do
+        [[ $port =~ ^[0-9]+$ && $pid =~ ^[0-9]+$ ]] || continue
+        kill -0 "$pid" 2>/dev/null || [[ -d /proc/$pid ]] || continue
+        _lb_reserved[$port]=1
+        _lb_kept+=("$port $pid")
+    done <"$1"
+}
+
 # lb_port_in_use PORT - true if something listens on PORT (any local address).
 lb_port_in_use() (
     _lb_isolate
@@ -351,9 +367,13 @@ _lb_port_free() {
 #   HTTP          31000..32000 (/metrics listeners)
 #   registry      32000..32700 (below 32768, where Linux's ephemeral ports start)
 # Candidates (blocks of N rounded up to 10, single ports one by one) are
-# tried from a random starting point so that tests started at the same time
-# rarely pick the same block; there is no reservation, so start the service
-# right away.
+# tried from a random starting point. A block picked is reserved for the
+# calling shell ($$) until it ends (a line "PORT PID" per port in
+# $LB_PORT_RESERVATIONS, default /tmp/lb-ports.UID, written under flock):
+# two tests started at the same time must not pick the same block between a
+# pick and their service's bind (a broker takes seconds to bind). Start the
+# service right away all the same: programs outside the project do not read
+# the reservations.
 lb_free_port_base() (
     _lb_isolate
     local n=${1-} lo=${2:-15000} hi=${3:-21000}
@@ -369,19 +389,33 @@ lb_free_port_base() (
         _lb_msg "lb_free_port_base: range $lo..$hi too small for $n ports"
         return 2
     fi
+    local table=${LB_PORT_RESERVATIONS:-/tmp/lb-ports.$(id -u)}
+    if command -v flock >/dev/null 2>&1 && { exec 9>>"$table.lock"; } 2>/dev/null; then
+        flock 9 || return 1
+    else
+        table= # no lock to share: free by what the machine says only
+    fi
     _lb_have_ss=0
     _lb_collect_busy_ports && _lb_have_ss=1
+    _lb_read_reservations "$table"
     local start=$((RANDOM % slots)) k base i ok
     for ((k = 0; k < slots; k++)); do
         base=$((lo + ((start + k) % slots) * step))
         ok=1
         for ((i = 0; i < n; i++)); do
-            if ! _lb_port_free $((base + i)) || ! _lb_port_free $((base + i + 10000)); then
+            if [[ -n ${_lb_reserved[$((base + i))]-} ]] ||
+                ! _lb_port_free $((base + i)) || ! _lb_port_free $((base + i + 10000)); then
                 ok=0
                 break
             fi
         done
         if ((ok)); then
+            if [[ -n $table ]]; then
+                for ((i = 0; i < n; i++)); do
+                    _lb_kept+=("$((base + i)) $$")
+                done
+                printf '%s\n' "${_lb_kept[@]}" >"$table.new" && mv -f "$table.new" "$table"
+            fi
             printf '%s\n' "$base"
             return 0
         fi

@@ -11,9 +11,9 @@
 # --lanes N runs N tests at a time (each lane takes the next test not yet
 # taken, the slowest of the last run first, or for a test this machine has
 # not run yet, of tests/integration/seconds: a fresh-clone run of the test
-# command, CI63, 2 lanes on 2 cores; lb_free_port_base picks their
-# ports from random starting points, which two tests rarely share: nothing
-# is reserved). A test's output is printed whole when it ends. SIGINT
+# command, CI63, 2 lanes on 2 cores; lb_free_port_base reserves the ports
+# it gives a test until the test ends, so two lanes never start services on
+# the same ports). A test's output is printed whole when it ends. SIGINT
 # or SIGTERM to the run is passed on to the tests running, as SIGTERM (tests
 # started in the background ignore SIGINT).
 set -uo pipefail
