@@ -742,6 +742,57 @@ static void a_journal_redis_refuses_is_said_and_the_run_goes_on(void **state)
     freeReplyObject(reply);
 }
 
+/* What 'fn' writes to stderr, into 'out'. */
+static void stderr_of(void (*fn)(struct replay_lease *), struct replay_lease *lease, char *out,
+                      size_t cap)
+{
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fileno(tmp), 2), 2);
+    fn(lease);
+    fflush(stderr);
+    assert_int_equal(dup2(saved, 2), 2);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(out, 1, cap - 1, tmp);
+    out[n] = '\0';
+    fclose(tmp);
+}
+
+static int reopening_said;
+
+static void write_journal_and_note(struct replay_lease *lease)
+{
+    replay_journal_swapped(lease, "b1");
+    reopening_said = replay_journal_reopening(lease, "b", "w", 1);
+}
+
+/* A journal or notes update Redis does not answer (its node gone, every
+ * try refused): said with the cluster's own error, the note's window not
+ * reopened (-1), the lease not taken for lost: the run's next renewal
+ * decides whether it goes on. */
+static void a_journal_update_redis_does_not_answer_is_said(void **state)
+{
+    struct fixture *f = *state;
+    char said[4096];
+    struct replay_lease lease;
+    take_lease(f, &lease);
+    redis_server_stop(f->redis);
+    f->redis = NULL;
+    stderr_of(write_journal_and_note, &lease, said, sizeof(said));
+    print_message("said: %s", said);
+    assert_int_equal(reopening_said, -1);
+    assert_non_null(strstr(said, "replay: updating lb:~replay-journal failed: "));
+    assert_non_null(strstr(said, "replay: updating lb:~replay-reopening failed: "));
+    assert_null(strstr(said, "unexpected reply"));
+    assert_null(strstr(said, "later run"));
+    assert_true(lease.held);
+    assert_false(lease.lost);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -769,6 +820,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_later_runs_journal_and_notes_are_left_alone, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_journal_redis_refuses_is_said_and_the_run_goes_on, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_journal_update_redis_does_not_answer_is_said, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_swap_under_a_later_runs_fence_swaps_nothing, setup,
                                         teardown),
