@@ -391,7 +391,10 @@ lb_free_port_base() (
     fi
     local table=${LB_PORT_RESERVATIONS:-/tmp/lb-ports.$(id -u)}
     if command -v flock >/dev/null 2>&1 && { exec 9>>"$table.lock"; } 2>/dev/null; then
-        flock 9 || return 1
+        flock -w 30 9 || {
+            _lb_msg "lb_free_port_base: $table.lock held for 30 s by another shell; is one stopped (SIGSTOP)?"
+            return 1
+        }
     else
         table= # no lock to share: free by what the machine says only
     fi
