@@ -30,6 +30,9 @@
 #   LB_CACHE_DIR            [${XDG_CACHE_HOME:-$HOME/.cache}/leaderboard-projector]
 #   LB_BIN                  [<repo>/build/bin]  where lbadmin lives
 #   LB_WIPE                 [0]  1: the stop functions also delete the data
+#   LB_PORT_RESERVATIONS    [/tmp/lb-ports.<uid>]  the ports lb_free_port_base
+#                                gave shells still running (one /tmp for
+#                                every test, whatever its TMPDIR)
 #   REDIS_MASTERS           [3]  at least 3
 #   REDIS_REPLICAS          [1]  replicas per master, 0 allowed
 #   REDIS_PORT_BASE         [7000]  nodes use ports BASE .. BASE+n-1
@@ -390,13 +393,15 @@ lb_free_port_base() (
         return 2
     fi
     local table=${LB_PORT_RESERVATIONS:-/tmp/lb-ports.$(id -u)}
-    if command -v flock >/dev/null 2>&1 && { exec 9>>"$table.lock"; } 2>/dev/null; then
-        flock -w 30 9 || {
-            _lb_msg "lb_free_port_base: $table.lock held for 30 s by another shell; is one stopped (SIGSTOP)?"
-            return 1
-        }
-    else
-        table= # no lock to share: free by what the machine says only
+    if ! command -v flock >/dev/null 2>&1; then
+        _lb_msg "lb_free_port_base: no flock (util-linux): ports are not reserved, two tests at once may pick the same"
+        table=
+    elif [[ -e $table.lock && ! -O $table.lock ]] || ! { exec 9>>"$table.lock"; } 2>/dev/null; then
+        _lb_msg "lb_free_port_base: $table.lock is not this user's or not writable: ports are not reserved (set LB_PORT_RESERVATIONS)"
+        table=
+    elif ! flock -w 30 9; then
+        _lb_msg "lb_free_port_base: $table.lock held for 30 s by another shell; is one stopped (SIGSTOP)?"
+        return 1
     fi
     _lb_have_ss=0
     _lb_collect_busy_ports && _lb_have_ss=1
@@ -417,7 +422,8 @@ lb_free_port_base() (
                 for ((i = 0; i < n; i++)); do
                     _lb_kept+=("$((base + i)) $$")
                 done
-                printf '%s\n' "${_lb_kept[@]}" >"$table.new" && mv -f "$table.new" "$table"
+                { printf '%s\n' "${_lb_kept[@]}" >"$table.new" && mv -f "$table.new" "$table"; } 2>/dev/null ||
+                    _lb_msg "lb_free_port_base: could not write $table: ports $base.. are not reserved"
             fi
             printf '%s\n' "$base"
             return 0

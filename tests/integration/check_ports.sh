@@ -24,15 +24,17 @@ fail() {
     exit 1
 }
 
-# a range of 8 blocks of 2 (a broker and its controller) where nothing
-# listens now
+# a range of 8 blocks of 2 (a broker and its controller) where no socket of
+# any state is (as lb_free_port_base counts them), its ports + 10000 too:
+# all below 32768, where Linux's outgoing connections take theirs
 # shellcheck source=ops/services.sh
 . "$services"
+_lb_collect_busy_ports || fail "no ss: the ports cannot be checked"
 lo=
-for try in 24000 24200 24400 24600 24800; do
+for try in 21000 21200 21400 21600 21800 22000 22200 22400; do
     busy=0
     for ((p = try; p < try + 80; p++)); do
-        if lb_port_in_use "$p" || lb_port_in_use $((p + 10000)); then
+        if [[ -n ${_lb_busy[$p]-} || -n ${_lb_busy[$((p + 10000))]-} ]]; then
             busy=1
             break
         fi
@@ -42,23 +44,31 @@ for try in 24000 24200 24400 24600 24800; do
         break
     }
 done
-[[ -n $lo ]] || fail "no range of 80 unused ports in 24000..24880 to pick from"
+[[ -n $lo ]] || fail "no range of 80 ports without sockets in 21000..22480 to pick from"
 hi=$((lo + 80))
 
 # pick S - a shell of its own picks a block into $work/S and then waits (its
-# reservation held) until $work/S.end appears
+# reservation held) until $work/S.end appears, or this test has ended
 pick() {
     S=$1 bash -c '. "$0"
         lb_free_port_base 2 "$1" "$2" >"$3/$S.tmp" 2>"$3/$S.err" || echo none >"$3/$S.tmp"
         mv "$3/$S.tmp" "$3/$S"
-        until [[ -e $3/$S.end ]]; do sleep 0.05; done' "$services" "$lo" "$hi" "$work" &
+        until [[ -e $3/$S.end ]] || ! kill -0 "$4" 2>/dev/null; do sleep 0.05; done' \
+        "$services" "$lo" "$hi" "$work" "$$" &
     holders+=("$!")
 }
 
+# await S - the block shell S picked is in $work/S (20 s at most)
+await() {
+    local tries=400
+    until [[ -e $work/$1 ]]; do
+        ((--tries > 0)) || fail "shell $1 picked nothing in 20 s: $(cat "$work/$1.err" 2>/dev/null)"
+        sleep 0.05
+    done
+}
+
 for s in 1 2 3 4 5 6 7 8; do pick "$s"; done
-for s in 1 2 3 4 5 6 7 8; do
-    until [[ -e $work/$s ]]; do sleep 0.05; done
-done
+for s in 1 2 3 4 5 6 7 8; do await "$s"; done
 mapfile -t got < <(cat "$work"/[1-8])
 for base in "${got[@]}"; do
     [[ $base =~ ^[0-9]+$ ]] || fail "8 shells picking 8 blocks at once: one got none ($(cat "$work"/[1-8].err))"
@@ -69,7 +79,7 @@ echo "8 shells picking at once: 8 blocks ($(printf '%s ' "${got[@]}"))"
 
 # every block reserved, none bound: a ninth shell gets none
 pick 9
-until [[ -e $work/9 ]]; do sleep 0.05; done
+await 9
 [[ $(cat "$work/9") == none ]] || fail "a ninth shell got block $(cat "$work/9"), reserved by a running shell"
 grep -q "no block of 2 free ports in $lo..$hi" "$work/9.err" || fail "the ninth shell's error: $(cat "$work/9.err")"
 echo "a ninth shell while they run: none ($(cat "$work/9.err"))"
