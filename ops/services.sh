@@ -332,7 +332,7 @@ _lb_read_reservations() {
     local port pid
     while read -r port pid; do
         [[ $port =~ ^[0-9]+$ && $pid =~ ^[0-9]+$ ]] || continue
-        kill -0 "$pid" 2>/dev/null || [[ -d /proc/$pid ]] || continue
+        [[ -d /proc/$pid ]] || continue # ended (any user's: kill -0 is refused for those)
         _lb_reserved[$port]=1
         _lb_kept+=("$port $pid")
     done <"$1"

@@ -99,4 +99,14 @@ lb_free_port_base 2 "$lo" "$hi" >/dev/null || fail "no block once every shell ha
 table=$(cat "$LB_PORT_RESERVATIONS")
 grep -qv " $$\$" <<<"$table" && fail "ended shells' reservations still listed: $table"
 [[ $(wc -l <<<"$table") == 4 ]] || fail "this shell's two blocks not both listed: $table"
+echo "after every shell ended: only this shell's two blocks listed"
+
+# a table that cannot be written (its directory missing): a block all the
+# same, and a line saying that it is not reserved
+said=$(LB_PORT_RESERVATIONS=$work/missing/reservations lb_free_port_base 2 "$lo" "$hi" 2>&1 >/dev/null)
+base=$(LB_PORT_RESERVATIONS=$work/missing/reservations lb_free_port_base 2 "$lo" "$hi" 2>/dev/null) ||
+    fail "no block when the table cannot be written"
+[[ $base =~ ^[0-9]+$ ]] || fail "when the table cannot be written: '$base', not a port"
+[[ $said == *"ports are not reserved"* ]] || fail "when the table cannot be written, said: '$said'"
+echo "a table that cannot be written: block $base, and said: $said"
 echo "PASS port reservations"
